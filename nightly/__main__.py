@@ -1,0 +1,3 @@
+from nightly.cli import main
+
+main()

@@ -1,0 +1,208 @@
+"""The `nightly` command: parse, call the core, map errors to exit codes. Thin on purpose.
+
+Heavy modules (rich, the runner, executors, boto3, docker, dask) are imported inside the
+commands so `nightly --help` starts fast.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from nightly.errors import NightlyError, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_DATE_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})$")
+
+
+def parse_date(text: str | None) -> dt.date:
+    if text is None:
+        return dt.date.today()
+    m = _DATE_RE.match(text.strip())
+    if not m:
+        raise UsageError(f"--date '{text}' is not a date: write YYYY_MM_DD, e.g. 2019_01_31")
+    try:
+        return dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError as e:
+        raise UsageError(f"--date '{text}' is not a real date ({e})") from e
+
+
+def common_options(f: F) -> F:
+    """--config, --root, --date and --debug, which every command takes."""
+
+    @click.option(
+        "--config",
+        "config_path",
+        metavar="FILE",
+        help="Configuration file (default ./nightly.toml, else $NIGHTLY_CONFIG).",
+    )
+    @click.option("--root", metavar="DIR", help="Where dated day folders live (overrides the config).")
+    @click.option("--date", "date_text", metavar="YYYY_MM_DD", help="The day (default: today).")
+    @click.option("--debug", is_flag=True, help="Show tracebacks.")
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return f(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+class Ctx:
+    """What every command needs: the loaded config and the day."""
+
+    def __init__(self, config_path: str | None, root: str | None, date_text: str | None) -> None:
+        from nightly import config as cfg
+
+        self.date = parse_date(date_text)
+        self.config = cfg.load(cfg.find_config_path(config_path), root_override=root)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="nightly")
+def cli() -> None:
+    """Nightly and release builds of a project's compiled binaries.
+
+    Exit codes: 0 success; 1 some builds or uploads failed; 2 bad usage or configuration;
+    3 nothing selected; 4 another run holds this day's lock.
+    """
+
+
+@cli.command()
+@common_options
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--machine", metavar="N", help="Only this machine (name or index).")
+@click.option("--select", "selects", metavar="GLOB", multiple=True, help="Only builds matching.")
+def plan(
+    config_path: str | None,
+    root: str | None,
+    date_text: str | None,
+    debug: bool,
+    as_json: bool,
+    machine: str | None,
+    selects: tuple[str, ...],
+) -> int:
+    """The night's builds, their machines and queues, estimates and lower bound."""
+    from nightly.matrix import nightly_version
+    from nightly.schedule import plan_night
+
+    ctx = Ctx(config_path, root, date_text)
+    result = plan_night(ctx.config, machine=machine, selects=selects)
+    version = nightly_version(ctx.config.project.base_version, ctx.date)
+    if as_json:
+        data = result.to_json(date=f"{ctx.date:%Y_%m_%d}", version=version)
+        click.echo(json.dumps(data, indent=2))
+    else:
+        from nightly import display
+
+        display.print_plan(result, date=ctx.date, version=version)
+    return 0
+
+
+@cli.command()
+@common_options
+@click.argument("package")
+@click.argument("pythons")
+@click.argument("cudas")
+@click.option("--executor", type=click.Choice(["local", "container"]), help="Override the machine's.")
+@click.option("--machine", metavar="N", help="Take queues/executor from this machine.")
+@click.option("--dry-run", is_flag=True, help="Show where and how each build would run.")
+@click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
+def build(
+    config_path: str | None,
+    root: str | None,
+    date_text: str | None,
+    debug: bool,
+    package: str,
+    pythons: str,
+    cudas: str,
+    executor: str | None,
+    machine: str | None,
+    dry_run: bool,
+    keep_container: bool,
+) -> int:
+    """Build PACKAGE for the PYTHONS x CUDAS listed (comma lists), now, on this machine.
+
+    Example: nightly build manywheel 3.9,3.12 cpu,cu130
+    """
+    from nightly import night
+
+    ctx = Ctx(config_path, root, date_text)
+    builds = night.builds_from_cli(ctx.config, package, pythons, cudas)
+    opts = night.NightOptions(
+        machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
+        rebuild=tuple(b.id for b in builds),
+    )
+    return night.run_builds(ctx.config, ctx.date, builds, opts)
+
+
+@cli.command()
+@common_options
+@click.option("--machine", metavar="N", help="This machine's name or index in the config.")
+@click.option("--cluster", metavar="ADDRESS", help="Run the night on a Dask cluster.")
+@click.option("--dry-run", is_flag=True, help="Show the night's builds; change nothing.")
+@click.option("--no-upload", is_flag=True, help="Build only: no smoke test upload or index.")
+@click.option("--rebuild", metavar="GLOB", multiple=True, help="Rebuild even if succeeded.")
+@click.option("--select", "selects", metavar="GLOB", multiple=True, help="Only builds matching.")
+@click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
+def run(
+    config_path: str | None,
+    root: str | None,
+    date_text: str | None,
+    debug: bool,
+    machine: str | None,
+    cluster: str | None,
+    dry_run: bool,
+    no_upload: bool,
+    rebuild: tuple[str, ...],
+    selects: tuple[str, ...],
+    keep_container: bool,
+) -> int:
+    """The whole night for this machine: build, publish, index, prune, summarize. Resumable."""
+    from nightly import night
+
+    ctx = Ctx(config_path, root, date_text)
+    if cluster:
+        raise UsageError("--cluster: the Dask cluster mode is not available in this version")
+    m = night.pick_machine(ctx.config, machine)
+    order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m, selects)
+    opts = night.NightOptions(
+        machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
+        keep_container=keep_container,
+    )
+    return night.run_builds(
+        ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
+        estimate_s=makespan, estimates=estimates,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        rv = cli.main(args=args, prog_name="nightly", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except NightlyError as e:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        click.echo(f"nightly: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("nightly: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,88 @@
+"""The error hierarchy: one class per exit code, caught in one place (cli.main).
+
+Expected failures raise a NightlyError subclass whose message says what was wrong and what
+to do next; the CLI prints the message (no traceback unless --debug) and exits with the
+class's code.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class NightlyError(Exception):
+    """Base of every expected error. Exit code 1 unless a subclass says otherwise."""
+
+    exit_code = 1
+
+
+class BuildsFailed(NightlyError):
+    """Some builds or uploads failed; the rest went on."""
+
+    exit_code = 1
+
+
+class UsageError(NightlyError):
+    """Bad command-line input."""
+
+    exit_code = 2
+
+
+class ConfigError(NightlyError):
+    """Bad configuration: names the file, the key path, the line when known, and a hint."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.file, self.key, self.line, self.hint = file, key, line, hint
+        where = file or "<config>"
+        if line is not None:
+            where += f":{line}"
+        parts = [where]
+        if key:
+            parts.append(f"[{key}]")
+        text = " ".join(parts) + f": {message}"
+        if hint:
+            text += f" ({hint})"
+        super().__init__(text)
+
+
+class NothingSelected(NightlyError):
+    """The selection is empty."""
+
+    exit_code = 3
+
+
+class LockHeld(NightlyError):
+    """Another run holds this day's lock."""
+
+    exit_code = 4
+
+
+class ExecutorError(NightlyError):
+    """The executor could not run a build (engine unreachable, image missing, ...)."""
+
+    exit_code = 1
+
+
+class PublishError(NightlyError):
+    """An upload or index step failed; packages stay in place for `nightly upload`."""
+
+    exit_code = 1
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, quote: bool = True) -> str | None:
+    """'did you mean X?' for the closest choice, or None when nothing is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if not close:
+        return None
+    return f"did you mean '{close[0]}'?" if quote else f"did you mean {close[0]}?"

@@ -1,0 +1,233 @@
+"""Run a recipe on the host: its own scratch folder, the recipe environment and nothing
+secret from the caller's, its own process group (so a timeout or Ctrl-C kills everything it
+started)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from nightly.executors.base import ExecResult, Executor, Job, OutputSink
+from nightly.matrix import cuda_version, python_number
+
+# Variables passed through from the caller: harmless, and needed for a sane build.
+PASSTHROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SOURCE_DATE_EPOCH")
+# Directories kept from the caller's PATH: system ones only (a user's PATH can hold
+# wrappers that read credentials).
+_SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+KILL_GRACE_S = 5.0
+
+
+class NotFound(Exception):
+    """An interpreter or toolkit is missing; the message says where we looked."""
+
+
+def find_python(python: str, configured: Mapping[str, str]) -> str:
+    """The interpreter for DESIRED_PYTHON: configured map, then PATH, then pyenv."""
+    looked: list[str] = []
+    if python in configured:
+        path = configured[python]
+        if os.access(path, os.X_OK):
+            return path
+        looked.append(f"{path} (configured: missing or not executable)")
+    number = "3" if python == "3" else python_number(python)
+    free_threaded = python.endswith("t")
+    names = [f"python{number}t"] if free_threaded else [f"python{number}"]
+    for name in names:
+        found = shutil.which(name, path=os.environ.get("PATH", ""))
+        # pyenv's shims answer for every version and fail later; skip them.
+        if found and "/shims/" not in found:
+            return found
+        looked.append(f"{name} on PATH")
+    roots = [os.environ.get("PYENV_ROOT", ""), os.path.expanduser("~/.pyenv")]
+    seen: list[str] = []
+    for root in dict.fromkeys(r for r in roots if r):
+        pattern = os.path.join(root, "versions", f"{number}.*", "bin", names[0])
+        if number == "3":
+            pattern = os.path.join(root, "versions", "3.*", "bin", "python3")
+        cands = sorted(glob.glob(pattern), key=_version_key, reverse=True)
+        if cands:
+            return cands[0]
+        looked.append(pattern)
+        seen += sorted(os.path.basename(p) for p in glob.glob(os.path.join(root, "versions", "*")))
+    available = sorted(
+        {os.path.basename(p) for d in _SYSTEM_PATH for p in glob.glob(f"{d}/python[0-9]*")}
+        | set(seen)
+    )
+    raise NotFound(
+        f"python {python} not found: looked for {'; '.join(looked)}. "
+        f"Available: {', '.join(available) or 'none'}. "
+        f"Install it or map it in [executor.local.pythons]."
+    )
+
+
+def find_cuda(cuda: str, configured: Mapping[str, str]) -> str:
+    """The toolkit root for DESIRED_CUDA: configured map, then /usr/local/cuda-X.Y."""
+    looked: list[str] = []
+    cands = []
+    if cuda in configured:
+        cands.append((configured[cuda], "configured"))
+    cands.append((f"/usr/local/cuda-{cuda_version(cuda)}", "conventional"))
+    for root, how in cands:
+        if os.access(os.path.join(root, "bin", "nvcc"), os.X_OK):
+            return root
+        looked.append(f"{root}/bin/nvcc ({how})")
+    have = sorted(glob.glob("/usr/local/cuda-*"))
+    raise NotFound(
+        f"CUDA {cuda_version(cuda)} toolkit not found: looked for {'; '.join(looked)}. "
+        f"Installed toolkits: {', '.join(have) or 'none'}. "
+        f"Install it or map it in [executor.local.cuda]."
+    )
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    m = re.search(r"versions/(\d+)\.(\d+)\.?(\d*)", path)
+    return tuple(int(x or 0) for x in m.groups()) if m else (0,)
+
+
+class LocalExecutor(Executor):
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        pythons: Mapping[str, str] | None = None,
+        cuda: Mapping[str, str] | None = None,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.pythons = dict(pythons or {})
+        self.cuda = dict(cuda or {})
+        # The caller's environment, from which only PASSTHROUGH is taken.
+        self.base_env = dict(os.environ if base_env is None else base_env)
+
+    def environment(self, job: Job) -> dict[str, str]:
+        """The recipe's environment. Raises NotFound when the interpreter/toolkit is missing."""
+        env = {k: self.base_env[k] for k in PASSTHROUGH if k in self.base_env}
+        path = list(_SYSTEM_PATH)
+        python = find_python(job.python, self.pythons)
+        path.insert(0, str(Path(python).parent))
+        env["PYTHON"] = python
+        if job.cuda != "cpu":
+            root = find_cuda(job.cuda, self.cuda)
+            env["CUDA_HOME"] = root
+            path.insert(0, os.path.join(root, "bin"))
+        home = job.work_dir / "home"
+        env.update(job.env)
+        env.update(
+            SOURCE_DIR=str(job.source_dir),
+            OUTPUT_DIR=str(job.output_dir),
+            WORK_DIR=str(job.work_dir),
+            HOME=str(home),
+            TMPDIR=str(job.work_dir / "tmp"),
+            PATH=os.pathsep.join(dict.fromkeys(path)),
+            # Keep pip's download cache between builds (it holds no credentials).
+            PIP_CACHE_DIR=self.base_env.get(
+                "PIP_CACHE_DIR", os.path.expanduser("~/.cache/pip")
+            ),
+            PIP_DISABLE_PIP_VERSION_CHECK="1",
+        )
+        return env
+
+    def describe(self, job: Job) -> dict[str, object]:
+        try:
+            env: dict[str, str] | str = self.environment(job)
+        except NotFound as e:
+            env = f"(cannot run: {e})"
+        return {
+            "where": "host (local executor)",
+            "command": ["bash", str(job.recipe)],
+            "cwd": str(job.work_dir),
+            "timeout_s": job.timeout_s,
+            "env": env,
+        }
+
+    def preflight(self, jobs: Sequence[Job]) -> None:
+        # Missing interpreters/toolkits fail their own builds (with a log), not the night.
+        return None
+
+    def run(self, job: Job, out: OutputSink, cancel: threading.Event) -> ExecResult:
+        if not job.recipe.exists():
+            return ExecResult(exit_status=None, reason=f"recipe {job.recipe} does not exist")
+        try:
+            env = self.environment(job)
+        except NotFound as e:
+            out(f"[nightly] {e}\n".encode())
+            return ExecResult(exit_status=None, reason=str(e))
+        for d in (job.work_dir / "home", job.work_dir / "tmp", job.output_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        out(f"[nightly] interpreter {env['PYTHON']}\n".encode())
+        if "CUDA_HOME" in env:
+            out(f"[nightly] CUDA toolkit {env['CUDA_HOME']}\n".encode())
+        try:
+            proc = subprocess.Popen(
+                ["bash", str(job.recipe)],
+                cwd=job.work_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: killed as a whole
+            )
+        except OSError as e:
+            return ExecResult(exit_status=None, reason=f"executor error: {e}", infra=True)
+
+        assert proc.stdout is not None
+        stdout = proc.stdout
+
+        def pump() -> None:
+            while True:
+                chunk = os.read(stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                out(chunk)
+
+        reader = threading.Thread(target=pump, name=f"log-{job.build_id}", daemon=True)
+        reader.start()
+        deadline = time.monotonic() + job.timeout_s
+        reason: str | None = None
+        interrupted = False
+        while proc.poll() is None:
+            if cancel.wait(0.1):
+                interrupted, reason = True, "interrupted"
+                break
+            if time.monotonic() > deadline:
+                reason = f"timeout after {job.timeout_s:g} s"
+                break
+        if reason:
+            _kill_group(proc)
+        proc.wait()
+        # Grandchildren that outlived bash may still hold the pipe: kill the group, then
+        # give the reader a moment to drain what was written.
+        _kill_group(proc, grace=0)
+        reader.join(timeout=5)
+        stdout.close()
+        status = proc.returncode
+        if reason:
+            return ExecResult(
+                exit_status=status, reason=reason, infra=not interrupted, interrupted=interrupted
+            )
+        return ExecResult(exit_status=status)
+
+
+def _kill_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_S) -> None:
+    # start_new_session made the recipe the leader of its own group: pgid == pid, and the
+    # group outlives the leader while any descendant lives.
+    pgid = proc.pid
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        if grace == 0:
+            continue
+        end = time.monotonic() + grace
+        while time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.05)

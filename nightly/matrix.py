@@ -1,0 +1,257 @@
+"""The build matrix: spellings, the Build value, expansion and selectors. Pure: no I/O."""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import fnmatch
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+PACKAGES = ("conda", "manywheel", "wheel", "libtorch")
+PLATFORMS = ("linux", "macos")
+# Package types that exist on one platform only.
+PACKAGE_PLATFORMS = {
+    "conda": ("linux", "macos"),
+    "manywheel": ("linux",),
+    "wheel": ("macos",),
+    "libtorch": ("linux", "macos"),
+}
+LIBTORCH_VARIANTS = (
+    "shared-with-deps",
+    "shared-without-deps",
+    "static-with-deps",
+    "static-without-deps",
+)
+# `all` builds the four variants in one job, as the 2019 scripts did.
+LIBTORCH_ALL = "all"
+
+_PYTHON_RE = re.compile(r"^(2|3)\.(\d{1,2})(m|mu|dm|t)?$")
+_CUDA_CU_RE = re.compile(r"^(?:cu|cuda)(\d{2,4})$")
+_CUDA_DOT_RE = re.compile(r"^(?:cuda)?(\d{1,2})\.(\d)$")
+
+
+class SpellingError(ValueError):
+    """A malformed Python or CUDA spelling; config/cli turn it into a located error."""
+
+
+def normalize_cuda(text: str) -> str:
+    """`cpu`, `cu100`, `10.0`, `cu126`, `12.6` -> `cpu` / `cuXY[Z]`."""
+    s = str(text).strip().lower()
+    if s == "cpu":
+        return "cpu"
+    m = _CUDA_DOT_RE.match(s)
+    if m:
+        return f"cu{int(m.group(1))}{m.group(2)}"
+    m = _CUDA_CU_RE.match(s)
+    if m and not m.group(1).startswith("0"):
+        return f"cu{m.group(1)}"
+    raise SpellingError(
+        f"'{text}' is not a CUDA version: write cpu, cuXY[Z] (cu100, cu126) or X.Y (10.0, 12.6)"
+    )
+
+
+def cuda_version(cuda: str) -> str:
+    """`cu100` -> `10.0`, `cu126` -> `12.6`, `cu80` -> `8.0`, `cpu` -> ``."""
+    if cuda == "cpu":
+        return ""
+    digits = cuda[2:]
+    return f"{int(digits[:-1])}.{digits[-1]}"
+
+
+def normalize_python(text: str) -> str:
+    """Validate a Python spelling with its ABI suffix: `2.7mu`, `3.6m`, `3.11`, `3.13t`."""
+    s = str(text).strip()
+    if not _PYTHON_RE.match(s):
+        raise SpellingError(
+            f"'{text}' is not a Python version: write X.Y with an optional ABI suffix "
+            "(3.11, 3.6m, 2.7mu, 3.13t)"
+        )
+    return s
+
+
+def python_number(python: str) -> str:
+    """`3.6m` -> `3.6`."""
+    m = _PYTHON_RE.match(python)
+    assert m, python
+    return f"{m.group(1)}.{m.group(2)}"
+
+
+def nightly_version(base: str, date: dt.date) -> str:
+    return f"{base}.dev{date:%Y%m%d}"
+
+
+@dataclass(frozen=True, kw_only=True, order=True)
+class Build:
+    """One package build. Ordered for deterministic plans."""
+
+    package: str
+    python: str  # for libtorch: the interpreter the build uses (not part of the id)
+    cuda: str
+    variant: str = ""  # libtorch only
+    platform: str = "linux"
+    devtoolset: str = ""
+
+    @property
+    def id(self) -> str:
+        middle = self.variant if self.package == "libtorch" else self.python
+        ident = f"{self.package}_{middle}_{self.cuda}"
+        # conda and libtorch exist on both platforms; the macOS ones carry a suffix so every
+        # identifier in a plan is unique (wheel is macOS-only and needs none).
+        if self.platform == "macos" and self.package != "wheel":
+            ident += "_macos"
+        return ident
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.cuda != "cpu"
+
+    @property
+    def cuda_version(self) -> str:
+        return cuda_version(self.cuda)
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The libtorch variants this build produces."""
+        if self.package != "libtorch":
+            return ()
+        return LIBTORCH_VARIANTS if self.variant == LIBTORCH_ALL else (self.variant,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackageMatrix:
+    """One package type's axes on one platform, as configured."""
+
+    package: str
+    platform: str
+    pythons: tuple[str, ...]
+    cudas: tuple[str, ...]
+    variants: tuple[str, ...] = ()  # libtorch
+    python: str = ""  # libtorch's build interpreter
+    devtoolset: str = ""
+
+    def expand(self) -> list[Build]:
+        if self.package == "libtorch":
+            return [
+                Build(
+                    package="libtorch",
+                    python=self.python,
+                    cuda=cuda,
+                    variant=variant,
+                    platform=self.platform,
+                    devtoolset=self.devtoolset,
+                )
+                for cuda in self.cudas
+                for variant in self.variants
+            ]
+        return [
+            Build(
+                package=self.package,
+                python=python,
+                cuda=cuda,
+                platform=self.platform,
+                devtoolset=self.devtoolset,
+            )
+            for python in self.pythons
+            for cuda in self.cudas
+        ]
+
+
+def expand(matrices: Iterable[PackageMatrix]) -> list[Build]:
+    """All builds of the matrix, in configuration order, without duplicates."""
+    seen: dict[str, Build] = {}
+    for m in matrices:
+        for b in m.expand():
+            seen.setdefault(b.id, b)
+    return list(seen.values())
+
+
+def near_misses(pattern: str, ids: Iterable[str], n: int = 5) -> list[str]:
+    """Identifiers close to a selector that matched nothing."""
+    ids = list(ids)
+    # Compare the pattern with its wildcards dropped, and also try each id's prefix so a
+    # glob like `manywheel_3.8*` still suggests `manywheel_3.8m_cpu`.
+    plain = pattern.replace("*", "").replace("?", "")
+    close = difflib.get_close_matches(plain, ids, n=n, cutoff=0.6)
+    if len(close) < n:
+        for cand in difflib.get_close_matches(pattern, ids, n=n, cutoff=0.5):
+            if cand not in close:
+                close.append(cand)
+    return close[:n]
+
+
+def select(
+    builds: Sequence[Build], include: Sequence[str], exclude: Sequence[str]
+) -> tuple[list[Build], list[str]]:
+    """Apply include-then-exclude globs. Returns the builds and the patterns that matched nothing."""
+    unmatched: list[str] = []
+    ids = [b.id for b in builds]
+    for pattern in (*include, *exclude):
+        if not any(fnmatch.fnmatchcase(i, pattern) for i in ids):
+            unmatched.append(pattern)
+    chosen = [
+        b
+        for b in builds
+        if any(fnmatch.fnmatchcase(b.id, p) for p in include)
+        and not any(fnmatch.fnmatchcase(b.id, p) for p in exclude)
+    ]
+    return chosen, unmatched
+
+
+def parse_spec(
+    package: str,
+    pythons: str,
+    cudas: str,
+    *,
+    platform: str,
+    libtorch_python: str = "",
+    libtorch_variants: Sequence[str] = LIBTORCH_VARIANTS,
+) -> list[Build]:
+    """`manywheel 3.6m,3.7m cpu,cu100` -> builds, as on the command line and in explicit queues.
+
+    For libtorch the middle field names variants (`shared-with-deps,all`) or Python versions;
+    with Python versions, the configured variants are built with that interpreter.
+    """
+    if package not in PACKAGES:
+        hint = difflib.get_close_matches(package, PACKAGES, n=1)
+        more = f"; did you mean '{hint[0]}'?" if hint else ""
+        raise SpellingError(
+            f"unknown package type '{package}': choose from {', '.join(PACKAGES)}{more}"
+        )
+    if platform not in PACKAGE_PLATFORMS[package]:
+        if package == "wheel":
+            raise SpellingError("wheel builds are macOS builds; on Linux build manywheel")
+        raise SpellingError(f"{package} builds are Linux builds; on macOS build wheel")
+    cuda_list = [normalize_cuda(c) for c in _split(cudas)]
+    if package == "libtorch":
+        items = _split(pythons)
+        valid = (*LIBTORCH_VARIANTS, LIBTORCH_ALL)
+        if all(i in valid for i in items):
+            variants, py = items, libtorch_python
+        elif any(i in valid for i in items):
+            raise SpellingError(f"'{pythons}' mixes libtorch variants and Python versions")
+        elif len(items) == 1:
+            variants, py = list(libtorch_variants), normalize_python(items[0])
+        else:
+            raise SpellingError(
+                f"'{pythons}': libtorch takes variants ({', '.join(valid)}) or one Python version"
+            )
+        return [
+            Build(package=package, python=py, cuda=c, variant=v, platform=platform)
+            for c in cuda_list
+            for v in variants
+        ]
+    py_list = [normalize_python(p) for p in _split(pythons)]
+    return [
+        Build(package=package, python=p, cuda=c, platform=platform)
+        for p in py_list
+        for c in cuda_list
+    ]
+
+
+def _split(text: str) -> list[str]:
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise SpellingError(f"'{text}' is an empty list")
+    return items

@@ -1,0 +1,402 @@
+"""Runs builds: one build's lifecycle, and a machine's parallel, work-conserving queues.
+
+A build's lifecycle: state -> running; log opened (appended to earlier attempts' text) with a
+header; the executor streams output into it; the files in the build's own output folder are
+hashed and renamed into packages/<package>/<cuda>/; the footer is written; the log is renamed
+into succeeded/ or failed/; state -> succeeded/failed. Each step is atomic, so kill -9 between
+any two leaves something a rerun completes (a build left 'running' is run again).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nightly.config import Config
+from nightly.executors.base import ExecResult, Executor, Job
+from nightly.matrix import Build
+from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State
+
+SECRET_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|AUTH)", re.I)
+
+EventSink = Callable[[str, Mapping[str, Any]], None]
+
+
+def mask_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: ("****" if SECRET_RE.search(k) else v) for k, v in env.items()}
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def recipe_env(
+    config: Config, build: Build, *, version: str, date: dt.date, channel: str
+) -> dict[str, str]:
+    """The recipe environment of DESIGN, minus the path variables each executor adds."""
+    env = {
+        "PACKAGE_TYPE": build.package,
+        "DESIRED_PYTHON": build.python,
+        "DESIRED_CUDA": build.cuda,
+        "CUDA_VERSION": build.cuda_version,
+        "LIBTORCH_VARIANT": build.variant,
+        "BUILD_VERSION": version,
+        "BUILD_NUMBER": str(config.project.build_number),
+        "CHANNEL": channel,
+        "NIGHTLY_DATE": f"{date:%Y_%m_%d}",
+        "PROJECT_NAME": config.project.name,
+    }
+    if build.devtoolset:
+        env["DEVTOOLSET"] = build.devtoolset
+    # Aliases for recipes written for the old scripts.
+    env["PYTORCH_BUILD_VERSION"] = version
+    env["PYTORCH_BUILD_NUMBER"] = env["BUILD_NUMBER"]
+    env["OVERRIDE_PACKAGE_VERSION"] = version
+    return env
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunContext:
+    config: Config
+    day: Day
+    state: State
+    source_dir: Path
+    version: str
+    channel: str = "nightly"
+    machine: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackageFile:
+    name: str
+    path: str
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(kw_only=True)
+class Outcome:
+    build_id: str
+    status: str
+    reason: str | None = None
+    exit_status: int | None = None
+    duration_s: float = 0.0
+    attempts: int = 0
+    queue: int = 0
+    packages: list[PackageFile] = field(default_factory=list)
+    log: str = ""
+    infra: bool = False  # an infrastructure failure (retried up to retries.infra)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == SUCCEEDED
+
+
+def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
+    work = ctx.day.work / build.id
+    return Job(
+        build_id=build.id,
+        package=build.package,
+        python=build.python,
+        cuda=build.cuda,
+        env=recipe_env(
+            ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
+        ),
+        recipes_dir=ctx.config.recipes,
+        source_dir=ctx.source_dir,
+        output_dir=work / "out",
+        work_dir=work / "scratch",
+        timeout_s=ctx.config.timeout_for(build),
+        image=ctx.config.image_for(build) if executor == "container" else None,
+        memory_limit=ctx.config.container.memory_limit or None,
+    )
+
+
+class Runner:
+    def __init__(
+        self,
+        ctx: RunContext,
+        executor: Executor,
+        *,
+        on_event: EventSink | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.executor = executor
+        self.on_event = on_event or (lambda kind, info: None)
+        self.cancel = cancel or threading.Event()
+
+    # ------------------------------------------------------------------ one build
+
+    def run_build(self, build: Build, *, queue: int = 0) -> Outcome:
+        """Run one build with its retries. Never raises for the build's own failure."""
+        cfg = self.ctx.config
+        infra_left, recipe_left = cfg.retries_infra, cfg.retries_recipe
+        while True:
+            outcome = self._attempt(build, queue)
+            if outcome.ok or outcome.status == INTERRUPTED or self.cancel.is_set():
+                return outcome
+            if outcome.infra and infra_left > 0:
+                infra_left -= 1
+            elif not outcome.infra and recipe_left > 0:
+                recipe_left -= 1
+            else:
+                return outcome
+            self.on_event("retry", {"build": build.id, "reason": outcome.reason})
+
+    def _attempt(self, build: Build, queue: int) -> Outcome:
+        ctx, day, state = self.ctx, self.ctx.day, self.ctx.state
+        job = make_job(ctx, build, executor=self.executor.name)
+        attempt = int(state.get(build.id).get("attempts", 0)) + 1
+        for d in (job.output_dir, job.work_dir):
+            if d.exists():
+                _rmtree(d)
+        job.output_dir.mkdir(parents=True)
+        job.work_dir.mkdir(parents=True)
+        started = time.time()
+        state.update(
+            build.id,
+            status=RUNNING,
+            attempts=attempt,
+            started=started,
+            ended=None,
+            machine=ctx.machine,
+            queue=queue,
+            executor=self.executor.name,
+            reason=None,
+        )
+        self.on_event("start", {"build": build.id, "queue": queue, "attempt": attempt})
+        log_path = day.reopen_log(build.id)
+        with log_path.open("ab", buffering=0) as log:
+            write_lock = threading.Lock()
+
+            def sink(chunk: bytes) -> None:
+                with write_lock:
+                    log.write(chunk)
+
+            log.write(self._header(job, attempt, queue, started).encode())
+            try:
+                result = self.executor.run(job, sink, self.cancel)
+            except Exception as e:  # an executor bug must not stop the other builds
+                result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
+            duration = time.time() - started
+            packages: list[PackageFile] = []
+            produced = _files(job.output_dir)
+            reason = result.reason
+            if reason is None and result.exit_status != 0:
+                reason = f"recipe failed with exit status {result.exit_status}"
+            if reason is None and not produced:
+                reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
+            ok = reason is None
+            if ok:
+                try:
+                    packages = self._collect(build, produced)
+                except OSError as e:
+                    ok, reason = False, f"collecting packages failed: {e}"
+            status = SUCCEEDED if ok else (INTERRUPTED if result.interrupted else FAILED)
+            log.write(self._footer(result, status, reason, duration, packages, produced).encode())
+        final = day.file_log(build.id, ok)
+        state.update(
+            build.id,
+            status=status,
+            reason=reason,
+            exit_status=result.exit_status,
+            ended=time.time(),
+            duration_s=round(duration, 3),
+            packages=[p.to_json() for p in packages],
+            infra=result.infra,
+            log=str(final.relative_to(day.path)),
+        )
+        if ok or result.interrupted:
+            _rmtree(day.work / build.id)
+        outcome = Outcome(
+            build_id=build.id,
+            status=status,
+            reason=reason,
+            exit_status=result.exit_status,
+            duration_s=duration,
+            attempts=attempt,
+            queue=queue,
+            packages=packages,
+            log=str(final),
+            infra=result.infra,
+        )
+        self.on_event("end", {"build": build.id, "status": status, "reason": reason,
+                              "duration_s": duration, "queue": queue})
+        return outcome
+
+    def _collect(self, build: Build, produced: Sequence[Path]) -> list[PackageFile]:
+        dest_dir = self.ctx.day.package_dir(build.package, build.cuda)
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        out = []
+        for f in produced:
+            digest, size = sha256_file(f), f.stat().st_size
+            os.chmod(f, 0o644)
+            dest = dest_dir / f.name
+            os.replace(f, dest)  # same filesystem: atomic, never half a package
+            out.append(
+                PackageFile(
+                    name=f.name,
+                    path=str(dest.relative_to(self.ctx.day.path)),
+                    size=size,
+                    sha256=digest,
+                )
+            )
+        return out
+
+    def _header(self, job: Job, attempt: int, queue: int, started: float) -> str:
+        desc = self.executor.describe(job)
+        env = desc.get("env")
+        lines = [
+            "=" * 78,
+            f"nightly build {job.build_id}  (attempt {attempt})",
+            f"where:    {desc.get('where') or desc.get('image') or self.executor.name}",
+            f"machine:  {self.ctx.machine or '-'}  queue {queue}",
+            f"command:  {_command_text(desc.get('command'))}",
+            f"timeout:  {job.timeout_s:g} s",
+            f"started:  {dt.datetime.fromtimestamp(started).isoformat(timespec='seconds')}",
+            "environment:",
+        ]
+        if isinstance(env, Mapping):
+            lines += [f"  {k}={v}" for k, v in sorted(mask_env(env).items())]
+        else:
+            lines.append(f"  {env}")
+        lines += ["=" * 78, ""]
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _footer(
+        result: ExecResult,
+        status: str,
+        reason: str | None,
+        duration: float,
+        packages: Sequence[PackageFile],
+        produced: Sequence[Path],
+    ) -> str:
+        lines = [
+            "",
+            "=" * 78,
+            f"result:      {status.upper()}",
+            f"exit status: {result.exit_status if result.exit_status is not None else '-'}",
+            f"duration:    {duration:.1f} s",
+        ]
+        if reason:
+            lines.append(f"reason:      {reason}")
+        lines += [f"note:        {n}" for n in result.notes]
+        if packages:
+            lines.append("packages:")
+            lines += [f"  {p.name}  {p.size} bytes  sha256 {p.sha256}" for p in packages]
+        elif produced:
+            lines.append("files produced (not filed, the build failed):")
+            lines += [f"  {p.name}" for p in produced]
+        lines += ["=" * 78, ""]
+        return "\n".join(lines) + "\n"
+
+    # ------------------------------------------------------------------ queues
+
+    def run_queues(
+        self, queues: Sequence[Sequence[Build]], order: Sequence[Build] | None = None
+    ) -> list[Outcome]:
+        """Run queues in parallel, each serially. Work-conserving: a queue that runs dry takes
+        the next unstarted build of any queue, in `order` (default: round-robin over queues).
+
+        Ctrl-C sets the cancel event: running builds stop and are marked interrupted, their
+        logs kept; then KeyboardInterrupt propagates.
+        """
+        dispatcher = _Dispatcher(queues, order)
+        results: list[Outcome] = []
+        lock = threading.Lock()
+
+        def worker(q: int) -> None:
+            while not self.cancel.is_set():
+                build = dispatcher.next(q)
+                if build is None:
+                    return
+                outcome = self.run_build(build, queue=q)
+                with lock:
+                    results.append(outcome)
+
+        threads = [
+            threading.Thread(target=worker, args=(q,), name=f"queue-{q}", daemon=True)
+            for q in range(len(queues))
+        ]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+        except KeyboardInterrupt:
+            self.cancel.set()
+            for t in threads:
+                t.join()
+            raise
+        return results
+
+
+class _Dispatcher:
+    def __init__(self, queues: Sequence[Sequence[Build]], order: Sequence[Build] | None) -> None:
+        self.own = [list(q) for q in queues]
+        if order is None:
+            order = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues
+                     if i < len(q)]
+        self.rank = {b.id: i for i, b in enumerate(order)}
+        self.lock = threading.Lock()
+
+    def next(self, q: int) -> Build | None:
+        with self.lock:
+            if self.own[q]:
+                return self.own[q].pop(0)
+            # Steal the earliest unstarted build (plan order) from any other queue.
+            best: tuple[int, int] | None = None
+            for qi, items in enumerate(self.own):
+                if items:
+                    r = self.rank.get(items[0].id, 1 << 30)
+                    if best is None or r < best[0]:
+                        best = (r, qi)
+            if best is None:
+                return None
+            return self.own[best[1]].pop(0)
+
+
+def _command_text(command: object) -> str:
+    if isinstance(command, (list, tuple)):
+        return " ".join(str(c) for c in command)
+    return str(command or "-")
+
+
+def _files(folder: Path) -> list[Path]:
+    if not folder.exists():
+        return []
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _rmtree(path: Path) -> None:
+    def onerror(func: object, p: str, exc: object) -> None:
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=onerror)

@@ -1,0 +1,108 @@
+"""The day's source: one checkout per day, of the last commit before midnight of the date.
+
+Every machine computes the same commit from the date alone (`git rev-list -1 --before`), so
+all machines build the same source without talking to each other. A plain folder (the demo,
+or a tree without git) is copied; its commit is recorded as unknown.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from nightly.config import Project
+from nightly.errors import NightlyError
+from nightly.workspace import write_json
+
+MARKER = ".nightly-source.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkout:
+    path: Path
+    commit: str  # "" when the source is a plain folder
+    describe: str  # for the summary: "abc1234 (main, last commit before 2019-01-31 24:00)"
+
+
+def _git(*args: str, cwd: Path | None = None) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=1800
+        )
+    except FileNotFoundError as e:
+        raise NightlyError("git is not installed; install git to check out the source") from e
+    except subprocess.CalledProcessError as e:
+        raise NightlyError(
+            f"git {' '.join(args)} failed: {e.stderr.strip() or e.stdout.strip()}"
+        ) from e
+    return out.stdout.strip()
+
+
+def _is_url(source: str) -> bool:
+    return "://" in source or source.startswith("git@")
+
+
+def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) -> Checkout:
+    """Check out (once) the project's source for `date` into `dest`; reuse it if present."""
+    marker = dest / MARKER
+    if marker.exists():
+        info = json.loads(marker.read_text())
+        return Checkout(path=dest, commit=info.get("commit", ""), describe=info.get("describe", ""))
+
+    source = project.source
+    src_path = None if _is_url(source) else (config_dir / os.path.expanduser(source)).resolve()
+    if src_path is not None and not src_path.exists():
+        raise NightlyError(
+            f"project.source '{source}' does not exist ({src_path}); fix project.source in the config"
+        )
+    tmp = dest.with_name(dest.name + ".partial")
+    if tmp.exists():
+        _rmtree(tmp)
+    if src_path is not None and not (src_path / ".git").exists():
+        # A plain folder: copy it. The copy is what every build of the day sees.
+        shutil.copytree(src_path, tmp, symlinks=True, ignore=shutil.ignore_patterns(
+            "__pycache__", "*.egg-info", "build", ".pytest_cache"))
+        commit, describe = "", f"copy of {src_path} (not a git checkout)"
+    else:
+        url = source if src_path is None else str(src_path)
+        if project.ref:
+            target = project.ref
+            _git("clone", "--quiet", "--no-checkout", url, str(tmp))
+            commit = _git("rev-parse", f"{target}^{{commit}}", cwd=tmp)
+            why = f"ref {project.ref}"
+        else:
+            _git("clone", "--quiet", "--no-checkout", "--branch", project.branch, url, str(tmp))
+            midnight = dt.datetime.combine(date + dt.timedelta(days=1), dt.time())
+            commit = _git(
+                "rev-list", "-1", f"--before={midnight:%Y-%m-%d %H:%M:%S}",
+                f"origin/{project.branch}", cwd=tmp,
+            )
+            if not commit:
+                raise NightlyError(
+                    f"branch {project.branch} of {url} has no commit before {midnight:%Y-%m-%d %H:%M}"
+                )
+            why = f"{project.branch}, last commit before {date:%Y-%m-%d} 24:00"
+        _git("checkout", "--quiet", "--detach", commit, cwd=tmp)
+        describe = f"{commit[:12]} ({why})"
+    write_json(tmp / MARKER, {"commit": commit, "describe": describe})
+    if dest.exists():
+        _rmtree(dest)
+    os.replace(tmp, dest)
+    return Checkout(path=dest, commit=commit, describe=describe)
+
+
+def _rmtree(path: Path) -> None:
+    def onerror(func: object, p: str, exc: object) -> None:
+        os.chmod(p, 0o700)
+        os.chmod(os.path.dirname(p), 0o700)
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+        else:
+            os.unlink(p)
+
+    shutil.rmtree(path, onerror=onerror)
