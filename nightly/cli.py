@@ -174,7 +174,7 @@ def run(
     order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m, selects)
     opts = night.NightOptions(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
-        keep_container=keep_container,
+        keep_container=keep_container, notify=True,
     )
     return night.run_builds(
         ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,

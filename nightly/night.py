@@ -43,6 +43,7 @@ class NightOptions:
     version: str | None = None  # default: the nightly version of the date
     day_name: str | None = None  # default: YYYY_MM_DD (release folders differ)
     live: bool | None = None  # None: live view when stdout is a terminal
+    notify: bool = False  # send the configured notifications (the night does; a build doesn't)
     extra_steps: list[Callable[[NightContext], None]] = field(default_factory=list)
 
 
@@ -224,7 +225,11 @@ def run_builds(
             step(night)
         summary = write_summary(night, started=started, estimate_s=estimate_s,
                                 estimates=estimates or {})
-        from nightly import display
+        from nightly import display, notify
+
+        if opts.notify:
+            for line in notify.send(config.notify, summary):
+                note(line)
 
         display.print_summary(summary)
         return int(summary["exit_code"])

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: creates .venv, installs nightly with its test
+# dependencies, starts the real servers the tests need (Podman's API through
+# scripts/container-engine.sh; moto, pypiserver, SMTP and Dask are started by the tests
+# themselves), then runs ruff, mypy --strict and pytest. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  "$PY" -m venv .venv
+fi
+log "installing nightly[test]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -U pip
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+
+log "ruff"
+.venv/bin/ruff check nightly tests benchmarks
+log "mypy --strict"
+.venv/bin/mypy
+
+if [ -z "${NIGHTLY_NO_ENGINE:-}" ]; then
+  log "container engine (Podman serving the Docker API)"
+  DOCKER_HOST=$(bash scripts/container-engine.sh | tail -n 1 | sed 's/^DOCKER_HOST=//')
+  export DOCKER_HOST
+fi
+if [ -z "${NIGHTLY_NO_BROWSER:-}" ] && [ -f scripts/browser.sh ]; then
+  log "headless Chromium"
+  bash scripts/browser.sh
+fi
+
+log "pytest"
+exec .venv/bin/python -m pytest "$@"
