@@ -182,6 +182,123 @@ def run(
     )
 
 
+@cli.command()
+@common_options
+def upload(config_path: str | None, root: str | None, date_text: str | None, debug: bool) -> int:
+    """Publish the day's succeeded packages that are not yet published (idempotent)."""
+    from nightly.publish.upload import publish_day
+    from nightly.workspace import DayLock, State
+
+    ctx = Ctx(config_path, root, date_text)
+    day = _existing_day(ctx)
+    if not (ctx.config.publish.url or ctx.config.publish.conda_channel
+            or ctx.config.publish.anaconda_user):
+        raise UsageError(f"{ctx.config.path}: [publish] url is empty: nothing to publish to")
+    with DayLock(day.lock_path).acquire("upload"):
+        state = State(day.state_path)
+        channel = str(state.meta.get("channel") or "nightly")
+        report = publish_day(ctx.config, day, state, channel=channel, log=click.echo)
+    click.echo(
+        f"{len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
+        f"{len(report.failed)} failed, {len(report.index_errors)} index errors"
+    )
+    return 0 if report.ok else 1
+
+
+@cli.command()
+@common_options
+@click.option("--full", is_flag=True, help="Rebuild every folder's pages from a listing.")
+def index(
+    config_path: str | None, root: str | None, date_text: str | None, debug: bool, full: bool
+) -> int:
+    """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
+    from nightly.publish import index as idx
+    from nightly.publish.upload import (
+        UploadReport,
+        channel_of,
+        open_destination,
+        regenerate_index,
+    )
+    from nightly.workspace import State
+
+    ctx = Ctx(config_path, root, date_text)
+    if not ctx.config.publish.url:
+        raise UsageError(f"{ctx.config.path}: [publish] url is empty: no index to regenerate")
+    store = open_destination(ctx.config)
+    if full:
+        folders = idx.discover_folders(store)
+        for folder in folders:
+            channel = channel_of(folder)
+            idx.regenerate(store, [folder], full=True,
+                           find_links_name=ctx.config.publish.find_links_name(channel))
+            click.echo(f"regenerated {store.url}/{folder}/")
+        click.echo(f"{len(folders)} folder(s) regenerated in full")
+        return 0
+    day = _existing_day(ctx)
+    state = State(day.state_path)
+    channel = str(state.meta.get("channel") or "nightly")
+    report = UploadReport()
+    for entry in state.builds.values():
+        for dest, sha in (entry.get("published") or {}).items():
+            if dest.startswith(store.url + "/"):
+                folder, _, name = dest[len(store.url) + 1:].rpartition("/")
+                report.folders.setdefault(folder, {})[name] = sha
+    if not report.folders:
+        click.echo("nothing published on this day: no folder to regenerate (try --full)")
+        return 0
+    regenerate_index(ctx.config, store, report, channel=channel, log=click.echo)
+    return 0 if report.ok else 1
+
+
+@cli.command()
+@common_options
+@click.option("--dry-run", is_flag=True, help="List what would be deleted.")
+def prune(
+    config_path: str | None, root: str | None, date_text: str | None, debug: bool, dry_run: bool
+) -> int:
+    """Delete old day folders locally; apply retention to the nightly channel remotely."""
+    from nightly.publish import retention
+    from nightly.workspace import is_locked
+
+    ctx = Ctx(config_path, root, date_text)
+    cfg = ctx.config
+    doomed = retention.plan_local_prune(cfg.root, ctx.date, cfg.retention.local_days, is_locked)
+    for p in doomed:
+        click.echo(f"{'would delete' if dry_run else 'delete'} {p}")
+    if doomed and not dry_run:
+        click.echo(str(retention.apply_local_prune(cfg.root, doomed, is_locked)))
+    if not doomed:
+        click.echo(f"no day folder under {cfg.root} is older than {cfg.retention.local_days} days")
+    rv, rd = cfg.retention.remote_versions, cfg.retention.remote_days
+    if cfg.publish.url and (rv or rd):
+        import datetime as _dt
+
+        from nightly.publish.upload import open_destination
+
+        store = open_destination(cfg)
+        keys = retention.plan_remote_prune(
+            retention.list_nightly(store), rv, rd or None, _dt.datetime.now(_dt.timezone.utc)
+        )
+        for k in keys:
+            click.echo(f"{'would delete' if dry_run else 'delete'} {store.url}/{k}")
+        if keys and not dry_run:
+            retention.apply_remote_prune(
+                store, keys, find_links_name=cfg.publish.find_links_name("nightly")
+            )
+    return 0
+
+
+def _existing_day(ctx: Ctx) -> Any:
+    from nightly.workspace import Day
+
+    day = Day(ctx.config.root, ctx.date)
+    if not day.state_path.exists():
+        raise UsageError(
+            f"no night in {day.path} (no state.json): run `nightly run` first, or pass --date"
+        )
+    return day
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args

@@ -12,6 +12,7 @@ import difflib
 import os
 import re
 import sys
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +114,30 @@ class Notify:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Publish:
+    url: str  # normalised: s3://… or file:///abs, "" when nothing is published
+    endpoint_url: str
+    region: str
+    profile: str
+    acl: str
+    find_links: str
+    index: bool
+    conda_channel: str  # an absolute folder path, "" for none
+    anaconda_user: str
+    anaconda_label: str
+    anaconda_test_label: str
+    anaconda_site: str
+    token_env: str
+    token_file: str
+    pypi_url: str
+    pypi_username: str
+    pypi_password_env: str
+
+    def find_links_name(self, channel: str) -> str:
+        return self.find_links.format(channel=channel)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     path: Path
     root: Path
@@ -135,6 +160,7 @@ class Config:
     container: ContainerConfig
     notify: Notify
     min_free_gb: float
+    publish: Publish
     builds: tuple[Build, ...] = field(default=())  # the matrix after the config's selectors
 
     # ------------------------------------------------------------------ lookups
@@ -320,6 +346,7 @@ def parse(
     rn = top.table("run")
     min_free_gb = rn.number("min_free_gb", minimum=0)
     rn.finish()
+    publish = _parse_publish(top, ctx, base)
     top.finish()
 
     all_builds = expand(matrices)
@@ -368,6 +395,7 @@ def parse(
         container=container,
         notify=notify,
         min_free_gb=min_free_gb,
+        publish=publish,
         builds=tuple(builds),
     )
 
@@ -462,6 +490,56 @@ def _parse_matrix(top: _Table, ctx: _Ctx) -> list[PackageMatrix]:
     if not out:
         ctx.fail("the matrix is empty: add e.g. [matrix.linux.manywheel]", "matrix")
     return out
+
+
+def _parse_publish(top: _Table, ctx: _Ctx, base: Path) -> Publish:
+    pt = top.table("publish")
+    url = pt.str("url")
+    if url and "://" not in url:
+        url = _path(url, base).resolve().as_uri()
+    elif url and not url.startswith(("s3://", "file://")):
+        ctx.fail(
+            f"'{url.split('://')[0]}://' destinations are not supported",
+            "publish.url",
+            hint="use s3://BUCKET/PREFIX, file:///PATH or a folder path",
+        )
+    if url and "@" in urllib.parse.urlsplit(url).netloc:
+        ctx.fail("credentials in publish.url are not allowed", "publish.url",
+                 hint="use publish.profile or the standard AWS variables")
+    find_links = pt.str("find_links")
+    try:
+        find_links.format(channel="nightly")
+    except (KeyError, IndexError, ValueError):
+        ctx.fail(f"'{find_links}' has an unknown placeholder", "publish.find_links",
+                 hint="only {channel} is known")
+    co = pt.table("conda")
+    channel = co.str("channel")
+    if channel.startswith("file://"):
+        channel = channel[len("file://"):]
+    py = pt.table("pypi")
+    p = Publish(
+        url=url,
+        endpoint_url=pt.str("endpoint_url"),
+        region=pt.str("region"),
+        profile=pt.str("profile"),
+        acl=pt.str("acl"),
+        find_links=find_links,
+        index=pt.bool("index"),
+        conda_channel=str(_path(channel, base).resolve()) if channel else "",
+        anaconda_user=co.str("anaconda_user"),
+        anaconda_label=co.str("anaconda_label"),
+        anaconda_test_label=co.str("anaconda_test_label"),
+        anaconda_site=co.str("anaconda_site"),
+        token_env=co.str("token_env"),
+        token_file=co.str("token_file"),
+        pypi_url=py.str("repository_url"),
+        pypi_username=py.str("username"),
+        pypi_password_env=py.str("password_env"),
+    )
+    co.finish()
+    py.finish()
+    pt.finish()
+    return p
 
 
 def _python_or_default(s: str) -> str:

@@ -221,8 +221,12 @@ def run_builds(
                 else:
                     qs = [todo[i::n_q] for i in range(n_q)]
                     runner.run_queues(qs, order=todo)
+        if not opts.no_upload:
+            publish_step(night)
         for step in opts.extra_steps:
             step(night)
+        if queues is not None and opts.channel == "nightly":
+            prune_step(config, date, note)
         summary = write_summary(night, started=started, estimate_s=estimate_s,
                                 estimates=estimates or {})
         from nightly import display, notify
@@ -238,6 +242,46 @@ def run_builds(
         raise
     finally:
         lock.release()
+
+
+def publish_step(night: NightContext) -> None:
+    """Upload the day's good packages and refresh the index; failures are recorded per build
+    (upload_error) and reported in the summary, never fatal to the night."""
+    from nightly.publish.upload import publish_day
+
+    pub = night.config.publish
+    if not (pub.url or pub.conda_channel or pub.anaconda_user):
+        night.log("publish: no destination configured ([publish] url), nothing uploaded")
+        return
+    try:
+        report = publish_day(night.config, night.day, night.state, channel=night.channel,
+                             log=night.log)
+    except NightlyError as e:
+        night.log(f"publish failed: {e}")
+        night.state.set_meta(publish_error=str(e))
+        return
+    night.state.set_meta(publish_error=None if report.ok else "; ".join(
+        [*report.failed.values(), *report.index_errors])[:2000])
+    night.log(
+        f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
+        f"{len(report.failed)} failed"
+    )
+
+
+def prune_step(config: Config, today: dt.date, log: Callable[[str], None]) -> None:
+    """Local retention at the end of a night. Never fatal."""
+    from nightly.publish import retention
+    from nightly.workspace import is_locked
+
+    try:
+        doomed = retention.plan_local_prune(
+            config.root, today, config.retention.local_days, is_locked
+        )
+        if doomed:
+            result = retention.apply_local_prune(config.root, doomed, is_locked)
+            log(f"prune: {result}")
+    except (NightlyError, OSError) as e:
+        log(f"prune failed: {e}")
 
 
 def write_summary(
@@ -262,6 +306,7 @@ def write_summary(
     failed_uploads = [
         bid for bid, e in state.builds.items() if e.get("upload_error") and bid in builds
     ]
+    publish_error = state.meta.get("publish_error")
     ended = time.time()
     summary = {
         "date": night.day.name,
@@ -281,8 +326,9 @@ def write_summary(
             "interrupted": sum(v["outcome"] == INTERRUPTED for v in builds.values()),
         },
         "failed_uploads": failed_uploads,
+        "publish_error": publish_error,
         "builds": builds,
-        "exit_code": 0 if ok and not failed_uploads else 1,
+        "exit_code": 0 if ok and not failed_uploads and not publish_error else 1,
     }
     write_json(night.day.summary_path, summary)
     return summary

@@ -180,6 +180,10 @@ class Runner:
             queue=queue,
             executor=self.executor.name,
             reason=None,
+            package=build.package,
+            python=build.python,
+            cuda=build.cuda,
+            variant=build.variant,
         )
         self.on_event("start", {"build": build.id, "queue": queue, "attempt": attempt})
         log_path = day.reopen_log(build.id)

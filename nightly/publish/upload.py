@@ -1,0 +1,199 @@
+"""Publish a day's good packages and regenerate the index pages of the folders they are in.
+
+Only builds whose state is `succeeded` (which includes a passed smoke test) are published.
+Every package is published with `Store.ensure` (skipped when the object is there with the
+same sha256) and recorded in state.json under the build's `published` map, so rerunning
+`nightly upload` finishes what a failed or killed upload left and duplicates nothing. A failed
+upload is recorded as the build's `upload_error` and the package stays where it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nightly.config import Config
+from nightly.errors import ConfigError, PublishError
+from nightly.workspace import SUCCEEDED, Day, State
+
+Log = Callable[[str], None]
+
+CONDA_SUFFIXES = (".conda", ".tar.bz2")
+
+
+def kind_of(package_type: str, filename: str) -> str | None:
+    """'whl', 'libtorch', 'conda' or None (not something we publish)."""
+    if filename.endswith(".whl"):
+        return "whl"
+    if package_type == "libtorch" and filename.endswith(".zip"):
+        return "libtorch"
+    if filename.endswith(CONDA_SUFFIXES):
+        return "conda"
+    return None
+
+
+def channel_of(folder: str) -> str:
+    """The channel of a DESIGN-layout folder: whl/nightly/cu126 -> nightly, whl/cu126 -> release."""
+    parts = folder.strip("/").split("/")
+    return parts[1] if len(parts) > 2 and parts[1] in ("nightly", "test") else "release"
+
+
+@dataclass
+class UploadReport:
+    uploaded: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # destination -> error
+    folders: dict[str, dict[str, str]] = field(default_factory=dict)  # folder -> name -> sha
+    index_errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.index_errors
+
+
+def open_destination(config: Config) -> Any:
+    """The Store of publish.url (imports boto3 only for s3://)."""
+    from nightly.publish.store import open_store
+
+    p = config.publish
+    return open_store(
+        p.url,
+        endpoint_url=p.endpoint_url or None,
+        region=p.region or None,
+        profile=p.profile or None,
+        acl=p.acl or None,
+    )
+
+
+def publish_day(
+    config: Config, day: Day, state: State, *, channel: str, log: Log, index: bool = True
+) -> UploadReport:
+    """Upload what is not yet published; then refresh the index pages of the day's folders."""
+    from nightly.publish.store import remote_folder
+
+    pub = config.publish
+    report = UploadReport()
+    store = open_destination(config) if pub.url else None
+    conda_files: list[tuple[str, dict[str, Any]]] = []
+    for bid, entry in sorted(state.builds.items()):
+        if entry.get("status") != SUCCEEDED:
+            continue
+        cuda = str(entry.get("cuda") or "")
+        for pkg in entry.get("packages", []):
+            package_type = str(entry.get("package") or pkg["path"].split("/")[1])
+            cuda = cuda or pkg["path"].split("/")[2]
+            kind = kind_of(package_type, pkg["name"])
+            if kind == "conda":
+                conda_files.append((bid, pkg))
+                continue
+            if kind is None or store is None:
+                continue
+            folder = remote_folder(kind, channel, cuda)
+            key = f"{folder}/{pkg['name']}"
+            dest = f"{store.url}/{key}"
+            report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
+            try:
+                uploaded = store.ensure(key, day.path / pkg["path"], pkg["sha256"])
+            except (PublishError, OSError) as e:
+                report.failed[dest] = str(e)
+                state.update(bid, upload_error=f"{dest}: {e}")
+                log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
+                continue
+            published = dict(state.get(bid).get("published") or {})
+            published[dest] = pkg["sha256"]
+            state.update(bid, published=published, upload_error=None)
+            (report.uploaded if uploaded else report.skipped).append(dest)
+            log(f"{'uploaded' if uploaded else 'already there'}: {dest}")
+    if conda_files:
+        _publish_conda(config, day, state, conda_files, channel=channel, report=report, log=log)
+    if index and store is not None and pub.index and report.folders:
+        regenerate_index(config, store, report, channel=channel, log=log)
+    return report
+
+
+def regenerate_index(
+    config: Config, store: Any, report: UploadReport, *, channel: str, log: Log
+) -> None:
+    from nightly.publish import index as idx
+
+    # Only files that really are in the store go into the pages: a failed upload's file must
+    # not be listed (pip would get a 404).
+    known = {
+        folder: {n: s for n, s in files.items() if f"{store.url}/{folder}/{n}" not in report.failed}
+        for folder, files in report.folders.items()
+    }
+    for folder in sorted(known):
+        try:
+            idx.regenerate(
+                store, [folder], full=False, known={folder: known[folder]},
+                find_links_name=config.publish.find_links_name(channel),
+            )
+            log(f"index pages regenerated: {store.url}/{folder}/")
+        except (PublishError, OSError) as e:
+            report.index_errors.append(f"{folder}: {e}")
+            log(f"index of {folder} failed: {e} (pages left as they were; rerun `nightly upload`)")
+
+
+def _publish_conda(
+    config: Config,
+    day: Day,
+    state: State,
+    files: list[tuple[str, dict[str, Any]]],
+    *,
+    channel: str,
+    report: UploadReport,
+    log: Log,
+) -> None:
+    pub = config.publish
+    if pub.conda_channel:
+        from nightly.publish import conda
+
+        dest = f"file://{pub.conda_channel}"
+        try:
+            conda.publish_to_channel(
+                Path(pub.conda_channel), [day.path / p["path"] for _, p in files]
+            )
+        except (PublishError, OSError) as e:
+            report.failed[dest] = str(e)
+            for bid, _ in files:
+                state.update(bid, upload_error=f"{dest}: {e}")
+            log(f"conda channel {pub.conda_channel}: {e}")
+        else:
+            for bid, p in files:
+                _record(state, bid, f"{dest}/{p['name']}", p["sha256"])
+                report.uploaded.append(f"{dest}/{p['name']}")
+            log(f"conda channel {pub.conda_channel}: {len(files)} package(s), repodata updated")
+    if pub.anaconda_user:
+        from nightly.publish import conda
+
+        label = pub.anaconda_label if channel == "nightly" else pub.anaconda_test_label
+        try:
+            token = conda.read_token(pub.token_env, pub.token_file)
+        except PublishError as e:
+            raise ConfigError(str(e), key="publish.conda") from e
+        for bid, p in files:
+            dest = f"anaconda:{pub.anaconda_user}/{label}/{p['name']}"
+            if (state.get(bid).get("published") or {}).get(dest) == p["sha256"]:
+                report.skipped.append(dest)
+                continue
+            try:
+                conda.anaconda_upload(
+                    day.path / p["path"], user=pub.anaconda_user, label=label,
+                    site=pub.anaconda_site or None, token=token,
+                )
+            except (PublishError, OSError) as e:
+                report.failed[dest] = str(e)
+                state.update(bid, upload_error=f"{dest}: {e}")
+                log(f"anaconda upload failed: {dest}: {e}")
+                continue
+            _record(state, bid, dest, p["sha256"])
+            report.uploaded.append(dest)
+            log(f"uploaded: {dest}")
+
+
+def _record(state: State, bid: str, dest: str, sha256: str) -> None:
+    published = dict(state.get(bid).get("published") or {})
+    published[dest] = sha256
+    state.update(bid, published=published, upload_error=None)
