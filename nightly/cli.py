@@ -44,7 +44,9 @@ def common_options(f: F) -> F:
         metavar="FILE",
         help="Configuration file (default ./nightly.toml, else $NIGHTLY_CONFIG).",
     )
-    @click.option("--root", metavar="DIR", help="Where dated day folders live (overrides the config).")
+    @click.option(
+        "--root", metavar="DIR", help="Where dated day folders live (overrides the config)."
+    )
     @click.option("--date", "date_text", metavar="YYYY_MM_DD", help="The day (default: today).")
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
     @functools.wraps(f)

@@ -114,6 +114,20 @@ class Notify:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Smoke:
+    enabled: bool
+    import_name: str
+    command: str
+    cuda_check: str
+    gpu_check: str
+    gpu: bool
+    libtorch_program: str
+    libtorch_libs: tuple[str, ...]
+    image: str
+    timeout_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class Publish:
     url: str  # normalised: s3://… or file:///abs, "" when nothing is published
     endpoint_url: str
@@ -161,6 +175,7 @@ class Config:
     notify: Notify
     min_free_gb: float
     publish: Publish
+    smoke: Smoke
     builds: tuple[Build, ...] = field(default=())  # the matrix after the config's selectors
 
     # ------------------------------------------------------------------ lookups
@@ -347,6 +362,20 @@ def parse(
     min_free_gb = rn.number("min_free_gb", minimum=0)
     rn.finish()
     publish = _parse_publish(top, ctx, base)
+    sm = top.table("smoke")
+    smoke = Smoke(
+        enabled=sm.bool("enabled"),
+        import_name=sm.str("import_name") or project.name.replace("-", "_"),
+        command=sm.str("command"),
+        cuda_check=sm.str("cuda_check"),
+        gpu_check=sm.str("gpu_check"),
+        gpu=sm.bool("gpu"),
+        libtorch_program=sm.str("libtorch_program"),
+        libtorch_libs=tuple(sm.str_list("libtorch_libs")),
+        image=sm.str("image"),
+        timeout_s=sm.duration("timeout"),
+    )
+    sm.finish()
     top.finish()
 
     all_builds = expand(matrices)
@@ -396,6 +425,7 @@ def parse(
         notify=notify,
         min_free_gb=min_free_gb,
         publish=publish,
+        smoke=smoke,
         builds=tuple(builds),
     )
 

@@ -184,7 +184,10 @@ def near_misses(pattern: str, ids: Iterable[str], n: int = 5) -> list[str]:
 def select(
     builds: Sequence[Build], include: Sequence[str], exclude: Sequence[str]
 ) -> tuple[list[Build], list[str]]:
-    """Apply include-then-exclude globs. Returns the builds and the patterns that matched nothing."""
+    """Apply include-then-exclude globs.
+
+    Returns the builds and the patterns that matched nothing.
+    """
     unmatched: list[str] = []
     ids = [b.id for b in builds]
     for pattern in (*include, *exclude):

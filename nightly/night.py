@@ -213,7 +213,10 @@ def run_builds(
                     f"{len(skipped)} already succeeded, {n_q} queues, executor {ex.name}, "
                     f"source {checkout.describe}"
                 )
-                runner = Runner(ctx, ex, on_event=progress)
+                from nightly.smoke import SmokeTester
+
+                smoke = SmokeTester(config, ex, checkout.path) if config.smoke.enabled else None
+                runner = Runner(ctx, ex, on_event=progress, smoke=smoke)
                 todo_ids = {b.id for b in todo}
                 if queues is not None:
                     qs = [[b for b in q if b.id in todo_ids] for q in queues]

@@ -9,6 +9,7 @@ any two leaves something a rerun completes (a build left 'running' is run again)
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import os
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from nightly.config import Config
 from nightly.executors.base import ExecResult, Executor, Job
@@ -29,6 +30,19 @@ from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, Stat
 SECRET_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|AUTH)", re.I)
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
+
+
+class SmokeOutcome(Protocol):
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+
+# (build, produced files, job, log sink, cancel) -> outcome; see nightly.smoke.SmokeTester.
+SmokeHook = Callable[[Build, list[Path], Job, Callable[[bytes], None], threading.Event], SmokeOutcome]
 
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -136,9 +150,11 @@ class Runner:
         *,
         on_event: EventSink | None = None,
         cancel: threading.Event | None = None,
+        smoke: SmokeHook | None = None,
     ) -> None:
         self.ctx = ctx
         self.executor = executor
+        self.smoke = smoke
         self.on_event = on_event or (lambda kind, info: None)
         self.cancel = cancel or threading.Event()
 
@@ -147,6 +163,9 @@ class Runner:
     def run_build(self, build: Build, *, queue: int = 0) -> Outcome:
         """Run one build with its retries. Never raises for the build's own failure."""
         cfg = self.ctx.config
+        recovered = self._recover(build, queue)
+        if recovered is not None:
+            return recovered
         infra_left, recipe_left = cfg.retries_infra, cfg.retries_recipe
         while True:
             outcome = self._attempt(build, queue)
@@ -164,6 +183,7 @@ class Runner:
         ctx, day, state = self.ctx, self.ctx.day, self.ctx.state
         job = make_job(ctx, build, executor=self.executor.name)
         attempt = int(state.get(build.id).get("attempts", 0)) + 1
+        self._reap(job)
         for d in (job.output_dir, job.work_dir):
             if d.exists():
                 _rmtree(d)
@@ -208,13 +228,27 @@ class Runner:
             if reason is None and not produced:
                 reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
             ok = reason is None
+            notes = list(result.notes)
+            if ok and self.smoke is not None:
+                # Before the build counts as succeeded (and so before any upload).
+                try:
+                    smoke = self.smoke(build, produced, job, sink, self.cancel)
+                except Exception as e:  # a smoke-test bug fails this build only
+                    from nightly.smoke import SmokeResult
+
+                    smoke = SmokeResult(ok=False, reason=f"smoke test: error: {e!r}")
+                notes += list(smoke.notes)
+                if not smoke.ok:
+                    ok, reason = False, smoke.reason or "smoke test"
             if ok:
                 try:
                     packages = self._collect(build, produced)
                 except OSError as e:
                     ok, reason = False, f"collecting packages failed: {e}"
             status = SUCCEEDED if ok else (INTERRUPTED if result.interrupted else FAILED)
-            log.write(self._footer(result, status, reason, duration, packages, produced).encode())
+            log.write(
+                self._footer(result, status, reason, duration, packages, produced, notes).encode()
+            )
         final = day.file_log(build.id, ok)
         state.update(
             build.id,
@@ -244,6 +278,61 @@ class Runner:
         self.on_event("end", {"build": build.id, "status": status, "reason": reason,
                               "duration_s": duration, "queue": queue})
         return outcome
+
+    def _reap(self, job: Job) -> None:
+        """Stop what a run that died left running of this build (before it runs again)."""
+        try:
+            notes = self.executor.reap(job)
+        except Exception as e:  # never let cleanup stop the night
+            notes = [f"could not clean up after {job.build_id}: {e!r}"]
+        for note in notes:
+            self.on_event("cleanup", {"build": job.build_id, "note": note})
+
+    def _recover(self, build: Build, queue: int) -> Outcome | None:
+        """A build left 'running'/'interrupted' by a run killed after the build had finished
+        (footer written, packages filed) but before state.json said so: adopt that attempt
+        instead of building again, so each build succeeds exactly once."""
+        day, state = self.ctx.day, self.ctx.state
+        entry = state.get(build.id)
+        if entry.get("status") not in (RUNNING, INTERRUPTED):
+            return None
+        log = day.final_log(build.id)
+        if log is None or log.parent != day.succeeded:
+            log = day.running_log(build.id)
+        try:
+            text = log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        found = _last_footer(text, build.id)
+        if found is None:
+            return None
+        duration, files = found
+        dest_dir = day.package_dir(build.package, build.cuda)
+        packages = []
+        for name, size, digest in files:
+            f = dest_dir / name
+            try:
+                if f.stat().st_size != size or sha256_file(f) != digest:
+                    return None
+            except OSError:
+                return None
+            packages.append(PackageFile(name=name, path=str(f.relative_to(day.path)), size=size,
+                                        sha256=digest))
+        final = log if log.parent == day.succeeded else day.file_log(build.id, True)
+        state.update(
+            build.id, status=SUCCEEDED, reason=None, exit_status=0, ended=time.time(),
+            duration_s=round(duration, 3), packages=[p.to_json() for p in packages],
+            infra=False, log=str(final.relative_to(day.path)),
+        )
+        self.on_event("cleanup", {"build": build.id, "note": "its last attempt had finished "
+                                  "before the run that started it died: adopted, not rebuilt"})
+        self.on_event("end", {"build": build.id, "status": SUCCEEDED, "reason": None,
+                              "duration_s": duration, "queue": queue})
+        return Outcome(
+            build_id=build.id, status=SUCCEEDED, duration_s=duration,
+            attempts=int(entry.get("attempts", 0)), queue=queue, packages=packages,
+            log=str(final), exit_status=0,
+        )
 
     def _collect(self, build: Build, produced: Sequence[Path]) -> list[PackageFile]:
         dest_dir = self.ctx.day.package_dir(build.package, build.cuda)
@@ -292,6 +381,7 @@ class Runner:
         duration: float,
         packages: Sequence[PackageFile],
         produced: Sequence[Path],
+        notes: Sequence[str] = (),
     ) -> str:
         lines = [
             "",
@@ -302,7 +392,7 @@ class Runner:
         ]
         if reason:
             lines.append(f"reason:      {reason}")
-        lines += [f"note:        {n}" for n in result.notes]
+        lines += [f"note:        {n}" for n in notes]
         if packages:
             lines.append("packages:")
             lines += [f"  {p.name}  {p.size} bytes  sha256 {p.sha256}" for p in packages]
@@ -324,6 +414,11 @@ class Runner:
         logs kept; then KeyboardInterrupt propagates.
         """
         dispatcher = _Dispatcher(queues, order)
+        # A run that died may have left recipes running: stop them now, not only when
+        # their build's turn comes (they would compete with this run for the machine).
+        for q in queues:
+            for b in q:
+                self._reap(make_job(self.ctx, b, executor=self.executor.name))
         results: list[Outcome] = []
         lock = threading.Lock()
 
@@ -377,6 +472,35 @@ class _Dispatcher:
             if best is None:
                 return None
             return self.own[best[1]].pop(0)
+
+
+_RULE = "=" * 78
+_PACKAGE_LINE = re.compile(r"^  (.+)  (\d+) bytes  sha256 ([0-9a-f]{64})$")
+
+
+def _last_footer(text: str, build_id: str) -> tuple[float, list[tuple[str, int, str]]] | None:
+    """The duration and packages of a complete SUCCEEDED footer closing the log's last
+    attempt, or None (no footer, another result, or a footer cut short)."""
+    start = text.rfind(f"nightly build {build_id}  (attempt ")
+    if start < 0:
+        return None
+    lines = text[start:].rstrip("\n").split("\n")
+    try:
+        at = max(i for i, line in enumerate(lines) if line.startswith("result:"))
+    except ValueError:
+        return None
+    if lines[at].split() != ["result:", "SUCCEEDED"] or lines[-1] != _RULE:
+        return None
+    duration = 0.0
+    files: list[tuple[str, int, str]] = []
+    for line in lines[at + 1 : -1]:
+        if line.startswith("duration:"):
+            with contextlib.suppress(IndexError, ValueError):
+                duration = float(line.split()[1])
+        m = _PACKAGE_LINE.match(line)
+        if m:
+            files.append((m.group(1), int(m.group(2)), m.group(3)))
+    return (duration, files) if files else None
 
 
 def _command_text(command: object) -> str:

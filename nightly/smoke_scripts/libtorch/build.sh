@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Smoke test of libtorch-style zips: unpack each, compile a small C++ program against its
+# headers, link it against its library, run it. SOURCE_DIR holds the zip(s) and program.cpp.
+# SMOKE_LIBS: libraries to link (-l), space separated.
+set -euo pipefail
+work=${WORK_DIR:-$(mktemp -d)}
+cxx=$(command -v g++ || command -v c++ || command -v clang++ || true)
+[ -n "$cxx" ] || { echo "smoke: no C++ compiler"; exit 1; }
+[ -f "$SOURCE_DIR/program.cpp" ] || { echo "smoke: no program to compile (smoke.libtorch_program)"; exit 1; }
+for zip in "$SOURCE_DIR"/*.zip; do
+  name=$(basename "$zip" .zip)
+  dir="$work/$name"
+  mkdir -p "$dir"
+  python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$zip" "$dir" 2>/dev/null \
+    || unzip -q "$zip" -d "$dir"
+  root=$(dirname "$(find "$dir" -type d -name include | head -n 1)")
+  [ -d "$root/include" ] && [ -d "$root/lib" ] || { echo "smoke: $name has no include/ and lib/"; exit 1; }
+  libs=""
+  for l in ${SMOKE_LIBS:-}; do libs="$libs -l$l"; done
+  extra=""
+  # Static archives need their C++ runtime and, for CUDA builds, the CUDA runtime.
+  if ls "$root"/lib/*.a >/dev/null 2>&1 && ! ls "$root"/lib/*.so >/dev/null 2>&1; then
+    extra="-lpthread -ldl"
+    if [ "${DESIRED_CUDA:-cpu}" != cpu ]; then
+      extra="$extra -L${CUDA_HOME:-/usr/local/cuda}/lib64 -lcudart_static -lrt"
+    fi
+  fi
+  echo "smoke: $name: $cxx program.cpp -I include -L lib $libs $extra"
+  "$cxx" -std=c++17 "$SOURCE_DIR/program.cpp" -I "$root/include" -L "$root/lib" $libs $extra \
+    -Wl,-rpath,"$root/lib" -o "$dir/program"
+  "$dir/program"
+  echo "smoke: $name passed"
+done
+echo "smoke: passed"

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Smoke test of a wheel, run by nightly through the build's executor (host or container).
+# SOURCE_DIR holds the wheel(s) under test. Environment: EXPECT_VERSION (the wheel version,
+# e.g. 1.0.0.dev20190131+cu100), BUILD_VERSION, SMOKE_IMPORT, SMOKE_CUDA_CHECK,
+# SMOKE_GPU_CHECK, SMOKE_GPU (1 when a GPU runtime is there), SMOKE_COMMAND; PYTHON when
+# the executor found the interpreter (else it is looked for like the recipes do).
+set -euo pipefail
+work=${WORK_DIR:-$(mktemp -d)}
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+  num=${DESIRED_PYTHON%%[a-z]*}
+  for cand in "/opt/python/cp${num/./}-cp${num/./}"*/bin/python "python$num" python3; do
+    if command -v "$cand" >/dev/null 2>&1; then py=$cand; break; fi
+  done
+fi
+[ -n "$py" ] || { echo "smoke: no interpreter for Python $DESIRED_PYTHON"; exit 1; }
+echo "smoke: fresh virtual environment with $py"
+"$py" -m venv "$work/venv"
+vpy="$work/venv/bin/python"
+"$vpy" -m pip install --quiet --no-index --no-deps "$SOURCE_DIR"/*.whl
+cd "$work"   # never import from a source tree
+"$vpy" - <<'PY'
+import importlib, importlib.metadata as md, os, sys
+name = os.environ["SMOKE_IMPORT"]
+expect = os.environ["EXPECT_VERSION"]
+mod = importlib.import_module(name)
+dist_versions = {d.metadata["Name"]: d.version for d in md.distributions()}
+ours = [v for n, v in dist_versions.items() if n.replace("-", "_").lower() == name.lower()]
+version = ours[0] if ours else None
+print(f"smoke: imported {name} from {mod.__file__}; installed version {version}; "
+      f"__version__ {getattr(mod, '__version__', None)}")
+if version != expect:
+    sys.exit(f"smoke: installed version {version} is not the expected {expect}")
+mv = getattr(mod, "__version__", None)
+if mv is not None and mv not in (expect, os.environ["BUILD_VERSION"]):
+    sys.exit(f"smoke: {name}.__version__ is {mv}, expected {expect}")
+PY
+if [ "${DESIRED_CUDA:-cpu}" != cpu ] && [ -n "${SMOKE_CUDA_CHECK:-}" ]; then
+  echo "smoke: CUDA build check"
+  "$vpy" -c "$SMOKE_CUDA_CHECK"
+  echo "smoke: CUDA build check passed"
+fi
+if [ "${DESIRED_CUDA:-cpu}" != cpu ] && [ -n "${SMOKE_GPU_CHECK:-}" ]; then
+  if [ "${SMOKE_GPU:-0}" = 1 ]; then
+    "$vpy" -c "$SMOKE_GPU_CHECK"
+    echo "smoke: GPU check passed"
+  else
+    echo "smoke: GPU check NOT RUN (no GPU runtime configured on this host)"
+  fi
+fi
+if [ -n "${SMOKE_COMMAND:-}" ]; then
+  echo "smoke: project command: $SMOKE_COMMAND"
+  PYTHON="$vpy" bash -c "$SMOKE_COMMAND"
+fi
+echo "smoke: passed"
