@@ -290,6 +290,70 @@ def prune(
     return 0
 
 
+@cli.command()
+@common_options
+@click.argument("version")
+@click.option("--rc", type=click.IntRange(min=0), help="Release candidate number (recorded).")
+@click.option("--machine", metavar="N", help="This machine's name or index in the config.")
+@click.option("--dry-run", is_flag=True, help="Show what would be built; change nothing.")
+@click.option("--no-upload", is_flag=True, help="Build only; publish later with `nightly upload`.")
+@click.option("--rebuild", metavar="GLOB", multiple=True, help="Rebuild even if succeeded.")
+def release(
+    config_path: str | None,
+    root: str | None,
+    date_text: str | None,
+    debug: bool,
+    version: str,
+    rc: int | None,
+    machine: str | None,
+    dry_run: bool,
+    no_upload: bool,
+    rebuild: tuple[str, ...],
+) -> int:
+    """Build the whole matrix as VERSION and publish it to the test channel. Resumable."""
+    from nightly import night
+    from nightly import release as rel
+
+    ctx = Ctx(config_path, root, date_text)
+    rel.check_version(version)
+    m = night.pick_machine(ctx.config, machine)
+    order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m)
+    opts = night.NightOptions(
+        machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
+        channel="test", version=version, day_name=rel.candidate_name(version, rc),
+    )
+    return night.run_builds(
+        ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
+        estimate_s=makespan, estimates=estimates,
+    )
+
+
+@cli.command()
+@common_options
+@click.argument("version")
+@click.option("--rc", type=click.IntRange(min=0), help="The release candidate to promote.")
+@click.option("--allow-partial", metavar="GLOB", multiple=True,
+              help="Promote although these builds are missing or failed.")
+@click.option("--dry-run", is_flag=True, help="Show what would be copied and uploaded.")
+def promote(
+    config_path: str | None,
+    root: str | None,
+    date_text: str | None,
+    debug: bool,
+    version: str,
+    rc: int | None,
+    allow_partial: tuple[str, ...],
+    dry_run: bool,
+) -> int:
+    """Copy exactly the test channel's files of VERSION to the release channel."""
+    from nightly import release as rel
+
+    ctx = Ctx(config_path, root, date_text)
+    rel.check_version(version)
+    return rel.promote(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
+                       log=click.echo)
+
+
 def _existing_day(ctx: Ctx) -> Any:
     from nightly.workspace import Day
 
