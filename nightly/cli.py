@@ -91,11 +91,14 @@ def plan(
     selects: tuple[str, ...],
 ) -> int:
     """The night's builds, their machines and queues, estimates and lower bound."""
+    from nightly.history import planning_estimator
     from nightly.matrix import nightly_version
     from nightly.schedule import plan_night
 
     ctx = Ctx(config_path, root, date_text)
-    result = plan_night(ctx.config, machine=machine, selects=selects)
+    result = plan_night(
+        ctx.config, machine=machine, selects=selects, estimate=planning_estimator(ctx.config)
+    )
     version = nightly_version(ctx.config.project.base_version, ctx.date)
     if as_json:
         data = result.to_json(date=f"{ctx.date:%Y_%m_%d}", version=version)
@@ -352,6 +355,49 @@ def promote(
     rel.check_version(version)
     return rel.promote(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
                        log=click.echo)
+
+
+@cli.command()
+@common_options
+@click.option("--tail", default=15, show_default=True, metavar="N",
+              help="Log lines shown per failed (or running) build.")
+def status(
+    config_path: str | None, root: str | None, date_text: str | None, debug: bool, tail: int
+) -> int:
+    """The day in the terminal: each build's state, outcome, duration and size, failures
+    first with the tail of their logs. Exit status 1 when a build failed."""
+    from nightly import report
+    from nightly.history import History, history_path
+
+    ctx = Ctx(config_path, root, date_text)
+    day = _existing_day(ctx)
+    hp = history_path(ctx.config.root)
+    return report.status(day, tail=tail, history=History(hp) if hp.exists() else None)
+
+
+@cli.command(name="report")
+@common_options
+@click.option("--out", "out_path", metavar="FILE",
+              help="Also write the page here (its log links made relative to FILE).")
+def report_command(
+    config_path: str | None, root: str | None, date_text: str | None, debug: bool,
+    out_path: str | None,
+) -> int:
+    """The day as one static, self-contained HTML page: ROOT/DAY/report.html (and --out)."""
+    from pathlib import Path
+
+    from nightly import report
+    from nightly.history import History, history_path
+
+    ctx = Ctx(config_path, root, date_text)
+    day = _existing_day(ctx)
+    hp = history_path(ctx.config.root)
+    out = Path(out_path) if out_path else None
+    written = report.write_report(day, History(hp) if hp.exists() else None, out)
+    click.echo(str(written))
+    if out is not None:
+        click.echo(str(out))
+    return 0
 
 
 def _existing_day(ctx: Ctx) -> Any:

@@ -161,6 +161,7 @@ class Config:
     include: tuple[str, ...]
     exclude: tuple[str, ...]
     schedule_mode: str
+    history_estimates: str
     machines: tuple[Machine, ...]
     # images[package][cuda or "default"], images["default"]["default"] the fallback
     images: Mapping[str, Mapping[str, str]]
@@ -222,6 +223,12 @@ class Config:
         est = self.estimates.get(build.package) or self.estimates["default"]
         one = est.cuda_s if build.is_cuda else est.cpu_s
         return one * len(build.variants) if build.package == "libtorch" else one
+
+    def uses_history_estimates(self) -> bool:
+        if self.history_estimates == "auto":
+            platforms = [m.platform for m in self.machines]
+            return len(platforms) == len(set(platforms))
+        return self.history_estimates == "always"
 
     def libtorch_matrix(self, platform: str) -> PackageMatrix | None:
         for m in self.matrices:
@@ -306,6 +313,7 @@ def parse(
 
     sched = top.table("schedule")
     mode = sched.choice("mode", SCHEDULE_MODES)
+    history_estimates = sched.choice("history_estimates", ("auto", "always", "never"))
     sched.finish()
 
     machines = _parse_machines(top, ctx)
@@ -413,6 +421,7 @@ def parse(
         include=include,
         exclude=exclude,
         schedule_mode=mode,
+        history_estimates=history_estimates,
         machines=tuple(machines),
         images=images,
         timeouts=timeouts,

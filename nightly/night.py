@@ -10,9 +10,10 @@ import datetime as dt
 import fnmatch
 import shutil
 import socket
+import sqlite3
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,7 @@ def run_builds(
 ) -> int:
     """Lock the day, prepare it, run `builds` (in `queues` if given), summarize. Exit code."""
     from nightly import source as src
+    from nightly.history import History, history_path, recorder
     from nightly.progress import Progress
     from nightly.runner import RunContext, Runner
 
@@ -173,6 +175,7 @@ def run_builds(
             note(msg)
         checkout = src.prepare(config.project, day.source, date, config_dir=config.path.parent)
         state = State(day.state_path)
+        history = History(history_path(config.root))
         stale = state.mark_stale_running()
         if stale:
             note(f"resuming: {len(stale)} build(s) left running by a dead run: {', '.join(stale)}")
@@ -216,7 +219,14 @@ def run_builds(
                 from nightly.smoke import SmokeTester
 
                 smoke = SmokeTester(config, ex, checkout.path) if config.smoke.enabled else None
-                runner = Runner(ctx, ex, on_event=progress, smoke=smoke)
+                record = recorder(history, day.name, state, commit=checkout.commit,
+                                  channel=opts.channel, log=note)
+
+                def on_event(kind: str, info: Mapping[str, Any]) -> None:
+                    progress(kind, info)
+                    record(kind, info)
+
+                runner = Runner(ctx, ex, on_event=on_event, smoke=smoke)
                 todo_ids = {b.id for b in todo}
                 if queues is not None:
                     qs = [[b for b in q if b.id in todo_ids] for q in queues]
@@ -228,6 +238,11 @@ def run_builds(
             publish_step(night)
         for step in opts.extra_steps:
             step(night)
+        try:
+            history.record_state(day.name, state, commit=checkout.commit, channel=opts.channel)
+        except (sqlite3.Error, OSError) as e:
+            note(f"history: could not record the night in {history.path}: {e}")
+        report_step(night, history, publish=not opts.no_upload)
         if queues is not None and opts.channel == "nightly":
             prune_step(config, date, note)
         summary = write_summary(night, started=started, estimate_s=estimate_s,
@@ -269,6 +284,36 @@ def publish_step(night: NightContext) -> None:
         f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed"
     )
+
+
+def report_step(night: NightContext, history: Any, *, publish: bool) -> None:
+    """Write ROOT/DAY/report.html; publish it and the night's binary sizes beside the index
+    pages (`<channel folder>/reports/` and `/sizes/`). Never fatal."""
+    import json
+
+    from nightly import report
+
+    try:
+        path = report.write_report(night.day, history)
+        night.log(f"report: {path}")
+    except (OSError, ValueError, sqlite3.Error) as e:
+        night.log(f"report failed: {e}")
+        return
+    pub = night.config.publish
+    if not publish or not pub.url:
+        return
+    try:
+        from nightly.publish.upload import open_destination
+
+        store = open_destination(night.config)
+        base = "whl" if night.channel == "release" else f"whl/{night.channel}"
+        stem = f"{night.day.name.replace('/', '_')}_{night.machine.name}"
+        store.put_bytes(f"{base}/reports/{stem}.html", path.read_bytes(), "text/html; charset=utf-8")
+        sizes = json.dumps(history.sizes_json(night.day.name), indent=1, sort_keys=True)
+        store.put_bytes(f"{base}/sizes/{stem}.json", sizes.encode(), "application/json")
+        night.log(f"report and sizes published under {store.url}/{base}/")
+    except (NightlyError, OSError, sqlite3.Error) as e:
+        night.log(f"publishing the report failed: {e}")
 
 
 def prune_step(config: Config, today: dt.date, log: Callable[[str], None]) -> None:
@@ -374,9 +419,10 @@ def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) ->
 ]:
     """This machine's builds, its queues in plan order, the plan JSON, its estimated makespan
     and per-build estimates."""
+    from nightly.history import planning_estimator
     from nightly.schedule import make_plan, select_cli
 
-    full = make_plan(config)
+    full = make_plan(config, estimate=planning_estimator(config))
     chosen = {b.id for b in select_cli(config, selects)} if selects else None
     mp = full.machine(machine.name)
     queues = [[pb.build for pb in q.builds if chosen is None or pb.build.id in chosen]

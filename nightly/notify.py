@@ -14,8 +14,17 @@ from nightly.config import Notify
 
 
 def subject(summary: dict[str, Any]) -> str:
+    """Names the failures (the first few), so a mail client's list says what broke."""
     c = summary["counts"]
-    state = "all succeeded" if c["failed"] == 0 else f"{c['failed']} failed"
+    failed = sorted(k for k, v in summary["builds"].items() if v["outcome"] != "succeeded")
+    if failed:
+        names = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
+        state = f"{len(failed)} failed: {names}"
+    else:
+        state = "all succeeded"
+    uploads = summary.get("failed_uploads") or []
+    if uploads:
+        state += f"; {len(uploads)} upload(s) failed"
     return (
         f"nightly {summary['date']} on machine {summary['machine']}: {state} "
         f"({c['succeeded']}/{c['total']} succeeded)"

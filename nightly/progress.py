@@ -60,6 +60,8 @@ class Progress:
                     self.failed += 1
                 why = f": {info['reason']}" if info.get("reason") else ""
                 line = f"{status:<9} {build} in {hms(float(info.get('duration_s', 0)))}{why}"
+            elif kind == "cleanup":
+                line = f"cleanup {build}: {info.get('note')}"
             elif kind == "retry":
                 self.failed = max(0, self.failed - 1)
                 line = f"retry  {build}: {info.get('reason')}"

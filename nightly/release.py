@@ -185,24 +185,25 @@ def _promote_conda(
     dry_run: bool,
     log: Log,
 ) -> None:
+    """Copy each package on the server from the test label to the release label (the same
+    bytes that were tested; --update leaves what is already there alone)."""
     from nightly.publish import conda
-    from nightly.runner import sha256_file
 
     pub = config.publish
+    token = "" if dry_run else conda.read_token(pub.token_env, pub.token_file)
     for bid, p in files:
         dest = f"anaconda:{pub.anaconda_user}/{pub.anaconda_label}/{p['name']}"
         if (state.get(bid).get("promoted") or {}).get(dest) == p["sha256"]:
             log(f"already promoted: {dest}")
             continue
         path = day.path / p["path"]
+        name, version, _ = p["name"].removesuffix(".conda").removesuffix(".tar.bz2").rsplit("-", 2)
         if dry_run:
-            log(f"would upload {path.name} to {dest}")
+            log(f"would copy {name} {version} from label {pub.anaconda_test_label} to {dest}")
             continue
-        if sha256_file(path) != p["sha256"]:
-            raise PublishError(f"{path} changed since it was built (sha256 mismatch)")
-        token = conda.read_token(pub.token_env, pub.token_file)
-        conda.anaconda_upload(
-            path, user=pub.anaconda_user, label=pub.anaconda_label,
+        conda.anaconda_copy(
+            pub.anaconda_user, name, version, conda.channel_key(path),
+            from_label=pub.anaconda_test_label, to_label=pub.anaconda_label,
             site=pub.anaconda_site or None, token=token,
         )
         _record(state, bid, dest, p["sha256"])

@@ -422,14 +422,22 @@ class Runner:
         results: list[Outcome] = []
         lock = threading.Lock()
 
+        # Waited on instead of Thread.join: on Python < 3.12 a join() interrupted by Ctrl-C
+        # marks a thread that is still running as finished (bpo-45274), so the run would
+        # exit with builds half done, state 'running' and their logs unfinished.
+        finished = [threading.Event() for _ in queues]
+
         def worker(q: int) -> None:
-            while not self.cancel.is_set():
-                build = dispatcher.next(q)
-                if build is None:
-                    return
-                outcome = self.run_build(build, queue=q)
-                with lock:
-                    results.append(outcome)
+            try:
+                while not self.cancel.is_set():
+                    build = dispatcher.next(q)
+                    if build is None:
+                        return
+                    outcome = self.run_build(build, queue=q)
+                    with lock:
+                        results.append(outcome)
+            finally:
+                finished[q].set()
 
         threads = [
             threading.Thread(target=worker, args=(q,), name=f"queue-{q}", daemon=True)
@@ -438,13 +446,13 @@ class Runner:
         for t in threads:
             t.start()
         try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)
+            for ev in finished:
+                while not ev.wait(0.2):
+                    pass
         except KeyboardInterrupt:
             self.cancel.set()
-            for t in threads:
-                t.join()
+            for ev in finished:
+                ev.wait()
             raise
         return results
 

