@@ -173,8 +173,13 @@ def run(
     from nightly import night
 
     ctx = Ctx(config_path, root, date_text)
-    if cluster:
-        raise UsageError("--cluster: the Dask cluster mode is not available in this version")
+    if cluster or (machine is None and ctx.config.cluster.address):
+        from nightly import cluster as cl
+
+        return cl.run_night(ctx.config, ctx.date, cl.ClusterOptions(
+            address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
+            rebuild=rebuild, selects=selects, keep_container=keep_container,
+        ))
     m = night.pick_machine(ctx.config, machine)
     order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m, selects)
     opts = night.NightOptions(
@@ -414,6 +419,14 @@ def _existing_day(ctx: Ctx) -> Any:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
+    # cron's `timeout`, systemd and kill send SIGTERM: stop like Ctrl-C (builds marked
+    # interrupted, logs kept, containers removed) instead of dying mid-write.
+    import signal
+
+    def _term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _term)
     try:
         rv = cli.main(args=args, prog_name="nightly", standalone_mode=False)
     except click.exceptions.Abort:

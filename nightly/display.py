@@ -71,7 +71,10 @@ def print_summary(summary: dict[str, Any]) -> None:
     for bid, b in rows:
         style = "green" if b["outcome"] == "succeeded" else "red"
         pk = b.get("packages") or []
-        outcome = escape(b["outcome"] + (f": {b['reason']}" if b.get("reason") else ""))
+        reason = str(b.get("reason") or "")
+        if len(reason) > 90:  # the whole reason is in the log and summary.json
+            reason = reason[:87] + "..."
+        outcome = escape(b["outcome"] + (f": {reason}" if reason else ""))
         t.add_row(
             escape(bid),
             f"[{style}]{outcome}[/{style}]",

@@ -1,0 +1,92 @@
+"""Shared helpers for the benchmark scripts: timing, medians, a plain table, and results
+written to benchmarks/results/<name>.json with what machine they were measured on.
+
+A benchmark script is run directly (`.venv/bin/python benchmarks/bench_x.py`); this module
+sits beside it and is imported as `common` (the script puts its own folder on sys.path).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
+    """(fn's result, wall seconds it took)."""
+    started = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - started
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def repeat(fn: Callable[[], float], times: int) -> list[float]:
+    """Run a measurement `times` times; each call returns its own figure."""
+    return [fn() for _ in range(times)]
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "when": dt.datetime.now().isoformat(timespec="seconds"),
+    }
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain aligned table (numbers right-aligned), for a terminal or a README."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
+              for i, h in enumerate(headers)]
+    numeric = [all(_is_number(row[i]) for row in rows) if rows else False
+               for i in range(len(headers))]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
+        ).rstrip()
+
+    out = [line(list(headers)), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], title: str = "") -> None:
+    if title:
+        print(f"\n{title}")
+    print(format_table(headers, rows))
+    sys.stdout.flush()
+
+
+def write_results(name: str, data: dict[str, Any]) -> Path:
+    """benchmarks/results/<name>.json, with the machine it ran on."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    payload = {"benchmark": name, "machine": machine_info(), **data}
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    return path
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _cell(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
