@@ -187,7 +187,7 @@ def _promote_conda(
 ) -> None:
     """Copy each package on the server from the test label to the release label (the same
     bytes that were tested; --update leaves what is already there alone)."""
-    from nightly.publish import conda
+    import nightly.publish.conda as conda
 
     pub = config.publish
     token = "" if dry_run else conda.read_token(pub.token_env, pub.token_file)

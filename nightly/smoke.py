@@ -129,7 +129,7 @@ class SmokeTester:
         """Install from a temporary local channel with py-rattler, then import with the
         build's interpreter (conda packages here carry no interpreter of their own)."""
         try:
-            from nightly.publish import conda
+            import nightly.publish.conda as conda
         except ImportError as e:  # pragma: no cover - the conda extra is not installed
             return SmokeResult(ok=False, reason=f"smoke test: conda client unavailable: {e}")
         with tempfile.TemporaryDirectory(prefix=f"smoke-{build.id}-", dir=job.work_dir.parent) as t:
