@@ -157,6 +157,12 @@ def earlier_nights(history: History, ids: list[str], date: dt.date) -> None:
             }, commit="0" * 40)  # fmt: skip
 
 
+@pytest.fixture
+def date() -> str:
+    """The day every integration night runs for (see conftest.DATE)."""
+    return "2024_05_01"
+
+
 def test_report_of_a_real_night_in_chromium(
     chromium: Path,
     night_project: Callable[..., Any],
