@@ -97,8 +97,8 @@ def make_executor(name: str, config: Config, *, keep_container: bool = False) ->
         from nightly.executors.container import ContainerExecutor, ContainerSettings
 
         c = config.container
-        executor: Executor = ContainerExecutor(
-            ContainerSettings(
+        try:
+            settings = ContainerSettings(
                 base_url=c.base_url or None,
                 memory_limit=c.memory_limit or None,
                 user=c.user or None,
@@ -107,7 +107,9 @@ def make_executor(name: str, config: Config, *, keep_container: bool = False) ->
                 keep_container=keep_container,
                 pull=c.pull,
             )
-        )
+        except ValueError as e:
+            raise ConfigError(str(e), file=str(config.path), key="executor.container") from e
+        executor: Executor = ContainerExecutor(settings)
         return executor
     raise UsageError(f"unknown executor '{name}': choose local or container")
 

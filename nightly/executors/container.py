@@ -11,7 +11,10 @@ One container per build, from `job.image`:
 - user: the invoking process's uid:gid (or the configured one), so what the build writes to
   its output folder belongs to whoever runs `nightly`, not root;
 - output streamed from the engine into the log as it comes (a thread follows the container's
-  logs), so a build that dies or runs out of memory still leaves its log;
+  logs, and follows them again when the stream breaks), so a build that dies or runs out of
+  memory still leaves its log; once the container stopped its whole log is read and what the
+  stream missed is passed on (Podman's follow stream can lose the tail or never answer),
+  each byte exactly once;
 - timeout and cancel kill the container; a memory limit that is hit is reported as "out of
   memory" (exit status 137 under a limit: Podman does not set State.OOMKilled);
 - the container is removed on every path (success, failure, timeout, cancel, an exception in
@@ -59,6 +62,9 @@ STARTED_MARKER = f"{SCRATCH}/.started"
 # Labels on every container this executor creates.
 LABEL_MANAGED = "nightly.managed"
 LABEL_BUILD_ID = "nightly.build-id"
+# The job's own output folder on the host: unique per day and build, so reaping after a
+# killed run never touches a container another day's live run has for the same build id.
+LABEL_JOB = "nightly.job"
 
 # The container's command: `bash -c WRAPPER RECIPE`. The first start records that it ran,
 # makes HOME and WORK_DIR and runs the recipe; a second start (only --keep-container does
@@ -71,12 +77,15 @@ WRAPPER = (
 )
 
 POLL_S = 0.1  # how often the supervisor looks at the cancel event and the deadline
+FIRST_LOOK_S = 0.05  # first look at the container's state after the start; then doubling
+MAX_LOOK_GAP_S = 5.0  # ... up to this
 KILL_WAIT_S = 30.0  # how long to wait for a killed container to be reported stopped
-LOG_DRAIN_S = 10.0  # how long to wait for the last output after the container stopped
+LOG_GRACE_S = 2.0  # how long the log stream may take to end after the container stopped
+RECONNECT_PAUSE_S = 0.5  # between attempts to follow the logs again after the stream broke
 POOL_SIZE = 32  # HTTP connections to the engine (each running build holds two)
 
-_USER_RE = re.compile(r"^\d+:\d+$")
-_MEMORY_RE = re.compile(r"^\d+(\.\d+)?[bkmg]?$", re.IGNORECASE)
+USER_RE = re.compile(r"^\d+:\d+$")
+MEMORY_RE = re.compile(r"^\d+(\.\d+)?[bkmg]?$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,12 +113,10 @@ class ContainerSettings:
     labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.user is not None and not _USER_RE.match(self.user):
+        if self.user is not None and not USER_RE.match(self.user):
             raise ValueError(f"container user must be 'uid:gid' (numbers), got {self.user!r}")
-        if self.memory_limit is not None and not _MEMORY_RE.match(self.memory_limit):
-            raise ValueError(
-                f"memory limit must look like 512m or 8g, got {self.memory_limit!r}"
-            )
+        if self.memory_limit is not None and not MEMORY_RE.match(self.memory_limit):
+            raise ValueError(f"memory limit must look like 512m or 8g, got {self.memory_limit!r}")
         if not -1000 <= self.oom_score_adj <= 1000:
             raise ValueError(f"oom_score_adj must be in -1000..1000, got {self.oom_score_adj}")
 
@@ -153,7 +160,9 @@ class _Watch:
     wait_error: BaseException | None = None
     log_error: BaseException | None = None
     log_done: threading.Event = field(default_factory=threading.Event)
+    reconnects: int = 0
     out_lock: threading.Lock = field(default_factory=threading.Lock)
+    emitted: int = 0  # bytes of the engine's log passed on so far
     closed: bool = False  # set once run() returns: no output after that
 
 
@@ -260,7 +269,12 @@ class ContainerExecutor(Executor):
         """Keyword arguments for `client.containers.create` (the SDK's names)."""
         from docker.types import DeviceRequest, Mount
 
-        labels = {LABEL_MANAGED: "true", LABEL_BUILD_ID: job.build_id, **self.settings.labels}
+        labels = {
+            LABEL_MANAGED: "true",
+            LABEL_BUILD_ID: job.build_id,
+            LABEL_JOB: str(job.output_dir),
+            **self.settings.labels,
+        }
         kwargs: dict[str, Any] = {
             "image": job.image,
             "command": self.command_for(job),
@@ -286,6 +300,25 @@ class ContainerExecutor(Executor):
             kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
         return kwargs
 
+    def reap(self, job: Job) -> list[str]:
+        """Remove the containers a killed run left for this job (same day, same build)."""
+        try:
+            stale = self.client().containers.list(
+                all=True, filters={"label": [f"{LABEL_MANAGED}=true", f"{LABEL_JOB}={job.output_dir}"]}
+            )
+        except ExecutorError:
+            return []  # no engine: nothing of ours can be running on it
+        except Exception as e:  # the engine's own error types vary (docker/requests)
+            return [f"could not list stale containers of {job.build_id}: {e}"]
+        lines = []
+        for c in stale:
+            try:
+                c.remove(force=True)
+                lines.append(f"removed container {c.name} left by a killed run of {job.build_id}")
+            except Exception as e:
+                lines.append(f"could not remove stale container {c.name}: {e}")
+        return lines
+
     def describe(self, job: Job) -> dict[str, object]:
         return {
             "executor": self.name,
@@ -293,9 +326,7 @@ class ContainerExecutor(Executor):
             "image": job.image,
             "command": self.command_for(job),
             "user": self.user_for(),
-            "mounts": [
-                {"source": s, "target": t, "read_only": ro} for s, t, ro in self.mounts_for(job)
-            ],
+            "mounts": [{"source": s, "target": t, "read_only": ro} for s, t, ro in self.mounts_for(job)],
             "env": self.env_for(job),
             "memory_limit": self.memory_for(job),
             "gpu": job.gpu or self.settings.gpu,
@@ -433,60 +464,83 @@ class ContainerExecutor(Executor):
     ) -> ExecResult:
         container.start()
         threading.Thread(
-            target=_pump_logs, args=(container, out, watch), daemon=True,
+            target=_pump_logs,
+            args=(container, out, watch),
+            daemon=True,
             name=f"logs-{job.build_id}",
         ).start()
         waiter = threading.Thread(
-            target=_wait_for_exit, args=(container, watch), daemon=True,
+            target=_wait_for_exit,
+            args=(container, watch),
+            daemon=True,
             name=f"wait-{job.build_id}",
         )
         waiter.start()
 
+        # The exit is noticed by whichever comes first: the waiter thread (one long request;
+        # Podman answers it up to ~0.5 s late), or looking at the container's state, often
+        # at first and then less and less (and at once when the output stream ends).
         deadline = time.monotonic() + job.timeout_s
+        gap = FIRST_LOOK_S
+        next_look = time.monotonic() + gap
+        looked_at_stream_end = False
+        failures = 0
+        state: Mapping[str, Any] | None = None
         stopped_for: str | None = None
-        while not watch.done.is_set():
+        while not (watch.done.is_set() and watch.wait_error is None):
             if cancel.is_set():
                 stopped_for = "cancel"
                 break
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= deadline:
                 stopped_for = "timeout"
                 break
-            watch.done.wait(min(POLL_S, left))
+            stream_ended = watch.log_done.is_set() and not looked_at_stream_end
+            if now >= next_look or stream_ended:
+                looked_at_stream_end = watch.log_done.is_set()
+                try:
+                    state = _stopped_state(container)
+                    failures = 0
+                except _engine_errors() as e:
+                    failures += 1
+                    if watch.done.is_set() and failures >= 5:
+                        _collect_rest(container, out, watch)
+                        return _infra(f"lost track of the container: {_first_line(e)}")
+                if state is not None:
+                    break
+                gap = min(gap * 2, MAX_LOOK_GAP_S)
+                next_look = now + gap
+            watch.done.wait(max(0.0, min(POLL_S, deadline - now, next_look - now)))
 
         if stopped_for is not None:
-            why = (
-                "interrupted"
-                if stopped_for == "cancel"
-                else f"timeout after {_seconds(job.timeout_s)} s"
-            )
+            why = "interrupted" if stopped_for == "cancel" else f"timeout after {_seconds(job.timeout_s)} s"
             line = f"\n[nightly] {why}: killing container {container.short_id}\n"
             _emit(watch, out, line.encode())
             _kill(container)
-            watch.done.wait(KILL_WAIT_S)
-            _drain(watch)
+            _await_stop(container, watch, KILL_WAIT_S)
+            log_note = _collect_rest(container, out, watch)
             if stopped_for == "cancel":
-                return ExecResult(exit_status=None, reason="interrupted", interrupted=True)
-            return ExecResult(exit_status=None, reason=why, infra=True)
+                return ExecResult(exit_status=None, reason="interrupted", interrupted=True, notes=log_note)
+            return ExecResult(exit_status=None, reason=why, infra=True, notes=log_note)
 
-        _drain(watch)
-        if watch.wait_error is not None or watch.status is None:
-            err = watch.wait_error or RuntimeError("no exit status")
-            return _infra(f"lost track of the container: {_first_line(err)}")
-        status = int(watch.status.get("StatusCode", -1))
-        oom_killed = False
-        try:
-            container.reload()
-            oom_killed = bool(container.attrs.get("State", {}).get("OOMKilled"))
-        except _engine_errors():
-            pass
+        log_note = _collect_rest(container, out, watch)
+        if state is None:  # the waiter saw the exit first
+            if watch.status is None:
+                return _infra("lost track of the container: no exit status")
+            status = int(watch.status.get("StatusCode", -1))
+            try:
+                state = _stopped_state(container)
+            except _engine_errors():
+                state = None
+        else:
+            status = int(state.get("ExitCode", -1))
+        oom_killed = bool((state or {}).get("OOMKilled"))
         memory = self.memory_for(job)
-        notes: tuple[str, ...] = ()
-        if watch.log_error is not None:
-            notes = (f"output stream from the engine broke: {_first_line(watch.log_error)}",)
+        notes = log_note
         if oom_killed or (status == 137 and memory is not None):
             reason = (
-                f"out of memory (limit {memory})" if memory is not None
+                f"out of memory (limit {memory})"
+                if memory is not None
                 else "out of memory (killed by the kernel's OOM killer)"
             )
             return ExecResult(exit_status=status, reason=reason, infra=True, notes=notes)
@@ -587,14 +641,82 @@ def _emit(watch: _Watch, out: OutputSink, data: bytes) -> None:
             out(data)
 
 
+def _emit_log(watch: _Watch, out: OutputSink, chunk: bytes, position: int) -> int:
+    """Pass on the part of `chunk` (at byte `position` of the engine's log) not yet passed on.
+
+    The log is read more than once (followed again after the stream broke, read whole once
+    the container stopped); counting bytes makes each byte reach `out` exactly once.
+    """
+    end = position + len(chunk)
+    with watch.out_lock:
+        if end > watch.emitted and not watch.closed:
+            out(chunk[max(0, watch.emitted - position) :])
+            watch.emitted = end
+    return end
+
+
 def _pump_logs(container: Container, out: OutputSink, watch: _Watch) -> None:
+    """Follow the container's output as it comes, until the container stops.
+
+    The stream can break while the build runs: the client's read timeout after a long
+    silence, or Podman's API sometimes never answering a follow request that races with a
+    container event. Then it is followed again from the start, skipping what was passed on.
+    """
     try:
-        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
-            _emit(watch, out, chunk)
-    except Exception as e:
-        watch.log_error = e
+        while not watch.closed:
+            position = 0
+            try:
+                for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                    position = _emit_log(watch, out, chunk, position)
+                return  # the stream ended: the container stopped
+            except Exception as e:
+                watch.log_error = e
+                if watch.done.is_set():
+                    return  # stopped: the supervisor reads what is left
+                watch.reconnects += 1
+                time.sleep(RECONNECT_PAUSE_S)
     finally:
         watch.log_done.set()
+
+
+def _collect_rest(container: Container, out: OutputSink, watch: _Watch) -> tuple[str, ...]:
+    """After the container stopped: pass on whatever output the stream did not deliver.
+
+    Once the engine reports the container stopped its log is complete (conmon, like
+    Docker's log copier, flushes it first), so it is read whole rather than waiting for the
+    follow stream, which Podman ends up to a second later (or, rarely, never).
+    """
+    try:
+        whole = container.logs(stream=False, stdout=True, stderr=True)
+    except _engine_errors() as e:
+        watch.log_done.wait(LOG_GRACE_S)
+        if watch.log_done.is_set() and watch.log_error is None:
+            return ()  # the stream ended normally: it delivered everything
+        return (f"the build's output may be incomplete: {_first_line(e)}",)
+    _emit_log(watch, out, whole, 0)
+    return ()
+
+
+_STOPPED = frozenset({"exited", "stopped", "dead"})
+
+
+def _stopped_state(container: Container) -> Mapping[str, Any] | None:
+    """The container's State when it has stopped (ExitCode is final then), else None."""
+    container.reload()
+    state: Mapping[str, Any] = container.attrs.get("State") or {}
+    return state if state.get("Status") in _STOPPED else None
+
+
+def _await_stop(container: Container, watch: _Watch, limit_s: float) -> None:
+    """Wait (at most limit_s) until a killed container is reported stopped."""
+    end = time.monotonic() + limit_s
+    while not watch.done.is_set() and time.monotonic() < end:
+        try:
+            if _stopped_state(container) is not None:
+                return
+        except _engine_errors():
+            pass
+        watch.done.wait(POLL_S)
 
 
 def _wait_for_exit(container: Container, watch: _Watch) -> None:
@@ -604,11 +726,6 @@ def _wait_for_exit(container: Container, watch: _Watch) -> None:
         watch.wait_error = e
     finally:
         watch.done.set()
-
-
-def _drain(watch: _Watch) -> None:
-    """Give the log thread a moment to pass on the last output after the container stopped."""
-    watch.log_done.wait(LOG_DRAIN_S)
 
 
 def _kill(container: Container) -> None:
