@@ -58,13 +58,20 @@ def open_destination(config: Config) -> Any:
     from nightly.publish.store import open_store
 
     p = config.publish
-    return open_store(
-        p.url,
-        endpoint_url=p.endpoint_url or None,
-        region=p.region or None,
-        profile=p.profile or None,
-        acl=p.acl or None,
-    )
+    try:
+        return open_store(
+            p.url,
+            endpoint_url=p.endpoint_url or None,
+            region=p.region or None,
+            profile=p.profile or None,
+            acl=p.acl or None,
+        )
+    except ConfigError as e:
+        if e.file:
+            raise
+        # The store knows what is wrong; the config knows where it was written.
+        msg = str(e).split(": ", 1)[-1]
+        raise ConfigError(msg, file=str(config.path), key="publish.url") from e
 
 
 def publish_day(

@@ -1,0 +1,337 @@
+"""The S3 store against moto's S3 server on loopback (boto3 over HTTP), and the file://
+store doing the same things the same way."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from nightly.errors import ConfigError, PublishError
+from nightly.publish.store import (
+    FileStore,
+    PreconditionFailed,
+    S3Store,
+    Store,
+    file_sha256,
+    open_store,
+    remote_folder,
+)
+
+ACCESS_KEY = "AKIANIGHTLYTESTKEY42"
+SECRET_KEY = "nightly-test-secret-DO-NOT-PRINT"
+MB = 1024 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Moto:
+    endpoint: str
+    port: int
+    server: ThreadedMotoServer
+
+    def restart(self) -> None:
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server.start()
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[Moto]:
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }.items():
+            mp.setenv(name, value)
+        port = free_port()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        m = Moto(f"http://127.0.0.1:{port}", port, server)
+        yield m
+        m.server.stop()
+
+
+@pytest.fixture
+def bucket(moto: Moto) -> str:
+    name = f"nightly-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=moto.endpoint).create_bucket(Bucket=name)
+    return name
+
+
+def s3(moto: Moto, bucket: str, **kw: Any) -> S3Store:
+    store = open_store(f"s3://{bucket}/pub", endpoint_url=moto.endpoint, **kw)
+    assert isinstance(store, S3Store)
+    return store
+
+
+def raw(moto: Moto) -> Any:
+    return boto3.client("s3", endpoint_url=moto.endpoint)
+
+
+def make_file(path: Path, size: int) -> str:
+    path.write_bytes(os.urandom(size))
+    return file_sha256(path)
+
+
+def test_remote_folder_layout() -> None:
+    assert remote_folder("whl", "nightly", "cu126") == "whl/nightly/cu126"
+    assert remote_folder("libtorch", "nightly", "cpu") == "libtorch/nightly/cpu"
+    assert remote_folder("whl", "test", "cpu") == "whl/test/cpu"
+    assert remote_folder("whl", "release", "cu118") == "whl/cu118"
+    with pytest.raises(ConfigError, match="did you mean 'nightly'"):
+        remote_folder("whl", "nighty", "cpu")
+    with pytest.raises(ConfigError):
+        remote_folder("whl", "nightly", "../cpu")
+
+
+def test_put_head_metadata_and_native_checksum(moto: Moto, bucket: str, tmp_path: Path) -> None:
+    store = s3(moto, bucket, acl="public-read")
+    src = tmp_path / "demo-1.0.0.dev20261121+cpu-py3-none-any.whl"
+    digest = make_file(src, 1000)
+    key = f"whl/nightly/cpu/{src.name}"
+    store.put(key, src, digest)
+    info = store.head(key)
+    assert info is not None
+    assert (info.key, info.size, info.sha256) == (key, 1000, digest)
+    r = raw(moto).head_object(Bucket=bucket, Key=f"pub/{key}", ChecksumMode="ENABLED")
+    assert r["Metadata"] == {"sha256": digest}
+    assert base64.b64decode(r["ChecksumSHA256"]).hex() == digest
+    grants = raw(moto).get_object_acl(Bucket=bucket, Key=f"pub/{key}")["Grants"]
+    assert any(g["Grantee"].get("URI", "").endswith("AllUsers") for g in grants)
+    assert store.head("whl/nightly/cpu/missing.whl") is None
+
+
+def test_multipart_upload_keeps_sha256(moto: Moto, bucket: str, tmp_path: Path) -> None:
+    store = s3(moto, bucket, multipart_threshold=5 * MB, multipart_chunksize=5 * MB)
+    src = tmp_path / "libtorch-shared-with-deps-1.0.0.dev20261121+cpu.zip"
+    digest = make_file(src, 12 * MB)
+    key = f"libtorch/nightly/cpu/{src.name}"
+    before = store.requests
+    store.put(key, src, digest)
+    # create + 3 parts + complete
+    assert store.requests - before == 5
+    etag = raw(moto).head_object(Bucket=bucket, Key=f"pub/{key}")["ETag"]
+    assert etag.endswith('-3"')
+    info = store.head(key)
+    assert info is not None
+    assert info.sha256 == digest
+    out = tmp_path / "back.zip"
+    store.get(key, out)
+    assert file_sha256(out) == digest
+
+
+def test_list_is_paginated_and_relative(moto: Moto, bucket: str) -> None:
+    client = raw(moto)
+    keys = [f"pub/whl/nightly/cpu/p-1.0.{n}-py3-none-any.whl" for n in range(1100)]
+    keys += ["pub/whl/nightly/cu126/x.whl", "other/whl/nightly/cpu/y.whl"]
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=k, Body=b"x"), keys))
+    store = s3(moto, bucket)
+    before = store.requests
+    listed = [o.key for o in store.list("whl/nightly/cpu/")]
+    assert store.requests - before == 2  # 1000 + 100
+    assert listed == sorted(k[4:] for k in keys[:1100])
+    assert [o.key for o in store.list("whl/")][-1] == "whl/nightly/cu126/x.whl"
+
+
+def test_copy_is_server_side_and_keeps_metadata(moto: Moto, bucket: str, tmp_path: Path) -> None:
+    store = s3(moto, bucket)
+    src = tmp_path / "demo-2.1.0-py3-none-any.whl"
+    digest = make_file(src, 2 * MB)
+    store.put(f"whl/test/cpu/{src.name}", src, digest)
+    before = store.requests
+    store.copy(f"whl/test/cpu/{src.name}", f"whl/cpu/{src.name}")
+    assert store.requests - before == 2  # HEAD + CopyObject: no bytes through us
+    info = store.head(f"whl/cpu/{src.name}")
+    assert info is not None
+    assert (info.size, info.sha256) == (2 * MB, digest)
+    with pytest.raises(PublishError, match="no such object"):
+        store.copy("whl/test/cpu/missing.whl", "whl/cpu/missing.whl")
+
+
+def test_delete(moto: Moto, bucket: str, tmp_path: Path) -> None:
+    store = s3(moto, bucket)
+    src = tmp_path / "f.whl"
+    store.put("whl/nightly/cpu/f.whl", src, make_file(src, 10))
+    store.delete("whl/nightly/cpu/f.whl")
+    assert store.head("whl/nightly/cpu/f.whl") is None
+    store.delete("whl/nightly/cpu/f.whl")  # deleting twice is fine, as on S3
+
+
+def test_conditional_writes(moto: Moto, bucket: str) -> None:
+    store = s3(moto, bucket)
+    key = "whl/nightly/cpu/.index.json"
+    etag = store.put_bytes(key, b"{1}", "application/json", if_none_match=True)
+    with pytest.raises(PreconditionFailed):
+        store.put_bytes(key, b"{2}", "application/json", if_none_match=True)
+    etag2 = store.put_bytes(key, b"{3}", "application/json", if_match=etag)
+    with pytest.raises(PreconditionFailed):
+        store.put_bytes(key, b"{4}", "application/json", if_match=etag)
+    assert store.get_bytes(key) == (b"{3}", etag2)
+    assert store.get_bytes("whl/nightly/cpu/none.json") is None
+    r = raw(moto).head_object(Bucket=bucket, Key=f"pub/{key}")
+    assert r["ContentType"] == "application/json"
+
+
+def test_bad_keys_are_rejected(moto: Moto, bucket: str) -> None:
+    store = s3(moto, bucket)
+    for key in ("", "/abs", "a//b", "a/../b", "a/./b", "tab\there"):
+        with pytest.raises(PublishError, match="invalid object key"):
+            store.head(key)
+
+
+def test_unreachable_server_fails_without_credentials(moto: Moto, bucket: str) -> None:
+    dead = f"http://{ACCESS_KEY}:{SECRET_KEY}@127.0.0.1:{free_port()}"
+    store = S3Store(bucket, "pub", endpoint_url=dead, attempts=2, backoff=0.01, botocore_attempts=1)
+    started = time.monotonic()
+    with pytest.raises(PublishError) as exc:
+        store.head("whl/nightly/cpu/x.whl")
+    assert time.monotonic() - started < 10
+    message = str(exc.value)
+    assert "head s3://" in message
+    assert SECRET_KEY not in message
+    assert ACCESS_KEY not in message
+    assert exc.value.__cause__ is None
+    with pytest.raises(ConfigError) as cfg:
+        open_store(f"s3://{ACCESS_KEY}:{SECRET_KEY}@{bucket}/pub")
+    assert SECRET_KEY not in str(cfg.value)
+
+
+def test_server_down_then_back(moto: Moto, bucket: str, tmp_path: Path) -> None:
+    """Stopped mid-way: bounded retries, then PublishError; restarted: the retry succeeds."""
+    src = tmp_path / "demo-1.0-py3-none-any.whl"
+    digest = make_file(src, 1000)
+    quick = s3(moto, bucket, attempts=2, backoff=0.01, botocore_attempts=1)
+    quick.put("whl/nightly/cpu/a.whl", src, digest)
+    moto.server.stop()
+    try:
+        with pytest.raises(PublishError) as exc:
+            quick.put("whl/nightly/cpu/b.whl", src, digest)
+        assert SECRET_KEY not in str(exc.value)
+        assert ACCESS_KEY not in str(exc.value)
+        # A patient store rides out a restart that happens while it is retrying.
+        patient = s3(moto, bucket, attempts=8, backoff=0.2, botocore_attempts=1)
+        timer = threading.Timer(0.5, moto.restart)
+        timer.start()
+        patient.put("whl/nightly/cpu/b.whl", src, digest)
+        timer.join()
+    finally:
+        if not moto.server._thread or not moto.server._thread.is_alive():
+            moto.restart()
+    info = quick.head("whl/nightly/cpu/b.whl")
+    assert info is not None
+    assert info.sha256 == digest
+
+
+def test_unknown_profile_is_a_config_error(moto: Moto) -> None:
+    with pytest.raises(ConfigError, match="profile"):
+        open_store("s3://bkt/p", endpoint_url=moto.endpoint, profile="nope")
+
+
+def test_unsupported_destination() -> None:
+    with pytest.raises(ConfigError, match="unsupported destination"):
+        open_store("ftp://host/path")
+    with pytest.raises(ConfigError, match="must be local"):
+        open_store("file://otherhost/path")
+    with pytest.raises(ConfigError, match="absolute"):
+        open_store("file:relative/path")
+
+
+# --------------------------------------------------------------------------- parity
+
+
+@pytest.fixture(params=["s3", "file"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    if request.param == "file":
+        return open_store((tmp_path / "mirror").as_uri())
+    moto_: Moto = request.getfixturevalue("moto")
+    return s3(moto_, request.getfixturevalue("bucket"))
+
+
+def test_both_stores_behave_alike(any_store: Store, tmp_path: Path) -> None:
+    store = any_store
+    src = tmp_path / "demo-1.0.0.dev20261121+cpu-py3-none-any.whl"
+    digest = make_file(src, 3000)
+    keys = [
+        "whl/nightly/cpu/demo-1.0.0.dev20261121+cpu-py3-none-any.whl",
+        "whl/nightly/cpu/demo/index.html",
+        "whl/nightly/cpu2/z.whl",
+        "whl/nightly/cpu.txt",
+        "whl/nightly/cpu/a b&c.whl",
+    ]
+    for key in keys:
+        store.put(key, src, digest)
+    assert [o.key for o in store.list("whl/nightly/cpu")] == sorted(keys, key=str.encode)
+    assert [o.key for o in store.list("whl/nightly/cpu/")] == sorted(keys[0:2] + keys[4:])
+    assert [o.key for o in store.list("whl/nightly/cpu/d")] == keys[0:2]  # "-" < "/"
+    info = store.head(keys[0])
+    assert info is not None
+    assert (info.size, info.sha256) == (3000, digest)
+    assert info.last_modified is not None
+    store.copy(keys[0], "whl/cpu/demo.whl")
+    copied = store.head("whl/cpu/demo.whl")
+    assert copied is not None
+    assert copied.sha256 == digest
+    assert store.ensure("whl/cpu/demo.whl", src, digest) is False
+    etag = store.put_bytes("whl/cpu/index.html", b"<html>", "text/html")
+    with pytest.raises(PreconditionFailed):
+        store.put_bytes("whl/cpu/index.html", b"<x>", "text/html", if_none_match=True)
+    got = store.get_bytes("whl/cpu/index.html")
+    assert got == (b"<html>", etag)
+    page = store.head("whl/cpu/index.html")
+    assert page is not None
+    assert page.sha256 == hashlib.sha256(b"<html>").hexdigest()
+    store.delete("whl/cpu/demo.whl")
+    assert store.head("whl/cpu/demo.whl") is None
+    out = tmp_path / "out" / "x.whl"
+    store.get(keys[0], out)
+    assert file_sha256(out) == digest
+    assert store.requests > 0
+
+
+def test_file_store_is_atomic_and_hides_its_bookkeeping(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "mirror")
+    store.put_bytes("whl/nightly/cpu/index.html", b"old", "text/html")
+    stop = threading.Event()
+    seen: set[bytes] = set()
+
+    def reader() -> None:
+        while not stop.is_set():
+            got = store.get_bytes("whl/nightly/cpu/index.html")
+            assert got is not None
+            seen.add(got[0])
+
+    t = threading.Thread(target=reader)
+    t.start()
+    for n in range(200):
+        store.put_bytes("whl/nightly/cpu/index.html", b"A" * 10000 if n % 2 else b"B" * 20000, "t")
+    stop.set()
+    t.join()
+    assert seen <= {b"old", b"A" * 10000, b"B" * 20000}
+    assert [o.key for o in store.list("")] == ["whl/nightly/cpu/index.html"]
+    with pytest.raises(PublishError, match="reserved"):
+        store.head(".nightly-store/meta/x")
