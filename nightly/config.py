@@ -152,6 +152,24 @@ class Publish:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    """[cluster]: `nightly run --cluster` (nightly.cluster, docs/cluster.md)."""
+
+    address: str = ""
+    staging: str = ""  # normalised: s3://… or file:///abs, "" when not configured
+    endpoint_url: str = ""
+    region: str = ""
+    profile: str = ""
+    executor: str = ""  # "" = each platform's first machine's executor
+    gpu_smoke: bool = False
+    log_flush_s: float = 5.0
+    worker_wait_s: float = 600.0
+    connect_timeout_s: float = 30.0
+    task_retries: int = 1
+    keep_staging: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     path: Path
     root: Path
@@ -177,6 +195,7 @@ class Config:
     min_free_gb: float
     publish: Publish
     smoke: Smoke
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     builds: tuple[Build, ...] = field(default=())  # the matrix after the config's selectors
 
     # ------------------------------------------------------------------ lookups
@@ -384,6 +403,7 @@ def parse(
         timeout_s=sm.duration("timeout"),
     )
     sm.finish()
+    cluster = _parse_cluster(top, ctx, base)
     top.finish()
 
     all_builds = expand(matrices)
@@ -435,6 +455,7 @@ def parse(
         min_free_gb=min_free_gb,
         publish=publish,
         smoke=smoke,
+        cluster=cluster,
         builds=tuple(builds),
     )
 
@@ -579,6 +600,41 @@ def _parse_publish(top: _Table, ctx: _Ctx, base: Path) -> Publish:
     py.finish()
     pt.finish()
     return p
+
+
+def _parse_cluster(top: _Table, ctx: _Ctx, base: Path) -> ClusterConfig:
+    ct = top.table("cluster")
+    staging = ct.str("staging")
+    if staging and "://" not in staging:
+        staging = _path(staging, base).resolve().as_uri()
+    elif staging and not staging.startswith(("s3://", "file://")):
+        ctx.fail(
+            f"'{staging.split('://')[0]}://' staging stores are not supported",
+            "cluster.staging",
+            hint="use s3://BUCKET/PREFIX, file:///PATH or a folder path every host mounts",
+        )
+    if staging and "@" in urllib.parse.urlsplit(staging).netloc:
+        ctx.fail("credentials in cluster.staging are not allowed", "cluster.staging",
+                 hint="use cluster.profile or the standard AWS variables")
+    executor = ct.str("executor")
+    if executor and executor not in EXECUTORS:
+        ct.choice("executor", EXECUTORS)
+    c = ClusterConfig(
+        address=ct.str("address"),
+        staging=staging,
+        endpoint_url=ct.str("endpoint_url"),
+        region=ct.str("region"),
+        profile=ct.str("profile"),
+        executor=executor,
+        gpu_smoke=ct.bool("gpu_smoke"),
+        log_flush_s=ct.duration("log_flush"),
+        worker_wait_s=ct.duration("worker_wait"),
+        connect_timeout_s=ct.duration("connect_timeout"),
+        task_retries=ct.int("task_retries", minimum=0),
+        keep_staging=ct.bool("keep_staging"),
+    )
+    ct.finish()
+    return c
 
 
 def _python_or_default(s: str) -> str:
