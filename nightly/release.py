@@ -18,11 +18,12 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nightly.config import Config
-from nightly.errors import PublishError, UsageError
+from nightly.errors import ConfigError, PublishError, UsageError
 from nightly.workspace import SUCCEEDED, Day, DayLock, State
 
 Log = Callable[[str], None]
@@ -64,6 +65,18 @@ def completeness(
     return allowed, refused
 
 
+@dataclass
+class _Copy:
+    """One file of the candidate to copy from the test folder to the release folder."""
+
+    bid: str
+    src: str
+    dst: str
+    sha256: str
+    size: int | None
+    done: bool = False  # already in the release folder, verified
+
+
 def promote(
     config: Config,
     version: str,
@@ -73,16 +86,21 @@ def promote(
     dry_run: bool = False,
     log: Log = print,
 ) -> int:
-    """Copy the candidate's test files to the release destinations. Exit code."""
+    """Copy the candidate's test files to the release destinations. Exit code.
+
+    Everything is checked before anything is changed: the candidate is complete (or what is
+    missing is allowed), the credentials are there, every test file is the one built, and no
+    release destination holds a different file of the same name.
+    """
     from nightly.publish.store import remote_folder
-    from nightly.publish.upload import UploadReport, kind_of, open_destination, regenerate_index
+    from nightly.publish.upload import UploadReport, kind_of, open_destination
 
     day = release_day(config, version, rc)
+    rerun = f"nightly release {version}" + (f" --rc {rc}" if rc is not None else "")
     if not day.state_path.exists():
         raise UsageError(
             f"no release candidate {candidate_name(version, rc)} under {config.root}: "
-            f"build it with `nightly release {version}" + (f" --rc {rc}" if rc is not None else "")
-            + "` first"
+            f"build it with `{rerun}` first"
         )
     lock = DayLock(day.lock_path).acquire("promote") if not dry_run else None
     try:
@@ -99,46 +117,77 @@ def promote(
         pub = config.publish
         store = open_destination(config) if pub.url else None
         report = UploadReport()
-        wheels: list[Path] = []
+        wheels: list[tuple[str, Path, str]] = []  # (build, path, sha256)
         conda_files: list[tuple[str, dict[str, Any]]] = []
+        copies: list[_Copy] = []
         for bid, entry in sorted(state.builds.items()):
             if entry.get("status") != SUCCEEDED:
                 continue
-            cuda = str(entry.get("cuda"))
             for pkg in entry.get("packages", []):
-                kind = kind_of(str(entry.get("package")), pkg["name"])
+                package_type = str(entry.get("package") or pkg["path"].split("/")[1])
+                cuda = str(entry.get("cuda") or pkg["path"].split("/")[2])
+                kind = kind_of(package_type, pkg["name"])
                 if kind == "conda":
                     conda_files.append((bid, pkg))
                     continue
                 if kind is None:
                     continue
                 if kind == "whl":
-                    wheels.append(day.path / pkg["path"])
+                    wheels.append((bid, day.path / pkg["path"], pkg["sha256"]))
                 if store is None:
                     continue
-                src = f"{remote_folder(kind, 'test', cuda)}/{pkg['name']}"
                 folder = remote_folder(kind, "release", cuda)
-                dst = f"{folder}/{pkg['name']}"
                 report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
-                if dry_run:
-                    log(f"would copy {store.url}/{src} -> {store.url}/{dst}")
-                    continue
-                _copy_verified(store, src, dst, pkg["sha256"], log)
-                _record(state, bid, f"{store.url}/{dst}", pkg["sha256"])
-        if store is not None and not dry_run and report.folders:
-            regenerate_index(config, store, report, channel="release", log=log)
+                copies.append(_Copy(
+                    bid, f"{remote_folder(kind, 'test', cuda)}/{pkg['name']}",
+                    f"{folder}/{pkg['name']}", pkg["sha256"], pkg.get("size"),
+                ))
+        pypi_todo = [
+            (bid, path, sha) for bid, path, sha in wheels
+            if pub.pypi_url and not _recorded(state, bid, _pypi_dest(pub.pypi_url, path.name), sha)
+        ]
+        # Credentials first: a missing one must not leave a half-promoted release.
+        token = ""
+        if conda_files and pub.anaconda_user and not dry_run:
+            import nightly.publish.conda as conda
+
+            try:
+                token = conda.read_token(pub.token_env, pub.token_file)
+            except PublishError as e:
+                raise ConfigError(str(e), key="publish.conda") from e
+        password = ""
+        if pypi_todo and not dry_run:
+            password = _pypi_password(config)
+        if store is not None:
+            _check_copies(store, copies, rerun)
+        for c in copies:
+            assert store is not None
+            if c.done:
+                log(f"already promoted: {store.url}/{c.dst}")
+            elif dry_run:
+                log(f"would copy {store.url}/{c.src} -> {store.url}/{c.dst}")
+            else:
+                _copy_verified(store, c, log)
+            if not dry_run:
+                _record(state, c.bid, f"{store.url}/{c.dst}", c.sha256)
+        if store is not None and report.folders:
+            _release_index(config, store, report, copied={c.dst for c in copies if not c.done},
+                           dry_run=dry_run, log=log)
             if report.index_errors:
                 raise PublishError("; ".join(report.index_errors))
         if conda_files and pub.anaconda_user:
-            _promote_conda(config, day, state, conda_files, dry_run=dry_run, log=log)
-        if wheels and pub.pypi_url:
-            _promote_pypi(config, wheels, dry_run=dry_run, log=log)
+            _promote_conda(config, day, state, conda_files, token=token, dry_run=dry_run, log=log)
+        if pypi_todo:
+            _promote_pypi(config, state, pypi_todo, password=password, dry_run=dry_run, log=log)
+        elif wheels and pub.pypi_url:
+            log(f"already uploaded to {_safe(pub.pypi_url)}: {len(wheels)} wheel(s)")
         if not dry_run:
             state.set_meta(promoted=dt.datetime.now().isoformat(timespec="seconds"))
+        copied = sum(not c.done for c in copies)
         log(
             f"{'would promote' if dry_run else 'promoted'} {candidate_name(version, rc)}: "
-            f"{sum(len(v) for v in report.folders.values())} file(s) in "
-            f"{len(report.folders)} folder(s)"
+            f"{copied} file(s) {'to copy' if dry_run else 'copied'}, "
+            f"{len(copies) - copied} already promoted, in {len(report.folders)} folder(s)"
         )
         return 0
     finally:
@@ -146,34 +195,124 @@ def promote(
             lock.release()
 
 
-def _copy_verified(store: Any, src: str, dst: str, sha256: str, log: Log) -> None:
-    """Server-side copy, then check the copy's sha256 against the build's record."""
-    there = store.head(dst)
-    if there is not None and there.sha256 == sha256:
-        log(f"already promoted: {dst}")
-        return
-    source = store.head(src)
-    if source is None:
+def _check_copies(store: Any, copies: list[_Copy], rerun: str) -> None:
+    """Before anything is copied: each release destination is absent or already the file
+    built (then `done`), and each test file that is still to be copied is the file built."""
+    problems: list[str] = []
+    for c in copies:
+        there = store.head(c.dst)
+        if there is not None:
+            if _matches(there, c):
+                c.done = True
+            else:
+                problems.append(
+                    f"{store.url}/{c.dst} already exists and is not this candidate's file "
+                    f"(sha256 {there.sha256}, size {there.size}; the build's: sha256 {c.sha256}, "
+                    f"size {c.size}): a released file is never replaced; was another candidate "
+                    "of this version promoted?"
+                )
+            continue
+        source = store.head(c.src)
+        if source is None:
+            problems.append(
+                f"{store.url}/{c.src} is not in the test channel: rerun `{rerun}` (it "
+                "publishes what is not yet published)"
+            )
+        elif not _matches(source, c):
+            problems.append(
+                f"{store.url}/{c.src} has sha256 {source.sha256} and size {source.size}, not the "
+                f"build's sha256 {c.sha256} and size {c.size}: refusing to promote a file that "
+                f"is not the one built (rerun `{rerun}` to upload the built file again)"
+            )
+    if problems:
+        raise PublishError("nothing promoted: " + "; ".join(problems))
+
+
+def _matches(info: Any, c: _Copy) -> bool:
+    return bool(info.sha256 == c.sha256 and (c.size is None or info.size == c.size))
+
+
+def _copy_verified(store: Any, c: _Copy, log: Log) -> None:
+    """Server-side copy, then check the copy's sha256 and size against the build's record.
+    A copy that does not verify is removed from the release folder."""
+    store.copy(c.src, c.dst)
+    copied = store.head(c.dst)
+    if copied is None or not _matches(copied, c):
+        if copied is not None:
+            store.delete(c.dst)
         raise PublishError(
-            f"{store.url}/{src} is not in the test channel: run `nightly upload` for the "
-            "candidate first"
+            f"the copy {store.url}/{c.dst} does not verify (sha256 {getattr(copied, 'sha256', None)}, "
+            f"expected {c.sha256}); it was removed"
         )
-    if source.sha256 != sha256:
-        raise PublishError(
-            f"{store.url}/{src} has sha256 {source.sha256}, not the build's {sha256}: refusing "
-            "to promote a file that is not the one built"
-        )
-    store.copy(src, dst)
-    copied = store.head(dst)
-    if copied is None or copied.sha256 != sha256:
-        raise PublishError(f"the copy {store.url}/{dst} does not verify (sha256 mismatch)")
-    log(f"promoted: {dst} (sha256 verified)")
+    log(f"promoted: {c.dst} (sha256 verified)")
+
+
+def _release_index(
+    config: Config, store: Any, report: Any, *, copied: set[str], dry_run: bool, log: Log
+) -> None:
+    """Regenerate the release pages of the folders that changed, or whose pages do not list
+    the candidate's files yet (an earlier promote stopped halfway). A folder whose pages are
+    already current is not written again, so promoting twice writes nothing."""
+    from nightly.publish import index as idx
+    from nightly.publish.upload import UploadReport, regenerate_index
+
+    stale = UploadReport()
+    find_links = config.publish.find_links_name("release")
+    for folder, files in sorted(report.folders.items()):
+        if not any(d.startswith(folder + "/") for d in copied):
+            manifest = idx.read_manifest(store, folder)
+            if manifest.files is not None and all(
+                manifest.files.get(n) == s for n, s in files.items()
+            ):
+                pages = idx.render_folder(manifest.files, find_links_name=find_links)
+                if all(
+                    (got := store.get_bytes(f"{folder}/{rel}")) is not None and got[0] == content
+                    for rel, content in pages.items()
+                ):
+                    log(f"index pages current: {store.url}/{folder}/")
+                    continue
+        if dry_run:
+            log(f"would regenerate the index pages of {store.url}/{folder}/")
+            continue
+        stale.folders[folder] = files
+    if stale.folders:
+        regenerate_index(config, store, stale, channel="release", log=log)
+        report.index_errors.extend(stale.index_errors)
+
+
+def _recorded(state: State, bid: str, dest: str, sha256: str) -> bool:
+    return bool((state.get(bid).get("promoted") or {}).get(dest) == sha256)
 
 
 def _record(state: State, bid: str, dest: str, sha256: str) -> None:
+    if _recorded(state, bid, dest, sha256):
+        return
     promoted = dict(state.get(bid).get("promoted") or {})
     promoted[dest] = sha256
     state.update(bid, promoted=promoted)
+
+
+def _safe(url: str) -> str:
+    from nightly.publish.pypi import safe_url
+
+    return safe_url(url)
+
+
+def _pypi_dest(url: str, name: str) -> str:
+    return f"pypi:{_safe(url).rstrip('/')}/{name}"
+
+
+def _pypi_password(config: Config) -> str:
+    import os
+
+    pub = config.publish
+    password = os.environ.get(pub.pypi_password_env, "")
+    if not password:
+        raise UsageError(
+            f"no password for {_safe(pub.pypi_url)}: set the environment variable "
+            f"{pub.pypi_password_env} (publish.pypi.password_env)"
+        )
+    return password
 
 
 def _promote_conda(
@@ -182,6 +321,7 @@ def _promote_conda(
     state: State,
     files: list[tuple[str, dict[str, Any]]],
     *,
+    token: str,
     dry_run: bool,
     log: Log,
 ) -> None:
@@ -190,10 +330,9 @@ def _promote_conda(
     import nightly.publish.conda as conda
 
     pub = config.publish
-    token = "" if dry_run else conda.read_token(pub.token_env, pub.token_file)
     for bid, p in files:
         dest = f"anaconda:{pub.anaconda_user}/{pub.anaconda_label}/{p['name']}"
-        if (state.get(bid).get("promoted") or {}).get(dest) == p["sha256"]:
+        if _recorded(state, bid, dest, p["sha256"]):
             log(f"already promoted: {dest}")
             continue
         path = day.path / p["path"]
@@ -210,24 +349,33 @@ def _promote_conda(
         log(f"promoted: {dest}")
 
 
-def _promote_pypi(config: Config, wheels: list[Path], *, dry_run: bool, log: Log) -> None:
-    import os
-
+def _promote_pypi(
+    config: Config,
+    state: State,
+    wheels: list[tuple[str, Path, str]],
+    *,
+    password: str,
+    dry_run: bool,
+    log: Log,
+) -> None:
+    """twine upload of the wheels not yet recorded as uploaded. A wheel the index already has
+    counts as uploaded (promoting twice is harmless), but is named: if this candidate did not
+    put it there, it may be another candidate's file of the same name."""
     from nightly.publish import pypi
 
     pub = config.publish
+    url = _safe(pub.pypi_url)
     if dry_run:
-        for w in wheels:
-            log(f"would upload {w.name} to {pub.pypi_url} with twine")
+        for _, w, _ in wheels:
+            log(f"would upload {w.name} to {url} with twine")
         return
-    password = os.environ.get(pub.pypi_password_env, "")
-    if not password:
-        raise UsageError(
-            f"no password for {pub.pypi_url}: set the environment variable "
-            f"{pub.pypi_password_env} (publish.pypi.password_env)"
-        )
-    pypi.twine_upload(
-        wheels, repository_url=pub.pypi_url, username=pub.pypi_username, password=password,
-        skip_existing=True,
-    )
-    log(f"uploaded {len(wheels)} wheel(s) to {pub.pypi_url} with twine")
+    skipped = set(pypi.twine_upload(
+        [w for _, w, _ in wheels], repository_url=pub.pypi_url, username=pub.pypi_username,
+        password=password, skip_existing=True,
+    ))
+    for bid, w, sha in wheels:
+        _record(state, bid, _pypi_dest(pub.pypi_url, w.name), sha)
+        if w.name in skipped:
+            log(f"warning: {url} already had {w.name}: not uploaded again (check that it is "
+                "this candidate's file)")
+    log(f"uploaded {len(wheels) - len(skipped)} wheel(s) to {url} with twine")

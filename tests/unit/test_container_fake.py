@@ -23,6 +23,7 @@ from nightly.executors.container import (
     CUDA_MOUNT,
     HOME_DIR,
     LABEL_BUILD_ID,
+    LABEL_JOB,
     LABEL_MANAGED,
     OUTPUT_MOUNT,
     RECIPES_MOUNT,
@@ -333,11 +334,17 @@ def test_bad_user_rejected(bad: str) -> None:
 
 def test_limits_labels_and_no_gpu_unless_asked(client: FakeClient, make_job: Any) -> None:
     ex = executor(client, memory_limit="8g", labels={"team": "release"})
-    run(ex, make_job())
+    job = make_job()
+    run(ex, job)
     kw = client.last.kwargs
     assert kw["oom_score_adj"] == 1000
     assert kw["mem_limit"] == kw["memswap_limit"] == "8g"
-    assert kw["labels"] == {LABEL_MANAGED: "true", LABEL_BUILD_ID: "manywheel_3.11_cpu", "team": "release"}
+    assert kw["labels"] == {
+        LABEL_MANAGED: "true",
+        LABEL_BUILD_ID: "manywheel_3.11_cpu",
+        LABEL_JOB: str(job.output_dir),
+        "team": "release",
+    }
     assert "device_requests" not in kw
     assert "runtime" not in kw
     # The job's own limit wins over the default.
