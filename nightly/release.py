@@ -175,6 +175,8 @@ def promote(
                            dry_run=dry_run, log=log)
             if report.index_errors:
                 raise PublishError("; ".join(report.index_errors))
+        if conda_files and pub.conda_channel:
+            _promote_conda_channel(config, day, state, conda_files, dry_run=dry_run, log=log)
         if conda_files and pub.anaconda_user:
             _promote_conda(config, day, state, conda_files, token=token, dry_run=dry_run, log=log)
         if pypi_todo:
@@ -313,6 +315,38 @@ def _pypi_password(config: Config) -> str:
             f"{pub.pypi_password_env} (publish.pypi.password_env)"
         )
     return password
+
+
+def _promote_conda_channel(
+    config: Config,
+    day: Day,
+    state: State,
+    files: list[tuple[str, dict[str, Any]]],
+    *,
+    dry_run: bool,
+    log: Log,
+) -> None:
+    """Publish the candidate's conda packages (the bytes that were built and tested, checked
+    against their recorded sha256) into the self-hosted release channel."""
+    import nightly.publish.conda as conda
+    from nightly.publish.upload import conda_channel_dir
+    from nightly.runner import sha256_file
+
+    folder = conda_channel_dir(config, "release")
+    paths = []
+    for _, p in files:
+        path = day.path / p["path"]
+        if sha256_file(path) != p["sha256"]:
+            raise PublishError(f"{path} changed since it was built (sha256 mismatch): not promoted")
+        paths.append(path)
+    if dry_run:
+        for path in paths:
+            log(f"would publish {path.name} to the conda channel {folder}")
+        return
+    written = conda.publish_to_channel(folder, paths)
+    for bid, p in files:
+        _record(state, bid, f"file://{folder}/{conda.channel_key(day.path / p['path'])}", p["sha256"])
+    log(f"conda channel {folder}: {len(written)} package(s) promoted, repodata current")
 
 
 def _promote_conda(

@@ -34,6 +34,13 @@ def kind_of(package_type: str, filename: str) -> str | None:
     return None
 
 
+def conda_channel_dir(config: Config, channel: str) -> Path:
+    """The self-hosted conda channel of one release channel: nightly, test and release are
+    separate channels (folders) under publish.conda.channel, so a candidate never mixes
+    with nightlies."""
+    return Path(config.publish.conda_channel) / channel
+
+
 def channel_of(folder: str) -> str:
     """The channel of a DESIGN-layout folder: whl/nightly/cu126 -> nightly, whl/cu126 -> release."""
     parts = folder.strip("/").split("/")
@@ -158,24 +165,23 @@ def _publish_conda(
     if pub.conda_channel:
         import nightly.publish.conda as conda
 
-        dest = f"file://{pub.conda_channel}"
+        folder = conda_channel_dir(config, channel)
+        dest = f"file://{folder}"
         try:
             written = set(
-                conda.publish_to_channel(
-                    Path(pub.conda_channel), [day.path / p["path"] for _, p in files]
-                )
+                conda.publish_to_channel(folder, [day.path / p["path"] for _, p in files])
             )
         except (PublishError, OSError) as e:
             report.failed[dest] = str(e)
             for bid, _ in files:
                 state.update(bid, upload_error=f"{dest}: {e}")
-            log(f"conda channel {pub.conda_channel}: {e}")
+            log(f"conda channel {folder}: {e}")
         else:
             for bid, p in files:
                 key = conda.channel_key(day.path / p["path"])
                 _record(state, bid, f"{dest}/{key}", p["sha256"])
                 (report.uploaded if key in written else report.skipped).append(f"{dest}/{key}")
-            log(f"conda channel {pub.conda_channel}: {len(written)} new package(s), repodata current")
+            log(f"conda channel {folder}: {len(written)} new package(s), repodata current")
     if pub.anaconda_user:
         import nightly.publish.conda as conda
 
