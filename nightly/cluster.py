@@ -118,9 +118,9 @@ def estimator(config: Config) -> Callable[[Build], float]:
 
 
 def lpt_priorities(builds: Sequence[Build], estimate: Mapping[str, float]) -> dict[str, int]:
-    """Dask priorities (higher runs first): longest estimated first, ties by build id."""
-    order = sorted(builds, key=lambda b: (-estimate[b.id], b.id))
-    return {b.id: len(order) - i for i, b in enumerate(order)}
+    """Dask priorities (higher runs first): the estimate in milliseconds, so the longest
+    builds start first; builds of equal estimate share a priority (and one submission)."""
+    return {b.id: round(estimate[b.id] * 1000) for b in builds}
 
 
 def build_resources(config: Config, build: Build) -> dict[str, float]:
@@ -202,18 +202,33 @@ def task_key(build: Build, day: str, run_id: str) -> str:
 
 
 class Dispatcher:
-    """Submits tasks (priority, resources, retries) and hands back, on the calling thread,
-    results as they arrive, the workers' events, and a periodic tick. The night and the
-    benchmark share it."""
+    """Hands tasks to the scheduler and gives back, on the calling thread, results as they
+    arrive, the workers' events and a periodic tick. The night and the benchmark share it.
 
-    def __init__(self, client: Any, *, topic: str, retries: int) -> None:
+    Work-conserving list scheduling, longest first: per group of tasks with the same
+    resources, at most (the group's slots + `lookahead` per worker that can run it) are on
+    the cluster at a time, and as each finishes the next one by priority goes out; the few
+    queued on each worker hide the round trip. Handing everything over at once
+    (`lookahead=None`) has the scheduler place every task up front, on its guesses of the
+    durations (it learns them per task prefix: `task_key`), which stealing then corrects.
+    benchmarks/bench_cluster.py measures both.
+    """
+
+    def __init__(
+        self, client: Any, *, topic: str, retries: int, lookahead: int | None = 2
+    ) -> None:
         self.client = client
         self.topic = topic
         self.retries = retries
+        self.lookahead = lookahead
         self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.futures: dict[str, Any] = {}
         self.items: dict[str, TaskItem] = {}
-        self.submitted_at = 0.0
+        self.pending: dict[tuple[tuple[str, float], ...], list[TaskItem]] = {}
+        self.inflight: dict[tuple[tuple[str, float], ...], int] = {}
+        self.fn: Callable[..., Any] | None = None
+        self._workers: dict[str, dict[str, Any]] = {}
+        self._workers_at = 0.0
         client.subscribe_topic(topic, self._on_event)
 
     def _on_event(self, event: Any) -> None:
@@ -221,30 +236,78 @@ class Dispatcher:
         if isinstance(msg, dict):
             self.inbox.put(("event", msg))
 
+    @staticmethod
+    def _sig(item: TaskItem) -> tuple[tuple[str, float], ...]:
+        return tuple(sorted(item.resources.items()))
+
     def submit(self, fn: Callable[..., Any], items: Iterable[TaskItem]) -> None:
-        self.submitted_at = self.submitted_at or time.monotonic()
-        for it in sorted(items, key=lambda i: -i.priority):
-            fut = self.client.submit(
-                fn, it.spec, key=it.key, resources=dict(it.resources), priority=it.priority,
-                retries=self.retries, pure=False,
-            )
-            self.futures[it.build_id] = fut
+        """Queue `items` (highest priority first, the given order among equals) and send
+        what the cluster has room for."""
+        self.fn = fn
+        for it in items:
             self.items[it.build_id] = it
-            fut.add_done_callback(lambda f, bid=it.build_id: self.inbox.put(("done", (bid, f))))
+            self.pending.setdefault(self._sig(it), []).append(it)
+        for q in self.pending.values():
+            q.sort(key=lambda i: -i.priority)  # stable: equal priorities keep their order
+        self.refill(fresh=True)
+
+    def refill(self, *, fresh: bool = False) -> None:
+        if self.lookahead is None:
+            for sig in list(self.pending):
+                self._send(sig, len(self.pending[sig]))
+            return
+        workers = self.workers() if fresh or time.monotonic() - self._workers_at > 1.0 \
+            else self._workers
+        for sig, waiting in self.pending.items():
+            if not waiting:
+                continue
+            res = dict(sig)
+            able = [w for w in workers.values() if worker_slots(w, res) > 0]
+            limit = int(sum(worker_slots(w, res) for w in able)) + self.lookahead * len(able)
+            self._send(sig, limit - self.inflight.get(sig, 0))
+
+    def _send(self, sig: tuple[tuple[str, float], ...], n: int) -> None:
+        """The next `n` tasks of a group: one `client.map` per priority."""
+        waiting = self.pending.get(sig, [])
+        batch, self.pending[sig] = waiting[:max(n, 0)], waiting[max(n, 0):]
+        if not batch:
+            return
+        assert self.fn is not None
+        self.inflight[sig] = self.inflight.get(sig, 0) + len(batch)
+        by_priority: dict[int, list[TaskItem]] = {}
+        for it in batch:
+            by_priority.setdefault(it.priority, []).append(it)
+        for priority, group in sorted(by_priority.items(), key=lambda kv: -kv[0]):
+            futures = self.client.map(
+                self.fn, [it.spec for it in group], key=[it.key for it in group],
+                resources=dict(sig), priority=priority, retries=self.retries, pure=False,
+            )
+            for it, fut in zip(group, futures, strict=True):
+                self.futures[it.build_id] = fut
+                fut.add_done_callback(
+                    lambda f, bid=it.build_id: self.inbox.put(("done", (bid, f))))
 
     def cancel(self, build_id: str) -> None:
+        item = self.items.get(build_id)
+        if item is not None and item in self.pending.get(self._sig(item), []):
+            self.pending[self._sig(item)].remove(item)
+            self.inbox.put(("done", (build_id, None)))
+            return
         fut = self.futures.get(build_id)
         if fut is not None:
             with contextlib.suppress(Exception):
                 fut.cancel()
 
     def cancel_all(self) -> None:
+        self.pending.clear()
         with contextlib.suppress(Exception):
             self.client.cancel(list(self.futures.values()))
 
     def workers(self) -> dict[str, dict[str, Any]]:
         info = self.client.scheduler_info(n_workers=-1)
-        return dict(info.get("workers") or {})
+        self._workers = dict(info.get("workers") or {})
+        self._workers_at = time.monotonic()
+        return self._workers
 
     def run(
         self,
@@ -255,8 +318,8 @@ class Dispatcher:
         on_tick: Callable[[set[str]], None] | None = None,
         tick_s: float = WORKER_CHECK_S,
     ) -> None:
-        """Until every submitted task has finished, erred or been cancelled."""
-        remaining = set(self.futures)
+        """Until every task has finished, erred or been cancelled (`on_error(item, None)`)."""
+        remaining = set(self.items)
         last_tick = time.monotonic()
         while remaining:
             try:
@@ -268,28 +331,43 @@ class Dispatcher:
             elif kind == "done":
                 bid: str = payload[0]
                 fut: Any = payload[1]
-                if bid in remaining and bid in self.futures and self.futures[bid] is fut:
+                if bid in remaining and (fut is None or self.futures.get(bid) is fut):
                     remaining.discard(bid)
                     item = self.items[bid]
-                    if fut.status == "finished":
-                        try:
-                            result = fut.result()
-                        except Exception as e:  # lost between finishing and fetching
-                            on_error(item, e)
-                        else:
-                            on_result(item, result)
-                    elif fut.status == "cancelled":
-                        on_error(item, None)
-                    else:
-                        on_error(item, fut.exception())
-                    with contextlib.suppress(Exception):
-                        fut.release()
+                    self._done(item, fut, on_result, on_error)
+                    if fut is not None:
+                        self.inflight[self._sig(item)] -= 1
+                        self.refill()
             now = time.monotonic()
-            if on_tick is not None and now - last_tick >= tick_s:
+            if now - last_tick >= tick_s:
                 last_tick = now
-                on_tick(remaining)
+                if on_tick is not None:
+                    on_tick(remaining)
+                self.refill(fresh=True)
         with contextlib.suppress(Exception):
             self.client.unsubscribe_topic(self.topic)
+
+    @staticmethod
+    def _done(
+        item: TaskItem,
+        fut: Any,
+        on_result: Callable[[TaskItem, dict[str, Any]], None],
+        on_error: Callable[[TaskItem, BaseException | None], None],
+    ) -> None:
+        if fut is None or fut.status == "cancelled":
+            on_error(item, None)
+        elif fut.status == "finished":
+            try:
+                result = fut.result()
+            except Exception as e:  # lost between finishing and fetching
+                on_error(item, e)
+            else:
+                on_result(item, result)
+        else:
+            on_error(item, fut.exception())
+        if fut is not None:
+            with contextlib.suppress(Exception):
+                fut.release()
 
 
 def connect(address: str, timeout_s: float) -> Any:
