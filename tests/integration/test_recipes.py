@@ -50,7 +50,7 @@ print(json.dumps({
 def need_python(xy: str) -> Path:
     python = renv.pyenv_python(xy)
     if python is None:
-        pytest.skip(f"no Python {xy} interpreter on this machine")
+        pytest.fail(f"no Python {xy} interpreter on this machine (pyenv provides 3.10-3.12 here)")
     return python
 
 
@@ -126,7 +126,7 @@ def test_manywheel_cpu_installs_and_imports(xy: str, source_dir: Path, tmp_path:
 def test_manywheel_cuda_compiles_with_nvcc(source_dir: Path, tmp_path: Path) -> None:
     toolkit = renv.cuda_toolkit(CUDA_RELEASE)
     if toolkit is None:
-        pytest.skip(f"no CUDA {CUDA_RELEASE} toolkit")
+        pytest.fail(f"no CUDA {CUDA_RELEASE} toolkit at /usr/local/cuda-{CUDA_RELEASE}")
     python = need_python("3.12")
     env = renv.contract_env(
         package_type="manywheel",
