@@ -14,7 +14,6 @@ import datetime as dt
 import hashlib
 import os
 import re
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,7 +24,7 @@ from typing import Any, Protocol
 from nightly.config import Config
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.matrix import Build
-from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State
+from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State, remove_tree
 
 SECRET_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|AUTH)", re.I)
 
@@ -186,7 +185,7 @@ class Runner:
         self._reap(job)
         for d in (job.output_dir, job.work_dir):
             if d.exists():
-                _rmtree(d)
+                remove_tree(d)
         job.output_dir.mkdir(parents=True)
         job.work_dir.mkdir(parents=True)
         started = time.time()
@@ -262,7 +261,7 @@ class Runner:
             log=str(final.relative_to(day.path)),
         )
         if ok or result.interrupted:
-            _rmtree(day.work / build.id)
+            remove_tree(day.work / build.id)
         outcome = Outcome(
             build_id=build.id,
             status=status,
@@ -521,18 +520,3 @@ def _files(folder: Path) -> list[Path]:
     if not folder.exists():
         return []
     return sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
-
-
-def _rmtree(path: Path) -> None:
-    def onerror(func: object, p: str, exc: object) -> None:
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                os.unlink(p)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=onerror)

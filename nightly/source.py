@@ -17,7 +17,7 @@ from pathlib import Path
 
 from nightly.config import Project
 from nightly.errors import NightlyError
-from nightly.workspace import write_json
+from nightly.workspace import remove_tree, write_json
 
 MARKER = ".nightly-source.json"
 
@@ -62,7 +62,7 @@ def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) ->
         )
     tmp = dest.with_name(dest.name + ".partial")
     if tmp.exists():
-        _rmtree(tmp)
+        remove_tree(tmp)
     if src_path is not None and not (src_path / ".git").exists():
         # A plain folder: copy it. The copy is what every build of the day sees.
         shutil.copytree(src_path, tmp, symlinks=True, ignore=shutil.ignore_patterns(
@@ -91,18 +91,6 @@ def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) ->
         describe = f"{commit[:12]} ({why})"
     write_json(tmp / MARKER, {"commit": commit, "describe": describe})
     if dest.exists():
-        _rmtree(dest)
+        remove_tree(dest)
     os.replace(tmp, dest)
     return Checkout(path=dest, commit=commit, describe=describe)
-
-
-def _rmtree(path: Path) -> None:
-    def onerror(func: object, p: str, exc: object) -> None:
-        os.chmod(p, 0o700)
-        os.chmod(os.path.dirname(p), 0o700)
-        if os.path.isdir(p):
-            shutil.rmtree(p)
-        else:
-            os.unlink(p)
-
-    shutil.rmtree(path, onerror=onerror)

@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from nightly.errors import PublishError
+from nightly.publish.childenv import child_env
 
 if TYPE_CHECKING:
     from nightly.publish.store import Store
@@ -80,30 +81,6 @@ LOCK_NAME = ".nightly-channel.lock"
 _SITE_ALIAS = "nightly-publish-site"
 _OUTPUT_TAIL = 4000
 
-# What the anaconda child process may see of our environment: enough to find programs,
-# reach the server (TLS bundles, proxies) and read the user's own anaconda-client site aliases.
-_PASSTHROUGH_ENV = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "TMPDIR",
-    "SYSTEMROOT",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-)
 
 
 # -- tokens ----------------------------------------------------------------------------------------
@@ -169,7 +146,7 @@ def _anaconda_command() -> list[str]:
 
 
 def _child_env(token: str, config_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in _PASSTHROUGH_ENV}
+    env = child_env()
     env.update(
         {
             TOKEN_ENV: token,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import html
 import importlib.util
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nightly.errors import PublishError
+from nightly.publish.childenv import child_env
 from nightly.publish.conda import mask, safe_url
 
 __all__ = ["safe_url", "twine_upload"]
@@ -31,28 +31,6 @@ log = logging.getLogger(__name__)
 _OUTPUT_TAIL = 4000
 _WAREHOUSES = ("https://upload.pypi.org/", "https://test.pypi.org/")
 _HTTP_ERROR = re.compile(r"HTTPError: (\d{3})\b")
-_PASSTHROUGH_ENV = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "TMPDIR",
-    "SYSTEMROOT",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-)
 
 
 def _is_pypi(url: str) -> bool:
@@ -128,7 +106,7 @@ def _twine(
         if skip_existing:
             cmd.append("--skip-existing")
         cmd += ["--", *(str(p.resolve()) for p in paths)]
-        env = {k: v for k, v in os.environ.items() if k in _PASSTHROUGH_ENV}
+        env = child_env()
         env.update(
             {
                 "TWINE_USERNAME": username,

@@ -15,20 +15,18 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import stat
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from packaging.version import Version
 
 from nightly.errors import ConfigError, PublishError
 from nightly.publish.index import DEFAULT_FIND_LINKS, FolderReport, parse_package, regenerate
 from nightly.publish.store import ObjectInfo, Store
+from nightly.workspace import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -125,61 +123,12 @@ def apply_local_prune(root: Path, paths: Iterable[Path], is_locked: Callable[[Pa
             result.skipped.append((path, reason))
             continue
         try:
-            _rmtree(candidate)
+            remove_tree(candidate)
         except OSError as exc:
             result.failed.append((candidate, f"{type(exc).__name__}: {exc}"))
         else:
             result.deleted.append(candidate)
     return result
-
-
-def _rmtree(path: Path) -> None:
-    """shutil.rmtree, also when the tree has read-only directories.
-
-    rmtree never follows symlinks (it refuses one at the top and unlinks those inside).
-    """
-
-    def retry(func: Callable[..., Any], p: str, exc: BaseException) -> None:
-        if isinstance(exc, FileNotFoundError):
-            return
-        if func in (os.unlink, os.remove, os.rmdir):
-            _add_owner_rwx(os.path.dirname(p))  # unlink needs a writable parent
-            func(p)
-            return
-        raise exc
-
-    def run() -> None:
-        if sys.version_info >= (3, 12):
-            shutil.rmtree(path, onexc=retry)
-        else:
-            shutil.rmtree(path, onerror=lambda f, p, info: retry(f, p, info[1]))
-
-    try:
-        run()
-    except OSError:
-        # Unreadable directories cannot be walked: open the whole tree up, then go again.
-        _open_up(path)
-        run()
-
-
-def _add_owner_rwx(path: str) -> None:
-    try:
-        st = os.lstat(path)
-        if stat.S_ISDIR(st.st_mode):
-            os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
-    except OSError:
-        pass
-
-
-def _open_up(path: Path) -> None:
-    _add_owner_rwx(str(path))
-    try:
-        with os.scandir(path) as entries:
-            children = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return
-    for child in children:
-        _open_up(Path(child))
 
 
 # --------------------------------------------------------------------------- remote

@@ -1,0 +1,37 @@
+"""The environment the publishing clients (anaconda-client, twine) run with.
+
+Only what a client needs to find programs, reach its server (TLS bundles, proxies) and read
+the user's own client settings; never the caller's credentials of other services. Each
+caller adds the one secret its client needs through that client's own variable.
+"""
+
+from __future__ import annotations
+
+import os
+
+PASSTHROUGH = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "SYSTEMROOT",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
+
+
+def child_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k in PASSTHROUGH}
