@@ -286,8 +286,9 @@ def prune(
         from nightly.publish.upload import open_destination
 
         store = open_destination(cfg)
-        keys = retention.plan_remote_prune(
-            retention.list_nightly(store), rv, rd or None, _dt.datetime.now(_dt.timezone.utc)
+        keys = retention.plan_remote_prune(  # remote_versions = 0: keep every version
+            retention.list_nightly(store), rv or sys.maxsize, rd or None,
+            _dt.datetime.now(_dt.timezone.utc),
         )
         for k in keys:
             click.echo(f"{'would delete' if dry_run else 'delete'} {store.url}/{k}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import difflib
+import math
 import os
 import re
 import sys
@@ -44,7 +45,7 @@ DEFAULTS_PATH = Path(__file__).with_name("defaults.toml")
 EXECUTORS = ("local", "container")
 SCHEDULE_MODES = ("explicit", "auto")
 
-_DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_DURATION_RE = re.compile(r"^(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?$")
 _HEADER_RE = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 
 
@@ -465,12 +466,12 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration, not a boolean")
     if isinstance(value, (int, float)):
-        if value <= 0:
-            raise ValueError("a duration must be positive")
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"'{value}' is not a duration: write a positive number of seconds")
         return float(value)
     if isinstance(value, str):
         s = value.strip().lower().replace(" ", "")
-        if s.isdigit() and int(s) > 0:
+        if s.isascii() and s.isdigit() and int(s) > 0:
             return float(s)
         m = _DURATION_RE.match(s)
         if m and any(m.groups()):
@@ -566,10 +567,19 @@ def _parse_publish(top: _Table, ctx: _Ctx, base: Path) -> Publish:
     if url and "@" in urllib.parse.urlsplit(url).netloc:
         ctx.fail("credentials in publish.url are not allowed", "publish.url",
                  hint="use publish.profile or the standard AWS variables")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "s3" and not parts.netloc:
+        ctx.fail(f"no bucket in '{url}'", "publish.url", hint="write s3://BUCKET/PREFIX")
+    if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
+        ctx.fail(f"'{url}' is not on this machine", "publish.url",
+                 hint="write file:///ABSOLUTE/PATH (or mount the share and use its path)")
     find_links = pt.str("find_links")
     try:
+        ok = all(f == "channel" for f in _placeholders(find_links))
         find_links.format(channel="nightly")
-    except (KeyError, IndexError, ValueError):
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError):
+        ok = False
+    if not ok:
         ctx.fail(f"'{find_links}' has an unknown placeholder", "publish.find_links",
                  hint="only {channel} is known")
     co = pt.table("conda")
@@ -697,6 +707,12 @@ def _parse_images(top: _Table, ctx: _Ctx) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {"default": {}}
     for k in t:
         v = t.get(k)
+        if not isinstance(v, (str, dict)):
+            ctx.fail(
+                f"images.{k} must be an image name or a table of CUDA version -> image, "
+                f"not {type(v).__name__} ({v!r})",
+                f"images.{k}",
+            )
         if isinstance(v, str):
             if k != "default":
                 ctx.fail(
@@ -707,10 +723,10 @@ def _parse_images(top: _Table, ctx: _Ctx) -> dict[str, dict[str, str]]:
             _check_template(v, ctx, "images.default")
             out["default"]["default"] = v
             continue
-        if k not in PACKAGES:
+        if k not in (*PACKAGES, "default"):
             continue  # reported by finish()
         sub = t.table(k)
-        table: dict[str, str] = {}
+        table: dict[str, str] = out.get(k, {})
         for cuda in sub:
             image = sub.str(cuda)
             _check_template(image, ctx, f"images.{k}.{cuda}")
@@ -916,8 +932,8 @@ class _Table:
 
     def number(self, k: builtins.str, *, minimum: float | None = None) -> float:
         v = self.get(k)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            self._type_fail(k, "a number", v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            self._type_fail(k, "a finite number", v)
         if minimum is not None and v < minimum:
             self.ctx.fail(f"must be at least {minimum}, not {v}", self._key(k))
         return float(v)
@@ -1010,12 +1026,26 @@ class _Table:
                 self.ctx.fail("unknown key", self._key(k), hint=hint)
 
 
+def _placeholders(template: str) -> list[str]:
+    """The replacement fields of a str.format template (ValueError when malformed)."""
+    import string
+
+    return [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+
+
 def _check_template(image: str, ctx: _Ctx, key: str) -> None:
+    # Exactly these names: no attribute or index ({cuda.x} raised AttributeError here;
+    # {cuda_digits[0]} passed here and raised IndexError at night for cpu builds).
+    known = ("cuda", "cuda_version", "cuda_digits")
     try:
-        image.format(cuda="cu100", cuda_version="10.0", cuda_digits="100")
-    except (KeyError, IndexError, ValueError) as e:
+        bad = next((f for f in _placeholders(image) if f not in known), None)
+        if bad is None:
+            image.format(cuda="cu100", cuda_version="10.0", cuda_digits="100")
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as e:
+        bad = str(e)
+    if bad is not None:
         ctx.fail(
-            f"'{image}' has an unknown placeholder {e}",
+            f"'{image}' has an unknown placeholder {{{bad}}}",
             key,
             hint="use {cuda}, {cuda_version} or {cuda_digits}",
         )

@@ -27,9 +27,9 @@ LIBTORCH_VARIANTS = (
 # `all` builds the four variants in one job, as the 2019 scripts did.
 LIBTORCH_ALL = "all"
 
-_PYTHON_RE = re.compile(r"^(2|3)\.(\d{1,2})(m|mu|dm|t)?$")
-_CUDA_CU_RE = re.compile(r"^(?:cu|cuda)(\d{2,4})$")
-_CUDA_DOT_RE = re.compile(r"^(?:cuda)?(\d{1,2})\.(\d)$")
+_PYTHON_RE = re.compile(r"^(2|3)\.([0-9]{1,2})(m|mu|dm|t)?$")  # not \d: it matches "７"
+_CUDA_CU_RE = re.compile(r"^(?:cu|cuda)([0-9]{2,4})$")
+_CUDA_DOT_RE = re.compile(r"^(?:cuda)?([0-9]{1,2})\.([0-9])$")
 
 
 class SpellingError(ValueError):

@@ -32,5 +32,11 @@ if [ -z "${NIGHTLY_NO_BROWSER:-}" ] && [ -f scripts/browser.sh ]; then
   bash scripts/browser.sh
 fi
 
+# The kill -9 tests stop nightly inside chosen system calls with strace.
+if ! command -v strace >/dev/null 2>&1; then
+  log "installing strace"
+  apt-get install -y -q strace >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q strace >/dev/null; }
+fi
+
 log "pytest"
 exec .venv/bin/python -m pytest "$@"

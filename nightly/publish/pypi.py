@@ -147,8 +147,18 @@ def _twine(
     raise PublishError(f"{what}: twine exited with status {proc.returncode}{_tail(_summary(out))}")
 
 
+_CRASH = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception)\b.*$", re.M)
+
+
 def _summary(out: str) -> str:
-    """twine's --verbose output made short: its error lines, then what the server said."""
+    """twine's --verbose output made short: its error lines, then what the server said.
+    When twine itself crashed (an index that refuses connections), what it printed before
+    and the exception it died of: its stack is twine's business, not the user's."""
+    if _CRASH in out:
+        before = out.split(_CRASH, 1)[0].strip()
+        died_of = _EXCEPTION_LINE.findall(out)
+        return "\n".join(x for x in (before, died_of[-1] if died_of else "twine crashed") if x)
     lines = out.splitlines()
     first_error = next((i for i, line in enumerate(lines) if line.startswith("ERROR")), None)
     if first_error is None:

@@ -502,6 +502,7 @@ def _native_sha256(head: Any) -> str | None:
 # --------------------------------------------------------------------------- file://
 
 _RESERVED = ".nightly-store"  # metadata, locks and temporary files; never listed
+STALE_TMP_S = 6 * 3600  # a temporary file untouched this long belongs to a writer that died
 
 
 class FileStore(Store):
@@ -516,6 +517,7 @@ class FileStore(Store):
     def __init__(self, root: Path) -> None:
         super().__init__()
         self.root = root
+        self._swept = False
 
     @property
     def url(self) -> str:
@@ -533,6 +535,17 @@ class FileStore(Store):
     def _tmp(self) -> Path:
         d = self.root / _RESERVED / "tmp"
         d.mkdir(parents=True, exist_ok=True)
+        if not self._swept:
+            # What a writer killed mid-copy left (up to a whole package): once per store
+            # object, remove temporary files no live writer can still be using.
+            self._swept = True
+            cutoff = time.time() - STALE_TMP_S
+            with os.scandir(d) as entries:
+                for e in entries:
+                    with contextlib.suppress(OSError):
+                        stale = e.stat(follow_symlinks=False).st_mtime < cutoff
+                        if stale and e.is_file(follow_symlinks=False):
+                            os.unlink(e.path)
         return d
 
     def _lock(self, key: str, exclusive: bool) -> _FileLock:

@@ -1,0 +1,266 @@
+"""Every benchmark of the project in one run, and one table of ratios.
+
+    .venv/bin/python benchmarks/run_all.py [--index-objects 10000] [--quick]
+                                           [--only NAME]... [--skip NAME]...
+
+Runs one after another (so they do not compete for the machine), each in its own process:
+
+  schedule    bench_schedule.py: makespan / lower bound; orchestration overhead
+  container   bench_container.py: the container executor against `podman run --rm`
+              (starts the Podman engine through scripts/container-engine.sh)
+  index       bench_index.py --objects N: index regeneration against list + HEAD per object
+              (N = --index-objects, default 10,000, so that it takes minutes, not the
+              half hour of its own default of 100,000)
+  cluster     bench_cluster.py: 1,000 builds planned and run on 20 Dask workers
+  cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
+              tool of the same kind), or `python -m pip --version` when cibuildwheel is not
+              installed (the table says which)
+
+then reads what each wrote to benchmarks/results/*.json (only files written by this run: a
+benchmark that failed shows as failed, never with an old result) and prints one table.
+Each benchmark's own output is shown as it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from common import RESULTS_DIR, format_table, write_results  # noqa: E402
+
+Row = list[object]
+
+
+def _venv_bin(name: str) -> str | None:
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else shutil.which(name)
+
+
+# ---------------------------------------------------------------------------- the runs
+
+
+def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
+    """name -> (command, results file name)."""
+    py = sys.executable
+    quick = args.quick
+    return {
+        "schedule": ([py, str(HERE / "bench_schedule.py"),
+                      *(["--repeat", "1", "--noop", "100"] if quick else [])], "schedule.json"),
+        "container": ([py, str(HERE / "bench_container.py"),
+                       *(["--runs", "5"] if quick else [])], "container.json"),
+        "index": ([py, str(HERE / "bench_index.py"), "--objects",
+                   str(2000 if quick and args.index_objects is None else args.index_objects or 10_000)],
+                  "index.json"),
+        "cluster": ([py, str(HERE / "bench_cluster.py"), *(["--no-baseline"] if quick else [])],
+                    "cluster.json"),
+    }  # fmt: skip
+
+
+def run_one(name: str, cmd: list[str]) -> tuple[bool, float]:
+    print(f"\n{'=' * 78}\n== {name}: {' '.join(Path(c).name if c.startswith('/') else c for c in cmd)}\n"
+          f"{'=' * 78}", flush=True)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, check=False)
+    took = time.monotonic() - started
+    if proc.returncode != 0:
+        print(f"!! {name} failed (exit {proc.returncode}) after {took:.0f} s", flush=True)
+    return proc.returncode == 0, took
+
+
+def cli_startup(runs: int) -> dict[str, Any]:
+    """`nightly --help` against a baseline tool, interleaved, medians of wall time."""
+    nightly = _venv_bin("nightly")
+    assert nightly, "nightly is not installed in this environment"
+    cibw = _venv_bin("cibuildwheel")
+    if cibw:
+        baseline, base_name = [cibw, "--help"], "cibuildwheel --help"
+    else:
+        baseline = [sys.executable, "-m", "pip", "--version"]
+        base_name = "python -m pip --version (cibuildwheel is not installed)"
+    commands = {"nightly --help": [nightly, "--help"], base_name: baseline,
+                "python -c pass": [sys.executable, "-c", "pass"]}
+    samples: dict[str, list[float]] = {k: [] for k in commands}
+    for _ in range(2):  # warm the page cache
+        for cmd in commands.values():
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    for _ in range(runs):
+        for label, cmd in commands.items():
+            t0 = time.perf_counter()
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            samples[label].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    result = {
+        "runs": runs,
+        "baseline": base_name,
+        "median_s": {k: round(v, 4) for k, v in med.items()},
+        "samples_s": {k: [round(x, 4) for x in v] for k, v in samples.items()},
+        "ratio_nightly_to_baseline": round(med["nightly --help"] / med[base_name], 3),
+    }
+    print(format_table(["command", "median s"], [[k, round(v, 4)] for k, v in med.items()]))
+    write_results("cli", result)
+    return result
+
+
+# ---------------------------------------------------------------------------- the table
+
+
+def _get(data: Any, *path: Any) -> Any:
+    for k in path:
+        if isinstance(data, dict):
+            data = data.get(k)
+        elif isinstance(data, list) and isinstance(k, int) and k < len(data):
+            data = data[k]
+        else:
+            return None
+    return data
+
+
+def _find(items: Any, key: str, value: str) -> Any:
+    for item in items or []:
+        if isinstance(item, dict) and item.get(key) == value:
+            return item
+    return None
+
+
+def _num(v: Any, digits: int = 3) -> object:
+    return round(v, digits) if isinstance(v, (int, float)) and not isinstance(v, bool) else "n/a"
+
+
+def rows_schedule(d: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for config, label in (("2019 auto", "2019 matrix, automatic schedule"),
+                          ("2019 explicit", "2019 matrix, queues as written in 2019"),
+                          ("modern auto", "modern matrix, automatic schedule")):
+        s = _find(d.get("schedules"), "config", config)
+        out.append(["schedule", f"{label}: measured makespan (h) / lower bound (h)",
+                    _num(_get(s, "measured_makespan_h")), _num(_get(s, "lower_bound_h")),
+                    _num(_get(s, "measured_ratio")), "lower is better; 1.0 is optimal"])
+    out.append(["schedule", "2019: automatic / as written (measured makespan)", "", "",
+                _num(_get(d, "auto_over_explicit_2019", "measured")), "lower is better"])
+    o = d.get("overhead") or {}
+    out.append(["schedule", f"{o.get('builds', '?')} no-op builds: runner (s) / bash spawned directly (s)",
+                _num(o.get("runner_s")), _num(o.get("direct_s")), _num(o.get("runner_time_over_direct")),
+                f"{_num(o.get('overhead_ms_per_build'), 1)} ms per build of orchestration"])
+    return out
+
+
+def rows_container(d: dict[str, Any]) -> list[Row]:
+    ex = _get(d, "results", "executor", "median_s")
+    pr = _get(d, "results", "podman_run", "median_s")
+    dk = _get(d, "results", "docker_cli_run", "median_s")
+    out: list[Row] = [["container", "no-op build: ContainerExecutor (s) / podman run --rm (s)", _num(ex),
+                       _num(pr), _num(d.get("ratio_executor_to_podman_run")), "lower is better; medians"]]
+    if isinstance(ex, (int, float)) and isinstance(dk, (int, float)) and dk:
+        out.append(["container", "no-op build: ContainerExecutor (s) / docker run --rm (s)", _num(ex),
+                    _num(dk), _num(ex / dk), "same API socket"])
+    return out
+
+
+def rows_index(d: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    naive = _get(d, "phases", "naive", "seconds")
+    for phase in ("full/cold", "full/warm", "incremental"):
+        secs = _get(d, "phases", phase, "seconds")
+        out.append(["index", f"{d.get('objects', '?')} objects, `nightly index` {phase} (s) against list + "
+                    "HEAD each (s): speed-up", _num(secs), _num(naive),
+                    _num(_get(d, "ratios_vs_naive", phase, "speed"), 2),
+                    f"higher is better; {_get(d, 'ratios_vs_naive', phase, 'requests')}x fewer requests"])
+    return out
+
+
+def rows_cluster(d: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for run in d.get("runs") or []:
+        out.append(["cluster", f"{run.get('builds')} builds on {run.get('workers')} workers, "
+                    f"{run.get('scenario')}: measured (h) / lower bound (h)",
+                    _num(run.get("measured_makespan_h")), _num(run.get("lower_bound_h")),
+                    _num(run.get("measured_over_lower_bound")),
+                    "lower is better"])
+    plan = d.get("plan") or {}
+    out.append(["cluster", "make_plan of 1,000 builds (ms)", _num(plan.get("make_plan_ms"), 1), "", "",
+                "planning time"])
+    return out
+
+
+def rows_cli(d: dict[str, Any]) -> list[Row]:
+    med = d.get("median_s") or {}
+    base = d.get("baseline", "?")
+    return [["cli", f"start-up: nightly --help (s) / {base} (s)", _num(med.get("nightly --help"), 4),
+             _num(med.get(base), 4), _num(d.get("ratio_nightly_to_baseline")),
+             f"lower is better; python -c pass {_num(med.get('python -c pass'), 4)} s"]]
+
+
+ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
+    "schedule": rows_schedule, "container": rows_container, "index": rows_index,
+    "cluster": rows_cluster, "cli": rows_cli,
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--index-objects", type=int, default=None,
+                    help="objects in the index benchmark's bucket (default 10000; 2000 with --quick)")
+    ap.add_argument("--cli-runs", type=int, default=20, help="start-up measurements of each command")
+    ap.add_argument("--quick", action="store_true", help="smaller runs of everything (a smoke test)")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME", choices=[*ROWS],
+                    help="run only these benchmarks (repeatable)")
+    ap.add_argument("--skip", action="append", default=[], metavar="NAME", choices=[*ROWS],
+                    help="skip these benchmarks (repeatable)")
+    args = ap.parse_args()
+    chosen = [n for n in ROWS if (not args.only or n in args.only) and n not in args.skip]
+
+    started_at = time.time()
+    status: dict[str, str] = {}
+    took: dict[str, float] = {}
+    for name, (cmd, _) in benchmarks(args).items():
+        if name in chosen:
+            ok, took[name] = run_one(name, cmd)
+            status[name] = "ok" if ok else "failed"
+    if "cli" in chosen:
+        print(f"\n{'=' * 78}\n== cli: start-up of nightly --help against a baseline\n{'=' * 78}", flush=True)
+        t0 = time.monotonic()
+        try:
+            cli_startup(args.cli_runs)
+            status["cli"] = "ok"
+        except (subprocess.CalledProcessError, AssertionError, OSError) as e:
+            print(f"!! cli failed: {e}")
+            status["cli"] = "failed"
+        took["cli"] = time.monotonic() - t0
+
+    rows: list[Row] = []
+    files = {**{n: f for n, (_, f) in benchmarks(args).items()}, "cli": "cli.json"}
+    for name in chosen:
+        path = RESULTS_DIR / files[name]
+        fresh = path.exists() and path.stat().st_mtime >= started_at - 1
+        if status.get(name) != "ok" or not fresh:
+            rows.append([name, "FAILED: no results from this run", "", "", "", "see its output above"])
+            continue
+        try:
+            rows += ROWS[name](json.loads(path.read_text()))
+        except (ValueError, OSError) as e:
+            rows.append([name, f"unreadable results: {e}", "", "", "", ""])
+
+    print(f"\n{'=' * 78}\nAll benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
+          f"load {', '.join(f'{x:.1f}' for x in os.getloadavg())}; "
+          f"wall time: {', '.join(f'{n} {t:.0f} s' for n, t in took.items())}\n")
+    print(format_table(["benchmark", "measure (value / baseline)", "value", "baseline", "ratio", "reading"],
+                       rows))
+    print(f"\nresults: {RESULTS_DIR}/")
+    return 0 if all(s == "ok" for s in status.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
