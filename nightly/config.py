@@ -553,20 +553,34 @@ def _parse_matrix(top: _Table, ctx: _Ctx) -> list[PackageMatrix]:
     return out
 
 
+def _store_url(value: str, key: str, base: Path, ctx: _Ctx, *, what: str, path_hint: str) -> str:
+    """A store location as written in the config -> s3://… or file:///abs ("" stays "").
+
+    A plain path is relative to the config file; other schemes and credentials in the URL
+    are refused (credentials come from the profile or the standard AWS chain)."""
+    if not value:
+        return ""
+    if "://" not in value:
+        return _path(value, base).resolve().as_uri()
+    if not value.startswith(("s3://", "file://")):
+        ctx.fail(
+            f"'{value.split('://')[0]}://' {what} are not supported",
+            key,
+            hint=f"use s3://BUCKET/PREFIX, file:///PATH or {path_hint}",
+        )
+    if "@" in urllib.parse.urlsplit(value).netloc:
+        section = key.split(".")[0]
+        ctx.fail(f"credentials in {key} are not allowed", key,
+                 hint=f"use {section}.profile or the standard AWS variables")
+    return value
+
+
 def _parse_publish(top: _Table, ctx: _Ctx, base: Path) -> Publish:
     pt = top.table("publish")
-    url = pt.str("url")
-    if url and "://" not in url:
-        url = _path(url, base).resolve().as_uri()
-    elif url and not url.startswith(("s3://", "file://")):
-        ctx.fail(
-            f"'{url.split('://')[0]}://' destinations are not supported",
-            "publish.url",
-            hint="use s3://BUCKET/PREFIX, file:///PATH or a folder path",
-        )
-    if url and "@" in urllib.parse.urlsplit(url).netloc:
-        ctx.fail("credentials in publish.url are not allowed", "publish.url",
-                 hint="use publish.profile or the standard AWS variables")
+    url = _store_url(
+        pt.str("url"), "publish.url", base, ctx,
+        what="destinations", path_hint="a folder path",
+    )
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "s3" and not parts.netloc:
         ctx.fail(f"no bucket in '{url}'", "publish.url", hint="write s3://BUCKET/PREFIX")
@@ -614,18 +628,10 @@ def _parse_publish(top: _Table, ctx: _Ctx, base: Path) -> Publish:
 
 def _parse_cluster(top: _Table, ctx: _Ctx, base: Path) -> ClusterConfig:
     ct = top.table("cluster")
-    staging = ct.str("staging")
-    if staging and "://" not in staging:
-        staging = _path(staging, base).resolve().as_uri()
-    elif staging and not staging.startswith(("s3://", "file://")):
-        ctx.fail(
-            f"'{staging.split('://')[0]}://' staging stores are not supported",
-            "cluster.staging",
-            hint="use s3://BUCKET/PREFIX, file:///PATH or a folder path every host mounts",
-        )
-    if staging and "@" in urllib.parse.urlsplit(staging).netloc:
-        ctx.fail("credentials in cluster.staging are not allowed", "cluster.staging",
-                 hint="use cluster.profile or the standard AWS variables")
+    staging = _store_url(
+        ct.str("staging"), "cluster.staging", base, ctx,
+        what="staging stores", path_hint="a folder path every host mounts",
+    )
     executor = ct.str("executor")
     if executor and executor not in EXECUTORS:
         ct.choice("executor", EXECUTORS)

@@ -34,4 +34,11 @@ PASSTHROUGH = (
 
 
 def child_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k in PASSTHROUGH}
+    """The allowlisted variables, Python output as unbuffered UTF-8, and loopback exempt
+    from any proxy (a server on this machine is never reached through one)."""
+    env = {k: v for k, v in os.environ.items() if k in PASSTHROUGH}
+    env.update(PYTHONIOENCODING="utf-8", PYTHONUNBUFFERED="1")
+    for name in ("NO_PROXY", "no_proxy"):
+        if name in env:
+            env[name] = ",".join(x for x in (env[name], "127.0.0.1", "localhost", "::1") if x)
+    return env

@@ -154,14 +154,8 @@ def _child_env(token: str, config_dir: Path) -> dict[str, str]:
             "ANACONDA_CLIENT_FORCE_STANDALONE": "1",
             "ANACONDA_TELEMETRY_ENABLED": "false",
             "OTEL_SDK_DISABLED": "true",
-            "PYTHONIOENCODING": "utf-8",
-            "PYTHONUNBUFFERED": "1",
         }
     )
-    # Loopback never goes through a proxy.
-    for name in ("NO_PROXY", "no_proxy"):
-        if name in env:
-            env[name] = ",".join(x for x in (env[name], "127.0.0.1", "localhost", "::1") if x)
     return env
 
 

@@ -112,15 +112,10 @@ def _twine(
                 "TWINE_USERNAME": username,
                 "TWINE_PASSWORD": password,
                 "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring",
-                "PYTHONIOENCODING": "utf-8",
-                "PYTHONUNBUFFERED": "1",
                 "NO_COLOR": "1",
                 "TERM": "dumb",
             }
         )
-        for name in ("NO_PROXY", "no_proxy"):
-            if name in env:
-                env[name] = ",".join(x for x in (env[name], "127.0.0.1", "localhost", "::1") if x)
         try:
             proc = subprocess.run(
                 cmd,

@@ -210,7 +210,7 @@ def test_read_only_tree_is_deleted_by_an_unprivileged_user() -> None:
     """As root, permissions are not enforced; run the deletion as `nobody` to mean it."""
     python = _unprivileged_python()
     if python is None:
-        pytest.skip("no interpreter an unprivileged user can run")
+        pytest.fail("no Python interpreter the user `nobody` can run (e.g. /usr/bin/python3)")
     import packaging
 
     base = Path(tempfile.mkdtemp(dir="/tmp"))
