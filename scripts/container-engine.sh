@@ -129,8 +129,10 @@ start_service() {
     rm -f "$SOCK"
     log "starting podman system service on $SOCK"
     # fd 9 (the lock) must not leak into the service, or it would hold the lock forever.
-    setsid podman system service --time=0 "unix://$SOCK" \
-        </dev/null >>"$DIR/podman-service.log" 2>&1 9>&- &
+    # Started from its state dir: conmon drops files (e.g. an `oom` marker when a build hits its
+    # memory limit) into the service's working directory, which must not be the user's checkout.
+    (cd "$DIR" && exec setsid podman system service --time=0 "unix://$SOCK" \
+        </dev/null >>"$DIR/podman-service.log" 2>&1 9>&-) &
     pid=$!
     echo "$pid" >"$PIDFILE"
     for _ in $(seq 100); do
