@@ -406,12 +406,12 @@ def report_command(
     return 0
 
 
-@cli.group()
-def cluster() -> None:
+@cli.group(name="cluster")
+def cluster_group() -> None:
     """Cluster mode's set-up (docs/cluster.md)."""
 
 
-@cluster.command(name="certs")
+@cluster_group.command(name="certs")
 @click.argument("folder", metavar="DIR")
 @click.option("--hosts", required=True, metavar="A,B,C", help="The build hosts (names or IPs).")
 @click.option("--days", default=825, show_default=True, type=click.IntRange(min=1),
