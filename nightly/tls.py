@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nightly.config import ClusterConfig
 from nightly.errors import ConfigError, UsageError
 
 CA_CERT = "ca.pem"
@@ -343,6 +344,15 @@ def check_files(files: TlsFiles, *, config: str, address: str) -> None:
             file=config, key="cluster.tls_cert") from e
 
 
+def client_security(cc: ClusterConfig, address: str, *, config: str) -> Any:
+    """`nightly run --cluster ADDRESS`: check the address against [cluster]'s TLS settings
+    (check_address), then the client's Security (None for a plain address)."""
+    files = TlsFiles(ca_file=cc.tls_ca_file, cert=cc.tls_cert, key=cc.tls_key)
+    check_address(address, files, insecure=cc.insecure,
+                  require_encryption=cc.require_encryption, config=config)
+    return security(files, require_encryption=cc.require_encryption)
+
+
 def security(files: TlsFiles, *, require_encryption: bool) -> Any:
     """The orchestrator's `distributed.Security` (None: plain, checked by check_address)."""
     if not files.any:
@@ -361,6 +371,7 @@ __all__ = [
     "TlsFiles",
     "check_address",
     "check_files",
+    "client_security",
     "is_loopback",
     "make_certs",
     "parse_hosts",
