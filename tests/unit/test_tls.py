@@ -245,3 +245,32 @@ def test_security_of_the_client(pair: tls.TlsFiles) -> None:
     assert ctx.verify_mode == ssl.CERT_REQUIRED
     assert str(pair.key) in repr(sec) or "tls_client_key" in repr(sec)
     assert "PRIVATE" not in repr(sec)
+
+
+# ---------------------------------------------------------------------------- [cluster] keys
+
+
+def test_cluster_tls_keys_load(write_config: Callable[..., Path], minimal_config_text: str) -> None:
+    from nightly.config import load
+
+    c = load(write_config(minimal_config_text))
+    assert (c.cluster.tls_ca_file, c.cluster.tls_cert, c.cluster.tls_key) == (None, None, None)
+    assert c.cluster.require_encryption is False
+    assert c.cluster.insecure is False
+    path = write_config(minimal_config_text + """
+[cluster]
+address = "tls://sched:8786"
+tls_ca_file = "certs/ca.pem"
+tls_cert = "/etc/nightly/orchestrator.pem"
+tls_key = "certs/orchestrator-key.pem"
+require_encryption = true
+""")
+    cc = load(path).cluster
+    assert cc.tls_ca_file == path.parent / "certs" / "ca.pem"  # relative to the config file
+    assert cc.tls_cert == Path("/etc/nightly/orchestrator.pem")
+    assert cc.tls_key == path.parent / "certs" / "orchestrator-key.pem"
+    assert cc.require_encryption is True
+    with pytest.raises(ConfigError, match=r"cluster\.tls_crt.*tls_cert"):
+        load(write_config(minimal_config_text + '[cluster]\ntls_crt = "x.pem"\n'))
+    with pytest.raises(ConfigError, match=r"cluster\.insecure"):
+        load(write_config(minimal_config_text + '[cluster]\ninsecure = "yes"\n'))
