@@ -223,12 +223,8 @@ def index(
 ) -> int:
     """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
     from nightly.publish import index as idx
-    from nightly.publish.upload import (
-        UploadReport,
-        channel_of,
-        open_destination,
-        regenerate_index,
-    )
+    from nightly.publish.layout import channel_of
+    from nightly.publish.upload import UploadReport, open_destination, regenerate_index
     from nightly.workspace import State
 
     ctx = Ctx(config_path, root, date_text)
