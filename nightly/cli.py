@@ -223,12 +223,8 @@ def index(
 ) -> int:
     """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
     from nightly.publish import index as idx
-    from nightly.publish.upload import (
-        UploadReport,
-        channel_of,
-        open_destination,
-        regenerate_index,
-    )
+    from nightly.publish.layout import channel_of
+    from nightly.publish.upload import UploadReport, open_destination, regenerate_index
     from nightly.workspace import State
 
     ctx = Ctx(config_path, root, date_text)
@@ -372,13 +368,13 @@ def status(
 ) -> int:
     """The day in the terminal: each build's state, outcome, duration and size, failures
     first with the tail of their logs. Exit status 1 when a build failed."""
-    from nightly import report
+    from nightly import status as status_view
     from nightly.history import History, history_path
 
     ctx = Ctx(config_path, root, date_text)
     day = _existing_day(ctx)
     hp = history_path(ctx.config.root)
-    return report.status(day, tail=tail, history=History(hp) if hp.exists() else None)
+    return status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None)
 
 
 @cli.command(name="report")

@@ -467,7 +467,7 @@ def test_cluster_usage_errors(night_project, make_recipe, run_cli, cluster):
 
 def test_inputs_tarballs_are_reproducible_and_fetched_once(tmp_path):
     from nightly.executors.cluster import ensure_input, make_tarball
-    from nightly.publish.store import FileStore
+    from nightly.publish.stores import FileStore
 
     src = tmp_path / "src"
     (src / "pkg").mkdir(parents=True)

@@ -182,7 +182,7 @@ def check_published(
     """The file:// store at `root` holds exactly the package objects `expected` (key ->
     sha256), each whole (its bytes and the store's sha256 metadata), and every folder's
     manifest and pages agree with them."""
-    from nightly.publish.store import FileStore
+    from nightly.publish.stores import FileStore
 
     objects = store_objects(root)
     packages = {k: p for k, p in objects.items() if _is_package(k.rpartition("/")[2])}

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from nightly.config import Config, load, parse_duration
+from nightly.config import DEFAULTS_PATH, Config, load, parse_duration
+from nightly.config.keys import check_keys, shape_of
+from nightly.config.reader import Ctx, read_defaults
 from nightly.errors import ConfigError
 from nightly.matrix import LIBTORCH_VARIANTS, Build
 
@@ -207,6 +209,20 @@ def test_unknown_key_in_an_open_table_is_checked(
         load(write_config(text))
     assert "'3.x' is not a Python version" in str(exc.value)
     assert exc.value.key == "executor.local.pythons.3.x"
+
+
+def test_defaults_pass_the_key_check_of_their_own_shape(tmp_path: Path) -> None:
+    # The shape of a configuration is derived from defaults.toml: a key added there is valid
+    # everywhere without touching nightly/config/keys.py.
+    defaults = read_defaults(DEFAULTS_PATH)
+    shape = shape_of(defaults)
+    check_keys(defaults, shape, Ctx(str(DEFAULTS_PATH), ""))
+    assert isinstance(shape, dict)
+    assert {"matrix", "machines", *defaults} == set(shape)
+    with pytest.raises(ConfigError, match="unknown key") as exc:
+        check_keys({"cluster": {"adress": "tcp://x:8786"}}, shape, Ctx("x.toml", ""))
+    assert exc.value.key == "cluster.adress"
+    assert exc.value.hint == "did you mean 'address'?"
 
 
 def test_image_placeholder_is_checked(write_config: WriteConfig, minimal_config_text: str) -> None:
