@@ -135,6 +135,12 @@ class ClusterConfig:
     connect_timeout_s: float = 30.0
     task_retries: int = 1
     keep_staging: bool = False
+    # Mutual TLS with the scheduler (nightly.tls, docs/cluster.md); paths resolved.
+    tls_ca_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    require_encryption: bool = False  # refuse any unencrypted address, loopback included
+    insecure: bool = False  # allow a plain tcp:// address off loopback
 
 
 @dataclass(frozen=True, kw_only=True)
