@@ -284,15 +284,19 @@ class Dispatcher:
                 fut.release()
 
 
-def connect(address: str, timeout_s: float) -> Any:
+def connect(address: str, timeout_s: float, security: Any = None) -> Any:
     from distributed import Client
 
     try:
-        return Client(address, timeout=timeout_s, set_as_default=False)  # type: ignore[no-untyped-call]
+        return Client(address, timeout=timeout_s, set_as_default=False,  # type: ignore[no-untyped-call]
+                      security=security)
     except (OSError, TimeoutError, ValueError) as e:
         raise NightlyError(
             f"cannot reach the Dask scheduler at {address}: {e}. Is `dask scheduler` running "
-            "there, and the address right (--cluster, [cluster] address)? See docs/cluster.md"
+            "there, and the address right (--cluster, [cluster] address)?"
+            + (" Are [cluster] tls_cert and tls_key from the CA the scheduler trusts "
+               "(tls_ca_file)?" if security is not None else "")
+            + " See docs/cluster.md"
         ) from e
 
 

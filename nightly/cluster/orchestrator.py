@@ -58,6 +58,7 @@ from nightly.matrix import Build, nightly_version
 from nightly.phase import NightContext
 from nightly.progress import Progress
 from nightly.schedule import make_plan, select_cli
+from nightly.tls import client_security
 from nightly.workspace import INTERRUPTED, PENDING, RUNNING, Day, write_json
 
 LEFTOVER_WAIT_S = 60.0  # how long a rerun waits for a killed run's attempts to stop
@@ -109,6 +110,8 @@ class ClusterPhase:
 
     def __init__(self, config: Config, date: dt.date, opts: ClusterOptions) -> None:
         self.address = check_options(config, opts)
+        # distributed.Security: mutual TLS (nightly.tls)
+        self.security = client_security(config.cluster, self.address, config=str(config.path))
         self.config, self.date, self.opts = config, date, opts
         est = estimator(config)
         self.plan_json = make_plan(config, estimate=est).to_json()
@@ -217,7 +220,7 @@ class ClusterPhase:
         the estimated makespan on the cluster as it was at the start."""
         cc = self.config.cluster
         source_sha, recipes_sha = self.stage_inputs()
-        client = connect(self.address, cc.connect_timeout_s)
+        client = connect(self.address, cc.connect_timeout_s, self.security)
         try:
             dispatcher = self.dispatcher = Dispatcher(client, topic=self.topic,
                                                       retries=cc.task_retries)

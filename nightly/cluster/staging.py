@@ -12,7 +12,7 @@ per host; each build attempt writes under a key prefix that is its own
     packages/<name>     the packages, with their sha256
     result.json         written last, and only by an attempt that got to the end
 
-The store is a shared folder or an S3 prefix (nightly.publish's stores). `StagingDay` is the
+The store is a shared folder or an S3 prefix (nightly.publish.stores). `StagingDay` is the
 orchestrator's view of one day in it: the attempts of each build, their logs, and assembling
 them into the build's log in the day folder.
 """
