@@ -419,21 +419,18 @@ def _put_result(
     if log_sha:
         att.store.put(f"{prefix}{LOG_TXT}", log, log_sha)
     packages = []
-    for p in entry.get("packages") or []:
-        key = f"{prefix}{PACKAGES}{p['name']}"
-        att.store.put(key, day.path / p["path"], p["sha256"])
-        packages.append({"name": p["name"], "size": p["size"], "sha256": p["sha256"],
-                         "key": key})
+    for p in entry.packages:
+        key = f"{prefix}{PACKAGES}{p.name}"
+        att.store.put(key, day.path / p.path, p.sha256)
+        packages.append({"name": p.name, "size": p.size, "sha256": p.sha256, "key": key})
     result: dict[str, Any] = {
         "build": build.id, "token": att.token, "submission": spec.submission,
         "worker": info.address, "worker_name": info.name, "host": att.ident["host"],
-        "slot": att.slot, "status": str(entry.get("status") or FAILED),
-        "reason": entry.get("reason"), "exit_status": entry.get("exit_status"),
-        "infra": bool(entry.get("infra")),
-        "attempts": int(entry.get("attempts") or att.about["attempt"]),
-        "started": entry.get("started") or att.started,
-        "ended": entry.get("ended") or time.time(),
-        "duration_s": entry.get("duration_s") or 0.0, "executor": executor_name,
+        "slot": att.slot, "status": entry.status or FAILED,
+        "reason": entry.reason, "exit_status": entry.exit_status, "infra": entry.infra,
+        "attempts": entry.attempts or att.about["attempt"],
+        "started": entry.started or att.started, "ended": entry.ended or time.time(),
+        "duration_s": entry.duration_s or 0.0, "executor": executor_name,
         "packages": packages, "log_key": f"{prefix}{LOG_TXT}" if log_sha else "",
         "log_sha256": log_sha, "log_chunks": chunks,
         "commit": spec.commit, "version": spec.version, "channel": spec.channel,

@@ -65,11 +65,11 @@ def publish_day(
     store = open_destination(config) if pub.url else None
     conda_files: list[tuple[str, dict[str, Any]]] = []
     for bid, entry in sorted(state.builds.items()):
-        if entry.get("status") != SUCCEEDED:
+        if entry.status != SUCCEEDED:
             continue
-        cuda = str(entry.get("cuda") or "")
-        for pkg in entry.get("packages", []):
-            package_type = str(entry.get("package") or pkg["path"].split("/")[1])
+        cuda = entry.cuda
+        for pkg in (p.to_json() for p in entry.packages):
+            package_type = entry.package or pkg["path"].split("/")[1]
             cuda = cuda or pkg["path"].split("/")[2]
             kind = kind_of(package_type, pkg["name"])
             if kind == "conda":
@@ -88,9 +88,7 @@ def publish_day(
                 state.update(bid, upload_error=f"{dest}: {e}")
                 log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
                 continue
-            published = dict(state.get(bid).get("published") or {})
-            published[dest] = pkg["sha256"]
-            state.update(bid, published=published, upload_error=None)
+            state.add_published(bid, dest, pkg["sha256"])
             (report.uploaded if uploaded else report.skipped).append(dest)
             log(f"{'uploaded' if uploaded else 'already there'}: {dest}")
     if conda_files:
@@ -161,7 +159,7 @@ def _publish_conda(
             raise ConfigError(str(e), key="publish.conda") from e
         for bid, p in files:
             dest = f"anaconda:{pub.anaconda_user}/{label}/{p['name']}"
-            if (state.get(bid).get("published") or {}).get(dest) == p["sha256"]:
+            if state.get(bid).published.get(dest) == p["sha256"]:
                 report.skipped.append(dest)
                 continue
             try:
@@ -183,6 +181,4 @@ def _publish_conda(
 
 
 def _record(state: State, bid: str, dest: str, sha256: str) -> None:
-    published = dict(state.get(bid).get("published") or {})
-    published[dest] = sha256
-    state.update(bid, published=published, upload_error=None)
+    state.add_published(bid, dest, sha256)
