@@ -324,10 +324,12 @@ def test_index_keys_default_and_load(
 ) -> None:
     c = load(minimal_config)
     assert (c.publish.index_shared, c.publish.index_aggregate, c.retention.index_versions) == ((), False, 0)
-    text = minimal_config_text.replace("[publish]", "[publish]\nindex_shared = [\"whl/nightly/\", \"whl\"]\nindex_aggregate = true")
-    if "[publish]" not in minimal_config_text:
-        text += '\n[publish]\nindex_shared = ["whl/nightly/", "whl"]\nindex_aggregate = true\n'
-    text += "\n[retention]\nindex_versions = 30\n" if "[retention]" not in text else ""
+    assert "[publish]" not in minimal_config_text
+    assert "[retention]" not in minimal_config_text
+    text = minimal_config_text + (
+        '\n[publish]\nindex_shared = ["whl/nightly/", "whl"]\nindex_aggregate = true\n'
+        "\n[retention]\nindex_versions = 30\n"
+    )
     c = load(write_config(text))
     assert c.publish.index_shared == ("whl/nightly", "whl")
     assert c.publish.index_aggregate is True
