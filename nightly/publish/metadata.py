@@ -69,10 +69,16 @@ def from_wheel(path: Path) -> CoreMetadata:
 
 
 class _RangeReader(io.RawIOBase):
-    """A read-only, seekable file over ranged reads of one object (what zipfile needs)."""
+    """A read-only, seekable file over ranged reads of one object (what zipfile needs).
+
+    Reads go through one cached block of at least RANGE_BLOCK bytes; a read near the end
+    fetches the object's last block, so the end record, the zip64 locator and the central
+    directory usually come in one GET, and the METADATA member in a second.
+    """
 
     def __init__(self, read: Callable[[int, int], bytes], size: int) -> None:
         self._read, self._size, self._pos = read, size, 0
+        self._start, self._block = 0, b""
 
     def readable(self) -> bool:
         return True
@@ -92,7 +98,13 @@ class _RangeReader(io.RawIOBase):
         want = min(len(buffer), self._size - self._pos)
         if want <= 0:
             return 0
-        data = self._read(self._pos, want)
+        end = self._pos + want
+        if not (self._start <= self._pos and end <= self._start + len(self._block)):
+            length = max(want, RANGE_BLOCK)
+            start = min(self._pos, max(0, self._size - length))
+            self._start, self._block = start, self._read(start, min(length, self._size - start))
+        offset = self._pos - self._start
+        data = self._block[offset : offset + want]
         buffer[: len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -100,8 +112,7 @@ class _RangeReader(io.RawIOBase):
 
 def from_store(store: Store, key: str, size: int) -> CoreMetadata:
     """The core metadata of a wheel in a store, read with a few ranged GETs."""
-    raw = _RangeReader(lambda start, length: store.read_range(key, start, length), size)
-    reader: IO[bytes] = io.BufferedReader(raw, buffer_size=RANGE_BLOCK)
+    reader: IO[bytes] = _RangeReader(lambda start, length: store.read_range(key, start, length), size)  # type: ignore[assignment]
     try:
         with zipfile.ZipFile(reader) as zf:
             return describe(_read_metadata(zf, key.rpartition("/")[2]))
