@@ -45,6 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from packaging.version import Version
+
 from nightly.errors import PublishError
 from nightly.publish.layout import INDEX_PREFIXES, channel_of, channel_root
 from nightly.publish.manifest import (
@@ -150,7 +152,7 @@ def regenerate(
         below = _below(listing, folder) if listing is not None else None
         merged[folder], candidates[folder] = _merge(
             store, folder, full=full, known=known.get(folder) or {}, removed=gone.get(folder, set()),
-            report=report, listing=below,
+            report=report, listing=below, versions=opts.versions,
         )
     order = list(asked)
     for folder in asked:
@@ -163,7 +165,8 @@ def regenerate(
             if manifest.files is None:  # never listed (a new channel root): list it once
                 below = _below(listing, dep) if listing is not None else None
                 manifest, candidates[dep] = _merge(
-                    store, dep, full=True, known={}, removed=set(), report=reports[dep], listing=below
+                    store, dep, full=True, known={}, removed=set(), report=reports[dep], listing=below,
+                    versions=opts.versions,
                 )
             merged[dep] = manifest
     stale: list[tuple[FolderReport, str]] = []
@@ -212,6 +215,7 @@ def _merge(
     removed: set[str],
     report: FolderReport,
     listing: list[ObjectInfo] | None,
+    versions: int = 0,
 ) -> tuple[Manifest, set[str]]:
     """Bring the folder's manifest up to date (compare-and-swap, retried); returns it and,
     after a listing, the project pages found in the folder."""
@@ -226,7 +230,9 @@ def _merge(
             report.full = True
             records = {n: as_record(v) for n, v in known.items()}
             objects = listing if listing is not None and report.rounds == 1 else None
-            files, pages, folders = _from_listing(store, folder, base.files or {}, records, report, objects)
+            files, pages, folders = _from_listing(
+                store, folder, base.files or {}, records, report, objects, versions
+            )
         else:
             if resolved is None:
                 resolved = _resolve_known(store, folder, known, report)
@@ -325,10 +331,15 @@ def _from_listing(
     known: Mapping[str, FileRecord],
     report: FolderReport,
     objects: list[ObjectInfo] | None,
+    versions: int = 0,
 ) -> tuple[Records, set[str], tuple[str, ...]]:
     """The folder's files from a listing (records from the caller and the manifest, else a
     HEAD per unknown sha256 and a GET per unrecorded `.metadata`), the project pages found
-    (sub-folders holding nothing but an index.html) and the accelerator sub-folders."""
+    (sub-folders holding nothing but an index.html) and the accelerator sub-folders.
+
+    With a version cap, only files the pages can show (their project's newest `versions`
+    versions in this folder) are asked about; the others are recorded as they are, and a
+    later full run asks about them if they ever come into view."""
     if objects is None:
         objects = list(store.list(folder + "/"))
     files: Records = {}
@@ -357,18 +368,40 @@ def _from_listing(
             and any("/" not in r and is_package(r) for r in rest)
         )
     )
-    _fill_sha256(store, folder, files, report)
+    shown = _in_view(files, versions)
+    _fill_sha256(store, folder, files, report, shown)
     for name in list(files):
         if name not in siblings and files[name].metadata_sha256:
             files[name] = FileRecord(sha256=files[name].sha256, upload_time=files[name].upload_time)
-    unread = sorted(n for n in files if n in siblings and not files[n].metadata_sha256)
+    unread = sorted(n for n in files if n in shown and n in siblings and not files[n].metadata_sha256)
     for name, extra in zip(unread, _read_metadata(store, folder, unread, report), strict=True):
         files[name] = files[name].merged(extra)
     return files, pages, folders
 
 
-def _fill_sha256(store: Store, folder: str, files: Records, report: FolderReport) -> None:
-    unknown = [n for n, r in files.items() if r.sha256 is None]
+def _in_view(files: Mapping[str, FileRecord], versions: int) -> set[str]:
+    """The files of each project's newest `versions` versions (all with 0, and every file
+    whose name does not parse)."""
+    if versions <= 0:
+        return set(files)
+    by_project: dict[str, dict[Version, list[str]]] = {}
+    shown: set[str] = set()
+    for name in files:
+        parsed = parse_package(name)
+        if parsed is None:
+            shown.add(name)
+        else:
+            by_project.setdefault(parsed[0], {}).setdefault(parsed[1], []).append(name)
+    for vs in by_project.values():
+        for version in sorted(vs, reverse=True)[:versions]:
+            shown.update(vs[version])
+    return shown
+
+
+def _fill_sha256(
+    store: Store, folder: str, files: Records, report: FolderReport, shown: set[str]
+) -> None:
+    unknown = [n for n, r in files.items() if r.sha256 is None and n in shown]
     if not unknown:
         return
     with ThreadPoolExecutor(HEAD_THREADS) as pool:

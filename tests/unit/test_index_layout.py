@@ -202,3 +202,14 @@ def test_version_cap_shows_newest_versions_and_keeps_files(store: FileStore, tmp
     assert "dev20261121" in page
     assert "dev20261120" not in page
     assert (store.root / f"whl/nightly/cpu/{wheel('torch', '2.6.0.dev20261120', 'cpu')}").is_file()
+
+
+def test_version_cap_asks_only_about_files_in_view(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "mirror")
+    for d in (18, 19, 20, 21):
+        put(store, tmp_path, f"whl/nightly/cpu/{wheel('torch', f'2.6.0.dev202611{d}', 'cpu')}")
+    [report] = regenerate(store, ["whl/nightly/cpu"], full=True, options=opts(versions=2))
+    assert report.heads == 2  # the two newest; the older two stay unasked (not shown)
+    assert len(report.missing_sha256) == 2
+    [report] = regenerate(store, ["whl/nightly/cpu"], full=True, options=opts(versions=3))
+    assert report.heads == 1  # one more came into view
