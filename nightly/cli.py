@@ -372,13 +372,13 @@ def status(
 ) -> int:
     """The day in the terminal: each build's state, outcome, duration and size, failures
     first with the tail of their logs. Exit status 1 when a build failed."""
-    from nightly import report
+    from nightly import status as status_view
     from nightly.history import History, history_path
 
     ctx = Ctx(config_path, root, date_text)
     day = _existing_day(ctx)
     hp = history_path(ctx.config.root)
-    return report.status(day, tail=tail, history=History(hp) if hp.exists() else None)
+    return status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None)
 
 
 @cli.command(name="report")

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from nightly import report
+from nightly import nightview, report
+from nightly import status as status_view
 from nightly.errors import UsageError
 from nightly.history import History
 from nightly.workspace import Day
@@ -243,7 +244,7 @@ def test_failure_shows_the_log_tail_without_the_footer(tmp_path: Path) -> None:
     assert "error: the compiler failed on libtorch_shared-with-deps_cpu" in text
     assert "compiling unit 56" in text
     assert "compiling unit 55" not in text
-    lines = report.log_tail(day.failed / "libtorch_shared-with-deps_cpu.log", 3)
+    lines = nightview.log_tail(day.failed / "libtorch_shared-with-deps_cpu.log", 3)
     assert lines == ["compiling unit 58", "compiling unit 59",
                      "error: the compiler failed on libtorch_shared-with-deps_cpu"]
 
@@ -274,7 +275,7 @@ def test_status_prints_failures_first_with_log_tails(tmp_path: Path) -> None:
     builds[EVIL] = build_entry("failed", 10, 20, queue=0, reason="[bold]not markup[/bold]")
     day = make_day(tmp_path, builds)
     console = Console(record=True, width=200, color_system=None)
-    code = report.status(day, tail=4, console=console)
+    code = status_view.show(day, tail=4, console=console)
     out = console.export_text()
     assert code == 1
     assert "4 succeeded" in out
@@ -292,7 +293,7 @@ def test_status_all_good_is_zero(tmp_path: Path) -> None:
     del builds["libtorch_shared-with-deps_cpu"]
     day = make_day(tmp_path, builds)
     console = Console(record=True, width=160, color_system=None)
-    assert report.status(day, console=console) == 0
+    assert status_view.show(day, console=console) == 0
     assert "4 succeeded" in console.export_text()
 
 
