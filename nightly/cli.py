@@ -406,6 +406,15 @@ def report_command(
     return 0
 
 
+def _register_groups() -> None:
+    from nightly.images.cli import images
+
+    cli.add_command(images)
+
+
+_register_groups()
+
+
 def _existing_day(ctx: Ctx) -> Any:
     from nightly.workspace import Day
 

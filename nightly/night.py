@@ -206,6 +206,10 @@ def run_builds(
             if todo:
                 from nightly.runner import make_job
 
+                if ex.name == "container":
+                    from nightly.images.commands import preflight
+
+                    preflight(config, todo)  # a missing builder image names its build command
                 ex.preflight([make_job(ctx, b, executor=ex.name) for b in todo])
             n_q = len(queues) if queues is not None else machine.queues
             progress = Progress(

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nightly.config.builders import check_references, parse_builders
 from nightly.config.machines import parse_executors, parse_images, parse_machines
 from nightly.config.project import (
     parse_matrix,
@@ -64,6 +65,7 @@ def parse(
     mode, history_estimates = parse_schedule(top)
     machines = parse_machines(top, ctx)
     images = parse_images(top, ctx)
+    builders = parse_builders(top, ctx)
     timeouts = parse_timeouts(top)
     estimates = parse_estimates(top)
     retries_infra, retries_recipe = parse_retries(top)
@@ -76,6 +78,7 @@ def parse(
     cluster = parse_cluster(top, ctx, base)
     top.finish()
     builds = select_builds(matrices, include, exclude, machines, ctx)
+    check_references(images, builders, builds, ctx)
     return Config(
         path=path,
         root=root,
@@ -101,4 +104,5 @@ def parse(
         smoke=smoke,
         cluster=cluster,
         builds=tuple(builds),
+        builders=builders,
     )

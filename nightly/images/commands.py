@@ -155,13 +155,23 @@ def build_command(config: Config, missing: Sequence[Needed]) -> str:
     return f"nightly images build --config {config.path} --cuda {','.join(cudas)}"
 
 
+def preflight(config: Config, builds: Sequence[Build],
+              client: DockerClient | None = None) -> None:
+    """The night's check before its first container build: every declared builder image
+    its builds need is on the engine (literal image names are the executor's preflight's)."""
+    if any(n.spec is not None for n in needed(config, builds=builds)):
+        check_images(config, builds=builds, client=client, declared_only=True)
+
+
 def check_images(config: Config, *, builds: Sequence[Build] | None = None,
-                 client: DockerClient | None = None) -> list[Needed]:
+                 client: DockerClient | None = None, declared_only: bool = False) -> list[Needed]:
     """Raise ImagesMissing naming the command that builds what is missing."""
     from nightly.images import engine
 
     client = client or engine.connect(config.container.base_url or None)
     wanted = needed(config, builds=builds)
+    if declared_only:
+        wanted = [n for n in wanted if n.spec is not None]
     missing = [n for n in wanted if engine.inspect(client, n.tag) is None]
     if not missing:
         return wanted

@@ -95,8 +95,9 @@ def tar_rootfs(rootfs: Path, dest: Path) -> Path:
     nodes, hard links and permissions exactly)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        ["tar", "--numeric-owner", f"--exclude=./{MARKER}", "-C", str(rootfs), "-cf", str(dest),
-         "."], capture_output=True, text=True,
+        ["tar", "--numeric-owner", "--one-file-system", f"--exclude=./{MARKER}",
+         "-C", str(rootfs), "-cf", str(dest), "."],
+        capture_output=True, text=True,
     )
     if proc.returncode != 0:
         dest.unlink(missing_ok=True)
