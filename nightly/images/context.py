@@ -153,8 +153,12 @@ def cpu_dockerfile(spec: BuilderSpec, labels: dict[str, str]) -> str:
     # under /opt/python by the recipes.
     lines.append(f"ENV PATH={TOOLS_PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:"
                  "/usr/bin:/sbin:/bin")
-    lines += [f"LABEL {k}={_quote(v)}" for k, v in sorted(labels.items())]
+    lines.append(_label_line(labels))
     return "\n".join(lines) + "\n"
+
+
+def _label_line(labels: dict[str, str]) -> str:
+    return "LABEL " + " ".join(f"{k}={_quote(v)}" for k, v in sorted(labels.items()))
 
 
 def _quote(value: str) -> str:
@@ -221,7 +225,7 @@ def cuda_dockerfile(parent: str, version: str, labels: dict[str, str]) -> str:
         f"ENV PATH={TOOLS_PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:"
         "/bin:/usr/local/cuda/bin",
     ]
-    lines += [f"LABEL {k}={_quote(v)}" for k, v in sorted(labels.items())]
+    lines.append(_label_line(labels))
     return "\n".join(lines) + "\n"
 
 

@@ -243,7 +243,8 @@ def ensure_cuda(client: DockerClient, spec: BuilderSpec, cuda_id: str, cache: Pa
         LABEL_SPEC: spec.name, LABEL_HASH: spec.hash_for(cuda_id), LABEL_CUDA: cuda_id,
         LABEL_MANYLINUX: spec.manylinux_tag(),
         LABEL_PYTHONS: " ".join(f"{p.version}={p.describe()}" for p in spec.pythons),
-        LABEL_NVCC: nvcc.splitlines()[-1] if nvcc else "", LABEL_TOOLKIT: " ".join(sources),
+        LABEL_NVCC: next((line for line in nvcc.splitlines() if "release" in line), ""),
+        LABEL_TOOLKIT: " ".join(sources),
     }
     logfile = _logfile(cache, tag)
     _header(logfile, tag, spec, [f"parent:   {parent}", f"CUDA:     {version} at "

