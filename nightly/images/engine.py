@@ -155,17 +155,18 @@ def ensure_base(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) 
     mirror = spec.mirror or cuda.host_mirror()
     fs = rootfs.bootstrap(suite=spec.suite, packages=spec.base_packages, key=spec.base_hash(),
                           mirror=mirror, cache=cache, log=log)
-    tar = rootfs.tar_rootfs(fs, cache / "tmp" / f"base-{spec.base_hash()}.tar")
     logfile = _logfile(cache, tag)
     _header(logfile, tag, spec, [f"suite:    {spec.suite} ({mirror})",
                                  f"packages: {' '.join(spec.base_packages)}"])
-    log(f"{tag}: importing the rootfs ({tar.stat().st_size / 1e6:.0f} MB)")
     changes = [
         'CMD ["/bin/bash"]',
         "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         f"LABEL {LABEL_SPEC}={spec.name} {LABEL_HASH}={spec.base_hash()}",
     ]
+    tar = cache / "tmp" / f"base-{spec.base_hash()}.tar"
     try:
+        rootfs.tar_rootfs(fs, tar)
+        log(f"{tag}: importing the rootfs ({tar.stat().st_size / 1e6:.0f} MB)")
         with tar.open("rb") as f:
             answer = client.api.import_image(src=f, changes=changes)
     finally:
