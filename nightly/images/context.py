@@ -220,8 +220,12 @@ def cuda_dockerfile(parent: str, version: str, labels: dict[str, str]) -> str:
         f"FROM {parent}",
         f"COPY cuda-{version} /usr/local/cuda-{version}",
         "COPY selftest.sh /tmp/cuda-selftest.sh",
-        f"RUN ln -sfn cuda-{version} /usr/local/cuda && PATH=/usr/local/cuda/bin:$PATH "
-        "bash /tmp/cuda-selftest.sh && rm -f /tmp/cuda-selftest.sh",
+        # The runtime on the loader's path, as in NVIDIA's own images: ldd (the libtorch
+        # recipe's dependency search) and programs built here find libcudart.
+        f"RUN ln -sfn cuda-{version} /usr/local/cuda "
+        "&& echo /usr/local/cuda/lib64 > /etc/ld.so.conf.d/nightly-cuda.conf && ldconfig "
+        "&& PATH=/usr/local/cuda/bin:$PATH bash /tmp/cuda-selftest.sh "
+        "&& rm -f /tmp/cuda-selftest.sh",
         f"ENV PATH={TOOLS_PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:"
         "/bin:/usr/local/cuda/bin",
     ]

