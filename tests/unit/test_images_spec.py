@@ -104,10 +104,12 @@ def test_a_new_build_procedure_for_a_layer_retags_it_and_those_above(
     s = spec()
     before = {c: s.tag_for(c) for c in s.cudas} | {"base": s.base_tag()}
     monkeypatch.setitem(RECIPE_REVISION, "cuda", RECIPE_REVISION["cuda"] + "x")
-    assert s.base_tag() == before["base"] and s.tag_for("cpu") == before["cpu"]
+    assert s.base_tag() == before["base"]
+    assert s.tag_for("cpu") == before["cpu"]
     assert s.tag_for("cu118") != before["cu118"]
     monkeypatch.setitem(RECIPE_REVISION, "base", RECIPE_REVISION["base"] + "x")
-    assert s.base_tag() != before["base"] and s.tag_for("cpu") != before["cpu"]
+    assert s.base_tag() != before["base"]
+    assert s.tag_for("cpu") != before["cpu"]
 
 
 @pytest.mark.parametrize(
