@@ -10,6 +10,7 @@ from nightly.nightview import (
     human_size,
     load_night,
     log_tail,
+    manual_text,
     outcome_text,
     took,
 )
@@ -76,6 +77,8 @@ def _counts_line(c: dict[str, int]) -> str:
     if c["regressions"]:
         n = c["regressions"]
         parts.append(f"[magenta]{n} regression{'s' if n != 1 else ''}[/magenta]")
+    if c["manual"]:
+        parts.append(f"[cyan]{c['manual']} manual[/cyan]")
     return ", ".join(parts)
 
 
@@ -110,6 +113,8 @@ def _table(night: NightView) -> Table:
             outcome += f": {escape(b.reason)}"
         if b.upload_error:
             outcome += f" [red](upload failed: {escape(b.upload_error)})[/red]"
+        if b.manual:
+            outcome += f" [cyan]({escape(manual_text(b))})[/cyan]"
         t.add_row(
             escape(b.id),
             outcome,
