@@ -53,7 +53,7 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
     )
 
 
-def print_summary(summary: dict[str, Any]) -> None:
+def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json") -> None:
     """The night's (or the build command's) outcome as a table, failures first, then every
     package in full, one per line (never cut to the terminal's width: a package's name is what
     a person looks for, and cron's mail has no width at all)."""
@@ -85,7 +85,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     console.print(
         f"{c['succeeded']} succeeded, {c['failed']} failed of {c['total']}; "
         f"source {escape(str(summary.get('source', '-')))}; "
-        f"summary: {escape(str(summary.get('path', 'summary.json')))}",
+        f"summary: {escape(str(path))}",
         soft_wrap=True,
     )
 

@@ -10,9 +10,9 @@
   command) and writes its own summary, `logs/master/manual-<YYYYMMDDTHHMMSS>.json`, with the
   same fields as summary.json for its builds plus `manual`.
 
-A build of the night rebuilt by hand keeps its night outcome in summary.json (the `manual`
-list says it was rebuilt, and how that went); `nightly status` and the report show its
-current state, marked manual.
+A build of the night rebuilt by hand (other packages than the night's) keeps its night
+outcome and publication in summary.json (the `manual` list says it was rebuilt, and how that
+went); `nightly status` and the report show its current state, marked manual.
 """
 
 from __future__ import annotations
@@ -24,9 +24,13 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nightly.workspace import SUCCEEDED, Day, State, write_json
+
+if TYPE_CHECKING:
+    from nightly.config import Config
+    from nightly.publish.upload import UploadReport
 
 MANUAL_PREFIX = "manual-"
 
@@ -46,6 +50,30 @@ def manual_mark(command: str, *, at: float | None = None) -> dict[str, str]:
     """What a one-off build's state entry records: who ran it, when, and the command."""
     when = dt.datetime.fromtimestamp(time.time() if at is None else at).astimezone()
     return {"by": who(), "at": when.isoformat(timespec="seconds"), "command": command}
+
+
+def mark_manual(state: State, build_ids: Iterable[str], mark: Mapping[str, str] | None) -> None:
+    """Before the builds run: a one-off build's are marked manual; a night's lose the mark a
+    one-off build of the day left (the night made them its own again)."""
+    for bid in build_ids:
+        if mark is not None or state.get(bid).get("manual"):
+            state.update(bid, manual=dict(mark) if mark is not None else None)
+
+
+def record_publication(state: State, report: UploadReport) -> None:
+    """The day's last publication outcome, in state.json's meta (summary.json's publish_error)."""
+    errors = [*report.failed.values(), *report.index_errors]
+    state.set_meta(publish_error="; ".join(errors)[:2000] if errors else None)
+
+
+def why_not_published(config: Config, *, no_upload: bool, day: Day) -> str:
+    """Why a good package of a one-off build was not published, in words for its user."""
+    if no_upload:
+        return f"--no-upload (`nightly upload --date {day.name}` publishes it)"
+    pub = config.publish
+    if not (pub.url or pub.conda_channel or pub.anaconda_user):
+        return "no publish destination is configured ([publish] url)"
+    return f"see {day.master / 'run.log'}"
 
 
 def manual_summary_path(day: Day, at: float) -> Path:
@@ -94,11 +122,10 @@ def refresh(day: Day, state: State, *, by: str) -> dict[str, Any] | None:
     night_ids = []
     for bid, b in builds.items():
         e = state.get(bid)
-        if not e or e.get("manual"):
+        if not isinstance(b, dict) or _shas(e.get("packages")) != _shas(b.get("packages")):
             continue  # rebuilt by hand since the night: the night's record of it stays
         night_ids.append(bid)
-        if isinstance(b, dict):
-            b["published"] = e.get("published") or {}
+        b["published"] = e.get("published") or {}
     failed = failed_uploads(state, night_ids)
     summary["failed_uploads"] = failed
     summary["publish_error"] = state.meta.get("publish_error")
@@ -107,6 +134,12 @@ def refresh(day: Day, state: State, *, by: str) -> dict[str, Any] | None:
     summary["updated"] = {"at": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "by": by}
     write_json(day.summary_path, summary)
     return summary
+
+
+def _shas(packages: object) -> list[str]:
+    if not isinstance(packages, list):
+        return []
+    return [str(p.get("sha256")) for p in packages if isinstance(p, Mapping)]
 
 
 def package_destinations(summary: Mapping[str, Any]) -> list[tuple[str, str, str, list[str]]]:

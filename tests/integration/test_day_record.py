@@ -92,13 +92,14 @@ def test_a_one_off_build_is_manual_and_leaves_the_nights_summary(
     published = store / "whl" / "nightly" / "cpu" / wheel
     assert published.is_file()
     assert "where the packages went" in out
-    assert f"published: {published.as_uri()}" in out
+    assert f"published: {store.as_uri()}/whl/nightly/cpu/{wheel}" in out
 
     # 5. status and the report show them as manual.
     code, out, err = run_cli(["status", "--config", str(p.config), "--date", DATE])
     lines = out.splitlines()
     for bid in ("manywheel_3.8_cpu", "manywheel_3.9_cpu"):
-        assert any(bid in line and "manual build by alice" in line for line in lines), out
+        assert any(bid in line and "manual build by alice" in line and "nightly build manywheel" in line
+                   for line in lines), out
     assert not any("manywheel_3.7m_cpu" in line and "manual" in line for line in lines), out
     page = (p.day / "report.html").read_text()
     assert page.count('data-manual="alice"') == 2

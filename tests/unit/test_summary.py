@@ -18,14 +18,15 @@ def night(tmp_path: Path) -> tuple[Day, State]:
     day = Day(tmp_path, DATE)
     day.create()
     state = State(day.state_path)
+    pkgs = {b: [{"name": f"{b}.whl", "path": f"packages/x/cpu/{b}.whl", "size": 1, "sha256": "00"}]
+            for b in ("a", "b")}
     for bid in ("a", "b"):
-        pkg = {"name": f"{bid}.whl", "path": f"packages/x/cpu/{bid}.whl", "size": 1, "sha256": "00"}
-        state.update(bid, status="succeeded", packages=[pkg])
+        state.update(bid, status="succeeded", packages=pkgs[bid])
     state.update("b", upload_error="file:///m/whl/b.whl: disk full")
     state.set_meta(publish_error="file:///m/whl/b.whl: disk full")
     write_json(day.summary_path, {
         "date": day.name, "started": "2024-05-01T01:00:00", "counts": {"total": 2, "succeeded": 2},
-        "builds": {b: {"outcome": "succeeded", "published": {}} for b in ("a", "b")},
+        "builds": {b: {"outcome": "succeeded", "packages": pkgs[b], "published": {}} for b in ("a", "b")},
         "failed_uploads": ["b"], "publish_error": "file:///m/whl/b.whl: disk full", "exit_code": 1,
     })
     return day, state
@@ -55,8 +56,9 @@ def test_refresh_updates_publication_and_keeps_the_nights_record(tmp_path: Path)
 
 def test_a_night_build_rebuilt_by_hand_keeps_its_night_record(tmp_path: Path) -> None:
     day, state = night(tmp_path)
+    rebuilt = [{"name": "b2.whl", "path": "packages/x/cpu/b2.whl", "size": 1, "sha256": "11"}]
     state.update("b", manual={"by": "bob", "at": "x", "command": "nightly build"},
-                 published={"file:///m/whl/b2.whl": "11"})
+                 packages=rebuilt, published={"file:///m/whl/b2.whl": "11"})
     new = summary.refresh(day, state, by="nightly build")
     assert new is not None
     assert new["builds"]["b"]["published"] == {}  # the night's b was never published
