@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from nightly import cache as compiler_cache
 from nightly.config import Config
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.matrix import Build
@@ -188,6 +189,7 @@ class Runner:
                 remove_tree(d)
         job.output_dir.mkdir(parents=True)
         job.work_dir.mkdir(parents=True)
+        job, cache_note = compiler_cache.attach(compiler_cache.settings_of(ctx.config), job)
         started = time.time()
         state.update(
             build.id,
@@ -214,11 +216,14 @@ class Runner:
                     log.write(chunk)
 
             log.write(self._header(job, attempt, queue, started).encode())
+            if cache_note:
+                log.write(f"[nightly] {cache_note}\n".encode())
             try:
                 result = self.executor.run(job, sink, self.cancel)
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
+            cache_stats = compiler_cache.read_stats(job)
             packages: list[PackageFile] = []
             produced = _files(job.output_dir)
             reason = result.reason
@@ -228,6 +233,8 @@ class Runner:
                 reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
             ok = reason is None
             notes = list(result.notes)
+            if cache_stats is not None:
+                notes.append(f"compiler cache: {cache_stats.footer()}")
             if ok and self.smoke is not None:
                 # Before the build counts as succeeded (and so before any upload).
                 try:
@@ -259,6 +266,7 @@ class Runner:
             packages=[p.to_json() for p in packages],
             infra=result.infra,
             log=str(final.relative_to(day.path)),
+            cache=cache_stats.to_json() if cache_stats is not None else None,
         )
         if ok or result.interrupted:
             remove_tree(day.work / build.id)
