@@ -1,0 +1,119 @@
+"""[[machines]], [images] and [executor.*]: where and in what builds run."""
+
+from __future__ import annotations
+
+from nightly.config.reader import Ctx, Table, check_template
+from nightly.config.schema import EXECUTORS, ContainerConfig, LocalSettings, Machine
+from nightly.matrix import PACKAGES, PLATFORMS, SpellingError, normalize_cuda, normalize_python
+
+
+def parse_machines(top: Table, ctx: Ctx) -> list[Machine]:
+    raw = top.get("machines", required=True)
+    if not isinstance(raw, list) or not raw:
+        ctx.fail("machines must be a non-empty array of tables ([[machines]])", "machines")
+    machines: list[Machine] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        key = f"machines[{i}]"
+        if not isinstance(item, dict):
+            ctx.fail("each machine must be a table ([[machines]])", key)
+        t = Table(item, key, ctx)
+        name = t.str("name", required=True)
+        if name in seen:
+            ctx.fail(f"duplicate machine name '{name}'", f"{key}.name", hint="names must be unique")
+        seen.add(name)
+        platform = t.choice("platform", PLATFORMS, required=True)
+        queues = t.int("queues", required=True)
+        if queues < 1:
+            ctx.fail(
+                f"machine '{name}' has {queues} queues", f"{key}.queues", hint="at least 1"
+            )
+        executor = t.choice("executor", EXECUTORS, default="local")
+        hostname = t.str("hostname", default="")
+        explicit_raw = t.get("explicit_queues", default=[])
+        if not isinstance(explicit_raw, list) or not all(
+            isinstance(q, list) and all(isinstance(s, str) for s in q) for q in explicit_raw
+        ):
+            ctx.fail(
+                "explicit_queues must be an array of arrays of strings",
+                f"{key}.explicit_queues",
+            )
+        if len(explicit_raw) > queues:
+            ctx.fail(
+                f"machine '{name}' lists {len(explicit_raw)} explicit queues but has {queues}",
+                f"{key}.explicit_queues",
+                hint=f"set queues = {len(explicit_raw)}",
+            )
+        t.finish()
+        machines.append(
+            Machine(
+                name=name,
+                platform=platform,
+                queues=queues,
+                executor=executor,
+                hostname=hostname,
+                explicit_queues=tuple(tuple(q) for q in explicit_raw),
+            )
+        )
+    return machines
+
+
+def parse_images(top: Table, ctx: Ctx) -> dict[str, dict[str, str]]:
+    t = top.table("images")
+    out: dict[str, dict[str, str]] = {"default": {}}
+    for k in t:
+        v = t.get(k)
+        if not isinstance(v, (str, dict)):
+            ctx.fail(
+                f"images.{k} must be an image name or a table of CUDA version -> image, "
+                f"not {type(v).__name__} ({v!r})",
+                f"images.{k}",
+            )
+        if isinstance(v, str):
+            if k != "default":
+                ctx.fail(
+                    f"images.{k} must be a table of CUDA version -> image",
+                    f"images.{k}",
+                    hint="only images.default may be a plain string",
+                )
+            check_template(v, ctx, "images.default")
+            out["default"]["default"] = v
+            continue
+        if k not in (*PACKAGES, "default"):
+            continue  # reported by finish()
+        sub = t.table(k)
+        table: dict[str, str] = out.get(k, {})
+        for cuda in sub:
+            image = sub.str(cuda)
+            check_template(image, ctx, f"images.{k}.{cuda}")
+            if cuda != "default":
+                try:
+                    cuda = normalize_cuda(cuda)
+                except SpellingError as e:
+                    ctx.fail(str(e), f"images.{k}.{cuda}")
+            table[cuda] = image
+        out[k] = table
+    t.finish(valid=(*PACKAGES, "default"))
+    return out
+
+
+def parse_executors(top: Table) -> tuple[LocalSettings, ContainerConfig]:
+    ex = top.table("executor")
+    lo = ex.table("local")
+    local = LocalSettings(
+        pythons=lo.str_map("pythons", key_check=normalize_python),
+        cuda=lo.str_map("cuda", key_check=normalize_cuda),
+    )
+    lo.finish()
+    co = ex.table("container")
+    container = ContainerConfig(
+        base_url=co.str("base_url"),
+        memory_limit=co.str("memory_limit"),
+        user=co.str("user"),
+        cuda_mounts=co.str_map("cuda_mounts", key_check=normalize_cuda),
+        gpu=co.bool("gpu"),
+        pull=co.bool("pull"),
+    )
+    co.finish()
+    ex.finish()
+    return local, container

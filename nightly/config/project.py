@@ -1,0 +1,169 @@
+"""[project], the root and recipes paths, [matrix] and [selectors]: what is built."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from nightly.config.reader import Ctx, Table, resolve_path, unique
+from nightly.config.schema import Machine, Project
+from nightly.matrix import (
+    LIBTORCH_ALL,
+    LIBTORCH_VARIANTS,
+    PACKAGE_PLATFORMS,
+    PACKAGES,
+    PLATFORMS,
+    Build,
+    PackageMatrix,
+    expand,
+    near_misses,
+    normalize_cuda,
+    normalize_python,
+    select,
+)
+
+
+def parse_project(top: Table, ctx: Ctx) -> Project:
+    proj = top.table("project")
+    project = Project(
+        name=proj.str("name", required=True),
+        source=proj.str("source", required=True),
+        branch=proj.str("branch"),
+        ref=proj.str("ref"),
+        base_version=proj.str("base_version", required=True),
+        build_number=proj.int("build_number", minimum=0),
+    )
+    proj.finish()
+    if not re.match(r"^\d+(\.\d+)*$", project.base_version):
+        ctx.fail(
+            f"'{project.base_version}' is not a base version: write digits and dots, e.g. 1.0.0",
+            "project.base_version",
+        )
+    return project
+
+
+def parse_paths(top: Table, base: Path, root_override: str | None) -> tuple[Path, Path]:
+    """The root of the day folders and the recipes folder, relative to the config file."""
+    root = Path(root_override).resolve() if root_override else resolve_path(top.str("root"), base)
+    if root_override:
+        top.str("root")
+    recipes_s = top.str("recipes")
+    recipes = resolve_path(recipes_s, base) if recipes_s else base / "recipes"
+    return root, recipes
+
+
+def parse_selectors(top: Table) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    sel = top.table("selectors")
+    include = tuple(sel.str_list("include"))
+    exclude = tuple(sel.str_list("exclude"))
+    sel.finish()
+    return include, exclude
+
+
+def parse_matrix(top: Table, ctx: Ctx) -> list[PackageMatrix]:
+    mx = top.table("matrix", required=True)
+    out: list[PackageMatrix] = []
+    for plat in mx:
+        if plat not in PLATFORMS:
+            continue  # reported by finish() with a suggestion
+        pt = mx.table(plat)
+        for pkg in pt:
+            if pkg not in PACKAGES:
+                continue
+            key = f"matrix.{plat}.{pkg}"
+            if plat not in PACKAGE_PLATFORMS[pkg]:
+                other = "manywheel" if pkg == "wheel" else "wheel"
+                ctx.fail(
+                    f"{pkg} is not a {plat} package type",
+                    key,
+                    hint=f"on {plat} use {other}",
+                )
+            t = pt.table(pkg)
+            cudas = tuple(
+                unique(t.str_list("cudas", required=True, item=normalize_cuda), ctx, key)
+            )
+            devtoolset = t.str("devtoolset", default="")
+            if pkg == "libtorch":
+                variants = tuple(
+                    t.str_list(
+                        "variants",
+                        default=list(LIBTORCH_VARIANTS),
+                        choices=(*LIBTORCH_VARIANTS, LIBTORCH_ALL),
+                    )
+                )
+                python = t.str("python", default="3", item=_python_or_default)
+                if not cudas or not variants:
+                    ctx.fail("cudas and variants must not be empty", key)
+                out.append(
+                    PackageMatrix(
+                        package=pkg,
+                        platform=plat,
+                        pythons=(),
+                        cudas=cudas,
+                        variants=variants,
+                        python=python,
+                        devtoolset=devtoolset,
+                    )
+                )
+            else:
+                pythons = tuple(
+                    unique(t.str_list("pythons", required=True, item=normalize_python), ctx, key)
+                )
+                if not pythons or not cudas:
+                    ctx.fail("pythons and cudas must not be empty", key)
+                out.append(
+                    PackageMatrix(
+                        package=pkg,
+                        platform=plat,
+                        pythons=pythons,
+                        cudas=cudas,
+                        devtoolset=devtoolset,
+                    )
+                )
+            t.finish()
+        pt.finish(valid=PACKAGES)
+    mx.finish(valid=PLATFORMS)
+    if not out:
+        ctx.fail("the matrix is empty: add e.g. [matrix.linux.manywheel]", "matrix")
+    return out
+
+
+def _python_or_default(s: str) -> str:
+    return s if s == "3" else normalize_python(s)
+
+
+def select_builds(
+    matrices: list[PackageMatrix],
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    machines: list[Machine],
+    ctx: Ctx,
+) -> list[Build]:
+    """The matrix after the selectors; every selector must match and every platform built
+    must have a machine."""
+    all_builds = expand(matrices)
+    builds, unmatched = select(all_builds, include, exclude)
+    if unmatched:
+        pattern = unmatched[0]
+        key = "selectors.include" if pattern in include else "selectors.exclude"
+        close = near_misses(pattern, [b.id for b in all_builds])
+        ctx.fail(
+            f"selector '{pattern}' matches no build of the matrix",
+            key,
+            hint=("near misses: " + ", ".join(close)) if close else None,
+        )
+    if not builds:
+        ctx.fail(
+            "the matrix is empty after the selectors: include and exclude leave no build",
+            "selectors",
+        )
+    platforms_needed = sorted({b.platform for b in builds})
+    have = {m.platform for m in machines}
+    for plat in platforms_needed:
+        if plat not in have:
+            ctx.fail(
+                f"the matrix has {plat} builds but no machine has platform '{plat}'",
+                "machines",
+                hint=f"add a [[machines]] entry with platform = \"{plat}\" or remove matrix.{plat}",
+            )
+    return builds

@@ -1,0 +1,60 @@
+"""[publish], [publish.conda] and [publish.pypi]: where packages and index pages go."""
+
+from __future__ import annotations
+
+import urllib.parse
+from pathlib import Path
+
+from nightly.config.reader import Ctx, Table, placeholders, resolve_path, store_url
+from nightly.config.schema import Publish
+
+
+def parse_publish(top: Table, ctx: Ctx, base: Path) -> Publish:
+    pt = top.table("publish")
+    url = store_url(
+        pt.str("url"), "publish.url", base, ctx,
+        what="destinations", path_hint="a folder path",
+    )
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "s3" and not parts.netloc:
+        ctx.fail(f"no bucket in '{url}'", "publish.url", hint="write s3://BUCKET/PREFIX")
+    if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
+        ctx.fail(f"'{url}' is not on this machine", "publish.url",
+                 hint="write file:///ABSOLUTE/PATH (or mount the share and use its path)")
+    find_links = pt.str("find_links")
+    try:
+        ok = all(f == "channel" for f in placeholders(find_links))
+        find_links.format(channel="nightly")
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError):
+        ok = False
+    if not ok:
+        ctx.fail(f"'{find_links}' has an unknown placeholder", "publish.find_links",
+                 hint="only {channel} is known")
+    co = pt.table("conda")
+    channel = co.str("channel")
+    if channel.startswith("file://"):
+        channel = channel[len("file://"):]
+    py = pt.table("pypi")
+    p = Publish(
+        url=url,
+        endpoint_url=pt.str("endpoint_url"),
+        region=pt.str("region"),
+        profile=pt.str("profile"),
+        acl=pt.str("acl"),
+        find_links=find_links,
+        index=pt.bool("index"),
+        conda_channel=str(resolve_path(channel, base).resolve()) if channel else "",
+        anaconda_user=co.str("anaconda_user"),
+        anaconda_label=co.str("anaconda_label"),
+        anaconda_test_label=co.str("anaconda_test_label"),
+        anaconda_site=co.str("anaconda_site"),
+        token_env=co.str("token_env"),
+        token_file=co.str("token_file"),
+        pypi_url=py.str("repository_url"),
+        pypi_username=py.str("username"),
+        pypi_password_env=py.str("password_env"),
+    )
+    co.finish()
+    py.finish()
+    pt.finish()
+    return p

@@ -1,0 +1,76 @@
+"""[notify], [run], [smoke] and [cluster]: what happens around the builds of a night."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nightly.config.reader import Ctx, Table, store_url
+from nightly.config.schema import EXECUTORS, ClusterConfig, Notify, Smoke
+
+
+def parse_notify(top: Table) -> Notify:
+    no = top.table("notify")
+    notify = Notify(
+        command=no.str("command"),
+        always=no.bool("always"),
+        smtp_host=no.str("smtp_host"),
+        smtp_port=no.int("smtp_port", minimum=1),
+        smtp_from=no.str("smtp_from"),
+        smtp_to=tuple(no.str_list("smtp_to")),
+        smtp_user=no.str("smtp_user"),
+        smtp_password_env=no.str("smtp_password_env"),
+    )
+    no.finish()
+    return notify
+
+
+def parse_min_free_gb(top: Table) -> float:
+    rn = top.table("run")
+    min_free_gb = rn.number("min_free_gb", minimum=0)
+    rn.finish()
+    return min_free_gb
+
+
+def parse_smoke(top: Table, project_name: str) -> Smoke:
+    sm = top.table("smoke")
+    smoke = Smoke(
+        enabled=sm.bool("enabled"),
+        import_name=sm.str("import_name") or project_name.replace("-", "_"),
+        command=sm.str("command"),
+        cuda_check=sm.str("cuda_check"),
+        gpu_check=sm.str("gpu_check"),
+        gpu=sm.bool("gpu"),
+        libtorch_program=sm.str("libtorch_program"),
+        libtorch_libs=tuple(sm.str_list("libtorch_libs")),
+        image=sm.str("image"),
+        timeout_s=sm.duration("timeout"),
+    )
+    sm.finish()
+    return smoke
+
+
+def parse_cluster(top: Table, ctx: Ctx, base: Path) -> ClusterConfig:
+    ct = top.table("cluster")
+    staging = store_url(
+        ct.str("staging"), "cluster.staging", base, ctx,
+        what="staging stores", path_hint="a folder path every host mounts",
+    )
+    executor = ct.str("executor")
+    if executor and executor not in EXECUTORS:
+        ct.choice("executor", EXECUTORS)
+    c = ClusterConfig(
+        address=ct.str("address"),
+        staging=staging,
+        endpoint_url=ct.str("endpoint_url"),
+        region=ct.str("region"),
+        profile=ct.str("profile"),
+        executor=executor,
+        gpu_smoke=ct.bool("gpu_smoke"),
+        log_flush_s=ct.duration("log_flush"),
+        worker_wait_s=ct.duration("worker_wait"),
+        connect_timeout_s=ct.duration("connect_timeout"),
+        task_retries=ct.int("task_retries", minimum=0),
+        keep_staging=ct.bool("keep_staging"),
+    )
+    ct.finish()
+    return c

@@ -1,0 +1,222 @@
+"""The configuration as frozen keyword-only dataclasses: what every other module reads.
+
+Nothing here reads TOML: `nightly.config.loader` builds these from nightly.toml laid over
+`nightly/defaults.toml` (the single source of defaults).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nightly.errors import ConfigError, did_you_mean
+from nightly.matrix import Build, PackageMatrix
+
+EXECUTORS = ("local", "container")
+SCHEDULE_MODES = ("explicit", "auto")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Project:
+    name: str
+    source: str
+    branch: str
+    ref: str
+    base_version: str
+    build_number: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Machine:
+    name: str
+    platform: str
+    queues: int
+    executor: str
+    hostname: str = ""
+    # Each inner tuple is one queue, as written: build ids, globs or "package pythons cudas".
+    explicit_queues: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    cpu_s: float
+    cuda_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalSettings:
+    pythons: Mapping[str, str]
+    cuda: Mapping[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerConfig:
+    base_url: str
+    memory_limit: str
+    user: str
+    cuda_mounts: Mapping[str, str]
+    gpu: bool
+    pull: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retention:
+    local_days: int
+    remote_versions: int
+    remote_days: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Notify:
+    command: str
+    always: bool
+    smtp_host: str
+    smtp_port: int
+    smtp_from: str
+    smtp_to: tuple[str, ...]
+    smtp_user: str
+    smtp_password_env: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Smoke:
+    enabled: bool
+    import_name: str
+    command: str
+    cuda_check: str
+    gpu_check: str
+    gpu: bool
+    libtorch_program: str
+    libtorch_libs: tuple[str, ...]
+    image: str
+    timeout_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Publish:
+    url: str  # normalised: s3://… or file:///abs, "" when nothing is published
+    endpoint_url: str
+    region: str
+    profile: str
+    acl: str
+    find_links: str
+    index: bool
+    conda_channel: str  # an absolute folder path, "" for none
+    anaconda_user: str
+    anaconda_label: str
+    anaconda_test_label: str
+    anaconda_site: str
+    token_env: str
+    token_file: str
+    pypi_url: str
+    pypi_username: str
+    pypi_password_env: str
+
+    def find_links_name(self, channel: str) -> str:
+        return self.find_links.format(channel=channel)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    """[cluster]: `nightly run --cluster` (nightly.cluster, docs/cluster.md)."""
+
+    address: str = ""
+    staging: str = ""  # normalised: s3://… or file:///abs, "" when not configured
+    endpoint_url: str = ""
+    region: str = ""
+    profile: str = ""
+    executor: str = ""  # "" = each platform's first machine's executor
+    gpu_smoke: bool = False
+    log_flush_s: float = 5.0
+    worker_wait_s: float = 600.0
+    connect_timeout_s: float = 30.0
+    task_retries: int = 1
+    keep_staging: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    path: Path
+    root: Path
+    recipes: Path
+    project: Project
+    matrices: tuple[PackageMatrix, ...]
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    schedule_mode: str
+    history_estimates: str
+    machines: tuple[Machine, ...]
+    # images[package][cuda or "default"], images["default"]["default"] the fallback
+    images: Mapping[str, Mapping[str, str]]
+    # timeouts[platform or ""][package or "default"] in seconds
+    timeouts: Mapping[str, Mapping[str, float]]
+    estimates: Mapping[str, Estimate]
+    retries_infra: int
+    retries_recipe: int
+    retention: Retention
+    local: LocalSettings
+    container: ContainerConfig
+    notify: Notify
+    min_free_gb: float
+    publish: Publish
+    smoke: Smoke
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    builds: tuple[Build, ...] = field(default=())  # the matrix after the config's selectors
+
+    # ------------------------------------------------------------------ lookups
+
+    def machine(self, key: str) -> Machine:
+        """A machine by name, or by index when no name matches."""
+        for m in self.machines:
+            if m.name == key:
+                return m
+        if key.isdigit() and int(key) < len(self.machines):
+            return self.machines[int(key)]
+        names = [m.name for m in self.machines]
+        hint = did_you_mean(key, names)
+        raise ConfigError(
+            f"no machine '{key}': the machines are {', '.join(names)}"
+            + (f"; {hint}" if hint else "")
+            + f" (or an index 0-{len(names) - 1})",
+            file=str(self.path),
+            key="machines",
+        )
+
+    def image_for(self, build: Build) -> str:
+        for table in (self.images.get(build.package, {}), self.images.get("default", {})):
+            image = table.get(build.cuda) or table.get("default")
+            if image:
+                # Placeholders let one entry cover every CUDA version:
+                # {cuda} cu126, {cuda_version} 12.6, {cuda_digits} 126.
+                return image.format(
+                    cuda=build.cuda,
+                    cuda_version=build.cuda_version,
+                    cuda_digits=build.cuda[2:] if build.is_cuda else "",
+                )
+        return ""
+
+    def timeout_for(self, build: Build) -> float:
+        for plat in (build.platform, ""):
+            table = self.timeouts.get(plat, {})
+            for key in (build.package, "default"):
+                if key in table:
+                    return table[key]
+        return 4800.0
+
+    def estimate_for(self, build: Build) -> float:
+        est = self.estimates.get(build.package) or self.estimates["default"]
+        one = est.cuda_s if build.is_cuda else est.cpu_s
+        return one * len(build.variants) if build.package == "libtorch" else one
+
+    def uses_history_estimates(self) -> bool:
+        if self.history_estimates == "auto":
+            platforms = [m.platform for m in self.machines]
+            return len(platforms) == len(set(platforms))
+        return self.history_estimates == "always"
+
+    def libtorch_matrix(self, platform: str) -> PackageMatrix | None:
+        for m in self.matrices:
+            if m.package == "libtorch" and m.platform == platform:
+                return m
+        return None
