@@ -322,7 +322,8 @@ case "${CC:-}" in "" | "$tools/cc") CC=cc ;; esac
 case "${CXX:-}" in "" | "$tools/c++") CXX=c++ ;; esac
 export NIGHTLY_CACHE_CC="$CC" NIGHTLY_CACHE_CXX="$CXX"
 rm -f "$SCCACHE_SERVER_UDS"
-if "$sc" --start-server </dev/null >"$tools/server.log" 2>&1; then
+# TMPDIR=/tmp: the server's start-up socket goes there, and a unix socket path is short.
+if TMPDIR=/tmp "$sc" --start-server </dev/null >"$tools/server.log" 2>&1; then
     export NIGHTLY_CACHE=on CC="$tools/cc" CXX="$tools/c++"
     export CMAKE_C_COMPILER_LAUNCHER="$tools/launch" CMAKE_CXX_COMPILER_LAUNCHER="$tools/launch"
     export CMAKE_CUDA_COMPILER_LAUNCHER="$tools/launch"
@@ -331,7 +332,7 @@ if "$sc" --start-server </dev/null >"$tools/server.log" 2>&1; then
         "(CC $NIGHTLY_CACHE_CC, CXX $NIGHTLY_CACHE_CXX, nvcc: CMAKE_CUDA_COMPILER_LAUNCHER)"
 else
     export NIGHTLY_CACHE=off
-    why="$(grep -m1 -i 'error' "$tools/server.log" | cut -c1-300)"
+    why="$(grep -i -m2 -E 'error|caused by' "$tools/server.log" | tr '\n' ' ' | cut -c1-300)"
     [ -n "$why" ] || why="$(head -n1 "$tools/server.log" | cut -c1-300)"
     printf 'off: sccache server did not start: %s\n' "$why" >"$tools/status"
     say "compiler cache unavailable, building without it: $why"
