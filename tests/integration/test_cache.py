@@ -183,10 +183,13 @@ dir = "{cache_dir}"
         assert (e["cache"]["hits"], e["cache"]["misses"]) == (2, 0), (cuda, e["cache"])
         assert e["cache"]["where"] == f"local disk {cache_dir / ('host-' + cuda)}"
         wheel = next((day2 / "packages" / "manywheel" / cuda).glob("*.whl"))
+        unpacked = tmp_path / f"unpacked-{cuda}"
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(unpacked)
         probe = subprocess.run(
             [str(Path(shutil.which("python3.11") or "/root/.pyenv/versions/3.11.7/bin/python3.11")),
              "-c", "import sys, nightlydemo; sys.stdout.write(nightlydemo.cuda_version())"],
-            env={"PYTHONPATH": str(wheel), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+            env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
         assert probe.stdout == {"cu130": "13.0", "cu131": "13.1"}[cuda], probe.stderr
 
     # sccache itself, one folder for both toolkits: the second nvcc misses, and its object is
