@@ -174,9 +174,7 @@ def run(
 
     ctx = Ctx(config_path, root, date_text)
     if cluster or (machine is None and ctx.config.cluster.address):
-        from nightly import cluster as cl
-
-        return cl.run_night(ctx.config, ctx.date, cl.ClusterOptions(
+        return night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
             address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
             rebuild=rebuild, selects=selects, keep_container=keep_container,
         ))
@@ -184,7 +182,7 @@ def run(
     order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m, selects)
     opts = night.NightOptions(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
-        keep_container=keep_container, notify=True,
+        keep_container=keep_container, notify=True, prune=True,
     )
     return night.run_builds(
         ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
@@ -223,12 +221,8 @@ def index(
 ) -> int:
     """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
     from nightly.publish import index as idx
-    from nightly.publish.upload import (
-        UploadReport,
-        channel_of,
-        open_destination,
-        regenerate_index,
-    )
+    from nightly.publish.layout import channel_of
+    from nightly.publish.upload import UploadReport, open_destination, regenerate_index
     from nightly.workspace import State
 
     ctx = Ctx(config_path, root, date_text)
@@ -372,13 +366,13 @@ def status(
 ) -> int:
     """The day in the terminal: each build's state, outcome, duration and size, failures
     first with the tail of their logs. Exit status 1 when a build failed."""
-    from nightly import report
+    from nightly import status as status_view
     from nightly.history import History, history_path
 
     ctx = Ctx(config_path, root, date_text)
     day = _existing_day(ctx)
     hp = history_path(ctx.config.root)
-    return report.status(day, tail=tail, history=History(hp) if hp.exists() else None)
+    return status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None)
 
 
 @cli.command(name="report")
@@ -403,6 +397,39 @@ def report_command(
     click.echo(str(written))
     if out is not None:
         click.echo(str(out))
+    return 0
+
+
+@cli.group(name="cluster")
+def cluster_group() -> None:
+    """Cluster mode's set-up (docs/cluster.md)."""
+
+
+@cluster_group.command(name="certs")
+@click.argument("folder", metavar="DIR")
+@click.option("--hosts", required=True, metavar="A,B,C", help="The build hosts (names or IPs).")
+@click.option("--days", default=825, show_default=True, type=click.IntRange(min=1),
+              help="How long the host certificates are valid.")
+def cluster_certs(folder: str, hosts: str, days: int) -> int:
+    """A CA for the cluster, and a certificate and key for each host and the orchestrator.
+
+    DIR gets ca.pem, ca-key.pem (keep it off the build network) and HOST.pem, HOST-key.pem per
+    host plus orchestrator.pem, orchestrator-key.pem. With a CA already in DIR, it issues
+    certificates for the new hosts only. Keys are written mode 0600 and never printed."""
+    from pathlib import Path
+
+    from nightly import tls
+
+    made = tls.make_certs(Path(folder), tls.parse_hosts(hosts), days=days)
+    click.echo(f"{'created' if made.ca_created else 'reused'} the CA: {made.ca_cert} "
+               f"(its key {made.ca_key}: keep it off the build hosts)")
+    for i in made.issued:
+        if i.name == tls.ORCHESTRATOR:
+            click.echo(f"the orchestrator: [cluster] tls_ca_file = {str(made.ca_cert)!r}, "
+                       f"tls_cert = {str(i.cert)!r}, tls_key = {str(i.key)!r}")
+        else:
+            click.echo(f"{i.name}: copy {made.ca_cert.name}, {i.cert.name} and {i.key.name} to it "
+                       "(the key readable only by the user running dask there)")
     return 0
 
 

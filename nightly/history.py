@@ -2,7 +2,8 @@
 
 One row per attempt of every build of every night (table `builds`, keyed by day, build id and
 attempt), its package files in a child table (`files`). The scheduler's estimates, the
-report's trends and the per-night sizes JSON are read from it.
+report's trends and the per-night sizes JSON are read from it. The tables and their rows as
+Python values are in history_schema.py.
 
 Several queues (threads) and several processes (machines sharing ROOT on a local disk, a
 `nightly build` beside a `nightly run`) write at once. Each call opens its own connection
@@ -22,9 +23,19 @@ import sqlite3
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from nightly.history_schema import (
+    BUILD_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    SUCCEEDED,
+    BuildRecord,
+    entry_rows,
+    files_by_key,
+    record_from_row,
+)
 
 if TYPE_CHECKING:
     from nightly.config import Config
@@ -32,97 +43,7 @@ if TYPE_CHECKING:
     from nightly.workspace import State
 
 FILENAME = "history.sqlite"
-SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 60_000
-SUCCEEDED = "succeeded"  # as nightly.workspace.SUCCEEDED (not imported: keep this module light)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS builds (
-    day          TEXT    NOT NULL,   -- the day folder's name (YYYY_MM_DD, or a release folder)
-    build_id     TEXT    NOT NULL,
-    attempt      INTEGER NOT NULL,
-    commit_sha   TEXT    NOT NULL DEFAULT '',
-    channel      TEXT    NOT NULL DEFAULT '',
-    machine      TEXT    NOT NULL DEFAULT '',
-    queue        INTEGER,
-    executor     TEXT    NOT NULL DEFAULT '',
-    package      TEXT    NOT NULL DEFAULT '',
-    python       TEXT    NOT NULL DEFAULT '',
-    cuda         TEXT    NOT NULL DEFAULT '',
-    variant      TEXT    NOT NULL DEFAULT '',
-    started      REAL,               -- epoch seconds
-    ended        REAL,
-    duration_s   REAL,
-    outcome      TEXT    NOT NULL,   -- succeeded | failed | interrupted | running | pending
-    reason       TEXT,
-    exit_status  INTEGER,
-    log          TEXT,               -- relative to the day folder
-    recorded     REAL    NOT NULL,
-    PRIMARY KEY (day, build_id, attempt)
-);
-CREATE INDEX IF NOT EXISTS builds_by_build ON builds (build_id, outcome, started);
-CREATE TABLE IF NOT EXISTS files (
-    day       TEXT    NOT NULL,
-    build_id  TEXT    NOT NULL,
-    attempt   INTEGER NOT NULL,
-    name      TEXT    NOT NULL,
-    path      TEXT    NOT NULL DEFAULT '',
-    size      INTEGER NOT NULL,
-    sha256    TEXT    NOT NULL DEFAULT '',
-    PRIMARY KEY (day, build_id, attempt, name),
-    FOREIGN KEY (day, build_id, attempt) REFERENCES builds (day, build_id, attempt)
-        ON DELETE CASCADE
-);
-"""
-
-_BUILD_COLUMNS = (
-    "day, build_id, attempt, commit_sha, channel, machine, queue, executor, package, python, "
-    "cuda, variant, started, ended, duration_s, outcome, reason, exit_status, log, recorded"
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class FileRecord:
-    name: str
-    path: str
-    size: int
-    sha256: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildRecord:
-    """One attempt of one build of one night."""
-
-    day: str
-    build_id: str
-    attempt: int
-    commit: str
-    channel: str
-    machine: str
-    queue: int | None
-    executor: str
-    package: str
-    python: str
-    cuda: str
-    variant: str
-    started: float | None
-    ended: float | None
-    duration_s: float | None
-    outcome: str
-    reason: str | None
-    exit_status: int | None
-    log: str | None
-    recorded: float
-    files: tuple[FileRecord, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome == SUCCEEDED
-
-    @property
-    def size(self) -> int:
-        """The total size of the attempt's package files, in bytes."""
-        return sum(f.size for f in self.files)
 
 
 def history_path(root: Path) -> Path:
@@ -201,7 +122,7 @@ class History:
                     version = conn.execute("PRAGMA user_version").fetchone()[0]
                     if version < SCHEMA_VERSION:
                         conn.execute("BEGIN IMMEDIATE")
-                        for statement in _statements(_SCHEMA):
+                        for statement in _statements(SCHEMA):
                             conn.execute(statement)
                         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                         conn.execute("COMMIT")
@@ -228,51 +149,18 @@ class History:
         writes it: status, reason, exit_status, started, ended, duration_s, attempts, machine,
         queue, executor, package, python, cuda, variant, packages=[{name,path,size,sha256}],
         log. The attempt is the entry's `attempts` (0 for a build that never started)."""
-        attempt = int(entry.get("attempts") or 0)
-        row = (
-            day_name,
-            build_id,
-            attempt,
-            commit or "",
-            channel or "",
-            str(entry.get("machine") or ""),
-            _int_or_none(entry.get("queue")),
-            str(entry.get("executor") or ""),
-            str(entry.get("package") or ""),
-            str(entry.get("python") or ""),
-            str(entry.get("cuda") or ""),
-            str(entry.get("variant") or ""),
-            _float_or_none(entry.get("started")),
-            _float_or_none(entry.get("ended")),
-            _float_or_none(entry.get("duration_s")),
-            str(entry.get("status") or "pending"),
-            _str_or_none(entry.get("reason")),
-            _int_or_none(entry.get("exit_status")),
-            _str_or_none(entry.get("log")),
-            time.time(),
+        row, files = entry_rows(
+            day_name, build_id, entry, commit=commit, channel=channel, recorded=time.time()
         )
-        files = []
-        for p in entry.get("packages") or []:
-            if isinstance(p, Mapping) and p.get("name"):
-                files.append(
-                    (
-                        day_name,
-                        build_id,
-                        attempt,
-                        str(p["name"]),
-                        str(p.get("path") or ""),
-                        int(p.get("size") or 0),
-                        str(p.get("sha256") or ""),
-                    )
-                )
+        attempt = row[2]
         with self._write() as conn:
             conn.execute(
                 "DELETE FROM files WHERE day = ? AND build_id = ? AND attempt = ?",
                 (day_name, build_id, attempt),
             )
             conn.execute(
-                f"INSERT OR REPLACE INTO builds ({_BUILD_COLUMNS}) "
-                f"VALUES ({', '.join('?' * 20)})",
+                f"INSERT OR REPLACE INTO builds ({BUILD_COLUMNS}) "
+                f"VALUES ({', '.join('?' * len(row))})",
                 row,
             )
             conn.executemany(
@@ -315,17 +203,17 @@ class History:
             )
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_BUILD_COLUMNS} FROM builds WHERE {where} ORDER BY build_id, attempt",
+                f"SELECT {BUILD_COLUMNS} FROM builds WHERE {where} ORDER BY build_id, attempt",
                 (day_name,),
             ).fetchall()
-            files = _files_by_key(
+            files = files_by_key(
                 conn.execute(
                     "SELECT build_id, attempt, name, path, size, sha256 FROM files WHERE day = ? "
                     "ORDER BY name",
                     (day_name,),
                 ).fetchall()
             )
-        return [_record(r, files.get((r[1], r[2]), ())) for r in rows]
+        return [record_from_row(r, files.get((r[1], r[2]), ())) for r in rows]
 
     def days(self) -> list[str]:
         """Every recorded night, oldest first (by the first start of the night)."""
@@ -493,59 +381,6 @@ def _statements(script: str) -> list[str]:
 def _chunks(items: list[str], n: int) -> Iterator[list[str]]:
     for i in range(0, len(items), n):
         yield items[i : i + n]
-
-
-def _files_by_key(rows: list[Any]) -> dict[tuple[str, int], tuple[FileRecord, ...]]:
-    out: dict[tuple[str, int], list[FileRecord]] = {}
-    for bid, attempt, name, path, size, sha in rows:
-        out.setdefault((str(bid), int(attempt)), []).append(
-            FileRecord(name=str(name), path=str(path), size=int(size), sha256=str(sha))
-        )
-    return {k: tuple(v) for k, v in out.items()}
-
-
-def _record(r: Any, files: tuple[FileRecord, ...]) -> BuildRecord:
-    return BuildRecord(
-        day=str(r[0]),
-        build_id=str(r[1]),
-        attempt=int(r[2]),
-        commit=str(r[3]),
-        channel=str(r[4]),
-        machine=str(r[5]),
-        queue=_int_or_none(r[6]),
-        executor=str(r[7]),
-        package=str(r[8]),
-        python=str(r[9]),
-        cuda=str(r[10]),
-        variant=str(r[11]),
-        started=_float_or_none(r[12]),
-        ended=_float_or_none(r[13]),
-        duration_s=_float_or_none(r[14]),
-        outcome=str(r[15]),
-        reason=_str_or_none(r[16]),
-        exit_status=_int_or_none(r[17]),
-        log=_str_or_none(r[18]),
-        recorded=float(r[19]),
-        files=files,
-    )
-
-
-def _int_or_none(v: Any) -> int | None:
-    try:
-        return None if v is None or v == "" else int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float_or_none(v: Any) -> float | None:
-    try:
-        return None if v is None or v == "" else float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _str_or_none(v: Any) -> str | None:
-    return None if v is None else str(v)
 
 
 def planning_estimator(config: Config) -> Callable[[Build], float]:

@@ -21,149 +21,65 @@ One container per build, from `job.image`:
   the orchestrator), unless `keep_container` is set: then it is restarted in a keep-alive mode
   (the recipe does not run again) so `docker exec -it ID bash` can enter it.
 
-The docker SDK is imported only where it is used, so `nightly --help` stays fast.
+The engine side (settings, client, constants) is in container_engine.py, the supervision of
+one build's container in container_watch.py. The docker SDK is imported only where it is used,
+so `nightly --help` stays fast.
 """
-
 from __future__ import annotations
 
 import contextlib
 import os
-import re
-import secrets
 import shlex
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.errors import ExecutorError
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
+from nightly.executors.container_engine import (
+    CUDA_MOUNT,
+    HOME_DIR,
+    KILL_WAIT_S,
+    LABEL_BUILD_ID,
+    LABEL_JOB,
+    LABEL_MANAGED,
+    OUTPUT_MOUNT,
+    RECIPES_MOUNT,
+    SOURCE_MOUNT,
+    WORK_DIR,
+    WRAPPER,
+    ClientFactory,
+    ContainerSettings,
+    container_name,
+    default_client_factory,
+    engine_errors,
+    first_line,
+    infra,
+    kill,
+)
+from nightly.executors.container_watch import Watch, emit, supervise
 
 if TYPE_CHECKING:
     from docker import DockerClient
     from docker.models.containers import Container
 
-ClientFactory = Callable[[], "DockerClient"]
-
-# Where things are inside the container.
-SOURCE_MOUNT = "/nightly/source"
-RECIPES_MOUNT = "/nightly/recipes"
-OUTPUT_MOUNT = "/nightly/output"
-CUDA_MOUNT = "/usr/local/cuda"
-# Scratch space lives in the container's own writable layer (on disk, not in memory, and gone
-# with the container); /tmp is writable by any uid in every image we know of.
-SCRATCH = "/tmp/nightly"
-WORK_DIR = f"{SCRATCH}/work"
-HOME_DIR = f"{SCRATCH}/home"
-STARTED_MARKER = f"{SCRATCH}/.started"
-
-# Labels on every container this executor creates.
-LABEL_MANAGED = "nightly.managed"
-LABEL_BUILD_ID = "nightly.build-id"
-# The job's own output folder on the host: unique per day and build, so reaping after a
-# killed run never touches a container another day's live run has for the same build id.
-LABEL_JOB = "nightly.job"
-
-# The container's command: `bash -c WRAPPER RECIPE`. The first start records that it ran,
-# makes HOME and WORK_DIR and runs the recipe; a second start (only --keep-container does
-# that) keeps the container up for `exec` instead of running the recipe again.
-WRAPPER = (
-    f'if [ -e {STARTED_MARKER} ]; then echo "[nightly] kept for debugging"; '
-    "while :; do sleep 3600; done; fi; "
-    f'mkdir -p -- "$HOME" "$WORK_DIR" && : > {STARTED_MARKER} && cd -- "$WORK_DIR" '
-    '&& exec bash -- "$0" "$@"'
-)
-
-POLL_S = 0.1  # how often the supervisor looks at the cancel event and the deadline
-FIRST_LOOK_S = 0.05  # first look at the container's state after the start; then doubling
-MAX_LOOK_GAP_S = 5.0  # ... up to this
-KILL_WAIT_S = 30.0  # how long to wait for a killed container to be reported stopped
-LOG_GRACE_S = 2.0  # how long the log stream may take to end after the container stopped
-RECONNECT_PAUSE_S = 0.5  # between attempts to follow the logs again after the stream broke
-POOL_SIZE = 32  # HTTP connections to the engine (each running build holds two)
-
-USER_RE = re.compile(r"^\d+:\d+$")
-MEMORY_RE = re.compile(r"^\d+(\.\d+)?[bkmg]?$", re.IGNORECASE)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ContainerSettings:
-    """How the container executor talks to the engine and shapes each build's container."""
-
-    # Engine address, e.g. "unix:///tmp/nightly-engine/podman.sock"; None: DOCKER_HOST, else
-    # the Docker CLI's current context, else the default socket.
-    base_url: str | None = None
-    # Default memory limit per build ("8g"); a job's own memory_limit wins.
-    memory_limit: str | None = None
-    # "uid:gid" to run builds as; None: the uid:gid of the process running nightly.
-    user: str | None = None
-    # CUDA id ("cu130") -> host toolkit folder, mounted read-only at /usr/local/cuda.
-    cuda_mounts: Mapping[str, Path | str] = field(default_factory=dict)
-    # Request GPU access (device_requests) for every job; a job can also ask with job.gpu.
-    gpu: bool = False
-    # Keep each container after its build (for debugging) instead of removing it.
-    keep_container: bool = False
-    # In preflight, try to pull images that are missing.
-    pull: bool = False
-    # High, so memory pressure on the host kills a build rather than the orchestrator.
-    oom_score_adj: int = 1000
-    # Extra labels on every container.
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.user is not None and not USER_RE.match(self.user):
-            raise ValueError(f"container user must be 'uid:gid' (numbers), got {self.user!r}")
-        if self.memory_limit is not None and not MEMORY_RE.match(self.memory_limit):
-            raise ValueError(f"memory limit must look like 512m or 8g, got {self.memory_limit!r}")
-        if not -1000 <= self.oom_score_adj <= 1000:
-            raise ValueError(f"oom_score_adj must be in -1000..1000, got {self.oom_score_adj}")
-
-
-def default_client_factory(settings: ContainerSettings) -> ClientFactory:
-    """A factory for a docker SDK client to the engine the settings name."""
-
-    def make() -> DockerClient:
-        import docker
-
-        if settings.base_url:
-            return docker.DockerClient(base_url=settings.base_url, max_pool_size=POOL_SIZE)
-        return docker.from_env(max_pool_size=POOL_SIZE)
-
-    return make
-
-
-def _engine_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions the docker SDK raises when the engine fails or cannot be reached."""
-    from docker.errors import DockerException
-    from requests.exceptions import RequestException
-
-    return (DockerException, RequestException)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
-
-
-@dataclass
-class _Watch:
-    """What the helper threads of one build report back to its supervisor."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-    status: Mapping[str, Any] | None = None
-    wait_error: BaseException | None = None
-    log_error: BaseException | None = None
-    log_done: threading.Event = field(default_factory=threading.Event)
-    reconnects: int = 0
-    out_lock: threading.Lock = field(default_factory=threading.Lock)
-    emitted: int = 0  # bytes of the engine's log passed on so far
-    closed: bool = False  # set once run() returns: no output after that
+# What tests and callers import from here, besides the executor.
+__all__ = [
+    "CUDA_MOUNT",
+    "HOME_DIR",
+    "LABEL_BUILD_ID",
+    "LABEL_JOB",
+    "LABEL_MANAGED",
+    "OUTPUT_MOUNT",
+    "RECIPES_MOUNT",
+    "SOURCE_MOUNT",
+    "WORK_DIR",
+    "ContainerExecutor",
+    "ContainerSettings",
+]
 
 
 class ContainerExecutor(Executor):
@@ -199,7 +115,7 @@ class ContainerExecutor(Executor):
 
     def _unreachable(self, exc: BaseException) -> ExecutorError:
         return ExecutorError(
-            f"container engine not reachable at {self.engine_address()}: {_first_line(exc)}. "
+            f"container engine not reachable at {self.engine_address()}: {first_line(exc)}. "
             "Start the engine (Docker, or Podman's API service: on a test machine run "
             "scripts/container-engine.sh and export the DOCKER_HOST it prints), or point "
             "DOCKER_HOST / the executor's base_url at a running one."
@@ -211,7 +127,7 @@ class ContainerExecutor(Executor):
             if self._client is None:
                 try:
                     self._client = self._factory()
-                except _engine_errors() as e:
+                except engine_errors() as e:
                     raise self._unreachable(e) from e
             return self._client
 
@@ -285,7 +201,7 @@ class ContainerExecutor(Executor):
         kwargs: dict[str, Any] = {
             "image": job.image,
             "command": self.command_for(job),
-            "name": _container_name(job.build_id),
+            "name": container_name(job.build_id),
             "user": self.user_for(),
             "environment": self.env_for(job),
             "mounts": [
@@ -344,7 +260,7 @@ class ContainerExecutor(Executor):
 
     def preflight(self, jobs: Sequence[Job]) -> None:
         client = self.client()
-        errors = _engine_errors()
+        errors = engine_errors()
         try:
             client.ping()
         except errors as e:
@@ -369,7 +285,7 @@ class ContainerExecutor(Executor):
             except errors as e:
                 raise ExecutorError(
                     f"could not look up image {image} on {self.engine_address()}: "
-                    f"{_first_line(e)}; check that the engine is healthy"
+                    f"{first_line(e)}; check that the engine is healthy"
                 ) from e
             detail = ""
             if self.settings.pull:
@@ -377,7 +293,7 @@ class ContainerExecutor(Executor):
                     client.images.pull(image)
                     continue
                 except errors as e:
-                    detail = f" (pull failed: {_first_line(e)})"
+                    detail = f" (pull failed: {first_line(e)})"
             problems.append(f"missing image {image}{detail}, needed by: {', '.join(build_ids)}")
         bad_cuda: dict[str, list[str]] = {}
         for job in jobs:
@@ -408,37 +324,37 @@ class ContainerExecutor(Executor):
 
     def run(self, job: Job, out: OutputSink, cancel: threading.Event) -> ExecResult:
         if not job.image:
-            return _infra(f"no container image configured for {job.build_id}")
+            return infra(f"no container image configured for {job.build_id}")
         try:
             client = self.client()
             self._prepare_output(job)
         except ExecutorError as e:
-            return _infra(str(e))
-        errors = _engine_errors()
+            return infra(str(e))
+        errors = engine_errors()
         from docker.errors import ImageNotFound
 
         try:
             container = client.containers.create(**self.create_kwargs(job))
         except ImageNotFound as e:
-            return _infra(
+            return infra(
                 f"image {job.image} not found on {self.engine_address()} "
-                f"({_first_line(e)}); build or pull it (nightly checks images before a night)"
+                f"({first_line(e)}); build or pull it (nightly checks images before a night)"
             )
         except errors as e:
-            return _infra(f"could not create the container: {_first_line(e)}")
+            return infra(f"could not create the container: {first_line(e)}")
 
         with self._lock:
             self._live[container.id or ""] = container
-        watch = _Watch()
+        watch = Watch()
         result: ExecResult
         notes: tuple[str, ...] = ()
         try:
-            result = self._supervise(job, container, out, cancel, watch)
+            result = supervise(job, container, out, cancel, watch, memory=self.memory_for(job))
         except errors as e:
-            result = _infra(f"engine failed during the build: {_first_line(e)}")
+            result = infra(f"engine failed during the build: {first_line(e)}")
         finally:
             try:
-                notes = self._dispose(container, out=lambda b: _emit(watch, out, b))
+                notes = self._dispose(container, out=lambda b: emit(watch, out, b))
             finally:
                 with self._lock:
                     self._live.pop(container.id or "", None)
@@ -461,105 +377,6 @@ class ContainerExecutor(Executor):
                     f"could not hand output folder {job.output_dir} to {uid}:{gid}: {e.strerror}"
                 ) from e
 
-    def _supervise(
-        self,
-        job: Job,
-        container: Container,
-        out: OutputSink,
-        cancel: threading.Event,
-        watch: _Watch,
-    ) -> ExecResult:
-        container.start()
-        threading.Thread(
-            target=_pump_logs,
-            args=(container, out, watch),
-            daemon=True,
-            name=f"logs-{job.build_id}",
-        ).start()
-        waiter = threading.Thread(
-            target=_wait_for_exit,
-            args=(container, watch),
-            daemon=True,
-            name=f"wait-{job.build_id}",
-        )
-        waiter.start()
-
-        # The exit is noticed by whichever comes first: the waiter thread (one long request;
-        # Podman answers it up to ~0.5 s late), or looking at the container's state, often
-        # at first and then less and less (and at once when the output stream ends).
-        deadline = time.monotonic() + job.timeout_s
-        gap = FIRST_LOOK_S
-        next_look = time.monotonic() + gap
-        looked_at_stream_end = False
-        failures = 0
-        state: Mapping[str, Any] | None = None
-        stopped_for: str | None = None
-        while not (watch.done.is_set() and watch.wait_error is None):
-            if cancel.is_set():
-                stopped_for = "cancel"
-                break
-            now = time.monotonic()
-            if now >= deadline:
-                stopped_for = "timeout"
-                break
-            stream_ended = watch.log_done.is_set() and not looked_at_stream_end
-            if now >= next_look or stream_ended:
-                looked_at_stream_end = watch.log_done.is_set()
-                try:
-                    state = _stopped_state(container)
-                    failures = 0
-                except _engine_errors() as e:
-                    failures += 1
-                    if watch.done.is_set() and failures >= 5:
-                        _collect_rest(container, out, watch)
-                        return _infra(f"lost track of the container: {_first_line(e)}")
-                if state is not None:
-                    break
-                gap = min(gap * 2, MAX_LOOK_GAP_S)
-                next_look = now + gap
-            watch.done.wait(max(0.0, min(POLL_S, deadline - now, next_look - now)))
-
-        if stopped_for is not None:
-            why = "interrupted" if stopped_for == "cancel" else f"timeout after {_seconds(job.timeout_s)} s"
-            line = f"\n[nightly] {why}: killing container {container.short_id}\n"
-            _emit(watch, out, line.encode())
-            _kill(container)
-            _await_stop(container, watch, KILL_WAIT_S)
-            log_note = _collect_rest(container, out, watch)
-            if stopped_for == "cancel":
-                return ExecResult(exit_status=None, reason="interrupted", interrupted=True, notes=log_note)
-            return ExecResult(exit_status=None, reason=why, infra=True, notes=log_note)
-
-        log_note = _collect_rest(container, out, watch)
-        if state is None:  # the waiter saw the exit first
-            if watch.status is None:
-                return _infra("lost track of the container: no exit status")
-            status = int(watch.status.get("StatusCode", -1))
-            try:
-                state = _stopped_state(container)
-            except _engine_errors():
-                state = None
-        else:
-            status = int(state.get("ExitCode", -1))
-        oom_killed = bool((state or {}).get("OOMKilled"))
-        memory = self.memory_for(job)
-        notes = log_note
-        if oom_killed or (status == 137 and memory is not None):
-            reason = (
-                f"out of memory (limit {memory})"
-                if memory is not None
-                else "out of memory (killed by the kernel's OOM killer)"
-            )
-            return ExecResult(exit_status=status, reason=reason, infra=True, notes=notes)
-        if status == 137:
-            return ExecResult(
-                exit_status=status,
-                reason="killed (SIGKILL, exit status 137; the host may be out of memory)",
-                infra=True,
-                notes=notes,
-            )
-        return ExecResult(exit_status=status, notes=notes)
-
     def _dispose(self, container: Container, out: OutputSink | None) -> tuple[str, ...]:
         """Remove the container, or keep it (restarted for `exec`) with a note saying how."""
         cid = container.name or container.id or "?"
@@ -573,7 +390,7 @@ class ContainerExecutor(Executor):
                     container.remove(force=True, v=True)
                     last = None
                     break
-                except _engine_errors() as e:
+                except engine_errors() as e:
                     from docker.errors import NotFound
 
                     if isinstance(e, NotFound):
@@ -583,7 +400,7 @@ class ContainerExecutor(Executor):
                     time.sleep(0.5 * (attempt + 1))
             if last is not None:
                 note = (
-                    f"could not remove container {cid}: {_first_line(last)}; "
+                    f"could not remove container {cid}: {first_line(last)}; "
                     f"remove it with `{self._cli_prefix()}docker rm -f {cid}`"
                 )
         if note is None:
@@ -599,12 +416,12 @@ class ContainerExecutor(Executor):
         try:
             container.reload()
             if container.status == "running":  # an exception in the orchestrator: stop the build
-                _kill(container)
+                kill(container)
                 container.wait(timeout=KILL_WAIT_S)
             container.start()  # the wrapper sees its marker and just stays up
-        except _engine_errors() as e:
+        except engine_errors() as e:
             return (
-                f"container {cid} kept but not running ({_first_line(e)}); inspect it with "
+                f"container {cid} kept but not running ({first_line(e)}); inspect it with "
                 f"`{prefix}docker cp` or remove it with `{prefix}docker rm -f {cid}`"
             )
         also = f" (or `podman exec -it {cid} bash`)" if self._is_podman() else ""
@@ -630,113 +447,3 @@ class ContainerExecutor(Executor):
             except Exception:
                 pass
         return self._engine_cli == "podman"
-
-
-def _container_name(build_id: str) -> str:
-    safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", build_id).strip("-.") or "build"
-    return f"nightly-{safe}-{secrets.token_hex(3)}"
-
-
-def _infra(message: str) -> ExecResult:
-    return ExecResult(exit_status=None, reason=f"executor error: {message}", infra=True)
-
-
-def _emit(watch: _Watch, out: OutputSink, data: bytes) -> None:
-    """Pass output on, unless run() has returned (the log may be closed by then)."""
-    with watch.out_lock:
-        if not watch.closed:
-            out(data)
-
-
-def _emit_log(watch: _Watch, out: OutputSink, chunk: bytes, position: int) -> int:
-    """Pass on the part of `chunk` (at byte `position` of the engine's log) not yet passed on.
-
-    The log is read more than once (followed again after the stream broke, read whole once
-    the container stopped); counting bytes makes each byte reach `out` exactly once.
-    """
-    end = position + len(chunk)
-    with watch.out_lock:
-        if end > watch.emitted and not watch.closed:
-            out(chunk[max(0, watch.emitted - position) :])
-            watch.emitted = end
-    return end
-
-
-def _pump_logs(container: Container, out: OutputSink, watch: _Watch) -> None:
-    """Follow the container's output as it comes, until the container stops.
-
-    The stream can break while the build runs: the client's read timeout after a long
-    silence, or Podman's API sometimes never answering a follow request that races with a
-    container event. Then it is followed again from the start, skipping what was passed on.
-    """
-    try:
-        while not watch.closed:
-            position = 0
-            try:
-                for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
-                    position = _emit_log(watch, out, chunk, position)
-                return  # the stream ended: the container stopped
-            except Exception as e:
-                watch.log_error = e
-                if watch.done.is_set():
-                    return  # stopped: the supervisor reads what is left
-                watch.reconnects += 1
-                time.sleep(RECONNECT_PAUSE_S)
-    finally:
-        watch.log_done.set()
-
-
-def _collect_rest(container: Container, out: OutputSink, watch: _Watch) -> tuple[str, ...]:
-    """After the container stopped: pass on whatever output the stream did not deliver.
-
-    Once the engine reports the container stopped its log is complete (conmon, like
-    Docker's log copier, flushes it first), so it is read whole rather than waiting for the
-    follow stream, which Podman ends up to a second later (or, rarely, never).
-    """
-    try:
-        whole = container.logs(stream=False, stdout=True, stderr=True)
-    except _engine_errors() as e:
-        watch.log_done.wait(LOG_GRACE_S)
-        if watch.log_done.is_set() and watch.log_error is None:
-            return ()  # the stream ended normally: it delivered everything
-        return (f"the build's output may be incomplete: {_first_line(e)}",)
-    _emit_log(watch, out, whole, 0)
-    return ()
-
-
-_STOPPED = frozenset({"exited", "stopped", "dead"})
-
-
-def _stopped_state(container: Container) -> Mapping[str, Any] | None:
-    """The container's State when it has stopped (ExitCode is final then), else None."""
-    container.reload()
-    state: Mapping[str, Any] = container.attrs.get("State") or {}
-    return state if state.get("Status") in _STOPPED else None
-
-
-def _await_stop(container: Container, watch: _Watch, limit_s: float) -> None:
-    """Wait (at most limit_s) until a killed container is reported stopped."""
-    end = time.monotonic() + limit_s
-    while not watch.done.is_set() and time.monotonic() < end:
-        try:
-            if _stopped_state(container) is not None:
-                return
-        except _engine_errors():
-            pass
-        watch.done.wait(POLL_S)
-
-
-def _wait_for_exit(container: Container, watch: _Watch) -> None:
-    try:
-        watch.status = container.wait()
-    except Exception as e:
-        watch.wait_error = e
-    finally:
-        watch.done.set()
-
-
-def _kill(container: Container) -> None:
-    try:
-        container.kill()
-    except _engine_errors():
-        pass  # already stopped, or gone: removal follows anyway

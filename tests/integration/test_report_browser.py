@@ -20,6 +20,7 @@ from rich.console import Console
 
 from nightly import config as cfg
 from nightly import report
+from nightly import status as status_view
 from nightly.history import History, estimator, history_path
 from nightly.schedule import make_plan
 from nightly.workspace import Day, State
@@ -199,7 +200,7 @@ def test_report_of_a_real_night_in_chromium(
 
     # The terminal view of the same night.
     console = Console(record=True, width=180, color_system=None)
-    assert report.status(day, console=console, tail=5) == 1
+    assert status_view.show(day, console=console, tail=5) == 1
     text = console.export_text()
     assert "4 succeeded" in text
     assert "2 failed" in text

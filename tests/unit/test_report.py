@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from nightly import report
+from nightly import nightview, report
+from nightly import status as status_view
 from nightly.errors import UsageError
 from nightly.history import History
 from nightly.workspace import Day
@@ -243,7 +244,7 @@ def test_failure_shows_the_log_tail_without_the_footer(tmp_path: Path) -> None:
     assert "error: the compiler failed on libtorch_shared-with-deps_cpu" in text
     assert "compiling unit 56" in text
     assert "compiling unit 55" not in text
-    lines = report.log_tail(day.failed / "libtorch_shared-with-deps_cpu.log", 3)
+    lines = nightview.log_tail(day.failed / "libtorch_shared-with-deps_cpu.log", 3)
     assert lines == ["compiling unit 58", "compiling unit 59",
                      "error: the compiler failed on libtorch_shared-with-deps_cpu"]
 
@@ -274,7 +275,7 @@ def test_status_prints_failures_first_with_log_tails(tmp_path: Path) -> None:
     builds[EVIL] = build_entry("failed", 10, 20, queue=0, reason="[bold]not markup[/bold]")
     day = make_day(tmp_path, builds)
     console = Console(record=True, width=200, color_system=None)
-    code = report.status(day, tail=4, console=console)
+    code = status_view.show(day, tail=4, console=console)
     out = console.export_text()
     assert code == 1
     assert "4 succeeded" in out
@@ -292,7 +293,7 @@ def test_status_all_good_is_zero(tmp_path: Path) -> None:
     del builds["libtorch_shared-with-deps_cpu"]
     day = make_day(tmp_path, builds)
     console = Console(record=True, width=160, color_system=None)
-    assert report.status(day, console=console) == 0
+    assert status_view.show(day, console=console) == 0
     assert "4 succeeded" in console.export_text()
 
 
@@ -308,3 +309,50 @@ def test_a_build_left_running_by_a_dead_run_ends_when_last_heard_of(tmp_path: Pa
     # The night spans 0..2400 s: 100 s of it is 4.167%, not the day that passed since.
     assert "width:4.167%" in str(bar["style"])
     assert "after 1m 40s" in "".join(parsed.text)
+
+
+LONG_WHEEL = "nightlydemo-0.1.0.dev20240501-cp311-cp311-manylinux_2_28_x86_64.manylinux2014_x86_64.whl"
+LONG_ID = "libtorch_shared-without-deps_cu126"
+LONG_ZIP = "libtorch-shared-without-deps-1.0.0.dev20240501.zip"
+
+
+def long_named_builds() -> dict[str, dict[str, Any]]:
+    builds = standard_builds()
+    builds["manywheel_3.11_cu126"] = build_entry(
+        "succeeded", 0, 900, queue=2, size=2_000_000, name=LONG_WHEEL
+    )
+    builds[LONG_ID] = build_entry(
+        "succeeded", 900, 900, queue=2, size=3_000_000, name=LONG_ZIP
+    )
+    return builds
+
+
+def test_status_in_80_columns_shows_every_package_and_build_whole(tmp_path: Path) -> None:
+    day = make_day(tmp_path, long_named_builds())
+    console = Console(record=True, width=80, force_terminal=True, color_system=None)
+    status_view.show(day, tail=2, console=console)
+    text = console.export_text()
+    assert LONG_WHEEL in text
+    assert LONG_ZIP in text
+    assert any(LONG_ID in line and LONG_WHEEL not in line for line in text.splitlines())
+    assert "…" not in text
+
+
+def test_status_in_a_non_terminal_prints_every_package_in_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    day = make_day(tmp_path, long_named_builds())
+    out = io.StringIO()
+    console = Console(file=out)  # cron: not a terminal (rich lays out for 80 columns)
+    assert not console.is_terminal
+    status_view.show(day, tail=2, console=console)
+    lines = out.getvalue().splitlines()
+    # Each package whole, on one line beside its build.
+    assert any("manywheel_3.11_cu126" in line and LONG_WHEEL in line for line in lines), lines
+    assert any(LONG_ID in line and LONG_ZIP in line for line in lines), lines
+    for bid in ("conda_3.7_cpu", "conda_3.7_cu100", "manywheel_3.7m_cpu", "manywheel_3.7m_cu100"):
+        assert any(bid in line and "pkg.whl" in line for line in lines), bid
+    assert "…" not in out.getvalue()

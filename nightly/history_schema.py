@@ -1,0 +1,195 @@
+"""The history database's tables (see history.py) and their rows as Python values: the SQL
+schema, the records a query returns, and a state.json entry turned into the rows it writes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA_VERSION = 1
+SUCCEEDED = "succeeded"  # as nightly.workspace.SUCCEEDED (not imported: keep this module light)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS builds (
+    day          TEXT    NOT NULL,   -- the day folder's name (YYYY_MM_DD, or a release folder)
+    build_id     TEXT    NOT NULL,
+    attempt      INTEGER NOT NULL,
+    commit_sha   TEXT    NOT NULL DEFAULT '',
+    channel      TEXT    NOT NULL DEFAULT '',
+    machine      TEXT    NOT NULL DEFAULT '',
+    queue        INTEGER,
+    executor     TEXT    NOT NULL DEFAULT '',
+    package      TEXT    NOT NULL DEFAULT '',
+    python       TEXT    NOT NULL DEFAULT '',
+    cuda         TEXT    NOT NULL DEFAULT '',
+    variant      TEXT    NOT NULL DEFAULT '',
+    started      REAL,               -- epoch seconds
+    ended        REAL,
+    duration_s   REAL,
+    outcome      TEXT    NOT NULL,   -- succeeded | failed | interrupted | running | pending
+    reason       TEXT,
+    exit_status  INTEGER,
+    log          TEXT,               -- relative to the day folder
+    recorded     REAL    NOT NULL,
+    PRIMARY KEY (day, build_id, attempt)
+);
+CREATE INDEX IF NOT EXISTS builds_by_build ON builds (build_id, outcome, started);
+CREATE TABLE IF NOT EXISTS files (
+    day       TEXT    NOT NULL,
+    build_id  TEXT    NOT NULL,
+    attempt   INTEGER NOT NULL,
+    name      TEXT    NOT NULL,
+    path      TEXT    NOT NULL DEFAULT '',
+    size      INTEGER NOT NULL,
+    sha256    TEXT    NOT NULL DEFAULT '',
+    PRIMARY KEY (day, build_id, attempt, name),
+    FOREIGN KEY (day, build_id, attempt) REFERENCES builds (day, build_id, attempt)
+        ON DELETE CASCADE
+);
+"""
+
+BUILD_COLUMNS = (
+    "day, build_id, attempt, commit_sha, channel, machine, queue, executor, package, python, "
+    "cuda, variant, started, ended, duration_s, outcome, reason, exit_status, log, recorded"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileRecord:
+    name: str
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRecord:
+    """One attempt of one build of one night."""
+
+    day: str
+    build_id: str
+    attempt: int
+    commit: str
+    channel: str
+    machine: str
+    queue: int | None
+    executor: str
+    package: str
+    python: str
+    cuda: str
+    variant: str
+    started: float | None
+    ended: float | None
+    duration_s: float | None
+    outcome: str
+    reason: str | None
+    exit_status: int | None
+    log: str | None
+    recorded: float
+    files: tuple[FileRecord, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == SUCCEEDED
+
+    @property
+    def size(self) -> int:
+        """The total size of the attempt's package files, in bytes."""
+        return sum(f.size for f in self.files)
+
+
+def entry_rows(
+    day_name: str, build_id: str, entry: Mapping[str, Any], *, commit: str, channel: str, recorded: float
+) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """The `builds` row and the `files` rows of one attempt, from its state.json entry."""
+    attempt = int(entry.get("attempts") or 0)
+    row = (
+        day_name,
+        build_id,
+        attempt,
+        commit or "",
+        channel or "",
+        str(entry.get("machine") or ""),
+        int_or_none(entry.get("queue")),
+        str(entry.get("executor") or ""),
+        str(entry.get("package") or ""),
+        str(entry.get("python") or ""),
+        str(entry.get("cuda") or ""),
+        str(entry.get("variant") or ""),
+        float_or_none(entry.get("started")),
+        float_or_none(entry.get("ended")),
+        float_or_none(entry.get("duration_s")),
+        str(entry.get("status") or "pending"),
+        str_or_none(entry.get("reason")),
+        int_or_none(entry.get("exit_status")),
+        str_or_none(entry.get("log")),
+        recorded,
+    )
+    files = [
+        (
+            day_name,
+            build_id,
+            attempt,
+            str(p["name"]),
+            str(p.get("path") or ""),
+            int(p.get("size") or 0),
+            str(p.get("sha256") or ""),
+        )
+        for p in entry.get("packages") or []
+        if isinstance(p, Mapping) and p.get("name")
+    ]
+    return row, files
+
+
+def files_by_key(rows: list[Any]) -> dict[tuple[str, int], tuple[FileRecord, ...]]:
+    out: dict[tuple[str, int], list[FileRecord]] = {}
+    for bid, attempt, name, path, size, sha in rows:
+        out.setdefault((str(bid), int(attempt)), []).append(
+            FileRecord(name=str(name), path=str(path), size=int(size), sha256=str(sha))
+        )
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def record_from_row(r: Any, files: tuple[FileRecord, ...]) -> BuildRecord:
+    return BuildRecord(
+        day=str(r[0]),
+        build_id=str(r[1]),
+        attempt=int(r[2]),
+        commit=str(r[3]),
+        channel=str(r[4]),
+        machine=str(r[5]),
+        queue=int_or_none(r[6]),
+        executor=str(r[7]),
+        package=str(r[8]),
+        python=str(r[9]),
+        cuda=str(r[10]),
+        variant=str(r[11]),
+        started=float_or_none(r[12]),
+        ended=float_or_none(r[13]),
+        duration_s=float_or_none(r[14]),
+        outcome=str(r[15]),
+        reason=str_or_none(r[16]),
+        exit_status=int_or_none(r[17]),
+        log=str_or_none(r[18]),
+        recorded=float(r[19]),
+        files=files,
+    )
+
+
+def int_or_none(v: Any) -> int | None:
+    try:
+        return None if v is None or v == "" else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def float_or_none(v: Any) -> float | None:
+    try:
+        return None if v is None or v == "" else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def str_or_none(v: Any) -> str | None:
+    return None if v is None else str(v)
