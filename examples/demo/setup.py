@@ -108,7 +108,10 @@ class BuildExtWithCuda(build_ext):
         )
         for source in sources:
             obj = os.path.join(self.build_temp, os.path.basename(source) + ".o")
-            cmd = [nvcc, "-c", source, "-o", obj, "-O2", "-Xcompiler", "-fPIC"]
+            # A compiler cache (nightly sets sccache) goes in front of nvcc the way CMake
+            # puts CMAKE_CUDA_COMPILER_LAUNCHER in front of it.
+            launcher = [p for p in os.environ.get("CMAKE_CUDA_COMPILER_LAUNCHER", "").split(";") if p]
+            cmd = launcher + [nvcc, "-c", source, "-o", obj, "-O2", "-Xcompiler", "-fPIC"]
             extra = os.environ.get("NVCC_FLAGS", "").split()
             self.announce("compiling %s with nvcc" % source, level=2)
             print(" ".join(cmd + extra))

@@ -23,7 +23,13 @@ from nightly.config.project import (
 )
 from nightly.config.publish import parse_publish
 from nightly.config.reader import Ctx, Table, merge, read_defaults, read_toml
-from nightly.config.runtime import parse_cluster, parse_min_free_gb, parse_notify, parse_smoke
+from nightly.config.runtime import (
+    parse_cache,
+    parse_cluster,
+    parse_min_free_gb,
+    parse_notify,
+    parse_smoke,
+)
 from nightly.config.scheduling import (
     parse_estimates,
     parse_retention,
@@ -81,6 +87,7 @@ def parse(
     publish = parse_publish(top, ctx, base, project.name)
     smoke = parse_smoke(top, project.name)
     cluster = parse_cluster(top, ctx, base)
+    cache = parse_cache(top, ctx, base, publish)
     top.finish()
     builds = select_builds(matrices, include, exclude, machines, ctx)
     check_references(images, builders, builds, ctx)
@@ -108,6 +115,7 @@ def parse(
         publish=publish,
         smoke=smoke,
         cluster=cluster,
+        cache=cache,
         builds=tuple(builds),
         builders=builders,
     )

@@ -145,6 +145,19 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CacheConfig:
+    """[cache]: the compiler cache (sccache) in front of every build's compilers (nightly.cache)."""
+
+    enabled: bool = False  # the section's default (defaults.toml) turns it on
+    dir: Path = Path()  # the local cache folder of this machine (one subfolder per toolchain)
+    size: str = "10G"  # cap of each toolchain's folder
+    url: str = ""  # "s3://BUCKET/PREFIX": one cache shared by a cluster's machines instead
+    endpoint_url: str = ""  # as [publish] when empty
+    region: str = ""
+    profile: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     path: Path
     root: Path
@@ -171,6 +184,7 @@ class Config:
     publish: Publish
     smoke: Smoke
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     builds: tuple[Build, ...] = field(default=())  # the matrix after the config's selectors
     # Declared builder images ([builders.NAME]); an [images] entry "@NAME" uses one.
     builders: Mapping[str, BuilderSpec] = field(default_factory=dict)
