@@ -87,10 +87,11 @@ def layout(wheels: int, first_day: date) -> list[tuple[str, str, bytes]]:
         for acc in ACCELERATORS:
             for project, base in PROJECTS:
                 version = f"{base}.dev{stamp}+{acc}"
-                needs = [f'pytorch-triton=={triton}; platform_system == "Linux"'] if project == "torch" else []
-                body = metadata(project, version, needs)
+                needs = [f'pytorch-triton=={triton}; platform_system == "Linux"']
+                body = metadata(project, version, needs if project == "torch" else [])
                 for py in PYTHONS:
-                    out.append((f"whl/nightly/{acc}/{project}-{version}-{py}-{py}-{PLATFORM}.whl", project, body))
+                    name = f"{project}-{version}-{py}-{py}-{PLATFORM}.whl"
+                    out.append((f"whl/nightly/{acc}/{name}", project, body))
     return out
 
 
@@ -270,9 +271,9 @@ def resolve(tool: str, index: str, work: Path) -> dict[str, Any]:
     report = work / f"{tool}-report.json"
     if tool == "pip":
         # --isolated: this machine's pip configuration (extra indexes) must not take part.
-        cmd = [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--ignore-installed", "--no-cache-dir",
-               "--disable-pip-version-check", "--quiet", "--index-url", index, "--report", str(report),
-               "torch"]
+        cmd = [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--ignore-installed",
+               "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--index-url", index,
+               "--report", str(report), "torch"]
     else:
         uv = Path(sys.executable).parent / "uv"
         cmd = [str(uv if uv.exists() else "uv"), "pip", "install", "--dry-run", "--no-cache",
@@ -283,7 +284,8 @@ def resolve(tool: str, index: str, work: Path) -> dict[str, Any]:
     out = proc.stdout + proc.stderr
     chosen: list[str] = []
     if tool == "pip" and report.exists():
-        chosen = [f"{i['metadata']['name']}=={i['metadata']['version']}" for i in json.loads(report.read_text())["install"]]
+        installs = json.loads(report.read_text())["install"]
+        chosen = [f"{i['metadata']['name']}=={i['metadata']['version']}" for i in installs]
     elif tool == "uv":
         chosen = [line.strip()[2:] for line in out.splitlines() if line.strip().startswith("+ ")]
     return {"ok": proc.returncode == 0, "seconds": round(seconds, 2), "resolved": sorted(chosen),
@@ -338,9 +340,9 @@ def bench_size(wheels: int, app: Counting, endpoint: str, work: Path) -> dict[st
 
     def both(label: str) -> None:
         for tool, cmd, cwd in (("peer", peer, peer_cwd), ("nightly", ours, work)):
-            phases[tool][label] = run_tool(cmd, env, cwd, log, app)
-            print(f"  {tool:8} {label:6} {phases[tool][label]['seconds']:8.1f}s "
-                  f"{phases[tool][label]['requests']:7} requests {phases[tool][label]['by_kind']}", flush=True)
+            r = phases[tool][label] = run_tool(cmd, env, cwd, log, app)
+            print(f"  {tool:8} {label:6} {r['seconds']:8.1f}s {r['requests']:7} requests {r['by_kind']}",
+                  flush=True)
 
     both("full")
     both("rerun")
@@ -394,13 +396,14 @@ def main() -> int:
     print("\nnightly vs test-infra manage_v2.py (ratio = nightly / peer; below 1 is better)")
     print(format_table(headers, rows))
     client_rows = [
-        [r["wheels"], tool, c, res["ok"], res["seconds"], res["gets"].get("metadata", 0), res["gets"].get("wheel", 0),
-         " ".join(res["resolved"])]
+        [r["wheels"], tool, c, res["ok"], res["seconds"], res["gets"].get("metadata", 0),
+         res["gets"].get("wheel", 0), " ".join(res["resolved"])]
         for r in results for tool, per in r["clients"].items() for c, res in per.items()
     ]
     print(format_table(["wheels", "pages", "client", "ok", "s", "metadata GETs", "wheel GETs", "resolved"],
                        client_rows))
-    path = write_results("index_peer", {"results": results, "table": [dict(zip(headers, r, strict=True)) for r in rows]})
+    table = [dict(zip(headers, r, strict=True)) for r in rows]
+    path = write_results("index_peer", {"results": results, "table": table})
     print(f"results: {path}")
     ok = all(res["ok"] for r in results for per in r["clients"].values() for res in per.values())
     return 0 if ok else 1

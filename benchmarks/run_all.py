@@ -12,6 +12,8 @@ Runs one after another (so they do not compete for the machine), each in its own
               (N = --index-objects, default 10,000, so that it takes minutes, not the
               half hour of its own default of 100,000)
   cluster     bench_cluster.py: 1,000 builds planned and run on 20 Dask workers
+  index_peer  bench_index_peer.py: index pages against PyTorch's test-infra manage_v2.py on
+              one moto bucket of 5,000 and 20,000 wheels (--quick: 1,000)
   images      bench_images.py: builder images cold/warm per CUDA, sizes, and the demo CUDA
               night's wall time against the sum of its builds (--quick: warm only, no night)
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
@@ -68,6 +70,8 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                   "index.json"),
         "cluster": ([py, str(HERE / "bench_cluster.py"), *(["--no-baseline"] if quick else [])],
                     "cluster.json"),
+        "index_peer": ([py, str(HERE / "bench_index_peer.py"),
+                        *(["--sizes", "1000"] if quick else [])], "index_peer.json"),
         "images": ([py, str(HERE / "bench_images.py"), *(["--warm-only", "--no-night"] if quick else [])],
                    "images.json"),
     }  # fmt: skip
@@ -185,6 +189,24 @@ def rows_index(d: dict[str, Any]) -> list[Row]:
     return out
 
 
+def rows_index_peer(d: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for row in d.get("table") or []:
+        out.append(["index_peer", f"{row.get('wheels')} wheels, {row.get('run')}: nightly (s) / "
+                    "test-infra manage_v2.py (s)", _num(row.get("nightly s")), _num(row.get("peer s")),
+                    _num(row.get("s ratio")),
+                    f"lower is better; requests {row.get('nightly req')} / {row.get('peer req')} = "
+                    f"{row.get('req ratio')}"])
+    for r in d.get("results") or []:
+        for pages, per in (r.get("clients") or {}).items():
+            for client, res in per.items():
+                out.append(["index_peer", f"{r.get('wheels')} wheels: {client} resolves torch from "
+                            f"{pages}'s pages (s)", _num(res.get("seconds")), "", "",
+                            f"ok={res.get('ok')}, {(res.get('gets') or {}).get('metadata', 0)} metadata "
+                            f"GETs, {(res.get('gets') or {}).get('wheel', 0)} wheel GETs"])
+    return out
+
+
 def rows_cluster(d: dict[str, Any]) -> list[Row]:
     out: list[Row] = []
     for run in d.get("runs") or []:
@@ -234,7 +256,7 @@ def rows_images(d: dict[str, Any]) -> list[Row]:
 
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
-    "cluster": rows_cluster, "cli": rows_cli, "images": rows_images,
+    "cluster": rows_cluster, "cli": rows_cli, "images": rows_images, "index_peer": rows_index_peer,
 }
 
 
