@@ -12,6 +12,8 @@ Runs one after another (so they do not compete for the machine), each in its own
               (N = --index-objects, default 10,000, so that it takes minutes, not the
               half hour of its own default of 100,000)
   cluster     bench_cluster.py: 1,000 builds planned and run on 20 Dask workers
+  cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
+              through `nightly run`: warm / cold night, four Pythons with / without cache
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
               tool of the same kind), or `python -m pip --version` when cibuildwheel is not
               installed (the table says which)
@@ -66,6 +68,9 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                   "index.json"),
         "cluster": ([py, str(HERE / "bench_cluster.py"), *(["--no-baseline"] if quick else [])],
                     "cluster.json"),
+        "cache": ([py, str(HERE / "bench_cache.py"),
+                   *(["--cpp", "4", "--cuda", "2", "--templates", "4"] if quick else [])],
+                  "cache.json"),
     }  # fmt: skip
 
 
@@ -203,9 +208,24 @@ def rows_cli(d: dict[str, Any]) -> list[Row]:
              f"lower is better; python -c pass {_num(med.get('python -c pass'), 4)} s"]]
 
 
+def rows_cache(d: dict[str, Any]) -> list[Row]:
+    a, four = d.get("night_a") or {}, d.get("four_pythons") or {}
+    return [
+        ["cache", "night, next day after a one-file commit / cold (s)",
+         _num(_get(a, "warm", "wall_s"), 1), _num(_get(a, "cold", "wall_s"), 1),
+         _num(a.get("warm_over_cold")),
+         f"goal <= 0.3; hit rates {_num(_get(a, 'cold', 'hit_rate'), 2)} / "
+         f"{_num(_get(a, 'warm', 'hit_rate'), 2)}"],
+        ["cache", "four Pythons sharing a C++/CUDA core: cache / no cache (s)",
+         _num(_get(four, "cache", "wall_s"), 1), _num(_get(four, "no_cache", "wall_s"), 1),
+         _num(four.get("cache_over_no_cache")),
+         f"goal <= 0.5; hit rate {_num(_get(four, 'cache', 'hit_rate'), 2)}"],
+    ]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
-    "cluster": rows_cluster, "cli": rows_cli,
+    "cluster": rows_cluster, "cache": rows_cache, "cli": rows_cli,
 }
 
 
