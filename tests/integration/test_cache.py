@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -541,3 +542,54 @@ endpoint_url = "{endpoint}"
         assert SECRET_KEY not in log
     assert workers <= {"w1", "w2"}
     assert any(k.startswith("sccache/host-cpu/") for k in s3_keys(endpoint, bucket))
+
+
+def test_a_killed_build_takes_its_cache_server_along(tmp_path: Path, run_cli: RunCli) -> None:
+    """The server is the build's own child (not a daemon): a timeout kills it with the build."""
+    src = tmp_path / "src"
+    write_sources(src, n=1)
+    recipes = tmp_path / "recipes"
+    (recipes / "manywheel").mkdir(parents=True)
+    (recipes / "manywheel" / "build.sh").write_text(
+        '#!/usr/bin/env bash\nset -e\ncd "$WORK_DIR"\n${CC:-cc} -c "$SOURCE_DIR/f0.c" -o f0.o\n'
+        'echo compiled\nsleep 120\n')
+    cache_dir = tmp_path / "sccache"
+    config = tmp_path / "nightly.toml"
+    config.write_text(config_text(src, recipes=recipes, matrix="""
+[matrix.linux.manywheel]
+pythons = ["3.11"]
+cudas = ["cpu"]
+""", extra=f"""
+[timeouts]
+default = "6s"
+
+[retries]
+infra = 0
+
+[smoke]
+enabled = false
+
+[cache]
+dir = "{cache_dir}"
+"""))
+    code, out, err = run_cli(["run", "--config", str(config), "--date", "2024_05_01"],
+                             cwd=tmp_path, timeout=120)
+    assert code == 1, out + err
+    e = cache_entries(tmp_path / "nightlies" / "2024_05_01")["manywheel_3.11_cpu"]
+    assert "timeout" in (e["reason"] or ""), e
+    assert "compiled" in (tmp_path / "nightlies" / "2024_05_01" / e["log"]).read_text()
+
+    def servers() -> list[int]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and str(cache_dir).encode() in (proc / "environ").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 10
+    while servers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert servers() == []
