@@ -450,6 +450,15 @@ def cluster_certs(folder: str, hosts: str, days: int) -> int:
     return 0
 
 
+def _register_groups() -> None:
+    from nightly.images.cli import images
+
+    cli.add_command(images)
+
+
+_register_groups()
+
+
 def _existing_day(ctx: Ctx) -> Any:
     from nightly.workspace import Day
 

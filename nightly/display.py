@@ -57,7 +57,11 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
     """The night's (or the build command's) outcome as a table, failures first, then every
     package in full, one per line (never cut to the terminal's width: a package's name is what
     a person looks for, and cron's mail has no width at all)."""
-    t = Table(title=f"{summary['date']} on machine {summary['machine']}", title_justify="left")
+    title = f"{summary['date']} on machine {summary['machine']}"
+    manual = summary.get("manual")
+    if isinstance(manual, dict):  # a one-off build's own summary
+        title += f", one-off build by {manual.get('by', '?')}"
+    t = Table(title=escape(title), title_justify="left")
     # Fold, never cut: an identifier with an ellipsis is no identifier.
     t.add_column("build", overflow="fold")
     t.add_column("outcome", overflow="fold", min_width=12, ratio=1)

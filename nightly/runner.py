@@ -432,6 +432,10 @@ class LocalPhase:
         with make_executor(self.executor, night.config,
                            keep_container=self.keep_container) as ex:
             if todo:
+                if ex.name == "container":
+                    from nightly.images.commands import preflight
+
+                    preflight(night.config, todo)  # a missing builder image names its build command
                 ex.preflight([make_job(ctx, b, executor=ex.name) for b in todo])
             n_q = len(self.queues) if self.queues is not None else self.machine.queues
             progress = Progress(

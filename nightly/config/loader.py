@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nightly.config.builders import check_references, parse_builders
 from nightly.config.keys import check_keys, shape_of
 from nightly.config.machines import parse_executors, parse_images, parse_machines
 from nightly.config.project import (
@@ -75,6 +76,7 @@ def parse(
     mode, history_estimates = parse_schedule(top)
     machines = parse_machines(top, ctx)
     images = parse_images(top, ctx)
+    builders = parse_builders(top, ctx)
     timeouts = parse_timeouts(top)
     estimates = parse_estimates(top)
     retries_infra, retries_recipe = parse_retries(top)
@@ -88,6 +90,7 @@ def parse(
     cache = parse_cache(top, ctx, base, publish)
     top.finish()
     builds = select_builds(matrices, include, exclude, machines, ctx)
+    check_references(images, builders, builds, ctx)
     return Config(
         path=path,
         root=root,
@@ -114,4 +117,5 @@ def parse(
         cluster=cluster,
         cache=cache,
         builds=tuple(builds),
+        builders=builders,
     )

@@ -86,6 +86,7 @@ def test_a_one_off_build_is_manual_and_leaves_the_nights_summary(
     assert mine["manual"]["by"] == "alice"
     assert mine["exit_code"] == 1
     assert str(own) in out
+    assert "2024_05_01 on machine m, one-off build by alice" in out
 
     # 4. It says where its packages went: published to the nightly channel of the mirror.
     wheel = wheel_name("manywheel_3.9_cpu", "cpu")
