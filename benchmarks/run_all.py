@@ -16,6 +16,8 @@ Runs one after another (so they do not compete for the machine), each in its own
               one moto bucket of 5,000 and 20,000 wheels (--quick: 1,000)
   images      bench_images.py: builder images cold/warm per CUDA, sizes, and the demo CUDA
               night's wall time against the sum of its builds (--quick: warm only, no night)
+  cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
+              through `nightly run`: warm / cold night, four Pythons with / without cache
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
               tool of the same kind), or `python -m pip --version` when cibuildwheel is not
               installed (the table says which)
@@ -74,6 +76,9 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                         *(["--sizes", "1000"] if quick else [])], "index_peer.json"),
         "images": ([py, str(HERE / "bench_images.py"), *(["--warm-only", "--no-night"] if quick else [])],
                    "images.json"),
+        "cache": ([py, str(HERE / "bench_cache.py"),
+                   *(["--cpp", "4", "--cuda", "2", "--templates", "4"] if quick else [])],
+                  "cache.json"),
     }  # fmt: skip
 
 
@@ -254,9 +259,25 @@ def rows_images(d: dict[str, Any]) -> list[Row]:
     return out
 
 
+def rows_cache(d: dict[str, Any]) -> list[Row]:
+    a, four = d.get("night_a") or {}, d.get("four_pythons") or {}
+    return [
+        ["cache", "night, next day after a one-file commit / cold (s)",
+         _num(_get(a, "warm", "wall_s"), 1), _num(_get(a, "cold", "wall_s"), 1),
+         _num(a.get("warm_over_cold")),
+         f"goal <= 0.3; hit rates {_num(_get(a, 'cold', 'hit_rate'), 2)} / "
+         f"{_num(_get(a, 'warm', 'hit_rate'), 2)}"],
+        ["cache", "four Pythons sharing a C++/CUDA core: cache / no cache (s)",
+         _num(_get(four, "cache", "wall_s"), 1), _num(_get(four, "no_cache", "wall_s"), 1),
+         _num(four.get("cache_over_no_cache")),
+         f"goal <= 0.5; hit rate {_num(_get(four, 'cache', 'hit_rate'), 2)}"],
+    ]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
-    "cluster": rows_cluster, "cli": rows_cli, "images": rows_images, "index_peer": rows_index_peer,
+    "cluster": rows_cluster, "cache": rows_cache, "cli": rows_cli, "images": rows_images,
+    "index_peer": rows_index_peer,
 }
 
 
