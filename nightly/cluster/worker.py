@@ -56,6 +56,7 @@ from nightly.executors.base import Job
 from nightly.files import process_alive, process_identity, sha256_file
 from nightly.matrix import Build
 from nightly.publish import Store
+from nightly.publish import conda as conda_client
 from nightly.runner import RunContext, Runner, make_job
 from nightly.smoke import SmokeTester
 from nightly.workspace import FAILED, PENDING, Day, State, write_json
@@ -398,7 +399,7 @@ def _run(
             except NightlyError as e:
                 _preflight_failed(day, ctx.state, build, str(e), att.about["attempt"])
             else:
-                smoke = (SmokeTester(ctx.config, ex, ctx.source_dir)
+                smoke = (SmokeTester(ctx.config, ex, ctx.source_dir, conda=conda_client)
                          if ctx.config.smoke.enabled else None)
                 runner = Runner(ctx, ex, on_event=att.events(emit), cancel=cancel, smoke=smoke)
                 runner.run_build(build, queue=att.slot)
@@ -434,6 +435,7 @@ def _put_result(
         "packages": packages, "log_key": f"{prefix}{LOG_TXT}" if log_sha else "",
         "log_sha256": log_sha, "log_chunks": chunks,
         "commit": spec.commit, "version": spec.version, "channel": spec.channel,
+        "cache": entry.cache,  # the compiler cache's statistics (nightly.cache)
     }
     att.store.put_bytes(f"{prefix}{RESULT_JSON}", json.dumps(result).encode(), "application/json")
     return result

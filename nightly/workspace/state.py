@@ -76,6 +76,8 @@ class BuildEntry:
     published: Mapping[str, str] = field(default_factory=dict)  # destination -> sha256
     upload_error: str | None = None
     promoted: Mapping[str, str] = field(default_factory=dict)  # release destination -> sha256
+    manual: Mapping[str, str] = field(default_factory=dict)  # a one-off build: by, at, command
+    cache: Mapping[str, Any] | None = None  # compiler cache statistics (nightly.cache)
     worker_name: str = ""  # cluster mode: the worker's name, host and attempt token
     host: str = ""
     token: str = ""
@@ -124,6 +126,8 @@ _READ: dict[str, Any] = {
     "packages": lambda v: tuple(PackageFile.from_json(p) for p in v if isinstance(p, Mapping)),
     "published": lambda v: {str(k): str(s) for k, s in dict(v).items()},
     "promoted": lambda v: {str(k): str(s) for k, s in dict(v).items()},
+    "manual": lambda v: {str(k): str(s) for k, s in dict(v).items() if s is not None},
+    "cache": lambda v: dict(v) if isinstance(v, Mapping) else None,
 }
 
 

@@ -39,8 +39,6 @@ from nightly.matrix import Build
 from nightly.publish.stores import FileStore
 from nightly.workspace import Day
 
-from .conftest import MINIMAL_CONFIG
-
 
 def test_inputs_tarballs_are_reproducible_and_fetched_once(tmp_path: Path) -> None:
     src = tmp_path / "src"
@@ -112,16 +110,18 @@ def test_a_worker_lacking_a_capability_offers_no_slots() -> None:
     assert worker_slots({}, {"slots": 1.0}) == 0
 
 
-def _config(tmp_path: Path, extra: str = "") -> cfg.Config:
+def _config(tmp_path: Path, text: str) -> cfg.Config:
     path = tmp_path / "nightly.toml"
-    path.write_text(MINIMAL_CONFIG + extra)
+    path.write_text(text)
     return cfg.load(path)
 
 
-def test_build_resources_require_the_platform_and_a_gpu_only_for_gpu_smoke(tmp_path: Path) -> None:
+def test_build_resources_require_the_platform_and_a_gpu_only_for_gpu_smoke(
+    tmp_path: Path, minimal_config_text: str
+) -> None:
     cpu = Build(package="manywheel", python="3.7m", cuda="cpu")
     cuda = Build(package="manywheel", python="3.7m", cuda="cu100")
-    plain = _config(tmp_path)
+    plain = _config(tmp_path, minimal_config_text)
     assert build_resources(plain, cpu) == {"slots": 1.0, platform_resource("linux"): 0.0}
     assert "gpu" not in build_resources(plain, cuda)
     gpu = dataclasses.replace(plain, cluster=dataclasses.replace(plain.cluster, gpu_smoke=True),
@@ -163,8 +163,10 @@ def test_worker_folder_beside_the_dask_scratch_space(tmp_path: Path,
     assert worker_folder(str(local)) == tmp_path / "elsewhere"
 
 
-def test_worker_config_uses_the_gpu_only_on_a_gpu_worker(tmp_path: Path) -> None:
-    c = _config(tmp_path)
+def test_worker_config_uses_the_gpu_only_on_a_gpu_worker(
+    tmp_path: Path, minimal_config_text: str
+) -> None:
+    c = _config(tmp_path, minimal_config_text)
     c = dataclasses.replace(c, container=dataclasses.replace(c.container, gpu=True))
     on_gpu = worker_config(c, tmp_path / "recipes", tmp_path / "w", gpu=True)
     on_cpu = worker_config(c, tmp_path / "recipes", tmp_path / "w", gpu=False)

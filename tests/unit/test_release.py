@@ -11,8 +11,6 @@ from nightly import release as rel
 from nightly.errors import UsageError
 from nightly.workspace import FAILED, SUCCEEDED, PackageFile, State
 
-from .conftest import MINIMAL_CONFIG, MINIMAL_IDS
-
 
 def test_candidate_folder_names() -> None:
     assert rel.candidate_name("2.1.0", None) == "release/2.1.0"
@@ -31,13 +29,15 @@ def test_bad_release_versions_say_why(version: str, why: str) -> None:
         rel.check_version(version)
 
 
-def test_completeness_allows_only_the_listed_gaps(tmp_path: Path) -> None:
+def test_completeness_allows_only_the_listed_gaps(
+    tmp_path: Path, minimal_config_text: str, minimal_ids: list[str]
+) -> None:
     path = tmp_path / "nightly.toml"
-    path.write_text(MINIMAL_CONFIG)
+    path.write_text(minimal_config_text)
     config = cfg.load(path)
     state = State(tmp_path / "state.json")
     pkg = PackageFile(name="a.whl", path="packages/a.whl", size=1, sha256="0" * 64)
-    for bid in MINIMAL_IDS[:4]:
+    for bid in minimal_ids[:4]:
         state.update(bid, status=SUCCEEDED, packages=[pkg])
     state.update("conda_3.7_cpu", status=FAILED)
     state.update("conda_3.7_cu100", status=SUCCEEDED)  # but no package: not complete

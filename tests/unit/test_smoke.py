@@ -17,8 +17,6 @@ from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.matrix import Build
 from nightly.smoke import SCRIPTS, SmokeTester, _check_zip_layout, _conda_name, expected_wheel_version
 
-from .conftest import MINIMAL_CONFIG
-
 CPU = Build(package="manywheel", python="3.7m", cuda="cpu")
 CUDA = Build(package="manywheel", python="3.7m", cuda="cu100")
 
@@ -75,9 +73,9 @@ class RecordingExecutor(Executor):
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> cfg.Config:
+def config(tmp_path: Path, minimal_config_text: str) -> cfg.Config:
     path = tmp_path / "nightly.toml"
-    path.write_text(MINIMAL_CONFIG + '\n[smoke]\nenabled = true\nimport_name = "demo"\n')
+    path.write_text(minimal_config_text + '\n[smoke]\nenabled = true\nimport_name = "demo"\n')
     return cfg.load(path)
 
 

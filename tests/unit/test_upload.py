@@ -11,14 +11,12 @@ from nightly import config as cfg
 from nightly.publish.upload import publish_day
 from nightly.workspace import FAILED, SUCCEEDED, Day, PackageFile, State
 
-from .conftest import MINIMAL_CONFIG
-
 WHEEL = "demo-1.0.0.dev20240501-py3-none-any.whl"
 
 
-def _night(tmp_path: Path, url: str) -> tuple[cfg.Config, Day, State]:
+def _night(tmp_path: Path, text: str, url: str) -> tuple[cfg.Config, Day, State]:
     path = tmp_path / "nightly.toml"
-    path.write_text(MINIMAL_CONFIG + f'\n[publish]\nurl = "{url}"\n')
+    path.write_text(text + f'\n[publish]\nurl = "{url}"\n')
     config = cfg.load(path, root_override=str(tmp_path / "root"))
     day = Day(config.root, dt.date(2024, 5, 1))
     day.create()
@@ -35,9 +33,9 @@ def _night(tmp_path: Path, url: str) -> tuple[cfg.Config, Day, State]:
     return config, day, state
 
 
-def test_succeeded_packages_are_published_once_and_recorded(tmp_path: Path) -> None:
+def test_succeeded_packages_are_published_once_and_recorded(tmp_path: Path, minimal_config_text: str) -> None:
     mirror = tmp_path / "mirror"
-    config, day, state = _night(tmp_path, mirror.as_uri())
+    config, day, state = _night(tmp_path, minimal_config_text, mirror.as_uri())
     lines: list[str] = []
     report = publish_day(config, day, state, channel="nightly", log=lines.append)
     dest = f"{mirror.as_uri()}/whl/nightly/cpu/{WHEEL}"
@@ -53,17 +51,17 @@ def test_succeeded_packages_are_published_once_and_recorded(tmp_path: Path) -> N
     assert (again.uploaded, again.skipped) == ([], [dest])
 
 
-def test_the_test_channel_goes_to_its_own_folder(tmp_path: Path) -> None:
+def test_the_test_channel_goes_to_its_own_folder(tmp_path: Path, minimal_config_text: str) -> None:
     mirror = tmp_path / "mirror"
-    config, day, state = _night(tmp_path, mirror.as_uri())
+    config, day, state = _night(tmp_path, minimal_config_text, mirror.as_uri())
     publish_day(config, day, state, channel="test", log=lambda _: None)
     assert (mirror / "whl/test/cpu" / WHEEL).exists()
     assert not (mirror / "whl/nightly").exists()
 
 
-def test_a_failed_upload_is_recorded_and_the_package_stays(tmp_path: Path) -> None:
+def test_a_failed_upload_is_recorded_and_the_package_stays(tmp_path: Path, minimal_config_text: str) -> None:
     blocker = tmp_path / "mirror"
-    config, day, state = _night(tmp_path, blocker.as_uri())
+    config, day, state = _night(tmp_path, minimal_config_text, blocker.as_uri())
     (blocker / "whl/nightly").mkdir(parents=True)
     (blocker / "whl/nightly/cpu").write_text("a file where the folder should be")
     report = publish_day(config, day, state, channel="nightly", log=lambda _: None)
