@@ -212,6 +212,11 @@ enabled = {str(smoke).lower()}
 [publish]
 url = "mirror"
 
+# No compiler cache: its wrapper would start the recipe, and these tests check that the
+# worker process itself did (the recipe's parent).
+[cache]
+enabled = false
+
 [cluster]
 address = "{cluster.address}"
 staging = "staging"
