@@ -71,6 +71,7 @@ from nightly.executors.cluster import (
     run_build_task,
 )
 from nightly.matrix import Build, nightly_version
+from nightly.staging_verify import sealed
 from nightly.workspace import (
     FAILED,
     INTERRUPTED,
@@ -447,6 +448,7 @@ class ClusterNight:
         self.warned: set[str] = set()
         self.dispatcher: Dispatcher | None = None
         self.interrupting = False
+        self.seal_key = b""  # the night's (nightly.staging_verify), made by build()
 
     def executor_for(self, build: Build) -> str:
         if self.config.cluster.executor:
@@ -567,6 +569,9 @@ class ClusterNight:
         staging = StagingSpec(url=cc.staging, endpoint_url=cc.endpoint_url or
                               self.config.publish.endpoint_url, region=cc.region, profile=cc.profile)
         self.store = staging.open()
+        from nightly.staging_verify import night_key
+
+        self.seal_key = night_key(self.day.work / "cluster" / "seal.key")
         source_sha, recipes_sha = self.stage_inputs(checkout)
         client = connect(self.address, cc.connect_timeout_s, self.security)
         try:
@@ -618,7 +623,7 @@ class ClusterNight:
                         recipes_sha256=recipes_sha,
                         attempts=int(self.state.get(b.id).get("attempts") or 0),
                         submission=hashlib.sha1(key.encode()).hexdigest(),
-                        topic=self.topic, log_flush_s=cc.log_flush_s,
+                        topic=self.topic, log_flush_s=cc.log_flush_s, seal_key=self.seal_key,
                     )
                     items.append(TaskItem(build_id=b.id, key=key, spec=spec,
                                           resources=resources[b.id], priority=prio[b.id]))
@@ -757,7 +762,13 @@ class ClusterNight:
             for tok in tokens:
                 r = read_json(self.store, attempt_prefix(self.day.name, b.id, tok) + RESULT_JSON)
                 if (r is None or r.get("status") != SUCCEEDED or r.get("commit") != self.commit
-                        or r.get("version") != self.version or r.get("build") != b.id):
+                        or r.get("version") != self.version or r.get("build") != b.id
+                        or r.get("token") != tok):
+                    continue
+                if not sealed(self.seal_key, r):
+                    self.note(f"not adopted {b.id}: the result.json of attempt {tok} in staging "
+                              "does not carry this night's seal (changed in staging, or not "
+                              "written by a worker of this night): built again")
                     continue
                 self.note(f"adopt  {b.id}: attempt {tok} on {r.get('worker')} had finished "
                           "before the run that submitted it died")
@@ -823,6 +834,15 @@ class ClusterNight:
             self.note(f"history: could not record {build_id}: {e}")
 
     def on_result(self, item: TaskItem, result: dict[str, Any]) -> None:
+        """A result returned over the (authenticated) Dask channel: the record staging is
+        checked against. It must be this very task's."""
+        if (result.get("build") != item.build_id
+                or result.get("submission") != getattr(item.spec, "submission", None)):
+            self.file_without_result(
+                self.by_id[item.build_id], FAILED,
+                f"the task returned a result for {result.get('build')!r} (submission "
+                f"{result.get('submission')!r}), not for this build's task: not used")
+            return
         self.file(self.by_id[item.build_id], result)
 
     def on_error(self, item: TaskItem, exc: BaseException | None) -> None:
@@ -885,13 +905,18 @@ class ClusterNight:
         reason = result.get("reason")
         infra = bool(result.get("infra"))
         packages: list[dict[str, Any]] = []
+        collect_error = ""
         if status == SUCCEEDED:
             try:
                 packages = self.fetch_packages(build, result)
+            except StagingMismatch as e:
+                collect_error = f"verifying staging: {e}"
             except (PublishError, OSError, ValueError) as e:
-                status, reason, infra = FAILED, f"fetching its packages from staging failed: {e}", True
+                collect_error = f"fetching its packages from staging failed: {e}"
+            if collect_error:
+                status, reason, infra = FAILED, collect_error, True
         log = self.assemble_log(build, str(result.get("token") or ""), status == SUCCEEDED,
-                                result)
+                                result, reason=collect_error)
         state.update(
             bid, status=status, reason=reason, exit_status=result.get("exit_status"),
             attempts=int(result.get("attempts") or 1), started=result.get("started"),
@@ -931,20 +956,21 @@ class ClusterNight:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         fetched = []
-        try:
-            for p in result.get("packages") or []:
-                name = str(p["name"])
-                if "/" in name or name in ("", ".", ".."):
-                    raise ValueError(f"bad package name {name!r}")
-                local = tmp / name
-                self.store.get(str(p["key"]), local)
-                size = local.stat().st_size
-                from nightly.runner import sha256_file
+        from nightly.runner import sha256_file
+        from nightly.staging_verify import check_packages, mismatch
 
+        records = check_packages(
+            result, attempt_prefix(day.name, build.id, str(result.get("token") or "")))
+        try:
+            for p in records:
+                name = p["name"]
+                local = tmp / name
+                self.store.get(p["key"], local)
+                size = local.stat().st_size
                 digest = sha256_file(local)
-                if size != int(p["size"]) or digest != p["sha256"]:
-                    raise ValueError(f"{name}: staging holds {size} bytes sha256 {digest}, the "
-                                     f"worker reported {p['size']} bytes sha256 {p['sha256']}")
+                why = mismatch(name, size, digest, p)
+                if why is not None:
+                    raise StagingMismatch(why)
                 os.chmod(local, 0o644)
                 fetched.append((local, name, size, digest))
             dest_dir.mkdir(parents=True, exist_ok=True)
@@ -1002,7 +1028,14 @@ class ClusterNight:
             parts.append(f"\n{tail}\n".encode())
         if token and _marker(token).encode() not in prior:
             parts.append(_attempt_head(token, result or {}).encode())
-            parts.append(self.attempt_log(bid, token, attempts.get(token, {LOG_TXT})))
+            body = self.attempt_log(bid, token, attempts.get(token, {LOG_TXT}))
+            parts.append(body)
+            want = str((result or {}).get("log_sha256") or "")
+            got = hashlib.sha256(body).hexdigest()
+            if want and got != want:
+                parts.append(f"\n[nightly] warning: this log as found in staging (sha256 {got}) "
+                             f"is not the one the worker recorded (sha256 {want}): it was "
+                             "changed in staging, or is missing there\n".encode())
         if reason:
             parts.append(f"\n[nightly] {reason}\n".encode())
         dest = (day.succeeded if ok else day.failed) / f"{bid}.log"
@@ -1011,6 +1044,10 @@ class ClusterNight:
             if p != dest:
                 p.unlink(missing_ok=True)
         return str(dest.relative_to(day.path))
+
+
+class StagingMismatch(ValueError):
+    """A package in staging is not what its worker recorded."""
 
 
 def _marker(token: str) -> str:

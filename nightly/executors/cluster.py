@@ -37,7 +37,6 @@ import gzip
 import hashlib
 import json
 import os
-import random
 import re
 import shutil
 import socket
@@ -45,7 +44,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,6 +131,9 @@ class TaskSpec:
     submission: str  # unique per submission; attempts of one submission share it
     topic: str  # the orchestrator's event topic
     log_flush_s: float
+    # The night's key sealing result.json (nightly.staging_verify); travels only inside the
+    # task, over TLS, and never in a repr (Dask logs a failed task's arguments).
+    seal_key: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,10 +172,13 @@ _HOST_RE = re.compile(r"[^A-Za-z0-9.-]+")
 
 
 def new_token(submission: str) -> str:
-    """A unique, time-ordered name for one attempt: 20240501T221530123456-<sub>-<host>-<pid>-<rand>."""
+    """A unique, time-ordered name for one attempt: 20240501T221530123456-<sub>-<host>-<pid>-<rand>,
+    the last part 128 random bits: no other host can write ahead into an attempt's prefix."""
+    from nightly.staging_verify import new_token_part
+
     now = dt.datetime.now(dt.timezone.utc)
     host = _HOST_RE.sub("-", socket.gethostname())[:40] or "host"
-    return f"{now:%Y%m%dT%H%M%S%f}-{submission[:8]}-{host}-{os.getpid()}-{random.getrandbits(16):04x}"
+    return f"{now:%Y%m%dT%H%M%S%f}-{submission[:8]}-{host}-{os.getpid()}-{new_token_part()}"
 
 
 class _Slots:
@@ -581,7 +586,9 @@ def run_on_host(
             "host": ident["host"], "pid": ident["pid"], "slot": slot, "started": started,
             "attempt": attempt, "submission": spec.submission,
         }
-        store.put_bytes(f"{prefix}{ATTEMPT_JSON}", json.dumps(about).encode(), "application/json")
+        # Write-once: an attempt's prefix is new, or it is not this attempt's.
+        store.put_bytes(f"{prefix}{ATTEMPT_JSON}", json.dumps(about).encode(), "application/json",
+                        if_none_match=True)
         reap_orphans(info.folder, spec.config, spec.executor, emit)
         inputs = info.folder / "inputs"
         prune_inputs(inputs)
@@ -666,7 +673,12 @@ def run_on_host(
             "log_sha256": log_sha, "log_chunks": streamer.chunks,
             "commit": spec.commit, "version": spec.version, "channel": spec.channel,
         }
-        store.put_bytes(f"{prefix}{RESULT_JSON}", json.dumps(result).encode(), "application/json")
+        if spec.seal_key:
+            from nightly.staging_verify import SEAL, seal
+
+            result[SEAL] = seal(spec.seal_key, result)
+        store.put_bytes(f"{prefix}{RESULT_JSON}", json.dumps(result).encode(), "application/json",
+                        if_none_match=True)
         if status == FAILED:
             write_json(owner_path, {**ident, "build": build.id, "token": token,
                                     "started": started, "finished": time.time()})

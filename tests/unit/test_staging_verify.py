@@ -89,3 +89,13 @@ def test_tokens_are_unpredictable() -> None:
     tokens = {sv.new_token_part() for _ in range(1000)}
     assert len(tokens) == 1000
     assert all(len(t) == 32 for t in tokens)
+
+
+def test_the_key_is_never_in_a_tasks_repr() -> None:
+    """Dask logs a failed task's arguments: the TaskSpec's repr must leave the key out."""
+    import dataclasses
+
+    from nightly.executors.cluster import TaskSpec
+
+    field = {f.name: f for f in dataclasses.fields(TaskSpec)}["seal_key"]
+    assert field.repr is False
