@@ -347,3 +347,50 @@ def test_a_forged_result_in_staging_is_not_adopted(
     published = mirror_files(p)
     assert len(published) == len(ALL_BUILDS)
     assert all(b"a backdoor" not in f.read_bytes() for f in published)
+
+
+# ---------------------------------------------------------------------------- the demo
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_demo_night_on_a_tls_cluster(tmp_path, run_cli, cluster):
+    """The shipped demo configuration (nightly.toml: the demo project, its real recipes and
+    smoke test), one real build, run by the TLS cluster's workers and published."""
+    import hashlib
+
+    assert cluster.certs is not None
+    demo = (REPO / "nightly.toml").read_text()
+    demo = demo.replace('source = "examples/demo"', f'source = "{REPO / "examples" / "demo"}"')
+    text = f'recipes = "{REPO / "recipes"}"\n' + demo + f"""
+[cluster]
+address = "{cluster.address}"
+staging = "staging"
+log_flush = 0.5
+connect_timeout = "20s"
+require_encryption = true
+{_tls_toml(cluster.certs)}"""
+    config = tmp_path / "nightly.toml"
+    config.write_text(text)
+    bid = "manywheel_3.11_cpu"
+    code, out, err = run_cli(["run", "--config", str(config), "--date", "2024_05_01",
+                              "--select", bid], timeout=900)
+    assert code == 0, (out, err)
+    day = tmp_path / "nightlies" / "2024_05_01"
+    state = json.loads((day / "state.json").read_text())["builds"]
+    e = state[bid]
+    assert e["status"] == "succeeded", e
+    assert e["machine"].startswith("tls://127.0.0.1:")
+    assert e["worker_name"] in ("lin-a", "lin-b")
+    (pkg,) = e["packages"]
+    wheel = day / pkg["path"]
+    assert wheel.name.endswith(".whl")
+    assert "0.1.0.dev20240501" in wheel.name
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == pkg["sha256"]
+    published = [f for f in (tmp_path / "mirror").rglob("*.whl") if ".nightly-store" not in f.parts]
+    assert [f.name for f in published] == [wheel.name]
+    assert published[0].read_bytes() == wheel.read_bytes()
+    log = (day / "logs" / "succeeded" / f"{bid}.log").read_text()
+    assert log.count(SUCCEEDED_FOOTER) == 1
+    _assert_no_key_material(_key_bodies(cluster.certs), tmp_path, cluster.base, texts=(out, err))
