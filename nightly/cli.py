@@ -174,9 +174,7 @@ def run(
 
     ctx = Ctx(config_path, root, date_text)
     if cluster or (machine is None and ctx.config.cluster.address):
-        from nightly import cluster as cl
-
-        return cl.run_night(ctx.config, ctx.date, cl.ClusterOptions(
+        return night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
             address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
             rebuild=rebuild, selects=selects, keep_container=keep_container,
         ))
@@ -184,7 +182,7 @@ def run(
     order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m, selects)
     opts = night.NightOptions(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
-        keep_container=keep_container, notify=True,
+        keep_container=keep_container, notify=True, prune=True,
     )
     return night.run_builds(
         ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,

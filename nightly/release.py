@@ -329,8 +329,8 @@ def _promote_conda_channel(
     """Publish the candidate's conda packages (the bytes that were built and tested, checked
     against their recorded sha256) into the self-hosted release channel."""
     import nightly.publish.conda as conda
+    from nightly.files import sha256_file
     from nightly.publish.layout import conda_channel_dir
-    from nightly.runner import sha256_file
 
     folder = conda_channel_dir(config, "release")
     paths = []

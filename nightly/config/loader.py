@@ -76,7 +76,7 @@ def parse(
     local, container = parse_executors(top)
     notify = parse_notify(top)
     min_free_gb = parse_min_free_gb(top)
-    publish = parse_publish(top, ctx, base)
+    publish = parse_publish(top, ctx, base, project.name)
     smoke = parse_smoke(top, project.name)
     cluster = parse_cluster(top, ctx, base)
     top.finish()

@@ -100,7 +100,7 @@ class Publish:
     region: str
     profile: str
     acl: str
-    find_links: str
+    find_links: str  # the template as written: {project} and {channel} are replaced
     index: bool
     conda_channel: str  # an absolute folder path, "" for none
     anaconda_user: str
@@ -112,9 +112,11 @@ class Publish:
     pypi_url: str
     pypi_username: str
     pypi_password_env: str
+    project: str  # [project] name, for {project} in find_links
 
     def find_links_name(self, channel: str) -> str:
-        return self.find_links.format(channel=channel)
+        """The flat find-links page of a folder of `channel` (nightly, test, release)."""
+        return self.find_links.format(project=self.project, channel=channel)
 
 
 @dataclass(frozen=True, kw_only=True)

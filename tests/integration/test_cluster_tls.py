@@ -284,9 +284,10 @@ def test_a_package_changed_in_staging_is_caught_and_not_published(
     state = p.state()["builds"]
     e = state[VICTIM]
     assert e["status"] == "failed"
-    assert f"{name} in staging" in e["reason"]
-    assert "is not what the worker recorded" in e["reason"]
-    assert "not published" in e["reason"]
+    assert e["reason"].startswith("verifying staging: a package is not the one its worker built")
+    assert f"{name}: staging holds {len(evil)} bytes" in e["reason"]
+    assert "the worker reported" in e["reason"]
+    assert "nothing of it is published" in e["reason"]
     assert e["packages"] == []
     assert not e.get("published")
     # Nothing of it anywhere: not in packages/, not on the mirror; the others all went out.
@@ -297,7 +298,7 @@ def test_a_package_changed_in_staging_is_caught_and_not_published(
     assert name not in [f.name for f in published]
     others = [b for b in ALL_BUILDS if b != VICTIM]
     assert all(state[b]["status"] == "succeeded" for b in others)
-    assert "is not what the worker recorded" in (p.day / "logs" / "failed" / f"{VICTIM}.log").read_text()
+    assert e["reason"] in (p.day / "logs" / "failed" / f"{VICTIM}.log").read_text()
     # The night's sealing key went to the workers inside their tasks only: in no log.
     key = (p.day / "work" / "cluster" / "seal.key").read_bytes()
     for f in [*cluster.base.rglob("*.log"), *p.path.rglob("*.log"), p.day / "state.json"]:

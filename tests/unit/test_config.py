@@ -243,6 +243,61 @@ def test_explicit_queues_longer_than_queues(
     assert exc.value.line == 18
 
 
+# ---------------------------------------------------------------------------- the flat page's name
+
+
+def test_flat_page_is_named_after_the_project_by_default(minimal_config: Path) -> None:
+    # Issue 14 item 3: not `torch_{channel}.html` for a project called anything.
+    p = load(minimal_config).publish  # [project] name = "demo", no find_links
+    assert p.find_links == "{project}_{channel}.html"
+    assert [p.find_links_name(ch) for ch in ("nightly", "test", "release")] == [
+        "demo_nightly.html", "demo_test.html", "demo_release.html"
+    ]
+
+
+def test_flat_page_name_template(write_config: WriteConfig, minimal_config_text: str) -> None:
+    text = minimal_config_text + '\n[publish]\nfind_links = "links-{channel}-of-{project}.html"\n'
+    assert load(write_config(text)).publish.find_links_name("test") == "links-test-of-demo.html"
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [("{projet}_{channel}.html", "unknown placeholder"), ("{project}/{channel}.html", "does not name a file"),
+     ("", "does not name a file")],
+)
+def test_flat_page_name_template_is_checked(
+    write_config: WriteConfig, minimal_config_text: str, template: str, message: str
+) -> None:
+    text = minimal_config_text + f'\n[publish]\nfind_links = "{template}"\n'
+    with pytest.raises(ConfigError, match=message) as exc:
+        load(write_config(text))
+    assert exc.value.key == "publish.find_links"
+    assert exc.value.line == 20
+    assert exc.value.hint is not None
+    assert "{project}" in exc.value.hint
+
+
+def test_pytorch_configs_keep_pytorchs_flat_page_name(config_2019: Path, config_modern: Path) -> None:
+    for path in (config_2019, config_modern):
+        assert load(path).publish.find_links_name("nightly") == "torch_nightly.html"
+
+
+def test_index_command_writes_the_projects_flat_page(
+    nightly: Any, write_config: WriteConfig, minimal_config_text: str, tmp_path: Path
+) -> None:
+    # Through the real command and a file:// mirror: the page on disk carries the name.
+    mirror = tmp_path / "mirror"
+    wheel = "demo-1.0.0.dev20240101+cpu-cp37-cp37m-linux_x86_64.whl"
+    (mirror / "whl/nightly/cpu").mkdir(parents=True)
+    (mirror / "whl/nightly/cpu" / wheel).write_bytes(b"not really a wheel")
+    text = minimal_config_text + f'\n[publish]\nurl = "{mirror.as_uri()}"\n'
+    r = nightly("index", "--full", "--config", str(write_config(text)))
+    assert r.code == 0, r.err
+    pages = sorted(p.name for p in (mirror / "whl/nightly/cpu").glob("*.html"))
+    assert pages == ["demo_nightly.html", "index.html"]
+    assert wheel.replace("+", "%2B") in (mirror / "whl/nightly/cpu/demo_nightly.html").read_text()
+
+
 # ---------------------------------------------------------------------------- ready configs
 
 

@@ -1,4 +1,4 @@
-"""Verified staging's pieces: the night's key, the seal, the package records, the comparison."""
+"""Verified staging's pieces: the night's key, the seal, the package records."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from nightly import staging_verify as sv
+from nightly.cluster import verify as sv
 
 PREFIX = "2024_05_01/builds/manywheel_3.7m_cpu/tok/"
 SHA = "ab" * 32
@@ -74,17 +74,6 @@ def test_package_records_are_checked() -> None:
         sv.check_packages(_result(packages="x"), PREFIX)
 
 
-def test_mismatch_names_both_records() -> None:
-    rec = {"size": 10, "sha256": SHA}
-    assert sv.mismatch("a.whl", 10, SHA, rec) is None
-    why = sv.mismatch("a.whl", 11, "cd" * 32, rec)
-    assert why is not None
-    assert "a.whl in staging (11 bytes" in why
-    assert f"recorded (10 bytes, sha256 {SHA})" in why
-    assert "not published" in why
-    assert sv.mismatch("a.whl", 10, "cd" * 32, rec) is not None
-
-
 def test_tokens_are_unpredictable() -> None:
     tokens = {sv.new_token_part() for _ in range(1000)}
     assert len(tokens) == 1000
@@ -95,7 +84,7 @@ def test_the_key_is_never_in_a_tasks_repr() -> None:
     """Dask logs a failed task's arguments: the TaskSpec's repr must leave the key out."""
     import dataclasses
 
-    from nightly.executors.cluster import TaskSpec
+    from nightly.cluster.worker import TaskSpec
 
     field = {f.name: f for f in dataclasses.fields(TaskSpec)}["seal_key"]
     assert field.repr is False

@@ -95,19 +95,9 @@ def check_packages(result: Mapping[str, Any], prefix: str) -> list[dict[str, Any
     return out
 
 
-def mismatch(name: str, size: int, digest: str, record: Mapping[str, Any]) -> str | None:
-    """Why a fetched package is not the one the worker recorded (None: it is)."""
-    if size == record["size"] and hmac.compare_digest(digest, str(record["sha256"])):
-        return None
-    return (f"{name} in staging ({size} bytes, sha256 {digest}) is not what the worker "
-            f"recorded ({record['size']} bytes, sha256 {record['sha256']}): it was changed in "
-            "staging after the build; not published")
-
-
 __all__ = [
     "SEAL",
     "check_packages",
-    "mismatch",
     "new_token_part",
     "night_key",
     "seal",
