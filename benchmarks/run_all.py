@@ -12,6 +12,8 @@ Runs one after another (so they do not compete for the machine), each in its own
               (N = --index-objects, default 10,000, so that it takes minutes, not the
               half hour of its own default of 100,000)
   cluster     bench_cluster.py: 1,000 builds planned and run on 20 Dask workers
+  images      bench_images.py: builder images cold/warm per CUDA, sizes, and the demo CUDA
+              night's wall time against the sum of its builds (--quick: warm only, no night)
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
               tool of the same kind), or `python -m pip --version` when cibuildwheel is not
               installed (the table says which)
@@ -66,6 +68,8 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                   "index.json"),
         "cluster": ([py, str(HERE / "bench_cluster.py"), *(["--no-baseline"] if quick else [])],
                     "cluster.json"),
+        "images": ([py, str(HERE / "bench_images.py"), *(["--warm-only", "--no-night"] if quick else [])],
+                   "images.json"),
     }  # fmt: skip
 
 
@@ -203,9 +207,34 @@ def rows_cli(d: dict[str, Any]) -> list[Row]:
              f"lower is better; python -c pass {_num(med.get('python -c pass'), 4)} s"]]
 
 
+def rows_images(d: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for name, b in (d.get("builders") or {}).items():
+        for layer, t in (b.get("times") or {}).items():
+            size = _get(b, "sizes", layer, "image_mb")
+            layer_mb = _get(b, "sizes", layer, "layer_mb")
+            out.append(["images", f"{name}:{layer} image: cold build (s) / warm (present) (s)",
+                        _num(t.get("cold_s"), 1), _num(t.get("warm_s")),
+                        _num(t["cold_s"] / t["warm_s"], 0) if t.get("cold_s") and t.get("warm_s")
+                        else "n/a",
+                        f"{size} MB image, {layer_mb} MB layer; rebuild from caches "
+                        f"{_num(t.get('rebuild_s'), 1)} s"])
+        out.append(["images", f"{name}: stored once (MB) / sum of image sizes (MB)",
+                    _get(b, "sizes", "stored_once_mb"), _get(b, "sizes", "sum_of_images_mb"),
+                    _num((_get(b, "sizes", "stored_once_mb") or 0)
+                         / (_get(b, "sizes", "sum_of_images_mb") or 1)),
+                    "layers shared over one base"])
+    n = d.get("night")
+    if n:
+        out.append(["images", f"demo CUDA night, {n.get('builds')} builds: sum of build times (s) / "
+                    "wall time (s)", _num(n.get("sum_of_builds_s"), 1), _num(n.get("wall_s"), 1),
+                    _num(n.get("speedup"), 2), f"parallel speed-up; {n.get('succeeded')} succeeded"])
+    return out
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
-    "cluster": rows_cluster, "cli": rows_cli,
+    "cluster": rows_cluster, "cli": rows_cli, "images": rows_images,
 }
 
 

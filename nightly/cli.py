@@ -119,6 +119,7 @@ def plan(
 @click.option("--machine", metavar="N", help="Take queues/executor from this machine.")
 @click.option("--dry-run", is_flag=True, help="Show where and how each build would run.")
 @click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
+@click.option("--no-upload", is_flag=True, help="Keep the packages here; `nightly upload` publishes them.")
 def build(
     config_path: str | None,
     root: str | None,
@@ -131,18 +132,25 @@ def build(
     machine: str | None,
     dry_run: bool,
     keep_container: bool,
+    no_upload: bool,
 ) -> int:
-    """Build PACKAGE for the PYTHONS x CUDAS listed (comma lists), now, on this machine.
+    """Build PACKAGE for the PYTHONS x CUDAS listed (comma lists), now, on this machine: a
+    one-off build of the day, published to the nightly channel unless --no-upload, recorded
+    as manual with its own summary (the night's summary.json stays the night's).
 
     Example: nightly build manywheel 3.9,3.12 cpu,cu130
     """
+    import shlex
+
     from nightly import night
+    from nightly.summary import manual_mark
 
     ctx = Ctx(config_path, root, date_text)
     builds = night.builds_from_cli(ctx.config, package, pythons, cudas)
     opts = night.NightOptions(
         machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
-        rebuild=tuple(b.id for b in builds),
+        rebuild=tuple(b.id for b in builds), no_upload=no_upload,
+        manual=manual_mark(shlex.join(["nightly", *sys.argv[1:]])),
     )
     return night.run_builds(ctx.config, ctx.date, builds, opts)
 
@@ -195,6 +203,7 @@ def run(
 def upload(config_path: str | None, root: str | None, date_text: str | None, debug: bool) -> int:
     """Publish the day's succeeded packages that are not yet published (idempotent)."""
     from nightly.publish.upload import publish_day
+    from nightly.summary import record_publication, refresh
     from nightly.workspace import DayLock, State
 
     ctx = Ctx(config_path, root, date_text)
@@ -205,7 +214,15 @@ def upload(config_path: str | None, root: str | None, date_text: str | None, deb
     with DayLock(day.lock_path).acquire("upload"):
         state = State(day.state_path)
         channel = str(state.meta.get("channel") or "nightly")
-        report = publish_day(ctx.config, day, state, channel=channel, log=click.echo)
+        try:
+            report = publish_day(ctx.config, day, state, channel=channel, log=click.echo)
+        except NightlyError as e:
+            state.set_meta(publish_error=str(e))
+            refresh(day, state, by="nightly upload")
+            raise
+        # summary.json's failed uploads and publish error say what is true after this upload.
+        record_publication(state, report)
+        refresh(day, state, by="nightly upload")
     click.echo(
         f"{len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed, {len(report.index_errors)} index errors"
@@ -431,6 +448,15 @@ def cluster_certs(folder: str, hosts: str, days: int) -> int:
             click.echo(f"{i.name}: copy {made.ca_cert.name}, {i.cert.name} and {i.key.name} to it "
                        "(the key readable only by the user running dask there)")
     return 0
+
+
+def _register_groups() -> None:
+    from nightly.images.cli import images
+
+    cli.add_command(images)
+
+
+_register_groups()
 
 
 def _existing_day(ctx: Ctx) -> Any:

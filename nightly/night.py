@@ -20,10 +20,12 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nightly import display, notify
 from nightly import source as src
+from nightly import summary as day_record
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
 from nightly.errors import NightlyError, NothingSelected, UsageError
@@ -54,6 +56,9 @@ class NightOptions:
     live: bool | None = None  # None: live view when stdout is a terminal
     notify: bool = False  # send the configured notifications (the night does; a build doesn't)
     prune: bool = False  # local retention at the end (a nightly `run` does)
+    # A one-off `nightly build` (summary.manual_mark: who, when, the command): its builds are
+    # marked manual and it writes its own summary, leaving the night's summary.json the night's.
+    manual: dict[str, str] | None = None
 
 
 def this_platform() -> str:
@@ -125,6 +130,7 @@ def run_night(
         state = night.state
         todo = [b for b in builds
                 if state.status(b.id) != SUCCEEDED or _matches(b.id, opts.rebuild)]
+        day_record.mark_manual(state, [b.id for b in todo], opts.manual)
         estimate_s = phase.run(night, todo)
         if not opts.no_upload:
             publish_step(night)
@@ -137,12 +143,15 @@ def run_night(
         if opts.prune:
             prune_step(config, date, night.log)
         phase.finish(night)
-        summary = write_summary(night, started=started, estimate_s=estimate_s,
-                                estimates=dict(estimates or {}))
+        summary, summary_path = write_summary(night, started=started, estimate_s=estimate_s,
+                                              estimates=dict(estimates or {}), manual=opts.manual)
         if opts.notify:
             for line in notify.send(config.notify, summary):
                 night.log(line)
-        display.print_summary(summary)
+        display.print_summary(summary, path=summary_path)
+        if opts.manual is not None:
+            why = day_record.why_not_published(config, no_upload=opts.no_upload, day=day)
+            display.print_destinations(summary, day.path, not_published=why)
         return int(summary["exit_code"])
     except KeyboardInterrupt:
         append_line(day.master / "run.log", "interrupted by the user (Ctrl-C)")
@@ -251,8 +260,7 @@ def publish_step(night: NightContext) -> None:
         night.log(f"publish failed: {e}")
         night.state.set_meta(publish_error=str(e))
         return
-    night.state.set_meta(publish_error=None if report.ok else "; ".join(
-        [*report.failed.values(), *report.index_errors])[:2000])
+    day_record.record_publication(night.state, report)
     night.log(
         f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed"
@@ -297,8 +305,11 @@ def prune_step(config: Config, today: dt.date, log: Callable[[str], None]) -> No
 
 
 def write_summary(
-    night: NightContext, *, started: float, estimate_s: float, estimates: dict[str, float]
-) -> dict[str, Any]:
+    night: NightContext, *, started: float, estimate_s: float, estimates: dict[str, float],
+    manual: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], Path]:
+    """summary.json for a night; a one-off build's (`manual`) own summary (then summary.json,
+    if the day has a night, is only refreshed: see nightly/summary.py). (summary, its path)"""
     state = night.state
     builds: dict[str, Any] = {}
     for b in night.builds:
@@ -341,9 +352,13 @@ def write_summary(
         "publish_error": publish_error,
         "builds": builds,
         "exit_code": 0 if ok and not failed_uploads and not publish_error else 1,
+        "manual": manual if manual is not None else day_record.manual_builds(state),
     }
-    write_json(night.day.summary_path, summary)
-    return summary
+    path = night.day.summary_path if manual is None else day_record.manual_summary_path(night.day, started)
+    write_json(path, summary)
+    if manual is not None:
+        day_record.refresh(night.day, state, by=manual["command"])
+    return summary, path
 
 
 

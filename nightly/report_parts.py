@@ -18,6 +18,7 @@ from nightly.nightview import (
     clock,
     human_size,
     log_tail,
+    manual_text,
     outcome_text,
     took,
 )
@@ -92,6 +93,9 @@ def timeline(night: NightView, now: float) -> list[str]:
                     tip += f", estimated {took(b.estimate_s)}"
                 if b.size:
                     tip += f"\n{human_size(b.size)}"
+                if b.manual:
+                    tip += f"\n{manual_text(b)}"
+                    cls += " manual"
                 out.append(
                     f'<div class="{esc(cls)}" data-build="{esc(b.id)}" data-status="{esc(b.status)}" '
                     f'style="left:{_pct(start - t0, span)};width:{_pct(end - start, span)}" '
@@ -140,6 +144,8 @@ def failures(night: NightView, link_base: str, tail: int) -> list[str]:
         why = []
         if b.reason:
             why.append(f"reason: <b>{esc(b.reason)}</b>")
+        if b.manual:
+            why.append(f'<span class="manual">{esc(manual_text(b))}</span>')
         if b.upload_error:
             why.append(f"upload failed: <b>{esc(b.upload_error)}</b>")
         if b.exit_status is not None:
@@ -230,6 +236,11 @@ def _row(
         outcome += f'<div class="small muted">{esc(b.reason)}</div>'
     if b.upload_error:
         outcome += f'<div class="small worse">upload failed: {esc(b.upload_error)}</div>'
+    if b.manual:
+        outcome += (
+            f'<div class="small manual" data-manual="{esc(b.manual.get("by", ""))}" '
+            f'title="{esc(b.manual.get("command", ""))}">{esc(manual_text(b))}</div>'
+        )
     out.append(f'<td class="outcome">{outcome}</td>')
     where = f"{b.machine or '-'} / {b.queue if b.queue is not None else '-'}"
     out.append(f'<td class="nowrap">{esc(where)}</td>')

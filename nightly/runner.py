@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from nightly import cache as compiler_cache
 from nightly.buildlog import footer, header, last_footer
 from nightly.collect import PackageFile, collect_build
 from nightly.config import Config, Machine
@@ -176,6 +177,7 @@ class Runner:
                 remove_tree(d)
         job.output_dir.mkdir(parents=True)
         job.work_dir.mkdir(parents=True)
+        job, cache_note = compiler_cache.attach(compiler_cache.settings_of(ctx.config), job)
         started = time.time()
         state.update(
             build.id,
@@ -191,6 +193,7 @@ class Runner:
             python=build.python,
             cuda=build.cuda,
             variant=build.variant,
+            cache=None,
         )
         self.on_event("start", {"build": build.id, "queue": queue, "attempt": attempt})
         log_path = day.reopen_log(build.id)
@@ -204,11 +207,16 @@ class Runner:
             log.write(header(job, self.executor.describe(job), attempt=attempt, queue=queue,
                              started=started, machine=ctx.machine,
                              executor=self.executor.name).encode())
+            if cache_note:
+                log.write(f"[nightly] {cache_note}\n".encode())
             try:
                 result = self.executor.run(job, sink, self.cancel)
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
+            cache_stats = compiler_cache.read_stats(job)
+            if cache_stats is not None:
+                state.update(build.id, cache=cache_stats.to_json())
             produced = _files(job.output_dir)
             reason = result.reason
             if reason is None and result.exit_status != 0:
@@ -217,6 +225,8 @@ class Runner:
                 reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
             ok = reason is None
             notes = list(result.notes)
+            if cache_stats is not None:
+                notes.append(f"compiler cache: {cache_stats.footer()}")
             if ok and self.smoke is not None:
                 # Before the build counts as succeeded (and so before any upload).
                 try:
@@ -422,6 +432,10 @@ class LocalPhase:
         with make_executor(self.executor, night.config,
                            keep_container=self.keep_container) as ex:
             if todo:
+                if ex.name == "container":
+                    from nightly.images.commands import preflight
+
+                    preflight(night.config, todo)  # a missing builder image names its build command
                 ex.preflight([make_job(ctx, b, executor=ex.name) for b in todo])
             n_q = len(self.queues) if self.queues is not None else self.machine.queues
             progress = Progress(

@@ -210,7 +210,7 @@ class Collector:
                 executor=str(result.get("executor") or ""), package=build.package,
                 python=build.python, cuda=build.cuda, variant=build.variant,
                 worker_name=str(result.get("worker_name") or ""),
-                host=str(result.get("host") or ""), token=token,
+                host=str(result.get("host") or ""), token=token, cache=result.get("cache"),
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

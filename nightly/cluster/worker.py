@@ -442,6 +442,7 @@ def _put_result(
         "packages": packages, "log_key": f"{prefix}{LOG_TXT}" if log_sha else "",
         "log_sha256": log_sha, "log_chunks": chunks,
         "commit": spec.commit, "version": spec.version, "channel": spec.channel,
+        "cache": entry.get("cache"),  # the compiler cache's statistics (nightly.cache)
     }
     if spec.seal_key:
         result[SEAL] = seal(spec.seal_key, result)

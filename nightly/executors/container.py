@@ -157,7 +157,10 @@ class ContainerExecutor(Executor):
         return Path(host) if host is not None else None
 
     def command_for(self, job: Job) -> list[str]:
-        return ["bash", "-c", WRAPPER, f"{RECIPES_MOUNT}/{job.package}/build.sh"]
+        recipe = f"{RECIPES_MOUNT}/{job.package}/build.sh"
+        if job.cache is not None:  # the compiler cache's `run` starts the recipe
+            return ["bash", "-c", WRAPPER, *job.cache.command(recipe, container=True)[1:]]
+        return ["bash", "-c", WRAPPER, recipe]
 
     def env_for(self, job: Job) -> dict[str, str]:
         env = dict(job.env)
@@ -167,6 +170,8 @@ class ContainerExecutor(Executor):
             WORK_DIR=WORK_DIR,
             HOME=HOME_DIR,
         )
+        if job.cache is not None:
+            env.update(job.cache.env(container=True))
         return env
 
     def mounts_for(self, job: Job) -> list[tuple[str, str, bool]]:
@@ -179,6 +184,8 @@ class ContainerExecutor(Executor):
         cuda = self.cuda_dir_for(job)
         if cuda is not None:
             mounts.append((str(cuda), CUDA_MOUNT, True))
+        if job.cache is not None:
+            mounts += job.cache.mounts()
         return mounts
 
     def create_kwargs(self, job: Job) -> dict[str, Any]:
