@@ -278,6 +278,8 @@ def test_a_package_changed_in_staging_is_caught_and_not_published(
                      behaviours={VICTIM: "go:60"}, default="sleep:0.2")
     night, attempt = _finished_in_staging(p, start_cli, wait_until, cluster)
     name, evil = _tamper_package(p, attempt)
+    log_txt = attempt / "log.txt"  # and its log, to hide what happened
+    log_txt.write_text("all fine\n")
     os.kill(night.pid, signal.SIGCONT)
     code, out, err = night.wait(timeout=120)
     assert code == 1, (out, err)
@@ -298,7 +300,11 @@ def test_a_package_changed_in_staging_is_caught_and_not_published(
     assert name not in [f.name for f in published]
     others = [b for b in ALL_BUILDS if b != VICTIM]
     assert all(state[b]["status"] == "succeeded" for b in others)
-    assert e["reason"] in (p.day / "logs" / "failed" / f"{VICTIM}.log").read_text()
+    log = (p.day / "logs" / "failed" / f"{VICTIM}.log").read_text()
+    assert e["reason"] in log
+    assert "all fine" in log
+    assert "warning: this log as found in staging" in log
+    assert "is not the one the worker recorded" in log
     # The night's sealing key went to the workers inside their tasks only: in no log.
     key = (p.day / "work" / "cluster" / "seal.key").read_bytes()
     for f in [*cluster.base.rglob("*.log"), *p.path.rglob("*.log"), p.day / "state.json"]:
