@@ -401,3 +401,35 @@ require_encryption = true
     log = (day / "logs" / "succeeded" / f"{bid}.log").read_text()
     assert log.count(SUCCEEDED_FOOTER) == 1
     _assert_no_key_material(_key_bodies(cluster.certs), tmp_path, cluster.base, texts=(out, err))
+
+
+def test_a_rogue_scheduler_gets_nothing(night_project, make_recipe, run_cli, cluster, tmp_path):
+    """Someone on the network poses as the scheduler (with a CA of their own): the night's
+    orchestrator refuses it before sending anything (the tasks would carry the config and the
+    night's seal key)."""
+    assert cluster.certs is not None
+    rogue_certs = _certs(tmp_path / "rogue", "scheduler")
+    rogue = DaskCluster(tmp_path, certs=rogue_certs)
+    port = rogue.address.rsplit(":", 1)[1]
+    proc = rogue._spawn("scheduler", [
+        "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port", port,
+        "--no-dashboard", *rogue.tls_args("scheduler")])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # listening?
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", int(port))) == 0:
+                    break
+            time.sleep(0.2)
+        p = make_project(night_project, make_recipe, cluster, extra=_tls_toml(cluster.certs))
+        code, out, err = run_cli(run_args(p, "--cluster", rogue.address), timeout=120)
+        assert code == 1, (out, err)
+        assert f"cannot reach the Dask scheduler at {rogue.address}" in err
+        assert all(p.starts(b) == 0 for b in ALL_BUILDS)
+        log = (tmp_path / "scheduler.log").read_text()
+        assert "TLS handshake failed" in log
+        assert "Receive client connection" not in log  # (what it logs for a client)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        rogue.close()
