@@ -95,10 +95,14 @@ class Cluster:
         raise RuntimeError(f"{self.address} did not come up (see {self.base})")
 
     def close(self) -> None:
-        for p in self.procs:
+        for p in reversed(self.procs):  # the worker first: it would wait for the scheduler
             p.terminate()
         for p in self.procs:
-            p.wait(timeout=10)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def _inc(x: int) -> int:
