@@ -419,7 +419,9 @@ class ClusterNight:
         # Longest first: the order builds are submitted (and shown).
         self.builds = sorted(chosen, key=lambda b: (-self.estimates[b.id], b.id))
         self.by_id = {b.id: b for b in self.builds}
-        self.version = nightly_version(config.project.base_version, date)
+        self.version = nightly_version(
+            config.project.base_version, date, config.project.version_from
+        )
         self.channel = "nightly"
         self.day = Day(config.root, date)
         self.run_id = secrets.token_hex(4)

@@ -149,7 +149,9 @@ def run_builds(
 
     machine = pick_machine(config, opts.machine, strict=queues is not None)
     executor_name = opts.executor or machine.executor
-    version = opts.version or nightly_version(config.project.base_version, date)
+    version = opts.version or nightly_version(
+        config.project.base_version, date, config.project.version_from
+    )
     day = Day(config.root, date, name=opts.day_name)
     if not builds:
         raise NothingSelected("nothing to build")

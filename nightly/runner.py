@@ -78,6 +78,24 @@ def recipe_env(
     env["PYTORCH_BUILD_VERSION"] = version
     env["PYTORCH_BUILD_NUMBER"] = env["BUILD_NUMBER"]
     env["OVERRIDE_PACKAGE_VERSION"] = version
+    env.update(build_env(config))
+    return env
+
+
+def build_env(config: Config) -> dict[str, str]:
+    """How recipes build Python packages ([project] version_from, [build]): NIGHTLY_* for
+    the recipes, PIP_* for pip's PEP 517 front end (unset: the host's pip configuration)."""
+    b = config.build
+    env = {
+        "NIGHTLY_VERSION_FROM": config.project.version_from,
+        "NIGHTLY_BUILD_ISOLATION": "1" if b.isolation else "0",
+    }
+    if b.index_url:
+        env["PIP_INDEX_URL"] = b.index_url
+    if b.extra_index_urls:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(b.extra_index_urls)
+    if b.find_links:
+        env["PIP_FIND_LINKS"] = " ".join(b.find_links)
     return env
 
 

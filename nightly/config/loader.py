@@ -13,6 +13,7 @@ from typing import Any
 
 from nightly.config.machines import parse_executors, parse_images, parse_machines
 from nightly.config.project import (
+    parse_build,
     parse_matrix,
     parse_paths,
     parse_project,
@@ -74,6 +75,7 @@ def parse(
     publish = parse_publish(top, ctx, base)
     smoke = parse_smoke(top, project.name)
     cluster = parse_cluster(top, ctx, base)
+    build = parse_build(top)
     top.finish()
     builds = select_builds(matrices, include, exclude, machines, ctx)
     return Config(
@@ -100,5 +102,6 @@ def parse(
         publish=publish,
         smoke=smoke,
         cluster=cluster,
+        build=build,
         builds=tuple(builds),
     )
