@@ -193,6 +193,11 @@ def run_builds(
             if state.status(b.id) != SUCCEEDED or any(fnmatch.fnmatchcase(b.id, g) for g in opts.rebuild)
         ]
         skipped = [b for b in builds if b not in todo]
+        if config.build.wheelhouse and todo:
+            from nightly import wheelhouse
+
+            wheelhouse.prepare(config, checkout.path, day.path / "wheelhouse",
+                               [b.python for b in todo if b.package != "libtorch"], note)
         ctx = RunContext(
             config=config, day=day, state=state, source_dir=checkout.path, version=version,
             channel=opts.channel, machine=machine.name,

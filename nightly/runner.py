@@ -82,6 +82,14 @@ def recipe_env(
     return env
 
 
+def wheelhouse_env(ctx: RunContext) -> dict[str, str]:
+    """NIGHTLY_WHEELHOUSE: the night's wheelhouse on this host (executors that run builds
+    elsewhere map it: the container executor mounts it read-only)."""
+    if not ctx.config.build.wheelhouse:
+        return {}
+    return {"NIGHTLY_WHEELHOUSE": str(ctx.day.path / "wheelhouse")}
+
+
 def build_env(config: Config) -> dict[str, str]:
     """How recipes build Python packages ([project] version_from, [build]): NIGHTLY_* for
     the recipes, PIP_* for pip's PEP 517 front end (unset: the host's pip configuration)."""
@@ -148,7 +156,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         cuda=build.cuda,
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ),
+        ) | wheelhouse_env(ctx),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",
