@@ -6,6 +6,7 @@ against their sha256), unpacks them there, runs a project's own test suite again
 installed wheel, and records the figures docs/building.md's table shows.
 
     python -m tests.integration.corpus fetch [KEY...]   download and unpack (all by default)
+    python -m tests.integration.corpus table            the results as docs/building.md's table
 """
 
 from __future__ import annotations
@@ -229,9 +230,41 @@ def record(key: str, figures: dict[str, object]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
+def table() -> str:
+    """results.json as a Markdown table: project, backend, Pythons, tags, tests, build time."""
+    data = json.loads((CACHE / "results.json").read_text())
+    rows = [
+        "| project | build backend | Pythons built | wheel tags | tests passed (skipped) "
+        "per Python | build time per wheel | night (wall) | also |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for p in PROJECTS:
+        r = data.get(p.key)
+        if not r:
+            rows.append(f"| {p.dist} {p.version} | {p.backend} | not run | | | | | |")
+            continue
+        tests = ", ".join(f"{xy}: {n} ({sk})" for xy, (n, sk) in sorted(r["tests"].items()))
+        wheel_s = [s for b, s in r["build_s"].items() if b.startswith("manywheel")]
+        also = []
+        if "conda" in r:
+            also.append("conda (py-rattler)")
+        if "container" in r:
+            c = r["container"]
+            also.append(f"container + wheelhouse: {c['tests'][0]} passed, {c['night_s']:.0f} s")
+        rows.append(
+            f"| {p.dist} {r['version']} | {p.backend} | {', '.join(r['pythons'])} | "
+            f"{'; '.join(r['wheel_tags'])} | {tests} | "
+            f"{min(wheel_s):.0f}-{max(wheel_s):.0f} s | {r['night_s']:.0f} s | {'; '.join(also)} |"
+        )
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] != "fetch":
+    if len(sys.argv) >= 2 and sys.argv[1] == "fetch":
+        for key in sys.argv[2:] or list(BY_KEY):
+            print(unpack(BY_KEY[key]))
+    elif sys.argv[1:] == ["table"]:
+        print(table())
+    else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    for key in sys.argv[2:] or list(BY_KEY):
-        print(unpack(BY_KEY[key]))
