@@ -119,7 +119,7 @@ def main() -> int:
 
     import nightly.publish.index as index
     from nightly.publish.index import read_manifest, regenerate, render_folder
-    from nightly.publish.store import S3Store
+    from nightly.publish.stores import S3Store
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

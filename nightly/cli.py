@@ -225,12 +225,8 @@ def index(
 ) -> int:
     """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
     from nightly.publish import index as idx
-    from nightly.publish.upload import (
-        UploadReport,
-        channel_of,
-        open_destination,
-        regenerate_index,
-    )
+    from nightly.publish.layout import channel_of
+    from nightly.publish.upload import UploadReport, open_destination, regenerate_index
     from nightly.workspace import State
 
     ctx = Ctx(config_path, root, date_text)
@@ -405,6 +401,39 @@ def report_command(
     click.echo(str(written))
     if out is not None:
         click.echo(str(out))
+    return 0
+
+
+@cli.group(name="cluster")
+def cluster_group() -> None:
+    """Cluster mode's set-up (docs/cluster.md)."""
+
+
+@cluster_group.command(name="certs")
+@click.argument("folder", metavar="DIR")
+@click.option("--hosts", required=True, metavar="A,B,C", help="The build hosts (names or IPs).")
+@click.option("--days", default=825, show_default=True, type=click.IntRange(min=1),
+              help="How long the host certificates are valid.")
+def cluster_certs(folder: str, hosts: str, days: int) -> int:
+    """A CA for the cluster, and a certificate and key for each host and the orchestrator.
+
+    DIR gets ca.pem, ca-key.pem (keep it off the build network) and HOST.pem, HOST-key.pem per
+    host plus orchestrator.pem, orchestrator-key.pem. With a CA already in DIR, it issues
+    certificates for the new hosts only. Keys are written mode 0600 and never printed."""
+    from pathlib import Path
+
+    from nightly import tls
+
+    made = tls.make_certs(Path(folder), tls.parse_hosts(hosts), days=days)
+    click.echo(f"{'created' if made.ca_created else 'reused'} the CA: {made.ca_cert} "
+               f"(its key {made.ca_key}: keep it off the build hosts)")
+    for i in made.issued:
+        if i.name == tls.ORCHESTRATOR:
+            click.echo(f"the orchestrator: [cluster] tls_ca_file = {str(made.ca_cert)!r}, "
+                       f"tls_cert = {str(i.cert)!r}, tls_key = {str(i.key)!r}")
+        else:
+            click.echo(f"{i.name}: copy {made.ca_cert.name}, {i.cert.name} and {i.key.name} to it "
+                       "(the key readable only by the user running dask there)")
     return 0
 
 

@@ -370,15 +370,19 @@ class Dispatcher:
                 fut.release()
 
 
-def connect(address: str, timeout_s: float) -> Any:
+def connect(address: str, timeout_s: float, security: Any = None) -> Any:
     from distributed import Client
 
     try:
-        return Client(address, timeout=timeout_s, set_as_default=False)  # type: ignore[no-untyped-call]
+        return Client(address, timeout=timeout_s, set_as_default=False,  # type: ignore[no-untyped-call]
+                      security=security)
     except (OSError, TimeoutError, ValueError) as e:
         raise NightlyError(
             f"cannot reach the Dask scheduler at {address}: {e}. Is `dask scheduler` running "
-            "there, and the address right (--cluster, [cluster] address)? See docs/cluster.md"
+            "there, and the address right (--cluster, [cluster] address)?"
+            + (" Are [cluster] tls_cert and tls_key from the CA the scheduler trusts "
+               "(tls_ca_file)?" if security is not None else "")
+            + " See docs/cluster.md"
         ) from e
 
 
@@ -401,14 +405,19 @@ def run_night(config: Config, date: dt.date, opts: ClusterOptions) -> int:
             file=str(config.path), key="cluster.staging",
             hint="a folder every host mounts, or s3://BUCKET/PREFIX (docs/cluster.md)",
         )
-    return ClusterNight(config, date, opts, address).run()
+    from nightly.tls import client_security
+
+    security = client_security(config.cluster, address, config=str(config.path))
+    return ClusterNight(config, date, opts, address, security).run()
 
 
 class ClusterNight:
-    def __init__(self, config: Config, date: dt.date, opts: ClusterOptions, address: str) -> None:
+    def __init__(self, config: Config, date: dt.date, opts: ClusterOptions, address: str,
+                 security: Any = None) -> None:
         from nightly.schedule import make_plan, select_cli
 
         self.config, self.date, self.opts, self.address = config, date, opts, address
+        self.security = security  # distributed.Security: mutual TLS (nightly.tls)
         est = estimator(config)
         plan = make_plan(config, estimate=est)
         self.plan_json = plan.to_json()
@@ -561,7 +570,7 @@ class ClusterNight:
                               self.config.publish.endpoint_url, region=cc.region, profile=cc.profile)
         self.store = staging.open()
         source_sha, recipes_sha = self.stage_inputs(checkout)
-        client = connect(self.address, cc.connect_timeout_s)
+        client = connect(self.address, cc.connect_timeout_s, self.security)
         try:
             dispatcher = self.dispatcher = Dispatcher(client, topic=self.topic,
                                                       retries=cc.task_retries)

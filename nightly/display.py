@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from nightly.nightview import human_size
 from nightly.schedule import Plan
 
 console = Console()
@@ -50,27 +52,22 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
     )
 
 
-def _size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
 def print_summary(summary: dict[str, Any]) -> None:
-    """The night's (or the build command's) outcome as a table, failures first."""
+    """The night's (or the build command's) outcome as a table, failures first, then every
+    package in full, one per line (never cut to the terminal's width: a package's name is what
+    a person looks for, and cron's mail has no width at all)."""
     t = Table(title=f"{summary['date']} on machine {summary['machine']}", title_justify="left")
-    t.add_column("build")
-    t.add_column("outcome")
-    t.add_column("duration", justify="right")
-    t.add_column("packages")
-    t.add_column("size", justify="right")
+    # Fold, never cut: an identifier with an ellipsis is no identifier.
+    t.add_column("build", overflow="fold")
+    t.add_column("outcome", overflow="fold", min_width=12, ratio=1)
+    t.add_column("duration", justify="right", no_wrap=True)
+    t.add_column("packages", justify="right", no_wrap=True)
     rows = sorted(summary["builds"].items(), key=lambda kv: (kv[1]["outcome"] == "succeeded", kv[0]))
+    packages: list[tuple[str, str, int]] = []
     for bid, b in rows:
         style = "green" if b["outcome"] == "succeeded" else "red"
-        pk = b.get("packages") or []
+        pk = [p for p in b.get("packages") or [] if isinstance(p, dict)]
+        packages += [(bid, str(p.get("name")), int(p.get("size") or 0)) for p in pk]
         reason = str(b.get("reason") or "")
         if len(reason) > 90:  # the whole reason is in the log and summary.json
             reason = reason[:87] + "..."
@@ -79,12 +76,29 @@ def print_summary(summary: dict[str, Any]) -> None:
             escape(bid),
             f"[{style}]{outcome}[/{style}]",
             hms(b["duration_s"]) if b.get("duration_s") is not None else "-",
-            "\n".join(p["name"] for p in pk) or "-",
-            "\n".join(_size(p["size"]) for p in pk) or "-",
+            f"{len(pk)}, {human_size(sum(p.get('size') or 0 for p in pk))}" if pk else "-",
         )
     console.print(t)
+    print_packages(console, packages)
     c = summary["counts"]
     console.print(
         f"{c['succeeded']} succeeded, {c['failed']} failed of {c['total']}; "
-        f"source {escape(str(summary.get('source', '-')))}; summary: {summary.get('path', 'summary.json')}"
+        f"source {escape(str(summary.get('source', '-')))}; "
+        f"summary: {escape(str(summary.get('path', 'summary.json')))}",
+        soft_wrap=True,
     )
+
+
+def print_packages(con: Console, packages: Sequence[tuple[str, str, int]]) -> None:
+    """`build  package  size`, one package a line, whole: soft-wrapped (a terminal folds the
+    line on screen, a copy of it is the whole name; a file gets it on one line)."""
+    if not packages:
+        return
+    con.print(f"packages ({len(packages)}):")
+    width = max(len(bid) for bid, _, _ in packages)
+    for bid, name, size in packages:
+        con.print(
+            f"  {escape(bid.ljust(width))}  {escape(name)}  [dim]{human_size(size)}[/dim]",
+            soft_wrap=True,
+            highlight=False,
+        )

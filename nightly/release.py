@@ -92,8 +92,8 @@ def promote(
     missing is allowed), the credentials are there, every test file is the one built, and no
     release destination holds a different file of the same name.
     """
-    from nightly.publish.store import remote_folder
-    from nightly.publish.upload import UploadReport, kind_of, open_destination
+    from nightly.publish.layout import kind_of, remote_folder
+    from nightly.publish.upload import UploadReport, open_destination
 
     day = release_day(config, version, rc)
     rerun = f"nightly release {version}" + (f" --rc {rc}" if rc is not None else "")
@@ -149,10 +149,10 @@ def promote(
         # Credentials first: a missing one must not leave a half-promoted release.
         token = ""
         if conda_files and pub.anaconda_user and not dry_run:
-            import nightly.publish.conda as conda
+            import nightly.publish.anaconda as anaconda
 
             try:
-                token = conda.read_token(pub.token_env, pub.token_file)
+                token = anaconda.read_token(pub.token_env, pub.token_file)
             except PublishError as e:
                 raise ConfigError(str(e), key="publish.conda") from e
         password = ""
@@ -329,7 +329,7 @@ def _promote_conda_channel(
     """Publish the candidate's conda packages (the bytes that were built and tested, checked
     against their recorded sha256) into the self-hosted release channel."""
     import nightly.publish.conda as conda
-    from nightly.publish.upload import conda_channel_dir
+    from nightly.publish.layout import conda_channel_dir
     from nightly.runner import sha256_file
 
     folder = conda_channel_dir(config, "release")
@@ -361,6 +361,7 @@ def _promote_conda(
 ) -> None:
     """Copy each package on the server from the test label to the release label (the same
     bytes that were tested; --update leaves what is already there alone)."""
+    import nightly.publish.anaconda as anaconda
     import nightly.publish.conda as conda
 
     pub = config.publish
@@ -374,7 +375,7 @@ def _promote_conda(
         if dry_run:
             log(f"would copy {name} {version} from label {pub.anaconda_test_label} to {dest}")
             continue
-        conda.anaconda_copy(
+        anaconda.anaconda_copy(
             pub.anaconda_user, name, version, conda.channel_key(path),
             from_label=pub.anaconda_test_label, to_label=pub.anaconda_label,
             site=pub.anaconda_site or None, token=token,

@@ -29,8 +29,9 @@ def show(
     history: History | None = None,
     console: Console | None = None,
 ) -> int:
-    """Print the day's builds (state, outcome, duration, size), failures first, then the tail
-    of each failed (or running) build's log. Returns 1 when a build failed or was interrupted,
+    """Print the day's builds (state, outcome, duration, size), failures first, every package
+    in full (one a line, never cut to the terminal's width), then the tail of each failed (or
+    running) build's log. Returns 1 when a build failed or was interrupted,
     else 0."""
     from rich.console import Console
 
@@ -40,6 +41,9 @@ def show(
     con.print(_heading(night))
     con.print(_counts_line(c))
     con.print(_table(night))
+    from nightly.display import print_packages
+
+    print_packages(con, [(b.id, name, size) for b in night.builds for name, size in b.files])
     if tail > 0:
         _log_tails(con, night, tail)
     return 1 if c[FAILED] or c[INTERRUPTED] else 0
@@ -83,7 +87,8 @@ def _table(night: NightView) -> Table:
     from rich.table import Table
 
     t = Table(title_justify="left")
-    t.add_column("build", no_wrap=True)
+    # Fold, never cut: an identifier with an ellipsis is no identifier.
+    t.add_column("build", overflow="fold")
     t.add_column("outcome", overflow="fold", min_width=12, ratio=1)
     t.add_column("queue", justify="right", no_wrap=True)
     t.add_column("duration", justify="right", no_wrap=True)

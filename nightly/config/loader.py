@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nightly.config.keys import check_keys, shape_of
 from nightly.config.machines import parse_executors, parse_images, parse_machines
 from nightly.config.project import (
     parse_build,
@@ -54,8 +55,12 @@ def parse(
     data: Mapping[str, Any], *, path: Path, text: str = "", root_override: str | None = None
 ) -> Config:
     ctx = Ctx(str(path), text)
-    # Unknown keys are checked on the user's data (not the merge) so defaults never mask them.
-    top = Table(merge(read_defaults(DEFAULTS_PATH), data), "", ctx)
+    defaults = read_defaults(DEFAULTS_PATH)
+    # Every unknown key, at every level, before any value is judged: a misspelt table must be
+    # named as such, not reported as whatever its absence breaks ("the matrix is empty").
+    # Checked on the user's data (not the merge) so defaults never mask them.
+    check_keys(data, shape_of(defaults), ctx)
+    top = Table(merge(defaults, data), "", ctx)
     base = path.resolve().parent
     # Sections are read in this order so that, of several mistakes, the same one is reported.
     project = parse_project(top, ctx)
@@ -72,7 +77,7 @@ def parse(
     local, container = parse_executors(top)
     notify = parse_notify(top)
     min_free_gb = parse_min_free_gb(top)
-    publish = parse_publish(top, ctx, base)
+    publish = parse_publish(top, ctx, base, project.name)
     smoke = parse_smoke(top, project.name)
     cluster = parse_cluster(top, ctx, base)
     build = parse_build(top)

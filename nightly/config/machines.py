@@ -8,6 +8,7 @@ from nightly.matrix import PACKAGES, PLATFORMS, SpellingError, normalize_cuda, n
 
 
 def parse_machines(top: Table, ctx: Ctx) -> list[Machine]:
+    # A new machine key must also be listed in keys._EXTRA (defaults.toml has no machines).
     raw = top.get("machines", required=True)
     if not isinstance(raw, list) or not raw:
         ctx.fail("machines must be a non-empty array of tables ([[machines]])", "machines")

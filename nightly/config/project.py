@@ -78,6 +78,7 @@ def parse_selectors(top: Table) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def parse_matrix(top: Table, ctx: Ctx) -> list[PackageMatrix]:
+    # A new matrix key must also be listed in keys._EXTRA (defaults.toml has no matrix).
     mx = top.table("matrix", required=True)
     out: list[PackageMatrix] = []
     for plat in mx:

@@ -8,8 +8,10 @@ from pathlib import Path
 from nightly.config.reader import Ctx, Table, placeholders, resolve_path, store_url
 from nightly.config.schema import Publish
 
+FIND_LINKS_FIELDS = ("project", "channel")
 
-def parse_publish(top: Table, ctx: Ctx, base: Path) -> Publish:
+
+def parse_publish(top: Table, ctx: Ctx, base: Path, project: str) -> Publish:
     pt = top.table("publish")
     url = store_url(
         pt.str("url"), "publish.url", base, ctx,
@@ -21,15 +23,7 @@ def parse_publish(top: Table, ctx: Ctx, base: Path) -> Publish:
     if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
         ctx.fail(f"'{url}' is not on this machine", "publish.url",
                  hint="write file:///ABSOLUTE/PATH (or mount the share and use its path)")
-    find_links = pt.str("find_links")
-    try:
-        ok = all(f == "channel" for f in placeholders(find_links))
-        find_links.format(channel="nightly")
-    except (KeyError, IndexError, ValueError, AttributeError, TypeError):
-        ok = False
-    if not ok:
-        ctx.fail(f"'{find_links}' has an unknown placeholder", "publish.find_links",
-                 hint="only {channel} is known")
+    find_links = _find_links(pt.str("find_links"), ctx, project)
     co = pt.table("conda")
     channel = co.str("channel")
     if channel.startswith("file://"):
@@ -53,8 +47,26 @@ def parse_publish(top: Table, ctx: Ctx, base: Path) -> Publish:
         pypi_url=py.str("repository_url"),
         pypi_username=py.str("username"),
         pypi_password_env=py.str("password_env"),
+        project=project,
     )
     co.finish()
     py.finish()
     pt.finish()
     return p
+
+
+def _find_links(template: str, ctx: Ctx, project: str) -> str:
+    """The flat page's name template, checked now so a typo fails the config, not the upload."""
+    name = ""
+    try:
+        ok = all(f in FIND_LINKS_FIELDS for f in placeholders(template))
+        name = template.format(project=project, channel="nightly")
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError):
+        ok = False
+    if not ok:
+        ctx.fail(f"'{template}' has an unknown placeholder", "publish.find_links",
+                 hint="only {project} and {channel} are known")
+    if not name or "/" in name:
+        ctx.fail(f"'{template}' does not name a file in the folder", "publish.find_links",
+                 hint='write e.g. "{project}_{channel}.html"')
+    return template

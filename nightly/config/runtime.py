@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nightly.config.reader import Ctx, Table, store_url
+from nightly.config.reader import Ctx, Table, resolve_path, store_url
 from nightly.config.schema import EXECUTORS, ClusterConfig, Notify, Smoke
 
 
@@ -71,6 +71,16 @@ def parse_cluster(top: Table, ctx: Ctx, base: Path) -> ClusterConfig:
         connect_timeout_s=ct.duration("connect_timeout"),
         task_retries=ct.int("task_retries", minimum=0),
         keep_staging=ct.bool("keep_staging"),
+        tls_ca_file=_opt_path(ct.str("tls_ca_file"), base),
+        tls_cert=_opt_path(ct.str("tls_cert"), base),
+        tls_key=_opt_path(ct.str("tls_key"), base),
+        require_encryption=ct.bool("require_encryption"),
+        insecure=ct.bool("insecure"),
     )
     ct.finish()
     return c
+
+
+def _opt_path(value: str, base: Path) -> Path | None:
+    """A file named in the config, relative to the config file ("" = not set)."""
+    return resolve_path(value, base) if value else None

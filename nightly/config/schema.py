@@ -114,7 +114,7 @@ class Publish:
     region: str
     profile: str
     acl: str
-    find_links: str
+    find_links: str  # the template as written: {project} and {channel} are replaced
     index: bool
     conda_channel: str  # an absolute folder path, "" for none
     anaconda_user: str
@@ -126,9 +126,11 @@ class Publish:
     pypi_url: str
     pypi_username: str
     pypi_password_env: str
+    project: str  # [project] name, for {project} in find_links
 
     def find_links_name(self, channel: str) -> str:
-        return self.find_links.format(channel=channel)
+        """The flat find-links page of a folder of `channel` (nightly, test, release)."""
+        return self.find_links.format(project=self.project, channel=channel)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +149,12 @@ class ClusterConfig:
     connect_timeout_s: float = 30.0
     task_retries: int = 1
     keep_staging: bool = False
+    # Mutual TLS with the scheduler (nightly.tls, docs/cluster.md); paths resolved.
+    tls_ca_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    require_encryption: bool = False  # refuse any unencrypted address, loopback included
+    insecure: bool = False  # allow a plain tcp:// address off loopback
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ The worker dir is $NIGHTLY_WORKER_DIR, else `nightly-worker/` beside the worker'
 `dask-scratch-space/` (that is, inside `dask worker --local-directory DIR`).
 
 Nothing big travels through the scheduler. The build's packages and log go to the staging
-store (a shared folder or an S3 prefix, `nightly.publish.store`), under a key prefix that is
+store (a shared folder or an S3 prefix, `nightly.publish.stores`), under a key prefix that is
 unique to this attempt (`<day>/builds/<build-id>/<token>/`):
 
     attempt.json        written first: worker, host, process, start time
@@ -53,7 +53,7 @@ from nightly.config import Config
 from nightly.matrix import Build
 
 if TYPE_CHECKING:
-    from nightly.publish.store import Store
+    from nightly.publish.stores import Store
 
 # Staging layout (keys relative to the staging store's root).
 ATTEMPT_JSON = "attempt.json"
@@ -148,7 +148,7 @@ _stores_lock = threading.Lock()
 
 def _store(spec: StagingSpec) -> Store:
     """One Store per staging destination per process (an S3 client is costly to make)."""
-    from nightly.publish.store import open_store
+    from nightly.publish.stores import open_store
 
     with _stores_lock:
         store = _stores.get(spec)

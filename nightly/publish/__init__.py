@@ -1,6 +1,7 @@
 """Publishing: object storage (S3 or a file:// mirror), index pages, retention."""
 
-from nightly.publish.store import (
+from nightly.publish.layout import remote_folder
+from nightly.publish.stores import (
     FileStore,
     ObjectInfo,
     ObjectNotFound,
@@ -8,7 +9,6 @@ from nightly.publish.store import (
     S3Store,
     Store,
     open_store,
-    remote_folder,
 )
 
 __all__ = [

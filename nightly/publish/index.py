@@ -57,7 +57,8 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from nightly.errors import PublishError
-from nightly.publish.store import SHA256_RE, PreconditionFailed, Store
+from nightly.publish.layout import INDEX_PREFIXES
+from nightly.publish.stores import SHA256_RE, PreconditionFailed, Store
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +244,7 @@ def regenerate(
     return reports
 
 
-def discover_folders(store: Store, prefixes: Iterable[str] = ("whl/", "libtorch/")) -> list[str]:
+def discover_folders(store: Store, prefixes: Iterable[str] = INDEX_PREFIXES) -> list[str]:
     """Every folder under `prefixes` that directly holds a package (one full listing)."""
     found: set[str] = set()
     for prefix in prefixes:

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nightly.errors import PublishError
+from nightly.publish.anaconda import mask, safe_url
 from nightly.publish.childenv import child_env
-from nightly.publish.conda import mask, safe_url
 
 __all__ = ["safe_url", "twine_upload"]
 

@@ -25,14 +25,13 @@ from packaging.version import Version
 
 from nightly.errors import ConfigError, PublishError
 from nightly.publish.index import DEFAULT_FIND_LINKS, FolderReport, parse_package, regenerate
-from nightly.publish.store import ObjectInfo, Store
+from nightly.publish.layout import NIGHTLY_KEY, NIGHTLY_PREFIXES
+from nightly.publish.stores import ObjectInfo, Store
 from nightly.workspace import remove_tree
 
 log = logging.getLogger(__name__)
 
 _DAY = re.compile(r"([0-9]{4})_([0-9]{2})_([0-9]{2})")  # not \d: it matches "２"
-_NIGHTLY_KEY = re.compile(r"(?P<folder>(?:whl|libtorch)/nightly/[^/]+)/(?P<name>[^/]+)")
-NIGHTLY_PREFIXES = ("whl/nightly/", "libtorch/nightly/")
 
 
 def parse_day(name: str) -> date | None:
@@ -159,7 +158,7 @@ def plan_remote_prune(
         cutoff = now.astimezone() - timedelta(days=older_than_days)
     groups: dict[tuple[str, str], dict[Version, list[ObjectInfo]]] = {}
     for obj in objects:
-        m = _NIGHTLY_KEY.fullmatch(obj.key)
+        m = NIGHTLY_KEY.fullmatch(obj.key)
         parsed = parse_package(m["name"]) if m else None
         if m is None or parsed is None:
             continue
@@ -191,7 +190,7 @@ def apply_remote_prune(
     """
     removed: dict[str, list[str]] = {}
     for key in keys:
-        m = _NIGHTLY_KEY.fullmatch(key)
+        m = NIGHTLY_KEY.fullmatch(key)
         if m is None:
             raise PublishError(f"refusing to prune {key!r}: not in the nightly channel")
         store.delete(key)

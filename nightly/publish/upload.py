@@ -11,40 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
+from nightly.publish import anaconda, conda
+from nightly.publish.layout import conda_channel_dir, kind_of, remote_folder
 from nightly.workspace import SUCCEEDED, Day, State
 
 Log = Callable[[str], None]
-
-CONDA_SUFFIXES = (".conda", ".tar.bz2")
-
-
-def kind_of(package_type: str, filename: str) -> str | None:
-    """'whl', 'libtorch', 'conda' or None (not something we publish)."""
-    if filename.endswith(".whl"):
-        return "whl"
-    if package_type == "libtorch" and filename.endswith(".zip"):
-        return "libtorch"
-    if filename.endswith(CONDA_SUFFIXES):
-        return "conda"
-    return None
-
-
-def conda_channel_dir(config: Config, channel: str) -> Path:
-    """The self-hosted conda channel of one release channel: nightly, test and release are
-    separate channels (folders) under publish.conda.channel, so a candidate never mixes
-    with nightlies."""
-    return Path(config.publish.conda_channel) / channel
-
-
-def channel_of(folder: str) -> str:
-    """The channel of a DESIGN-layout folder: whl/nightly/cu126 -> nightly, whl/cu126 -> release."""
-    parts = folder.strip("/").split("/")
-    return parts[1] if len(parts) > 2 and parts[1] in ("nightly", "test") else "release"
 
 
 @dataclass
@@ -62,7 +37,7 @@ class UploadReport:
 
 def open_destination(config: Config) -> Any:
     """The Store of publish.url (imports boto3 only for s3://)."""
-    from nightly.publish.store import open_store
+    from nightly.publish.stores import open_store
 
     p = config.publish
     try:
@@ -85,8 +60,6 @@ def publish_day(
     config: Config, day: Day, state: State, *, channel: str, log: Log, index: bool = True
 ) -> UploadReport:
     """Upload what is not yet published; then refresh the index pages of the day's folders."""
-    from nightly.publish.store import remote_folder
-
     pub = config.publish
     report = UploadReport()
     store = open_destination(config) if pub.url else None
@@ -163,8 +136,6 @@ def _publish_conda(
 ) -> None:
     pub = config.publish
     if pub.conda_channel:
-        import nightly.publish.conda as conda
-
         folder = conda_channel_dir(config, channel)
         dest = f"file://{folder}"
         try:
@@ -183,11 +154,9 @@ def _publish_conda(
                 (report.uploaded if key in written else report.skipped).append(f"{dest}/{key}")
             log(f"conda channel {folder}: {len(written)} new package(s), repodata current")
     if pub.anaconda_user:
-        import nightly.publish.conda as conda
-
         label = pub.anaconda_label if channel == "nightly" else pub.anaconda_test_label
         try:
-            token = conda.read_token(pub.token_env, pub.token_file)
+            token = anaconda.read_token(pub.token_env, pub.token_file)
         except PublishError as e:
             raise ConfigError(str(e), key="publish.conda") from e
         for bid, p in files:
@@ -196,7 +165,7 @@ def _publish_conda(
                 report.skipped.append(dest)
                 continue
             try:
-                conda.anaconda_upload(
+                anaconda.anaconda_upload(
                     day.path / p["path"],
                     user=pub.anaconda_user,
                     label=label,

@@ -75,9 +75,11 @@ def _slots(resources: str) -> str:
 class DaskCluster:
     """A scheduler and named workers as subprocesses; `ensure()` restarts dead workers."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, certs: Path | None = None) -> None:
         self.base = base
-        self.address = f"tcp://127.0.0.1:{_free_port()}"
+        # With `certs` (nightly cluster certs DIR --hosts scheduler,<workers>): mutual TLS.
+        self.certs = certs
+        self.address = f"{'tls' if certs else 'tcp'}://127.0.0.1:{_free_port()}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[object] = []
 
@@ -88,10 +90,28 @@ class DaskCluster:
         return subprocess.Popen([str(DASK), *args], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env)
 
+    def tls_args(self, name: str) -> list[str]:
+        if self.certs is None:
+            return []
+        c = self.certs
+        return ["--tls-ca-file", str(c / "ca.pem"), "--tls-cert", str(c / f"{name}.pem"),
+                "--tls-key", str(c / f"{name}-key.pem")]
+
+    def security(self) -> object:
+        if self.certs is None:
+            return None
+        from distributed.security import Security
+
+        c = self.certs
+        return Security(tls_ca_file=str(c / "ca.pem"), tls_client_cert=str(c / "orchestrator.pem"),
+                        tls_client_key=str(c / "orchestrator-key.pem"), require_encryption=True)
+
     def start(self) -> None:
         port = self.address.rsplit(":", 1)[1]
-        self.procs["scheduler"] = self._spawn(
-            "scheduler", ["scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"])
+        protocol = self.address.split("://")[0]
+        self.procs["scheduler"] = self._spawn("scheduler", [
+            "scheduler", "--protocol", protocol, "--host", "127.0.0.1", "--port", port,
+            "--no-dashboard", *self.tls_args("scheduler")])
         self.ensure()
 
     def ensure(self) -> None:
@@ -105,6 +125,7 @@ class DaskCluster:
                     "worker", self.address, "--name", name, "--nthreads", _slots(resources),
                     "--resources", resources, "--local-directory", str(folder), "--no-nanny",
                     "--host", "127.0.0.1", "--no-dashboard", "--death-timeout", "60",
+                    *self.tls_args(name),
                 ])
                 started.append(name)
         if started:
@@ -114,7 +135,7 @@ class DaskCluster:
         """name -> address of the workers the scheduler knows."""
         from distributed import Client
 
-        with Client(self.address, timeout=20, set_as_default=False) as c:
+        with Client(self.address, timeout=20, set_as_default=False, security=self.security()) as c:
             return {str(w["name"]): a for a, w in c.scheduler_info(n_workers=-1)["workers"].items()}
 
     def wait_for(self, names: set[str], timeout: float = 60) -> None:
@@ -446,7 +467,7 @@ def test_cluster_usage_errors(night_project, make_recipe, run_cli, cluster):
 
 def test_inputs_tarballs_are_reproducible_and_fetched_once(tmp_path):
     from nightly.executors.cluster import ensure_input, make_tarball
-    from nightly.publish.store import FileStore
+    from nightly.publish.stores import FileStore
 
     src = tmp_path / "src"
     (src / "pkg").mkdir(parents=True)

@@ -20,16 +20,15 @@ from pathlib import Path
 import pytest
 
 from nightly.errors import PublishError
+from nightly.publish import anaconda as anaconda_mod
 from nightly.publish import conda as conda_mod
+from nightly.publish.anaconda import anaconda_copy, anaconda_upload, read_token
 from nightly.publish.conda import (
-    anaconda_copy,
-    anaconda_upload,
     channel_key,
     install_from_channel,
     package_subdir,
     publish_to_channel,
     publish_to_store_channel,
-    read_token,
 )
 
 try:
@@ -126,7 +125,7 @@ class _Spy:
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
     s = _Spy()
-    monkeypatch.setattr(conda_mod.subprocess, "run", s)
+    monkeypatch.setattr(anaconda_mod.subprocess, "run", s)
     return s
 
 
@@ -177,7 +176,7 @@ def test_anaconda_upload_reaches_the_server_with_the_token_in_the_header_only(
     assert len(spy.calls) == 2
     for argv, env in spy.calls:
         assert not any(TOKEN in a for a in argv)
-        assert env[conda_mod.TOKEN_ENV] == TOKEN
+        assert env[anaconda_mod.TOKEN_ENV] == TOKEN
         assert "AWS_SECRET_ACCESS_KEY" not in env  # a minimal environment
         assert argv[argv.index("--user") : argv.index("--user") + 2] == ["--user", OWNER]
         assert argv[argv.index("--label") : argv.index("--label") + 2] == ["--label", "test"]
@@ -413,7 +412,7 @@ def test_self_hosted_channel_concurrent_publishers(tmp_path: Path) -> None:
 
 
 def test_store_channel_file_mirror_publish_and_install(tmp_path: Path, packages: dict[str, Path]) -> None:
-    from nightly.publish.store import open_store
+    from nightly.publish.stores import open_store
 
     root = tmp_path / "mirror"
     store = open_store(root.as_uri())
@@ -475,7 +474,7 @@ def moto_bucket(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 def test_store_channel_s3_concurrent_publishers(moto_bucket: tuple[str, str], tmp_path: Path) -> None:
     """Publishers racing on one repodata.json in S3 (moto): conditional writes keep every entry."""
-    from nightly.publish.store import open_store
+    from nightly.publish.stores import open_store
 
     endpoint, bucket = moto_bucket
     out = tmp_path / "built"

@@ -28,7 +28,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from nightly.publish.index import read_manifest, regenerate, render_folder
-from nightly.publish.store import FileStore, Store, file_sha256, open_store
+from nightly.publish.stores import FileStore, Store, file_sha256, open_store
 
 FOLDER = "whl/nightly/cpu"
 NEWEST = "1.0.0.dev20261121+cpu"

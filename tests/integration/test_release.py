@@ -61,7 +61,7 @@ except ImportError:  # pragma: no cover - pytest put this folder on sys.path ins
     )
     from test_store_s3 import Moto, bucket, moto  # type: ignore[no-redef]  # noqa: F401
 
-from nightly.publish.store import file_sha256, open_store
+from nightly.publish.stores import file_sha256, open_store
 
 REPO = Path(__file__).resolve().parents[2]
 RunCli = Callable[..., tuple[int, str, str]]  # the run_cli fixture of conftest.py

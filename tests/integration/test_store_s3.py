@@ -22,14 +22,13 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from nightly.errors import ConfigError, PublishError
-from nightly.publish.store import (
+from nightly.publish.stores import (
     FileStore,
     PreconditionFailed,
     S3Store,
     Store,
     file_sha256,
     open_store,
-    remote_folder,
 )
 
 ACCESS_KEY = "AKIANIGHTLYTESTKEY42"
@@ -95,17 +94,6 @@ def raw(moto: Moto) -> Any:
 def make_file(path: Path, size: int) -> str:
     path.write_bytes(os.urandom(size))
     return file_sha256(path)
-
-
-def test_remote_folder_layout() -> None:
-    assert remote_folder("whl", "nightly", "cu126") == "whl/nightly/cu126"
-    assert remote_folder("libtorch", "nightly", "cpu") == "libtorch/nightly/cpu"
-    assert remote_folder("whl", "test", "cpu") == "whl/test/cpu"
-    assert remote_folder("whl", "release", "cu118") == "whl/cu118"
-    with pytest.raises(ConfigError, match="did you mean 'nightly'"):
-        remote_folder("whl", "nighty", "cpu")
-    with pytest.raises(ConfigError):
-        remote_folder("whl", "nightly", "../cpu")
 
 
 def test_put_head_metadata_and_native_checksum(moto: Moto, bucket: str, tmp_path: Path) -> None:

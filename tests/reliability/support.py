@@ -37,7 +37,9 @@ from tests.integration.conftest import _nightly_cmd, child_env, recipe_text
 
 DATE = "2024_05_01"
 VERSION = "1.0.0.dev20240501"
-FIND_LINKS = "torch_nightly.html"
+# The flat page of every folder these nights publish: `{project}_{channel}.html` (the default)
+# for the project "demo" of tests/integration/conftest.py's configuration.
+FIND_LINKS = "demo_nightly.html"
 STRACE = shutil.which("strace")
 
 # ---------------------------------------------------------------------------- recipes
@@ -182,7 +184,7 @@ def check_published(
     """The file:// store at `root` holds exactly the package objects `expected` (key ->
     sha256), each whole (its bytes and the store's sha256 metadata), and every folder's
     manifest and pages agree with them."""
-    from nightly.publish.store import FileStore
+    from nightly.publish.stores import FileStore
 
     objects = store_objects(root)
     packages = {k: p for k, p in objects.items() if _is_package(k.rpartition("/")[2])}

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from nightly.publish.index import project_of
-from nightly.publish.store import FileStore
+from nightly.publish.stores import FileStore
 from tests.integration.test_index_pip import make_wheel
 from tests.reliability.support import check_tree, html_problems, page_links, sha256_of
 

@@ -59,7 +59,7 @@ def key_of(bid: str) -> str:
 
 
 def stripe(key: str) -> str:
-    """The lock stripe of an object in nightly.publish.store.FileStore."""
+    """The lock stripe of an object in nightly.publish.stores.folder.FileStore."""
     return hashlib.sha1(key.encode()).hexdigest()[:2]
 
 
@@ -171,13 +171,13 @@ def _manifest_no_root_page(n: Night) -> None:
 
 
 def _second_folder_half(n: Night) -> None:
-    assert (n.store / "whl/nightly/cpu/torch_nightly.html").exists()
+    assert (n.store / "whl/nightly/cpu/demo_nightly.html").exists()
     assert (n.store / "whl/nightly/cu100/.index.json").exists()
     assert not (n.store / "whl/nightly/cu100/index.html").exists()
 
 
 def _index_done_report_not(n: Night) -> None:
-    assert (n.store / "whl/nightly/cu100/torch_nightly.html").exists()
+    assert (n.store / "whl/nightly/cu100/demo_nightly.html").exists()
     assert not (n.store / "whl/nightly/reports").exists()
     assert not (n.p.day / "summary.json").exists()
 
@@ -267,7 +267,7 @@ MOMENTS: dict[str, Moment] = {
     # Mid-index, second folder: cpu done, cu100's manifest written, its pages not.
     "mid-index-second-folder": Moment(
         hold="whl/nightly/cu100/manywheel-3-6m-cu100/index.html",
-        holds_before=(*_cpu_pages(), "whl/nightly/cpu/index.html", "whl/nightly/cpu/torch_nightly.html",
+        holds_before=(*_cpu_pages(), "whl/nightly/cpu/index.html", "whl/nightly/cpu/demo_nightly.html",
                       "whl/nightly/cu100/.index.json"),
         ready=lambda n: (n.store / "whl/nightly/cu100/.index.json").exists(),
         at_kill=_second_folder_half,
@@ -275,12 +275,12 @@ MOMENTS: dict[str, Moment] = {
     # After the index, while the night's report is being published (summary not written).
     "publishing-the-report": Moment(
         hold="whl/nightly/reports/2024_05_01_m.html",
-        holds_before=(*_cpu_pages(), "whl/nightly/cpu/index.html", "whl/nightly/cpu/torch_nightly.html",
+        holds_before=(*_cpu_pages(), "whl/nightly/cpu/index.html", "whl/nightly/cpu/demo_nightly.html",
                       "whl/nightly/cu100/.index.json", "whl/nightly/cu100/index.html",
-                      "whl/nightly/cu100/torch_nightly.html",
+                      "whl/nightly/cu100/demo_nightly.html",
                       *(f"whl/nightly/cu100/{b.replace('.', '-').replace('_', '-')}/index.html"
                         for b in IDS if b.endswith("cu100"))),
-        ready=lambda n: (n.store / "whl/nightly/cu100/torch_nightly.html").exists(),
+        ready=lambda n: (n.store / "whl/nightly/cu100/demo_nightly.html").exists(),
         at_kill=_index_done_report_not,
     ),
 }

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.reliability.support import check_tree, sha256_of
+from tests.reliability.support import FIND_LINKS, check_tree, sha256_of
 
 DATE = "2024_05_01"  # "today" for local retention; local_days = 5
 DOOMED = ["2023_06_15", "2023_12_31", "2024_01_01", "2024_01_12", "2024_04_25"]
@@ -182,7 +182,7 @@ def test_remote_retention_by_age_keeps_newest_test_release_and_strangers(
     """`[retention] remote_days = 30` alone (remote_versions left at 0: keep every version)
     deletes the nightly objects older than 30 days, except each project's newest."""
     from nightly.publish.index import regenerate
-    from nightly.publish.store import FileStore
+    from nightly.publish.stores import FileStore
 
     mirror = tmp_path / "mirror"
     store = FileStore(mirror)
@@ -218,7 +218,7 @@ def test_remote_retention_by_age_keeps_newest_test_release_and_strangers(
         folder, _, name = key.rpartition("/")
         if not name.endswith(".txt"):
             known.setdefault(folder, {})[name] = sha
-    regenerate(store, sorted(known), full=False, known=known, find_links_name="torch_nightly.html")
+    regenerate(store, sorted(known), full=False, known=known, find_links_name=FIND_LINKS)
     for key, days in ages.items():
         t = (NOW - timedelta(days=days)).timestamp()
         os.utime(mirror / key, (t, t))

@@ -296,6 +296,87 @@ BAD_CONFIGS = [
         4,
         "'1.0.0-beta' is not a base version",
     ),
+    # Unknown keys are reported before any semantic check, at every level (issue 14 item 2).
+    BadConfig(
+        "misspelt-matrix-tables",
+        MINIMAL_CONFIG.replace("[matrix.", "[matirx."),
+        "matirx",
+        6,
+        "unknown key",
+        "did you mean 'matrix'?",
+    ),
+    BadConfig(
+        "unknown-table-before-a-bad-value-above-it",
+        edit('base_version = "1.0.0"', 'base_version = "1.0.0-beta"')
+        + "\n[retension]\nlocal_days = 3\n",
+        "retension",
+        19,
+        "unknown key",
+        "did you mean 'retention'?",
+    ),
+    BadConfig(
+        "misspelt-sub-table",
+        MINIMAL_CONFIG + '\n[estimates.defualt]\ncpu = "1m"\ncuda = "1h"\n',
+        "estimates.defualt",
+        19,
+        "unknown key",
+        "did you mean 'default'?",
+    ),
+    BadConfig(
+        "misspelt-package-in-a-platform-table",
+        MINIMAL_CONFIG + '\n[timeouts.linux]\nmanywheeel = "1h"\n',
+        "timeouts.linux.manywheeel",
+        20,
+        "unknown key",
+        "did you mean 'manywheel'?",
+    ),
+    BadConfig(
+        "misspelt-open-table",
+        MINIMAL_CONFIG + '\n[executor.local]\npyhtons = {"3.7" = "/usr/bin/python3.7"}\n',
+        "executor.local.pyhtons",
+        20,
+        "unknown key",
+        "did you mean 'pythons'?",
+    ),
+    BadConfig(
+        "misspelt-required-matrix-key",
+        edit('pythons = ["3.7"]', 'pyhtons = ["3.7"]'),
+        "matrix.linux.conda.pyhtons",
+        11,
+        "unknown key",
+        "did you mean 'pythons'?",
+    ),
+    BadConfig(
+        "python-list-in-a-libtorch-matrix",
+        MINIMAL_CONFIG + '\n[matrix.linux.libtorch]\npythons = ["3.7"]\ncudas = ["cpu"]\n',
+        "matrix.linux.libtorch.pythons",
+        20,
+        "unknown key",
+        "did you mean 'python'?",
+    ),
+    BadConfig(
+        "misspelt-machine-key-in-the-second-machine",
+        MINIMAL_CONFIG + '\n[[machines]]\nname = "b"\nplatfrom = "linux"\nqueues = 1\n',
+        "machines[1].platfrom",
+        21,
+        "unknown key",
+        "did you mean 'platform'?",
+    ),
+    BadConfig(
+        "malformed-key-of-an-open-table-before-a-bad-value",
+        edit('base_version = "1.0.0"', 'base_version = "1.0.0-beta"')
+        + '\n[executor.local.cuda]\n"cu10x" = "/usr/local/cuda-10.0"\n',
+        "executor.local.cuda.cu10x",
+        20,
+        "'cu10x' is not a CUDA version",
+    ),
+    BadConfig(
+        "malformed-cuda-key-of-an-image-table",
+        MINIMAL_CONFIG + '\n[images.conda]\n"cu1x" = "builder:conda"\n',
+        "images.conda.cu1x",
+        20,
+        "'cu1x' is not a CUDA version",
+    ),
 ]
 
 

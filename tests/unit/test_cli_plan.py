@@ -309,6 +309,22 @@ def test_invalid_toml(nightly: Run, write_config: WriteConfig, minimal_config_te
     assert "Traceback" not in r.err
 
 
+def test_misspelt_matrix_table_is_named_not_reported_as_an_empty_matrix(
+    nightly_process: Run, write_config: WriteConfig, minimal_config_text: str
+) -> None:
+    # Issue 14 item 2: every [matrix.linux.*] table typed [matirx.linux.*].
+    text = minimal_config_text.replace("[matrix.", "[matirx.")
+    assert "[matrix." not in text
+    path = write_config(text, "bad.toml")
+    p = nightly_process(["plan", "--config", str(path)])
+    assert p.returncode == 2, p.stderr
+    assert p.stdout == ""
+    assert f"{path}:6 [matirx]: unknown key" in p.stderr
+    assert "did you mean 'matrix'?" in p.stderr
+    assert "empty" not in p.stderr
+    assert "Traceback" not in p.stderr
+
+
 def test_default_config_is_nightly_toml_in_the_working_directory(
     nightly: Run,
     minimal_config: Path,

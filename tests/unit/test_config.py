@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from nightly.config import Config, load, parse_duration
+from nightly.config import DEFAULTS_PATH, Config, load, parse_duration
+from nightly.config.keys import check_keys, shape_of
+from nightly.config.reader import Ctx, read_defaults
 from nightly.errors import ConfigError
 from nightly.matrix import LIBTORCH_VARIANTS, Build
 
@@ -209,6 +211,20 @@ def test_unknown_key_in_an_open_table_is_checked(
     assert exc.value.key == "executor.local.pythons.3.x"
 
 
+def test_defaults_pass_the_key_check_of_their_own_shape(tmp_path: Path) -> None:
+    # The shape of a configuration is derived from defaults.toml: a key added there is valid
+    # everywhere without touching nightly/config/keys.py.
+    defaults = read_defaults(DEFAULTS_PATH)
+    shape = shape_of(defaults)
+    check_keys(defaults, shape, Ctx(str(DEFAULTS_PATH), ""))
+    assert isinstance(shape, dict)
+    assert {"matrix", "machines", *defaults} == set(shape)
+    with pytest.raises(ConfigError, match="unknown key") as exc:
+        check_keys({"cluster": {"adress": "tcp://x:8786"}}, shape, Ctx("x.toml", ""))
+    assert exc.value.key == "cluster.adress"
+    assert exc.value.hint == "did you mean 'address'?"
+
+
 def test_image_placeholder_is_checked(write_config: WriteConfig, minimal_config_text: str) -> None:
     text = minimal_config_text + '\n[images.manywheel]\ndefault = "builder:{cuda_verison}"\n'
     with pytest.raises(ConfigError, match="unknown placeholder") as exc:
@@ -225,6 +241,61 @@ def test_explicit_queues_longer_than_queues(
         load(write_config(text))
     assert exc.value.key == "machines[0].explicit_queues"
     assert exc.value.line == 18
+
+
+# ---------------------------------------------------------------------------- the flat page's name
+
+
+def test_flat_page_is_named_after_the_project_by_default(minimal_config: Path) -> None:
+    # Issue 14 item 3: not `torch_{channel}.html` for a project called anything.
+    p = load(minimal_config).publish  # [project] name = "demo", no find_links
+    assert p.find_links == "{project}_{channel}.html"
+    assert [p.find_links_name(ch) for ch in ("nightly", "test", "release")] == [
+        "demo_nightly.html", "demo_test.html", "demo_release.html"
+    ]
+
+
+def test_flat_page_name_template(write_config: WriteConfig, minimal_config_text: str) -> None:
+    text = minimal_config_text + '\n[publish]\nfind_links = "links-{channel}-of-{project}.html"\n'
+    assert load(write_config(text)).publish.find_links_name("test") == "links-test-of-demo.html"
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [("{projet}_{channel}.html", "unknown placeholder"), ("{project}/{channel}.html", "does not name a file"),
+     ("", "does not name a file")],
+)
+def test_flat_page_name_template_is_checked(
+    write_config: WriteConfig, minimal_config_text: str, template: str, message: str
+) -> None:
+    text = minimal_config_text + f'\n[publish]\nfind_links = "{template}"\n'
+    with pytest.raises(ConfigError, match=message) as exc:
+        load(write_config(text))
+    assert exc.value.key == "publish.find_links"
+    assert exc.value.line == 20
+    assert exc.value.hint is not None
+    assert "{project}" in exc.value.hint
+
+
+def test_pytorch_configs_keep_pytorchs_flat_page_name(config_2019: Path, config_modern: Path) -> None:
+    for path in (config_2019, config_modern):
+        assert load(path).publish.find_links_name("nightly") == "torch_nightly.html"
+
+
+def test_index_command_writes_the_projects_flat_page(
+    nightly: Any, write_config: WriteConfig, minimal_config_text: str, tmp_path: Path
+) -> None:
+    # Through the real command and a file:// mirror: the page on disk carries the name.
+    mirror = tmp_path / "mirror"
+    wheel = "demo-1.0.0.dev20240101+cpu-cp37-cp37m-linux_x86_64.whl"
+    (mirror / "whl/nightly/cpu").mkdir(parents=True)
+    (mirror / "whl/nightly/cpu" / wheel).write_bytes(b"not really a wheel")
+    text = minimal_config_text + f'\n[publish]\nurl = "{mirror.as_uri()}"\n'
+    r = nightly("index", "--full", "--config", str(write_config(text)))
+    assert r.code == 0, r.err
+    pages = sorted(p.name for p in (mirror / "whl/nightly/cpu").glob("*.html"))
+    assert pages == ["demo_nightly.html", "index.html"]
+    assert wheel.replace("+", "%2B") in (mirror / "whl/nightly/cpu/demo_nightly.html").read_text()
 
 
 # ---------------------------------------------------------------------------- ready configs

@@ -24,7 +24,7 @@ from nightly.publish.index import (
     regenerate,
     render_folder,
 )
-from nightly.publish.store import FileStore, ObjectInfo
+from nightly.publish.stores import FileStore, ObjectInfo
 
 FOLDER = "whl/nightly/cpu"
 

@@ -309,3 +309,50 @@ def test_a_build_left_running_by_a_dead_run_ends_when_last_heard_of(tmp_path: Pa
     # The night spans 0..2400 s: 100 s of it is 4.167%, not the day that passed since.
     assert "width:4.167%" in str(bar["style"])
     assert "after 1m 40s" in "".join(parsed.text)
+
+
+LONG_WHEEL = "nightlydemo-0.1.0.dev20240501-cp311-cp311-manylinux_2_28_x86_64.manylinux2014_x86_64.whl"
+LONG_ID = "libtorch_shared-without-deps_cu126"
+LONG_ZIP = "libtorch-shared-without-deps-1.0.0.dev20240501.zip"
+
+
+def long_named_builds() -> dict[str, dict[str, Any]]:
+    builds = standard_builds()
+    builds["manywheel_3.11_cu126"] = build_entry(
+        "succeeded", 0, 900, queue=2, size=2_000_000, name=LONG_WHEEL
+    )
+    builds[LONG_ID] = build_entry(
+        "succeeded", 900, 900, queue=2, size=3_000_000, name=LONG_ZIP
+    )
+    return builds
+
+
+def test_status_in_80_columns_shows_every_package_and_build_whole(tmp_path: Path) -> None:
+    day = make_day(tmp_path, long_named_builds())
+    console = Console(record=True, width=80, force_terminal=True, color_system=None)
+    status_view.show(day, tail=2, console=console)
+    text = console.export_text()
+    assert LONG_WHEEL in text
+    assert LONG_ZIP in text
+    assert any(LONG_ID in line and LONG_WHEEL not in line for line in text.splitlines())
+    assert "…" not in text
+
+
+def test_status_in_a_non_terminal_prints_every_package_in_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    day = make_day(tmp_path, long_named_builds())
+    out = io.StringIO()
+    console = Console(file=out)  # cron: not a terminal (rich lays out for 80 columns)
+    assert not console.is_terminal
+    status_view.show(day, tail=2, console=console)
+    lines = out.getvalue().splitlines()
+    # Each package whole, on one line beside its build.
+    assert any("manywheel_3.11_cu126" in line and LONG_WHEEL in line for line in lines), lines
+    assert any(LONG_ID in line and LONG_ZIP in line for line in lines), lines
+    for bid in ("conda_3.7_cpu", "conda_3.7_cu100", "manywheel_3.7m_cpu", "manywheel_3.7m_cu100"):
+        assert any(bid in line and "pkg.whl" in line for line in lines), bid
+    assert "…" not in out.getvalue()

@@ -25,7 +25,7 @@ from nightly.publish.retention import (
     plan_local_prune,
     plan_remote_prune,
 )
-from nightly.publish.store import FileStore, ObjectInfo, file_sha256
+from nightly.publish.stores import FileStore, ObjectInfo, file_sha256
 
 TODAY = date(2026, 11, 21)
 

@@ -1,0 +1,125 @@
+"""Unknown keys, all of them, before any value is looked at.
+
+A misspelt table (`[matirx.linux.manywheel]`) otherwise surfaces as whatever its absence
+breaks ("the matrix is empty"), which names neither the mistake nor the fix. So the user's
+data (not the merge with the defaults, which would mask nothing but would hide nothing
+either) is walked once against the shape of a configuration, in the order it is written,
+and the first key that has no place in it is reported with the closest valid key.
+
+The shape comes from `defaults.toml` (every key it has is valid; an empty inline table there,
+like `pythons = {}`, is open: its keys are the user's) plus the sections whose keys are
+names the defaults cannot list: the matrix, the machines, per-package images, timeouts and
+estimates. Values are not checked here: the section parsers do that, with the same messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from nightly.config.reader import Ctx
+from nightly.errors import did_you_mean
+from nightly.matrix import PACKAGES, PLATFORMS, SpellingError, normalize_cuda, normalize_python
+
+
+@dataclass(frozen=True)
+class Open:
+    """A table whose keys are the user's (Python versions, CUDA versions), each checked by
+    `key_check` when one is given (it raises SpellingError)."""
+
+    key_check: Callable[[str], str] | None = None
+
+
+@dataclass(frozen=True)
+class Tables:
+    """An array of tables ([[machines]]), each of shape `item`."""
+
+    item: Shape
+
+
+# None: a value (its type is the parser's business); a dict: a table with exactly these keys.
+Shape: TypeAlias = "Open | Tables | Mapping[str, Shape] | None"
+
+
+def _cuda_or_default(key: str) -> str:
+    return key if key == "default" else normalize_cuda(key)
+
+
+_PYTHON_KEYS = Open(normalize_python)
+_CUDA_KEYS = Open(normalize_cuda)
+_PACKAGE_KEYS = {"cudas": None, "pythons": None, "devtoolset": None}
+_LIBTORCH_KEYS = {"cudas": None, "variants": None, "python": None, "devtoolset": None}
+_NAMES = ("default", *PACKAGES)
+
+# What defaults.toml cannot say: tables keyed by platform or package name.
+_EXTRA: dict[str, Shape] = {
+    "matrix": {
+        plat: {pkg: (_LIBTORCH_KEYS if pkg == "libtorch" else _PACKAGE_KEYS) for pkg in PACKAGES}
+        for plat in PLATFORMS
+    },
+    "machines": Tables(
+        {k: None for k in ("name", "platform", "queues", "executor", "hostname", "explicit_queues")}
+    ),
+    "images": {name: Open(_cuda_or_default) for name in _NAMES},
+    "timeouts": {
+        **{name: None for name in _NAMES},
+        **{plat: {name: None for name in _NAMES} for plat in PLATFORMS},
+    },
+    "estimates": {name: {"cpu": None, "cuda": None} for name in _NAMES},
+}
+
+# Open tables of defaults.toml whose keys have a known spelling.
+_OPEN_KEYS: dict[str, Open] = {
+    "executor.local.pythons": _PYTHON_KEYS,
+    "executor.local.cuda": _CUDA_KEYS,
+    "executor.container.cuda_mounts": _CUDA_KEYS,
+}
+
+
+def shape_of(defaults: Mapping[str, Any]) -> Shape:
+    """The shape of a configuration, given the parsed defaults.toml."""
+    shape = _from_defaults(defaults, "")
+    assert isinstance(shape, dict)
+    return {**shape, **_EXTRA}
+
+
+def _from_defaults(value: Any, path: str) -> Shape:
+    if not isinstance(value, dict):
+        return None
+    if not value:
+        return _OPEN_KEYS.get(path, Open())
+    return {k: _from_defaults(v, f"{path}.{k}" if path else k) for k, v in value.items()}
+
+
+def check_keys(data: Mapping[str, Any], shape: Shape, ctx: Ctx, path: str = "") -> None:
+    """Raise ConfigError on the first key of `data`, in written order, that `shape` has no
+    place for (a value of the wrong kind, e.g. a string where a table goes, is left to the
+    parsers' type checks)."""
+    if isinstance(shape, Tables):
+        return
+    if isinstance(shape, Open):
+        if shape.key_check is not None:
+            for k in data:
+                try:
+                    shape.key_check(k)
+                except SpellingError as e:
+                    ctx.fail(str(e), _join(path, k))
+        return
+    if shape is None:
+        return
+    for k, v in data.items():
+        key = _join(path, k)
+        if k not in shape:
+            ctx.fail("unknown key", key, hint=did_you_mean(k, sorted(shape)))
+        sub = shape[k]
+        if isinstance(v, dict):
+            check_keys(v, sub, ctx, key)
+        elif isinstance(sub, Tables) and isinstance(v, list):
+            for i, item in enumerate(v):
+                if isinstance(item, dict):
+                    check_keys(item, sub.item, ctx, f"{key}[{i}]")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key

@@ -1,0 +1,131 @@
+"""The store interface: object storage with S3 semantics, and what every store shares.
+
+Keys are relative to the destination (`s3://bucket/prefix` or `file:///abs/path`) and follow
+the bucket layout of `nightly.publish.layout`. Everything that can fail remotely raises
+PublishError with a message that never contains credentials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from nightly.errors import PublishError
+
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str  # relative to the store's root/prefix
+    size: int
+    sha256: str | None = None  # lowercase hex, when known (metadata or native checksum)
+    etag: str | None = None
+    last_modified: datetime | None = None
+
+
+class ObjectNotFound(PublishError):
+    """The object does not exist."""
+
+
+class PreconditionFailed(PublishError):
+    """A conditional write lost: the object changed since it was read. Re-read and retry."""
+
+
+def check_key(key: str) -> str:
+    """Reject keys that would mean different things on S3 and on a file system."""
+    parts = key.split("/")
+    if not key or any(p in ("", ".", "..") for p in parts) or any(ord(c) < 32 or c == "\\" for c in key):
+        raise PublishError(f"invalid object key {key!r}")
+    return key
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+
+class Store(ABC):
+    """Object storage with S3 semantics.
+
+    `requests` counts the requests made, `requests_by_op` by operation (on S3 every HTTP
+    request, retries and multipart parts included), for benchmarks and the run summary.
+    """
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.requests_by_op: Counter[str] = Counter()
+        self._count_lock = threading.Lock()
+
+    def _count(self, op: str) -> None:
+        with self._count_lock:
+            self.requests += 1
+            self.requests_by_op[op] += 1
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """The destination URL, safe to print."""
+
+    @abstractmethod
+    def put(self, key: str, local_path: Path, sha256: str) -> None:
+        """Upload a file; `sha256` (hex) goes into the object metadata."""
+
+    @abstractmethod
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size and sha256 of one object, or None when it does not exist."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with `prefix`, in key order (sha256 not filled in)."""
+
+    @abstractmethod
+    def get(self, key: str, local_path: Path) -> None:
+        """Download one object to a file (atomically)."""
+
+    @abstractmethod
+    def get_bytes(self, key: str) -> tuple[bytes, str] | None:
+        """A small object's content and ETag, or None when it does not exist."""
+
+    @abstractmethod
+    def put_bytes(
+        self,
+        key: str,
+        data: bytes,
+        content_type: str,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> str:
+        """Write a small object whole and atomically; returns its new ETag.
+
+        `if_match=etag` writes only if the object still has that ETag, `if_none_match=True`
+        only if it does not exist; otherwise PreconditionFailed.
+        """
+
+    @abstractmethod
+    def copy(self, src_key: str, dst_key: str) -> None:
+        """Copy an object with its metadata (server-side on S3)."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete an object; deleting a missing object is not an error (as on S3)."""
+
+    def ensure(self, key: str, local_path: Path, sha256: str) -> bool:
+        """Upload unless the object already exists with this sha256. True if it uploaded."""
+        info = self.head(key)
+        if info is not None and info.sha256 == sha256:
+            return False
+        self.put(key, local_path, sha256)
+        return True

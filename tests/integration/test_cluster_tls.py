@@ -1,0 +1,231 @@
+"""Cluster mode with mutual TLS, on a real Dask cluster on loopback (docs/cluster.md).
+
+The scheduler and three workers run with certificates made by `nightly cluster certs`
+(`--protocol tls`, `--tls-ca-file/--tls-cert/--tls-key`, as the docs say); the orchestrator is
+the real `nightly` command with [cluster] tls_ca_file, tls_cert and tls_key. Strangers (no
+certificate, or one of another CA) are turned away at the TLS handshake; a plain address off
+loopback is refused before anything is done; no key material shows up in any log or output.
+The cluster helpers (DaskCluster, make_project, check_night) are test_cluster's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_cluster import (
+    ALL_BUILDS,
+    DASK,
+    DaskCluster,
+    check_night,
+    make_project,
+    mirror_files,
+    run_args,
+    staged_files,
+)
+
+HOSTS = "scheduler,lin-a,lin-b,mac"
+
+
+def _certs(folder: Path, hosts: str = HOSTS) -> Path:
+    from nightly.tls import make_certs, parse_hosts
+
+    make_certs(folder, parse_hosts(hosts))
+    return folder
+
+
+def _tls_toml(certs: Path, name: str = "orchestrator") -> str:
+    return (f'tls_ca_file = "{certs / "ca.pem"}"\ntls_cert = "{certs / f"{name}.pem"}"\n'
+            f'tls_key = "{certs / f"{name}-key.pem"}"\n')
+
+
+def _key_bodies(*folders: Path) -> list[str]:
+    """Every private key's base64 lines (the PEM body): none may appear anywhere else."""
+    lines = []
+    for folder in folders:
+        for key in folder.glob("*-key.pem"):
+            lines += [ln for ln in key.read_text().splitlines() if ln and not ln.startswith("-----")]
+    assert lines
+    return lines
+
+
+def _assert_no_key_material(bodies: list[str], *roots: Path, texts: tuple[str, ...] = ()) -> int:
+    """Scan every file under `roots` (logs, state, reports, staging) and `texts`."""
+    scanned = 0
+    for root in roots:
+        for f in root.rglob("*"):
+            if not f.is_file() or f.name.endswith("-key.pem"):
+                continue
+            data = f.read_bytes().decode("utf-8", "replace")
+            scanned += 1
+            for b in bodies:
+                assert b not in data, f"key material in {f}"
+            assert "PRIVATE KEY-----" not in data, f"a private key in {f}"
+    for t in texts:
+        for b in bodies:
+            assert b not in t
+    return scanned
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskCluster]:
+    base = tmp_path_factory.mktemp("tls-cluster")
+    c = DaskCluster(base, certs=_certs(base / "certs"))
+    c.start()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def cluster(tls_cluster: DaskCluster) -> DaskCluster:
+    tls_cluster.ensure()
+    return tls_cluster
+
+
+def test_a_night_on_a_tls_cluster(night_project, make_recipe, run_cli, cluster):
+    assert cluster.certs is not None
+    assert cluster.address.startswith("tls://127.0.0.1:")
+    p = make_project(night_project, make_recipe, cluster, extra=_tls_toml(cluster.certs)
+                     + "require_encryption = true\n")
+    code, out, err = run_cli(run_args(p), timeout=120)
+    assert code == 0, (out, err)
+    state = check_night(p, cluster, ALL_BUILDS)
+    assert all(state[b]["machine"].startswith("tls://127.0.0.1:") for b in ALL_BUILDS)
+    assert len(mirror_files(p)) == len(ALL_BUILDS)
+    assert staged_files(p) == []
+    run_log = (p.day / "logs" / "master" / "run.log").read_text()
+    assert f"on cluster {cluster.address}" in run_log
+    # Every worker connected over TLS: the scheduler only listens there.
+    workers = cluster.workers()
+    assert sorted(workers) == ["lin-a", "lin-b", "mac"]
+    assert all(a.startswith("tls://") for a in workers.values())
+    scanned = _assert_no_key_material(_key_bodies(cluster.certs), p.path, cluster.base,
+                                      texts=(out, err))
+    assert scanned > 20
+
+
+def test_strangers_cannot_connect_or_submit(tmp_path, cluster):
+    from distributed import Client
+    from distributed.security import Security
+
+    assert cluster.certs is not None
+    host, port = "127.0.0.1", int(cluster.address.rsplit(":", 1)[1])
+    sched_log = cluster.base / "scheduler.log"
+    seen = sched_log.stat().st_size
+    ran = tmp_path / "ran"
+
+    def touch() -> None:  # what a stranger would like to run on the workers
+        ran.write_text("x")
+
+    def connect_and_submit(address: str, security: Security | None) -> None:
+        c = Client(address, timeout=5, set_as_default=False, security=security)
+        try:
+            c.submit(touch).result(timeout=10)
+        finally:
+            c.close()
+
+    def attempt(address: str, security: Security | None) -> BaseException:
+        with pytest.raises((OSError, TimeoutError)) as e:
+            connect_and_submit(address, security)
+        return e.value
+
+    def handshake_without_certificate() -> None:
+        ctx = ssl.create_default_context(cafile=str(cluster.certs / "ca.pem"))
+        ctx.check_hostname = False
+        with socket.create_connection((host, port), timeout=10) as raw, \
+                ctx.wrap_socket(raw) as s:
+            s.sendall(b"\0" * 16)
+            s.recv(16)  # TLS 1.3: the server's refusal of the handshake arrives here
+
+    # 1. A Dask client speaking plain tcp to the TLS port.
+    attempt(f"tcp://{host}:{port}", None)
+    # 2. A TLS client without a certificate: the scheduler demands one.
+    # (The alert usually arrives; the scheduler may close first: then a reset or an EOF.)
+    with pytest.raises((ssl.SSLError, ConnectionResetError)):
+        handshake_without_certificate()
+    # 3. A Dask client with a certificate of another CA (and that CA), 4. or with our CA
+    # file but a foreign certificate.
+    other = _certs(tmp_path / "other", "intruder")
+    foreign = Security(tls_ca_file=str(other / "ca.pem"), tls_client_cert=str(other / "intruder.pem"),
+                       tls_client_key=str(other / "intruder-key.pem"), require_encryption=True)
+    err = attempt(cluster.address, foreign)
+    assert "TLS certificate does not match" in str(err) or "CERTIFICATE_VERIFY_FAILED" in str(err)
+    mixed = Security(tls_ca_file=str(cluster.certs / "ca.pem"),
+                     tls_client_cert=str(other / "intruder.pem"),
+                     tls_client_key=str(other / "intruder-key.pem"), require_encryption=True)
+    attempt(cluster.address, mixed)  # (the client sees an alert or an EOF: the log says why)
+    # 5. A worker with a foreign certificate cannot join (it would be given builds).
+    log = tmp_path / "intruder-worker.log"
+    with log.open("wb") as f:
+        proc = subprocess.run(
+            [str(DASK), "worker", cluster.address, "--name", "intruder", "--nthreads", "1",
+             "--resources", "slots=4,platform-linux=1", "--no-nanny", "--host", "127.0.0.1",
+             "--no-dashboard", "--death-timeout", "5", "--local-directory", str(tmp_path / "w"),
+             "--tls-ca-file", str(other / "ca.pem"), "--tls-cert", str(other / "intruder.pem"),
+             "--tls-key", str(other / "intruder-key.pem")],
+            stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=60,
+            env={k: v for k, v in os.environ.items() if not k.startswith("DASK_")}, check=False)
+    assert proc.returncode != 0, log.read_text()
+    assert "intruder" not in cluster.workers()
+    assert not ran.exists()
+    # The scheduler refused each at the handshake, and logged why.
+    with sched_log.open("rb") as f:
+        f.seek(seen)
+        refusals = f.read().decode()
+    assert "WRONG_VERSION_NUMBER" in refusals  # 1.
+    assert "PEER_DID_NOT_RETURN_A_CERTIFICATE" in refusals  # 2.
+    assert refusals.count("CERTIFICATE_VERIFY_FAILED") + refusals.count("UNKNOWN_CA") >= 3  # 3-5.
+    _assert_no_key_material(_key_bodies(cluster.certs, other), cluster.base, tmp_path)
+
+
+def test_nightly_with_a_foreign_certificate_cannot_reach_the_scheduler(
+    night_project, make_recipe, run_cli, cluster, tmp_path
+):
+    other = _certs(tmp_path / "other", "x")
+    p = make_project(night_project, make_recipe, cluster,
+                     extra=_tls_toml(other, "x").replace('connect_timeout = "20s"', ""))
+    started = time.monotonic()
+    code, out, err = run_cli(run_args(p), timeout=120)
+    assert code == 1, (out, err)
+    assert "cannot reach the Dask scheduler" in err
+    assert "tls_ca_file" in err
+    assert time.monotonic() - started < 60
+    assert all(p.starts(b) == 0 for b in ALL_BUILDS)
+    _assert_no_key_material(_key_bodies(other), p.path, texts=(out, err))
+
+
+def test_addresses_the_night_refuses(night_project, make_recipe, run_cli, cluster, tmp_path):
+    assert cluster.certs is not None
+    p = make_project(night_project, make_recipe, cluster)
+    text = p.config.read_text().replace('connect_timeout = "20s"', "connect_timeout = 1")
+    p.config.write_text(text)
+    # Plain tcp off loopback: refused before anything is done (no day folder), exit 2.
+    off = "tcp://192.0.2.10:8786"  # TEST-NET-1: not this machine, not loopback
+    code, out, err = run_cli(run_args(p, "--cluster", off), timeout=60)
+    assert code == 2, (out, err)
+    assert "refusing the unencrypted cluster address tcp://192.0.2.10:8786" in err
+    for name in ("tls_ca_file", "tls_cert", "tls_key", "insecure = true"):
+        assert name in err
+    assert not p.day.exists()
+    # ... unless the config accepts the risk: then it really tries (and nothing listens).
+    p.config.write_text(text.replace("[cluster]\n", "[cluster]\ninsecure = true\n"))
+    code, out, err = run_cli(run_args(p, "--cluster", off), timeout=60)
+    assert code == 1, (out, err)
+    assert "cannot reach the Dask scheduler at tcp://192.0.2.10:8786" in err
+    # A tls:// address without certificates names the settings; exit 2.
+    p.config.write_text(text)
+    code, out, err = run_cli(run_args(p, "--cluster", cluster.address), timeout=60)
+    assert code == 2, (out, err)
+    assert "cluster.tls_ca_file" in err
+    assert "nightly cluster certs" in err
+    # require_encryption refuses plain tcp even on loopback.
+    p.config.write_text(text.replace("[cluster]\n", "[cluster]\nrequire_encryption = true\n"))
+    code, out, err = run_cli(run_args(p, "--cluster", "tcp://127.0.0.1:8786"), timeout=60)
+    assert code == 2, (out, err)
+    assert "require_encryption" in err
