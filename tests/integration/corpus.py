@@ -76,7 +76,6 @@ PROJECTS = (
         sha256="aef7ea4cd9e2e9f8a35c4538a9780d58c80d76c5da66a8dad269b4cc6d930c29",
         backend="setuptools + setuptools-scm (C/C++ extension)", import_name="ujson",
         wheel_version="6.1.0" + DEV,
-        test_paths=("tests/test_ujson.py", "tests/conftest.py"),
         conda_check="import ujson; assert ujson.loads(ujson.dumps({'a': [1, 2.5]})) == {'a': [1, 2.5]}",
         container=True,
     ),

@@ -182,3 +182,30 @@ def test_corpus_offline_container(key: str, engine: Engine, tmp_path: Path) -> N
         "container": {"night_s": round(night_s, 1), "wheel": wheels[0].name,
                       "tests": [run.passed, run.skipped], "wheelhouse": have},
     })
+
+
+def test_without_isolation_missing_build_requirements_are_named(tmp_path: Path) -> None:
+    """[build] isolation = false on an interpreter that lacks the project's build
+    requirements: the build stops before compiling, naming each requirement that is missing
+    or too old with the version installed (ujson wants setuptools>=80 and
+    setuptools-scm[simple]>=9.2)."""
+    project = corpus.BY_KEY["ujson"]
+    source = corpus.unpack(project)
+    python = need_python("3.11")
+    have = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('setuptools'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    env = renv.contract_env(
+        package_type="manywheel", source_dir=source, output_dir=tmp_path / "out",
+        work_dir=tmp_path / "work", desired_python="3.11", python=python,
+        extra={"NIGHTLY_BUILD_ISOLATION": "0", "NIGHTLY_VERSION_FROM": "setuptools-scm",
+               "PROJECT_NAME": "ujson"},
+    )
+    run = renv.run_recipe("manywheel", env)
+    assert run.returncode == 1, run.describe()
+    assert f"setuptools>=80 ([build-system] requires; installed: {have})" in run.output
+    assert "setuptools-scm[simple]>=9.2 ([build-system] requires; not installed)" in run.output
+    assert "[build] isolation = true" in run.output
+    assert "Building wheel" not in run.output  # stopped before pip ran the build
+    assert run.packages == []
