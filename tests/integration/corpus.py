@@ -178,14 +178,17 @@ def run_own_tests(project: Project, python: Path, index_url: str, work: Path) ->
     can be imported)."""
     work.mkdir(parents=True)
     venv = work / "venv"
-    subprocess.run([str(python), "-m", "venv", str(venv)], check=True)
+    # No pip of its own (ensurepip costs seconds): the base interpreter's pip drives it.
+    subprocess.run([str(python), "-m", "venv", "--without-pip", str(venv)], check=True)
     vpy = venv / "bin" / "python"
-    pip = [str(vpy), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run(
-        [*pip, "--no-deps", "--index-url", index_url, f"{project.dist}=={project.wheel_version}"],
-        check=True, capture_output=True, text=True,
+    pip = [str(python), "-m", "pip", "--python", str(vpy), "install", "-q",
+           "--disable-pip-version-check"]
+    _check_run(
+        [*pip, "--no-deps", "--index-url", index_url, f"{project.dist}=={project.wheel_version}"]
     )
-    subprocess.run([*pip, "pytest", *project.test_requires], check=True, capture_output=True)
+    wheels = test_wheels(python, ("pytest", *project.test_requires))
+    _check_run([*pip, "--no-index", "--find-links", str(wheels), "pytest",
+                *project.test_requires])
     tests = work / "tests"
     tests.mkdir()
     for rel in project.test_paths:
@@ -214,6 +217,29 @@ def run_own_tests(project: Project, python: Path, index_url: str, work: Path) ->
         python=python.name, passed=total - failed - errors - skipped, failed=failed,
         errors=errors, skipped=skipped, module_file=where, output=proc.stdout + proc.stderr,
     )
+
+
+def _check_run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+
+
+def test_wheels(python: Path, requirements: tuple[str, ...]) -> Path:
+    """A folder of wheels of the test tools for this interpreter, downloaded once (from
+    the host's pip configuration) and kept in the cache."""
+    xy = subprocess.run(
+        [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    key = hashlib.sha256(" ".join(sorted(requirements)).encode()).hexdigest()[:12]
+    dest = CACHE / "test-wheels" / f"py{xy}-{key}"
+    if (dest / ".complete").is_file():
+        return dest
+    _check_run([str(python), "-m", "pip", "download", "-q", "--disable-pip-version-check",
+                "--only-binary", ":all:", "-d", str(dest), *requirements])
+    (dest / ".complete").write_text("\n".join(requirements))
+    return dest
 
 
 def _clean_env() -> dict[str, str]:
