@@ -77,7 +77,6 @@ PROJECTS = (
         backend="setuptools + setuptools-scm (C/C++ extension)", import_name="ujson",
         wheel_version="6.1.0" + DEV,
         conda_check="import ujson; assert ujson.loads(ujson.dumps({'a': [1, 2.5]})) == {'a': [1, 2.5]}",
-        container=True,
     ),
     Project(
         key="frozenlist", dist="frozenlist", version="1.8.0",
@@ -105,6 +104,7 @@ PROJECTS = (
         # The `embedded` tests compile a C program against the interpreter's headers and
         # libpython, which pyenv builds do not ship as a shared library.
         pytest_args=("-m", "not embedded"),
+        container=True,
     ),
 )
 BY_KEY = {p.key: p for p in PROJECTS}
