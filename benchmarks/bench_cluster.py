@@ -2,7 +2,7 @@
 
 The night is planned like `nightly run --cluster` plans it (estimates, `make_plan`, then
 longest-first priorities and per-build resources) and submitted through the same code
-(`nightly.cluster.Dispatcher`, `build_resources`, `lpt_priorities`, `task_key`) to a real
+(`nightly.cluster.dispatch.Dispatcher`, `build_resources`, `lpt_priorities`, `task_key`) to a real
 Dask scheduler with 20 workers: 16 "linux" (slots=1, platform-linux=1) and 4 "macos"
 (slots=1, platform-macos=1). On a small machine the workers are in-process (threads, as
 LocalCluster(processes=False) would make them; one per worker, so each has its own
@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 from common import median, print_table, timed, write_results  # noqa: E402
 
 from nightly import config as cfg  # noqa: E402
-from nightly.cluster import (  # noqa: E402
+from nightly.cluster.dispatch import (  # noqa: E402
     Dispatcher,
     TaskItem,
     build_resources,

@@ -12,6 +12,12 @@ Runs one after another (so they do not compete for the machine), each in its own
               (N = --index-objects, default 10,000, so that it takes minutes, not the
               half hour of its own default of 100,000)
   cluster     bench_cluster.py: 1,000 builds planned and run on 20 Dask workers
+  index_peer  bench_index_peer.py: index pages against PyTorch's test-infra manage_v2.py on
+              one moto bucket of 5,000 and 20,000 wheels (--quick: 1,000)
+  images      bench_images.py: builder images cold/warm per CUDA, sizes, and the demo CUDA
+              night's wall time against the sum of its builds (--quick: warm only, no night)
+  cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
+              through `nightly run`: warm / cold night, four Pythons with / without cache
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
               tool of the same kind), or `python -m pip --version` when cibuildwheel is not
               installed (the table says which)
@@ -66,6 +72,13 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                   "index.json"),
         "cluster": ([py, str(HERE / "bench_cluster.py"), *(["--no-baseline"] if quick else [])],
                     "cluster.json"),
+        "index_peer": ([py, str(HERE / "bench_index_peer.py"),
+                        *(["--sizes", "1000"] if quick else [])], "index_peer.json"),
+        "images": ([py, str(HERE / "bench_images.py"), *(["--warm-only", "--no-night"] if quick else [])],
+                   "images.json"),
+        "cache": ([py, str(HERE / "bench_cache.py"),
+                   *(["--cpp", "4", "--cuda", "2", "--templates", "4"] if quick else [])],
+                  "cache.json"),
     }  # fmt: skip
 
 
@@ -181,6 +194,24 @@ def rows_index(d: dict[str, Any]) -> list[Row]:
     return out
 
 
+def rows_index_peer(d: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for row in d.get("table") or []:
+        out.append(["index_peer", f"{row.get('wheels')} wheels, {row.get('run')}: nightly (s) / "
+                    "test-infra manage_v2.py (s)", _num(row.get("nightly s")), _num(row.get("peer s")),
+                    _num(row.get("s ratio")),
+                    f"lower is better; requests {row.get('nightly req')} / {row.get('peer req')} = "
+                    f"{row.get('req ratio')}"])
+    for r in d.get("results") or []:
+        for pages, per in (r.get("clients") or {}).items():
+            for client, res in per.items():
+                out.append(["index_peer", f"{r.get('wheels')} wheels: {client} resolves torch from "
+                            f"{pages}'s pages (s)", _num(res.get("seconds")), "", "",
+                            f"ok={res.get('ok')}, {(res.get('gets') or {}).get('metadata', 0)} metadata "
+                            f"GETs, {(res.get('gets') or {}).get('wheel', 0)} wheel GETs"])
+    return out
+
+
 def rows_cluster(d: dict[str, Any]) -> list[Row]:
     out: list[Row] = []
     for run in d.get("runs") or []:
@@ -203,9 +234,50 @@ def rows_cli(d: dict[str, Any]) -> list[Row]:
              f"lower is better; python -c pass {_num(med.get('python -c pass'), 4)} s"]]
 
 
+def rows_images(d: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for name, b in (d.get("builders") or {}).items():
+        for layer, t in (b.get("times") or {}).items():
+            size = _get(b, "sizes", layer, "image_mb")
+            layer_mb = _get(b, "sizes", layer, "layer_mb")
+            out.append(["images", f"{name}:{layer} image: cold build (s) / warm (present) (s)",
+                        _num(t.get("cold_s"), 1), _num(t.get("warm_s")),
+                        _num(t["cold_s"] / t["warm_s"], 0) if t.get("cold_s") and t.get("warm_s")
+                        else "n/a",
+                        f"{size} MB image, {layer_mb} MB layer; rebuild from caches "
+                        f"{_num(t.get('rebuild_s'), 1)} s"])
+        out.append(["images", f"{name}: stored once (MB) / sum of image sizes (MB)",
+                    _get(b, "sizes", "stored_once_mb"), _get(b, "sizes", "sum_of_images_mb"),
+                    _num((_get(b, "sizes", "stored_once_mb") or 0)
+                         / (_get(b, "sizes", "sum_of_images_mb") or 1)),
+                    "layers shared over one base"])
+    n = d.get("night")
+    if n:
+        out.append(["images", f"demo CUDA night, {n.get('builds')} builds: sum of build times (s) / "
+                    "wall time (s)", _num(n.get("sum_of_builds_s"), 1), _num(n.get("wall_s"), 1),
+                    _num(n.get("speedup"), 2), f"parallel speed-up; {n.get('succeeded')} succeeded"])
+    return out
+
+
+def rows_cache(d: dict[str, Any]) -> list[Row]:
+    a, four = d.get("night_a") or {}, d.get("four_pythons") or {}
+    return [
+        ["cache", "night, next day after a one-file commit / cold (s)",
+         _num(_get(a, "warm", "wall_s"), 1), _num(_get(a, "cold", "wall_s"), 1),
+         _num(a.get("warm_over_cold")),
+         f"goal <= 0.3; hit rates {_num(_get(a, 'cold', 'hit_rate'), 2)} / "
+         f"{_num(_get(a, 'warm', 'hit_rate'), 2)}"],
+        ["cache", "four Pythons sharing a C++/CUDA core: cache / no cache (s)",
+         _num(_get(four, "cache", "wall_s"), 1), _num(_get(four, "no_cache", "wall_s"), 1),
+         _num(four.get("cache_over_no_cache")),
+         f"goal <= 0.5; hit rate {_num(_get(four, 'cache', 'hit_rate'), 2)}"],
+    ]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
-    "cluster": rows_cluster, "cli": rows_cli,
+    "cluster": rows_cluster, "cache": rows_cache, "cli": rows_cli, "images": rows_images,
+    "index_peer": rows_index_peer,
 }
 
 

@@ -121,6 +121,7 @@ def plan(
 @click.option("--machine", metavar="N", help="Take queues/executor from this machine.")
 @click.option("--dry-run", is_flag=True, help="Show where and how each build would run.")
 @click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
+@click.option("--no-upload", is_flag=True, help="Keep the packages here; `nightly upload` publishes them.")
 def build(
     config_path: str | None,
     root: str | None,
@@ -133,18 +134,25 @@ def build(
     machine: str | None,
     dry_run: bool,
     keep_container: bool,
+    no_upload: bool,
 ) -> int:
-    """Build PACKAGE for the PYTHONS x CUDAS listed (comma lists), now, on this machine.
+    """Build PACKAGE for the PYTHONS x CUDAS listed (comma lists), now, on this machine: a
+    one-off build of the day, published to the nightly channel unless --no-upload, recorded
+    as manual with its own summary (the night's summary.json stays the night's).
 
     Example: nightly build manywheel 3.9,3.12 cpu,cu130
     """
+    import shlex
+
     from nightly import night
+    from nightly.summary import manual_mark
 
     ctx = Ctx(config_path, root, date_text)
     builds = night.builds_from_cli(ctx.config, package, pythons, cudas)
     opts = night.NightOptions(
         machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
-        rebuild=tuple(b.id for b in builds),
+        rebuild=tuple(b.id for b in builds), no_upload=no_upload,
+        manual=manual_mark(shlex.join(["nightly", *sys.argv[1:]])),
     )
     return night.run_builds(ctx.config, ctx.date, builds, opts)
 
@@ -176,9 +184,7 @@ def run(
 
     ctx = Ctx(config_path, root, date_text)
     if cluster or (machine is None and ctx.config.cluster.address):
-        from nightly import cluster as cl
-
-        return cl.run_night(ctx.config, ctx.date, cl.ClusterOptions(
+        return night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
             address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
             rebuild=rebuild, selects=selects, keep_container=keep_container,
         ))
@@ -186,7 +192,7 @@ def run(
     order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m, selects)
     opts = night.NightOptions(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
-        keep_container=keep_container, notify=True,
+        keep_container=keep_container, notify=True, prune=True,
     )
     return night.run_builds(
         ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
@@ -199,6 +205,7 @@ def run(
 def upload(config_path: str | None, root: str | None, date_text: str | None, debug: bool) -> int:
     """Publish the day's succeeded packages that are not yet published (idempotent)."""
     from nightly.publish.upload import publish_day
+    from nightly.summary import record_publication, refresh
     from nightly.workspace import DayLock, State
 
     ctx = Ctx(config_path, root, date_text)
@@ -209,7 +216,15 @@ def upload(config_path: str | None, root: str | None, date_text: str | None, deb
     with DayLock(day.lock_path).acquire("upload"):
         state = State(day.state_path)
         channel = str(state.meta.get("channel") or "nightly")
-        report = publish_day(ctx.config, day, state, channel=channel, log=click.echo)
+        try:
+            report = publish_day(ctx.config, day, state, channel=channel, log=click.echo)
+        except NightlyError as e:
+            state.set_meta(publish_error=str(e))
+            refresh(day, state, by="nightly upload")
+            raise
+        # summary.json's failed uploads and publish error say what is true after this upload.
+        record_publication(state, report)
+        refresh(day, state, by="nightly upload")
     click.echo(
         f"{len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed, {len(report.index_errors)} index errors"
@@ -220,27 +235,30 @@ def upload(config_path: str | None, root: str | None, date_text: str | None, deb
 @cli.command()
 @common_options
 @click.option("--full", is_flag=True, help="Rebuild every folder's pages from a listing.")
+@click.option("--backfill-metadata", is_flag=True,
+              help="First store <wheel>.metadata (PEP 658) for wheels without one; implies --full.")
 def index(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool, full: bool
+    config_path: str | None, root: str | None, date_text: str | None, debug: bool, full: bool,
+    backfill_metadata: bool,
 ) -> int:
     """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
-    from nightly.publish import index as idx
-    from nightly.publish.layout import channel_of
-    from nightly.publish.upload import UploadReport, open_destination, regenerate_index
+    from nightly.publish.rebuild import rebuild_all
+    from nightly.publish.upload import (
+        UploadReport,
+        index_options,
+        open_destination,
+        regenerate_index,
+    )
     from nightly.workspace import State
 
     ctx = Ctx(config_path, root, date_text)
     if not ctx.config.publish.url:
         raise UsageError(f"{ctx.config.path}: [publish] url is empty: no index to regenerate")
     store = open_destination(ctx.config)
-    if full:
-        folders = idx.discover_folders(store)
-        for folder in folders:
-            channel = channel_of(folder)
-            idx.regenerate(store, [folder], full=True,
-                           find_links_name=ctx.config.publish.find_links_name(channel))
-            click.echo(f"regenerated {store.url}/{folder}/")
-        click.echo(f"{len(folders)} folder(s) regenerated in full")
+    if full or backfill_metadata:
+        reports = rebuild_all(store, index_options(ctx.config), backfill=backfill_metadata,
+                              log=click.echo)
+        click.echo(f"{len(reports)} folder(s) regenerated in full")
         return 0
     day = _existing_day(ctx)
     state = State(day.state_path)
@@ -291,9 +309,9 @@ def prune(
         for k in keys:
             click.echo(f"{'would delete' if dry_run else 'delete'} {store.url}/{k}")
         if keys and not dry_run:
-            retention.apply_remote_prune(
-                store, keys, find_links_name=cfg.publish.find_links_name("nightly")
-            )
+            from nightly.publish.upload import index_options
+
+            retention.apply_remote_prune(store, keys, options=index_options(cfg))
     return 0
 
 
@@ -435,6 +453,15 @@ def cluster_certs(folder: str, hosts: str, days: int) -> int:
             click.echo(f"{i.name}: copy {made.ca_cert.name}, {i.cert.name} and {i.key.name} to it "
                        "(the key readable only by the user running dask there)")
     return 0
+
+
+def _register_groups() -> None:
+    from nightly.images.cli import images
+
+    cli.add_command(images)
+
+
+_register_groups()
 
 
 def _existing_day(ctx: Ctx) -> Any:

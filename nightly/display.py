@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -52,11 +53,15 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
     )
 
 
-def print_summary(summary: dict[str, Any]) -> None:
+def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json") -> None:
     """The night's (or the build command's) outcome as a table, failures first, then every
     package in full, one per line (never cut to the terminal's width: a package's name is what
     a person looks for, and cron's mail has no width at all)."""
-    t = Table(title=f"{summary['date']} on machine {summary['machine']}", title_justify="left")
+    title = f"{summary['date']} on machine {summary['machine']}"
+    manual = summary.get("manual")
+    if isinstance(manual, dict):  # a one-off build's own summary
+        title += f", one-off build by {manual.get('by', '?')}"
+    t = Table(title=escape(title), title_justify="left")
     # Fold, never cut: an identifier with an ellipsis is no identifier.
     t.add_column("build", overflow="fold")
     t.add_column("outcome", overflow="fold", min_width=12, ratio=1)
@@ -84,7 +89,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     console.print(
         f"{c['succeeded']} succeeded, {c['failed']} failed of {c['total']}; "
         f"source {escape(str(summary.get('source', '-')))}; "
-        f"summary: {escape(str(summary.get('path', 'summary.json')))}",
+        f"summary: {escape(str(path))}",
         soft_wrap=True,
     )
 
@@ -102,3 +107,31 @@ def print_packages(con: Console, packages: Sequence[tuple[str, str, int]]) -> No
             soft_wrap=True,
             highlight=False,
         )
+
+
+def print_destinations(summary: dict[str, Any], day_path: Path, *, not_published: str) -> None:
+    """Where each package of the summary's builds went: its file in the day folder, and every
+    destination it was published to, else why it was not (`not_published`, or the build's
+    failure or failed upload)."""
+    from nightly.summary import package_destinations
+
+    rows = package_destinations(summary)
+    if not rows:
+        console.print("no package was made", highlight=False)
+        return
+    failed_uploads = set(summary.get("failed_uploads") or ())
+    console.print("where the packages went:", highlight=False)
+    for bid, _name, path, dests in rows:
+        console.print(f"  {escape(str(day_path / path))}", soft_wrap=True, highlight=False)
+        for dest in dests:
+            console.print(f"    published: {escape(dest)}", soft_wrap=True, highlight=False)
+        if dests:
+            continue
+        outcome = (summary["builds"].get(bid) or {}).get("outcome")
+        if outcome != "succeeded":
+            why = f"the build {outcome}"
+        elif bid in failed_uploads:
+            why = "the upload failed (see `nightly status`; `nightly upload` retries)"
+        else:
+            why = not_published
+        console.print(f"    not published: {escape(why)}", soft_wrap=True, highlight=False)

@@ -1,35 +1,45 @@
-"""The night and the one-off build: lock, day folder, source, plan, queues, summary.
+"""THE night, written once: lock -> source -> plan -> build phase -> publish -> history ->
+report -> prune -> summary -> notify.
 
-`nightly run` and `nightly build` share everything here; they differ in where the builds
-come from (the plan's share of this machine, or the command line).
+`nightly run`, `nightly build`, `nightly release` and `nightly run --cluster` all go through
+`run_night`; they differ only in which builds (the plan's share of this machine, the command
+line, the whole matrix) and in the build phase (nightly.phase.BuildPhase): this machine's
+queues (nightly.runner.LocalPhase) or a Dask cluster (nightly.cluster.orchestrator).
+docs/architecture.md draws the whole picture.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import json
 import shutil
 import socket
 import sqlite3
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nightly import display, notify
+from nightly import source as src
+from nightly import summary as day_record
+from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
-from nightly.errors import ConfigError, NightlyError, NothingSelected, UsageError
-from nightly.executors.base import Executor
-from nightly.matrix import Build, nightly_version
-from nightly.workspace import (
-    INTERRUPTED,
-    SUCCEEDED,
-    Day,
-    DayLock,
-    State,
-    write_json,
-)
+from nightly.errors import NightlyError, NothingSelected, UsageError
+from nightly.files import append_line
+from nightly.history import History, history_path, planning_estimator
+from nightly.matrix import Build, SpellingError, nightly_version, parse_spec
+from nightly.phase import BuildPhase, NightContext
+from nightly.publish import retention
+from nightly.publish.upload import open_destination, publish_day
+from nightly.report import write_report
+from nightly.runner import LocalPhase, SmokeFactory
+from nightly.schedule import make_plan, select_cli
+from nightly.smoke import SmokeTester
+from nightly.workspace import INTERRUPTED, SUCCEEDED, Day, DayLock, State, is_locked, write_json
 
 
 @dataclass(kw_only=True)
@@ -45,21 +55,10 @@ class NightOptions:
     day_name: str | None = None  # default: YYYY_MM_DD (release folders differ)
     live: bool | None = None  # None: live view when stdout is a terminal
     notify: bool = False  # send the configured notifications (the night does; a build doesn't)
-    extra_steps: list[Callable[[NightContext], None]] = field(default_factory=list)
-
-
-@dataclass(kw_only=True)
-class NightContext:
-    config: Config
-    day: Day
-    state: State
-    machine: Machine
-    version: str
-    channel: str
-    commit: str
-    source_describe: str
-    log: Callable[[str], None]
-    builds: list[Build]
+    prune: bool = False  # local retention at the end (a nightly `run` does)
+    # A one-off `nightly build` (summary.manual_mark: who, when, the command): its builds are
+    # marked manual and it writes its own summary, leaving the night's summary.json the night's.
+    manual: dict[str, str] | None = None
 
 
 def this_platform() -> str:
@@ -88,32 +87,6 @@ def pick_machine(config: Config, key: str | None, *, strict: bool = True) -> Mac
     )
 
 
-def make_executor(name: str, config: Config, *, keep_container: bool = False) -> Executor:
-    if name == "local":
-        from nightly.executors.local import LocalExecutor
-
-        return LocalExecutor(pythons=config.local.pythons, cuda=config.local.cuda)
-    if name == "container":
-        from nightly.executors.container import ContainerExecutor, ContainerSettings
-
-        c = config.container
-        try:
-            settings = ContainerSettings(
-                base_url=c.base_url or None,
-                memory_limit=c.memory_limit or None,
-                user=c.user or None,
-                cuda_mounts=dict(c.cuda_mounts),
-                gpu=c.gpu,
-                keep_container=keep_container,
-                pull=c.pull,
-            )
-        except ValueError as e:
-            raise ConfigError(str(e), file=str(config.path), key="executor.container") from e
-        executor: Executor = ContainerExecutor(settings)
-        return executor
-    raise UsageError(f"unknown executor '{name}': choose local or container")
-
-
 def check_free_space(config: Config) -> None:
     if config.min_free_gb <= 0:
         return
@@ -126,7 +99,114 @@ def check_free_space(config: Config) -> None:
         )
 
 
-# ---------------------------------------------------------------------------- the night
+
+# ---------------------------------------------------------------------------- the pipeline
+
+
+def run_night(
+    config: Config,
+    date: dt.date,
+    phase: BuildPhase,
+    builds: Sequence[Build],
+    opts: NightOptions,
+    *,
+    plan_json: dict[str, Any] | None = None,
+    estimates: Mapping[str, float] | None = None,
+) -> int:
+    """Lock the day, prepare it, run the build phase on what is not done yet, publish,
+    record, report, prune, summarize, notify. The exit code of the night."""
+    version = opts.version or nightly_version(
+        config.project.base_version, date, config.project.version_from
+    )
+    day = Day(config.root, date, name=opts.day_name)
+    if opts.dry_run:
+        return phase.dry_run(day, builds, version, opts.channel)
+    check_free_space(config)
+    lock = DayLock(day.lock_path).acquire("run")
+    try:
+        day.create()
+        started = time.time()
+        night = _prepare(config, date, day, phase, builds, opts, version, lock.taken_over)
+        if plan_json is not None:
+            write_json(day.master / "plan.json", plan_json)
+        state = night.state
+        todo = [b for b in builds
+                if state.status(b.id) != SUCCEEDED or _matches(b.id, opts.rebuild)]
+        day_record.mark_manual(state, [b.id for b in todo], opts.manual)
+        if config.build.wheelhouse and todo:
+            from nightly import wheelhouse
+
+            wheelhouse.prepare(config, night.source_dir, day.path / "wheelhouse",
+                               [b.python for b in todo if b.package != "libtorch"], night.log)
+        estimate_s = phase.run(night, todo)
+        if not opts.no_upload:
+            publish_step(night)
+        try:
+            night.history.record_state(day.name, state, commit=night.commit,
+                                       channel=opts.channel)
+        except (sqlite3.Error, OSError) as e:
+            night.log(f"history: could not record the night in {night.history.path}: {e}")
+        report_step(night, night.history, publish=not opts.no_upload)
+        if opts.prune:
+            prune_step(config, date, night.log)
+        phase.finish(night)
+        summary, summary_path = write_summary(night, started=started, estimate_s=estimate_s,
+                                              estimates=dict(estimates or {}), manual=opts.manual)
+        if opts.notify:
+            for line in notify.send(config.notify, summary):
+                night.log(line)
+        display.print_summary(summary, path=summary_path)
+        if opts.manual is not None:
+            why = day_record.why_not_published(config, no_upload=opts.no_upload, day=day)
+            display.print_destinations(summary, day.path, not_published=why)
+        return int(summary["exit_code"])
+    except KeyboardInterrupt:
+        append_line(day.master / "run.log", "interrupted by the user (Ctrl-C)")
+        raise
+    finally:
+        lock.release()
+
+
+def _prepare(
+    config: Config,
+    date: dt.date,
+    day: Day,
+    phase: BuildPhase,
+    builds: Sequence[Build],
+    opts: NightOptions,
+    version: str,
+    taken_over: Mapping[str, Any] | None,
+) -> NightContext:
+    """The locked day made ready: the source checked out, state.json loaded (builds a dead
+    run left running marked interrupted), its meta written."""
+
+    def note(line: str) -> None:
+        append_line(day.master / "run.log", line)
+
+    if taken_over:
+        h = taken_over
+        msg = (f"warning: took over a stale lock of host {h.get('host')}, pid {h.get('pid')}, "
+               f"started {h.get('started')} (that run is gone)")
+        print(msg, file=sys.stderr)
+        note(msg)
+    checkout = src.prepare(config.project, day.source, date, config_dir=config.path.parent)
+    state = State(day.state_path)
+    history = History(history_path(config.root))
+    stale = state.mark_stale_running()
+    if stale:
+        note(f"resuming: {len(stale)} build(s) left running by a dead run: {', '.join(stale)}")
+    state.set_meta(commit=checkout.commit, source=checkout.describe, version=version,
+                   channel=opts.channel, date=day.name, **phase.meta())
+    return NightContext(
+        config=config, day=day, state=state, history=history, machine=phase.machine,
+        version=version, channel=opts.channel, commit=checkout.commit,
+        source_describe=checkout.describe, source_dir=checkout.path, log=note,
+        builds=list(builds), live=opts.live,
+    )
+
+
+def _matches(build_id: str, globs: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(build_id, g) for g in globs)
 
 
 def run_builds(
@@ -139,143 +219,43 @@ def run_builds(
     plan_json: dict[str, Any] | None = None,
     estimate_s: float = 0.0,
     estimates: dict[str, float] | None = None,
-    on_ready: Callable[[NightContext], None] | None = None,
 ) -> int:
-    """Lock the day, prepare it, run `builds` (in `queues` if given), summarize. Exit code."""
-    from nightly import source as src
-    from nightly.history import History, history_path, recorder
-    from nightly.progress import Progress
-    from nightly.runner import RunContext, Runner
-
+    """The night on this machine: `builds` in `queues` (the plan's), else in the machine's
+    number of queues (`nightly build`). Exit code."""
     machine = pick_machine(config, opts.machine, strict=queues is not None)
-    executor_name = opts.executor or machine.executor
-    version = opts.version or nightly_version(
-        config.project.base_version, date, config.project.version_from
-    )
-    day = Day(config.root, date, name=opts.day_name)
     if not builds:
         raise NothingSelected("nothing to build")
+    phase = LocalPhase(
+        config, machine, opts.executor or machine.executor, queues=queues,
+        estimate_s=estimate_s, keep_container=opts.keep_container,
+        smoke=smoke_factory(config),
+    )
+    return run_night(config, date, phase, builds, opts, plan_json=plan_json,
+                     estimates=estimates)
 
-    if opts.dry_run:
-        return _dry_run(config, day, builds, executor_name, version, opts, machine)
 
-    check_free_space(config)
-    lock = DayLock(day.lock_path).acquire("run")
-    try:
-        day.create()
-        progress_log = day.master / "run.log"
-        started = time.time()
+def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> int:
+    """`nightly run --cluster`: every machine's builds of the night on a Dask cluster."""
+    phase = ClusterPhase(config, date, copts)
+    opts = NightOptions(
+        dry_run=copts.dry_run, no_upload=copts.no_upload, rebuild=copts.rebuild,
+        keep_container=copts.keep_container, live=copts.live, notify=copts.notify, prune=True,
+    )
+    return run_night(config, date, phase, phase.builds, opts, plan_json=phase.plan_json,
+                     estimates=phase.estimates)
 
-        def note(line: str) -> None:
-            _append(progress_log, line)
 
-        if lock.taken_over:
-            h = lock.taken_over
-            msg = (
-                f"warning: took over a stale lock of host {h.get('host')}, pid {h.get('pid')}, "
-                f"started {h.get('started')} (that run is gone)"
-            )
-            print(msg, file=sys.stderr)
-            note(msg)
-        checkout = src.prepare(config.project, day.source, date, config_dir=config.path.parent)
-        state = State(day.state_path)
-        history = History(history_path(config.root))
-        stale = state.mark_stale_running()
-        if stale:
-            note(f"resuming: {len(stale)} build(s) left running by a dead run: {', '.join(stale)}")
-        state.set_meta(commit=checkout.commit, source=checkout.describe, version=version,
-                       channel=opts.channel, date=day.name)
-        if plan_json is not None:
-            write_json(day.master / "plan.json", plan_json)
+def smoke_factory(config: Config) -> SmokeFactory | None:
+    """The smoke test the build phase runs on each build's packages, when enabled."""
+    return SmokeTester if config.smoke.enabled else None
 
-        todo = [
-            b for b in builds
-            if state.status(b.id) != SUCCEEDED or any(fnmatch.fnmatchcase(b.id, g) for g in opts.rebuild)
-        ]
-        skipped = [b for b in builds if b not in todo]
-        if config.build.wheelhouse and todo:
-            from nightly import wheelhouse
 
-            wheelhouse.prepare(config, checkout.path, day.path / "wheelhouse",
-                               [b.python for b in todo if b.package != "libtorch"], note)
-        ctx = RunContext(
-            config=config, day=day, state=state, source_dir=checkout.path, version=version,
-            channel=opts.channel, machine=machine.name,
-        )
-        night = NightContext(
-            config=config, day=day, state=state, machine=machine, version=version,
-            channel=opts.channel, commit=checkout.commit, source_describe=checkout.describe,
-            log=note, builds=list(builds),
-        )
-        if on_ready:
-            on_ready(night)
-        with make_executor(executor_name, config, keep_container=opts.keep_container) as ex:
-            if todo:
-                from nightly.runner import make_job
-
-                ex.preflight([make_job(ctx, b, executor=ex.name) for b in todo])
-            n_q = len(queues) if queues is not None else machine.queues
-            progress = Progress(
-                total=len(todo), master_log=progress_log, estimate_s=estimate_s,
-                live=opts.live, queue_logs=day.master,
-            )
-            with progress:
-                progress.log(
-                    f"night {day.name} on machine {machine.name}: {len(todo)} to build, "
-                    f"{len(skipped)} already succeeded, {n_q} queues, executor {ex.name}, "
-                    f"source {checkout.describe}"
-                )
-                from nightly.smoke import SmokeTester
-
-                smoke = SmokeTester(config, ex, checkout.path) if config.smoke.enabled else None
-                record = recorder(history, day.name, state, commit=checkout.commit,
-                                  channel=opts.channel, log=note)
-
-                def on_event(kind: str, info: Mapping[str, Any]) -> None:
-                    progress(kind, info)
-                    record(kind, info)
-
-                runner = Runner(ctx, ex, on_event=on_event, smoke=smoke)
-                todo_ids = {b.id for b in todo}
-                if queues is not None:
-                    qs = [[b for b in q if b.id in todo_ids] for q in queues]
-                    runner.run_queues(qs, order=[b for b in builds if b.id in todo_ids])
-                else:
-                    qs = [todo[i::n_q] for i in range(n_q)]
-                    runner.run_queues(qs, order=todo)
-        if not opts.no_upload:
-            publish_step(night)
-        for step in opts.extra_steps:
-            step(night)
-        try:
-            history.record_state(day.name, state, commit=checkout.commit, channel=opts.channel)
-        except (sqlite3.Error, OSError) as e:
-            note(f"history: could not record the night in {history.path}: {e}")
-        report_step(night, history, publish=not opts.no_upload)
-        if queues is not None and opts.channel == "nightly":
-            prune_step(config, date, note)
-        summary = write_summary(night, started=started, estimate_s=estimate_s,
-                                estimates=estimates or {})
-        from nightly import display, notify
-
-        if opts.notify:
-            for line in notify.send(config.notify, summary):
-                note(line)
-
-        display.print_summary(summary)
-        return int(summary["exit_code"])
-    except KeyboardInterrupt:
-        _append(day.master / "run.log", "interrupted by the user (Ctrl-C)")
-        raise
-    finally:
-        lock.release()
+# ---------------------------------------------------------------------------- after the builds
 
 
 def publish_step(night: NightContext) -> None:
     """Upload the day's good packages and refresh the index; failures are recorded per build
     (upload_error) and reported in the summary, never fatal to the night."""
-    from nightly.publish.upload import publish_day
-
     pub = night.config.publish
     if not (pub.url or pub.conda_channel or pub.anaconda_user):
         night.log("publish: no destination configured ([publish] url), nothing uploaded")
@@ -287,23 +267,18 @@ def publish_step(night: NightContext) -> None:
         night.log(f"publish failed: {e}")
         night.state.set_meta(publish_error=str(e))
         return
-    night.state.set_meta(publish_error=None if report.ok else "; ".join(
-        [*report.failed.values(), *report.index_errors])[:2000])
+    day_record.record_publication(night.state, report)
     night.log(
         f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed"
     )
 
 
-def report_step(night: NightContext, history: Any, *, publish: bool) -> None:
+def report_step(night: NightContext, history: History, *, publish: bool) -> None:
     """Write ROOT/DAY/report.html; publish it and the night's binary sizes beside the index
     pages (`<channel folder>/reports/` and `/sizes/`). Never fatal."""
-    import json
-
-    from nightly import report
-
     try:
-        path = report.write_report(night.day, history)
+        path = write_report(night.day, history)
         night.log(f"report: {path}")
     except (OSError, ValueError, sqlite3.Error) as e:
         night.log(f"report failed: {e}")
@@ -312,8 +287,6 @@ def report_step(night: NightContext, history: Any, *, publish: bool) -> None:
     if not publish or not pub.url:
         return
     try:
-        from nightly.publish.upload import open_destination
-
         store = open_destination(night.config)
         base = "whl" if night.channel == "release" else f"whl/{night.channel}"
         stem = f"{night.day.name.replace('/', '_')}_{night.machine.name}"
@@ -327,9 +300,6 @@ def report_step(night: NightContext, history: Any, *, publish: bool) -> None:
 
 def prune_step(config: Config, today: dt.date, log: Callable[[str], None]) -> None:
     """Local retention at the end of a night. Never fatal."""
-    from nightly.publish import retention
-    from nightly.workspace import is_locked
-
     try:
         doomed = retention.plan_local_prune(
             config.root, today, config.retention.local_days, is_locked
@@ -342,8 +312,11 @@ def prune_step(config: Config, today: dt.date, log: Callable[[str], None]) -> No
 
 
 def write_summary(
-    night: NightContext, *, started: float, estimate_s: float, estimates: dict[str, float]
-) -> dict[str, Any]:
+    night: NightContext, *, started: float, estimate_s: float, estimates: dict[str, float],
+    manual: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], Path]:
+    """summary.json for a night; a one-off build's (`manual`) own summary (then summary.json,
+    if the day has a night, is only refreshed: see nightly/summary.py). (summary, its path)"""
     state = night.state
     builds: dict[str, Any] = {}
     for b in night.builds:
@@ -386,41 +359,17 @@ def write_summary(
         "publish_error": publish_error,
         "builds": builds,
         "exit_code": 0 if ok and not failed_uploads and not publish_error else 1,
+        "manual": manual if manual is not None else day_record.manual_builds(state),
     }
-    write_json(night.day.summary_path, summary)
-    return summary
+    path = night.day.summary_path if manual is None else day_record.manual_summary_path(night.day, started)
+    write_json(path, summary)
+    if manual is not None:
+        day_record.refresh(night.day, state, by=manual["command"])
+    return summary, path
 
 
-def _dry_run(
-    config: Config,
-    day: Day,
-    builds: Sequence[Build],
-    executor_name: str,
-    version: str,
-    opts: NightOptions,
-    machine: Machine,
-) -> int:
-    """Print where and how each build would run; touch nothing."""
-    import json
 
-    from nightly.runner import RunContext, make_job
-
-    state = State(day.path / "nonexistent-state.json")
-    ctx = RunContext(config=config, day=day, state=state, source_dir=day.source,
-                     version=version, channel=opts.channel, machine=machine.name)
-    ex = make_executor(executor_name, config, keep_container=opts.keep_container)
-    for b in builds:
-        job = make_job(ctx, b, executor=ex.name)
-        desc = ex.describe(job)
-        print(json.dumps({"build": b.id, "machine": machine.name, **desc}, indent=2, default=str))
-    return 0
-
-
-def _append(path: Path, line: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now().isoformat(timespec="seconds")
-    with path.open("a", encoding="utf-8") as f:
-        f.write(f"{stamp} {line}\n")
+# ---------------------------------------------------------------------------- what to build
 
 
 def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) -> tuple[
@@ -428,9 +377,6 @@ def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) ->
 ]:
     """This machine's builds, its queues in plan order, the plan JSON, its estimated makespan
     and per-build estimates."""
-    from nightly.history import planning_estimator
-    from nightly.schedule import make_plan, select_cli
-
     full = make_plan(config, estimate=planning_estimator(config))
     chosen = {b.id for b in select_cli(config, selects)} if selects else None
     mp = full.machine(machine.name)
@@ -444,8 +390,6 @@ def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) ->
 
 
 def builds_from_cli(config: Config, package: str, pythons: str, cudas: str) -> list[Build]:
-    from nightly.matrix import SpellingError, parse_spec
-
     platform = this_platform()
     lt = config.libtorch_matrix(platform)
     try:
@@ -461,12 +405,14 @@ def builds_from_cli(config: Config, package: str, pythons: str, cudas: str) -> l
     return [known.get(b.id, b) for b in builds]
 
 
+
 __all__ = [
-    "ConfigError",
+    "ClusterOptions",
     "NightOptions",
     "builds_from_cli",
-    "make_executor",
     "pick_machine",
     "plan_share",
     "run_builds",
+    "run_cluster",
+    "run_night",
 ]

@@ -58,7 +58,11 @@ class BuildView:
     files: list[tuple[str, int]] = field(default_factory=list)
     published: int = 0
     upload_error: str | None = None
+    # A one-off `nightly build` (not the night): who ran it, when (ISO), the command.
+    manual: dict[str, str] | None = None
     log: Path | None = None  # absolute
+    # The compiler cache's statistics of the build (nightly.cache.CacheStats.to_json) or None.
+    cache: dict[str, Any] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
     past_durations: list[float] = field(default_factory=list)
     past_sizes: list[int] = field(default_factory=list)
@@ -103,6 +107,7 @@ class NightView:
             c[b.status] = c.get(b.status, 0) + 1
         c["total"] = len(self.builds)
         c["regressions"] = sum(1 for b in self.builds if b.slower or b.larger)
+        c["manual"] = sum(1 for b in self.builds if b.manual)
         return c
 
 
@@ -194,7 +199,9 @@ def _build_view(
         files=files,
         published=len(e.get("published") or {}),
         upload_error=_opt_str(e.get("upload_error")),
+        manual=_manual(e.get("manual")),
         log=find_log(day, bid, e.get("log")),
+        cache=dict(e["cache"]) if isinstance(e.get("cache"), Mapping) else None,
     )
 
 
@@ -303,6 +310,21 @@ def clock(t: float | None) -> str:
     return "-" if t is None else dt.datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
 
+def manual_text(b: BuildView) -> str:
+    """'manual build by alice, 2026-11-22 14:02' for a one-off build, else ''."""
+    if not b.manual:
+        return ""
+    text = "manual build"
+    if b.manual.get("by"):
+        text += f" by {b.manual['by']}"
+    at = b.manual.get("at", "")
+    try:
+        text += ", " + dt.datetime.fromisoformat(at).strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        text += f", {at}" if at else ""
+    return text
+
+
 def outcome_text(b: BuildView) -> str:
     return b.status + (f": {b.reason}" if b.reason and b.status != SUCCEEDED else "")
 
@@ -317,6 +339,12 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _manual(v: object) -> dict[str, str] | None:
+    if not isinstance(v, Mapping):
+        return None
+    return {str(k): str(x) for k, x in v.items() if x is not None}
 
 
 def _opt_str(v: object) -> str | None:

@@ -27,7 +27,7 @@ HTML_TAIL = 30
 
 _CSS = """
 :root { --ok:#2e9d57; --bad:#d64545; --int:#e08a1e; --run:#3b7dd8; --pend:#9aa3ad;
-  --reg:#b02ecf; --fg:#1d2329; --muted:#5f6b76; --line:#dde2e7; --bg:#fff; --panel:#f6f8fa; }
+  --reg:#b02ecf; --man:#0b7a8a; --fg:#1d2329; --muted:#5f6b76; --line:#dde2e7; --bg:#fff; --panel:#f6f8fa; }
 * { box-sizing: border-box; }
 body { margin: 0 auto; max-width: 1360px; padding: 18px 22px 40px; color: var(--fg);
   background: var(--bg); font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; }
@@ -44,6 +44,7 @@ code, pre, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consola
 .count b { display: block; font-size: 22px; }
 .count.succeeded b { color: var(--ok); } .count.failed b, .count.interrupted b { color: var(--bad); }
 .count.running b { color: var(--run); } .count.regressions b { color: var(--reg); }
+.count.manual b, .manual { color: var(--man); }
 .machine { margin: 8px 0 18px; }
 .gantt { border: 1px solid var(--line); border-radius: 6px; padding: 4px 10px 8px; background: var(--panel); }
 .lane { display: flex; align-items: center; height: 30px; }
@@ -126,7 +127,7 @@ def render_html(
     out.append('<div class="counts" id="counts">')
     for key, label in (("total", "builds"), (SUCCEEDED, "succeeded"), (FAILED, "failed"),
                        (INTERRUPTED, "interrupted"), (RUNNING, "running"), (PENDING, "pending"),
-                       ("regressions", "regressions")):  # fmt: skip
+                       ("regressions", "regressions"), ("manual", "manual builds")):  # fmt: skip
         if key in ("total", SUCCEEDED, FAILED) or c.get(key):
             out.append(
                 f'<div class="count {esc(key)}" data-count="{esc(key)}"><b>{c.get(key, 0)}</b>'

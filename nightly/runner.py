@@ -9,11 +9,8 @@ any two leaves something a rerun completes (a build left 'running' is run again)
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import hashlib
-import os
-import re
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,12 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from nightly.config import Config
+from nightly import cache as compiler_cache
+from nightly.buildlog import footer, header, last_footer
+from nightly.collect import PackageFile, collect_build
+from nightly.config import Config, Machine
+from nightly.executors import make_executor
 from nightly.executors.base import ExecResult, Executor, Job
+from nightly.files import sha256_file
+from nightly.history import recorder
 from nightly.matrix import Build
+from nightly.phase import NightContext
+from nightly.progress import Progress
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State, remove_tree
-
-SECRET_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|AUTH)", re.I)
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
 
@@ -44,16 +47,13 @@ class SmokeOutcome(Protocol):
 SmokeHook = Callable[[Build, list[Path], Job, Callable[[bytes], None], threading.Event], SmokeOutcome]
 
 
-def mask_env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: ("****" if SECRET_RE.search(k) else v) for k, v in env.items()}
+@dataclass(frozen=True, kw_only=True)
+class _SmokeError:
+    """The outcome of a smoke hook that raised: this build fails, the night goes on."""
 
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    reason: str
+    ok: bool = False
+    notes: tuple[str, ...] = ()
 
 
 def recipe_env(
@@ -116,17 +116,6 @@ class RunContext:
     version: str
     channel: str = "nightly"
     machine: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class PackageFile:
-    name: str
-    path: str
-    size: int
-    sha256: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.path, "size": self.size, "sha256": self.sha256}
 
 
 @dataclass(kw_only=True)
@@ -214,6 +203,7 @@ class Runner:
                 remove_tree(d)
         job.output_dir.mkdir(parents=True)
         job.work_dir.mkdir(parents=True)
+        job, cache_note = compiler_cache.attach(compiler_cache.settings_of(ctx.config), job)
         started = time.time()
         state.update(
             build.id,
@@ -229,6 +219,7 @@ class Runner:
             python=build.python,
             cuda=build.cuda,
             variant=build.variant,
+            cache=None,
         )
         self.on_event("start", {"build": build.id, "queue": queue, "attempt": attempt})
         log_path = day.reopen_log(build.id)
@@ -239,13 +230,19 @@ class Runner:
                 with write_lock:
                     log.write(chunk)
 
-            log.write(self._header(job, attempt, queue, started).encode())
+            log.write(header(job, self.executor.describe(job), attempt=attempt, queue=queue,
+                             started=started, machine=ctx.machine,
+                             executor=self.executor.name).encode())
+            if cache_note:
+                log.write(f"[nightly] {cache_note}\n".encode())
             try:
                 result = self.executor.run(job, sink, self.cancel)
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
-            packages: list[PackageFile] = []
+            cache_stats = compiler_cache.read_stats(job)
+            if cache_stats is not None:
+                state.update(build.id, cache=cache_stats.to_json())
             produced = _files(job.output_dir)
             reason = result.reason
             if reason is None and result.exit_status != 0:
@@ -254,53 +251,46 @@ class Runner:
                 reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
             ok = reason is None
             notes = list(result.notes)
+            if cache_stats is not None:
+                notes.append(f"compiler cache: {cache_stats.footer()}")
             if ok and self.smoke is not None:
                 # Before the build counts as succeeded (and so before any upload).
                 try:
                     smoke = self.smoke(build, produced, job, sink, self.cancel)
                 except Exception as e:  # a smoke-test bug fails this build only
-                    from nightly.smoke import SmokeResult
-
-                    smoke = SmokeResult(ok=False, reason=f"smoke test: error: {e!r}")
+                    smoke = _SmokeError(reason=f"smoke test: error: {e!r}")
                 notes += list(smoke.notes)
                 if not smoke.ok:
                     ok, reason = False, smoke.reason or "smoke test"
-            if ok:
-                try:
-                    packages = self._collect(build, produced)
-                except OSError as e:
-                    ok, reason = False, f"collecting packages failed: {e}"
-            status = SUCCEEDED if ok else (INTERRUPTED if result.interrupted else FAILED)
-            log.write(
-                self._footer(result, status, reason, duration, packages, produced, notes).encode()
+            failed_status = INTERRUPTED if result.interrupted else FAILED
+
+            def file_log(ok: bool, reason: str | None, packages: list[PackageFile]) -> Path:
+                status = SUCCEEDED if ok else failed_status
+                log.write(footer(result, status, reason, duration, packages, produced,
+                                 notes).encode())
+                return day.file_log(build.id, ok)
+
+            entry = collect_build(
+                day, state, build, ok=ok, reason=reason, files=produced, file_log=file_log,
+                failed_status=failed_status, infra=result.infra,
+                exit_status=result.exit_status, duration_s=round(duration, 3),
             )
-        final = day.file_log(build.id, ok)
-        state.update(
-            build.id,
-            status=status,
-            reason=reason,
-            exit_status=result.exit_status,
-            ended=time.time(),
-            duration_s=round(duration, 3),
-            packages=[p.to_json() for p in packages],
-            infra=result.infra,
-            log=str(final.relative_to(day.path)),
-        )
+        ok, status = entry["status"] == SUCCEEDED, str(entry["status"])
         if ok or result.interrupted:
             remove_tree(day.work / build.id)
         outcome = Outcome(
             build_id=build.id,
             status=status,
-            reason=reason,
+            reason=entry["reason"],
             exit_status=result.exit_status,
             duration_s=duration,
             attempts=attempt,
             queue=queue,
-            packages=packages,
-            log=str(final),
+            packages=[PackageFile(**p) for p in entry["packages"]],
+            log=str(day.path / entry["log"]),
             infra=result.infra,
         )
-        self.on_event("end", {"build": build.id, "status": status, "reason": reason,
+        self.on_event("end", {"build": build.id, "status": status, "reason": entry["reason"],
                               "duration_s": duration, "queue": queue})
         return outcome
 
@@ -328,7 +318,7 @@ class Runner:
             text = log.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return None
-        found = _last_footer(text, build.id)
+        found = last_footer(text, build.id)
         if found is None:
             return None
         duration, files = found
@@ -358,74 +348,6 @@ class Runner:
             attempts=int(entry.get("attempts", 0)), queue=queue, packages=packages,
             log=str(final), exit_status=0,
         )
-
-    def _collect(self, build: Build, produced: Sequence[Path]) -> list[PackageFile]:
-        dest_dir = self.ctx.day.package_dir(build.package, build.cuda)
-        dest_dir.mkdir(parents=True, exist_ok=True)
-        out = []
-        for f in produced:
-            digest, size = sha256_file(f), f.stat().st_size
-            os.chmod(f, 0o644)
-            dest = dest_dir / f.name
-            os.replace(f, dest)  # same filesystem: atomic, never half a package
-            out.append(
-                PackageFile(
-                    name=f.name,
-                    path=str(dest.relative_to(self.ctx.day.path)),
-                    size=size,
-                    sha256=digest,
-                )
-            )
-        return out
-
-    def _header(self, job: Job, attempt: int, queue: int, started: float) -> str:
-        desc = self.executor.describe(job)
-        env = desc.get("env")
-        lines = [
-            "=" * 78,
-            f"nightly build {job.build_id}  (attempt {attempt})",
-            f"where:    {desc.get('where') or desc.get('image') or self.executor.name}",
-            f"machine:  {self.ctx.machine or '-'}  queue {queue}",
-            f"command:  {_command_text(desc.get('command'))}",
-            f"timeout:  {job.timeout_s:g} s",
-            f"started:  {dt.datetime.fromtimestamp(started).isoformat(timespec='seconds')}",
-            "environment:",
-        ]
-        if isinstance(env, Mapping):
-            lines += [f"  {k}={v}" for k, v in sorted(mask_env(env).items())]
-        else:
-            lines.append(f"  {env}")
-        lines += ["=" * 78, ""]
-        return "\n".join(lines) + "\n"
-
-    @staticmethod
-    def _footer(
-        result: ExecResult,
-        status: str,
-        reason: str | None,
-        duration: float,
-        packages: Sequence[PackageFile],
-        produced: Sequence[Path],
-        notes: Sequence[str] = (),
-    ) -> str:
-        lines = [
-            "",
-            "=" * 78,
-            f"result:      {status.upper()}",
-            f"exit status: {result.exit_status if result.exit_status is not None else '-'}",
-            f"duration:    {duration:.1f} s",
-        ]
-        if reason:
-            lines.append(f"reason:      {reason}")
-        lines += [f"note:        {n}" for n in notes]
-        if packages:
-            lines.append("packages:")
-            lines += [f"  {p.name}  {p.size} bytes  sha256 {p.sha256}" for p in packages]
-        elif produced:
-            lines.append("files produced (not filed, the build failed):")
-            lines += [f"  {p.name}" for p in produced]
-        lines += ["=" * 78, ""]
-        return "\n".join(lines) + "\n"
 
     # ------------------------------------------------------------------ queues
 
@@ -482,6 +404,98 @@ class Runner:
         return results
 
 
+# (config, executor, source dir) -> the smoke hook of a night; see nightly.smoke.SmokeTester.
+SmokeFactory = Callable[[Config, Executor, Path], SmokeHook]
+
+
+class LocalPhase:
+    """The build phase on this machine (nightly.phase.BuildPhase): its queues, in parallel,
+    each serially, work-conserving (Runner.run_queues)."""
+
+    def __init__(
+        self,
+        config: Config,
+        machine: Machine,
+        executor: str,
+        *,
+        queues: Sequence[Sequence[Build]] | None = None,
+        estimate_s: float = 0.0,
+        keep_container: bool = False,
+        smoke: SmokeFactory | None = None,
+    ) -> None:
+        self.config = config
+        self._machine = machine
+        self.executor = executor
+        self.queues = queues
+        self.estimate_s = estimate_s
+        self.keep_container = keep_container
+        self.smoke = smoke
+
+    @property
+    def machine(self) -> Machine:
+        return self._machine
+
+    def meta(self) -> dict[str, Any]:
+        return {}
+
+    def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> int:
+        config = self.config
+        state = State(day.path / "nonexistent-state.json")
+        ctx = RunContext(config=config, day=day, state=state, source_dir=day.source,
+                         version=version, channel=channel, machine=self.machine.name)
+        ex = make_executor(self.executor, config, keep_container=self.keep_container)
+        for b in builds:
+            desc = ex.describe(make_job(ctx, b, executor=ex.name))
+            print(json.dumps({"build": b.id, "machine": self.machine.name, **desc}, indent=2,
+                             default=str))
+        return 0
+
+    def run(self, night: NightContext, todo: Sequence[Build]) -> float:
+        ctx = RunContext(
+            config=night.config, day=night.day, state=night.state, source_dir=night.source_dir,
+            version=night.version, channel=night.channel, machine=self.machine.name,
+        )
+        with make_executor(self.executor, night.config,
+                           keep_container=self.keep_container) as ex:
+            if todo:
+                if ex.name == "container":
+                    from nightly.images.commands import preflight
+
+                    preflight(night.config, todo)  # a missing builder image names its build command
+                ex.preflight([make_job(ctx, b, executor=ex.name) for b in todo])
+            n_q = len(self.queues) if self.queues is not None else self.machine.queues
+            progress = Progress(
+                total=len(todo), master_log=night.day.master / "run.log",
+                estimate_s=self.estimate_s, live=night.live, queue_logs=night.day.master,
+            )
+            with progress:
+                progress.log(
+                    f"night {night.day.name} on machine {self.machine.name}: {len(todo)} to "
+                    f"build, {len(night.builds) - len(todo)} already succeeded, {n_q} queues, "
+                    f"executor {ex.name}, source {night.source_describe}"
+                )
+                smoke = self.smoke(night.config, ex, night.source_dir) if self.smoke else None
+                record = recorder(night.history, night.day.name, night.state,
+                                  commit=night.commit, channel=night.channel, log=night.log)
+
+                def on_event(kind: str, info: Mapping[str, Any]) -> None:
+                    progress(kind, info)
+                    record(kind, info)
+
+                runner = Runner(ctx, ex, on_event=on_event, smoke=smoke)
+                todo_ids = {b.id for b in todo}
+                if self.queues is not None:
+                    qs = [[b for b in q if b.id in todo_ids] for q in self.queues]
+                    runner.run_queues(qs, order=[b for b in night.builds if b.id in todo_ids])
+                else:
+                    qs = [list(todo[i::n_q]) for i in range(n_q)]
+                    runner.run_queues(qs, order=todo)
+        return self.estimate_s
+
+    def finish(self, night: NightContext) -> None:
+        pass
+
+
 class _Dispatcher:
     def __init__(self, queues: Sequence[Sequence[Build]], order: Sequence[Build] | None) -> None:
         self.own = [list(q) for q in queues]
@@ -507,39 +521,6 @@ class _Dispatcher:
             return self.own[best[1]].pop(0)
 
 
-_RULE = "=" * 78
-_PACKAGE_LINE = re.compile(r"^  (.+)  (\d+) bytes  sha256 ([0-9a-f]{64})$")
-
-
-def _last_footer(text: str, build_id: str) -> tuple[float, list[tuple[str, int, str]]] | None:
-    """The duration and packages of a complete SUCCEEDED footer closing the log's last
-    attempt, or None (no footer, another result, or a footer cut short)."""
-    start = text.rfind(f"nightly build {build_id}  (attempt ")
-    if start < 0:
-        return None
-    lines = text[start:].rstrip("\n").split("\n")
-    try:
-        at = max(i for i, line in enumerate(lines) if line.startswith("result:"))
-    except ValueError:
-        return None
-    if lines[at].split() != ["result:", "SUCCEEDED"] or lines[-1] != _RULE:
-        return None
-    duration = 0.0
-    files: list[tuple[str, int, str]] = []
-    for line in lines[at + 1 : -1]:
-        if line.startswith("duration:"):
-            with contextlib.suppress(IndexError, ValueError):
-                duration = float(line.split()[1])
-        m = _PACKAGE_LINE.match(line)
-        if m:
-            files.append((m.group(1), int(m.group(2)), m.group(3)))
-    return (duration, files) if files else None
-
-
-def _command_text(command: object) -> str:
-    if isinstance(command, (list, tuple)):
-        return " ".join(str(c) for c in command)
-    return str(command or "-")
 
 
 def _files(folder: Path) -> list[Path]:

@@ -116,6 +116,7 @@ class SmokeTester:
                 timeout_s=sm.timeout_s,
                 image=(sm.image or job.image),
                 gpu=sm.gpu,
+                cache=None,  # a smoke test tests the package, it compiles nothing to keep
             )
             smoke_job.output_dir.mkdir()
             smoke_job.work_dir.mkdir()

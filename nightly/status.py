@@ -10,6 +10,7 @@ from nightly.nightview import (
     human_size,
     load_night,
     log_tail,
+    manual_text,
     outcome_text,
     took,
 )
@@ -44,6 +45,7 @@ def show(
     from nightly.display import print_packages
 
     print_packages(con, [(b.id, name, size) for b in night.builds for name, size in b.files])
+    _manual_builds(con, night)
     if tail > 0:
         _log_tails(con, night, tail)
     return 1 if c[FAILED] or c[INTERRUPTED] else 0
@@ -76,6 +78,8 @@ def _counts_line(c: dict[str, int]) -> str:
     if c["regressions"]:
         n = c["regressions"]
         parts.append(f"[magenta]{n} regression{'s' if n != 1 else ''}[/magenta]")
+    if c["manual"]:
+        parts.append(f"[cyan]{c['manual']} manual[/cyan]")
     return ", ".join(parts)
 
 
@@ -110,6 +114,8 @@ def _table(night: NightView) -> Table:
             outcome += f": {escape(b.reason)}"
         if b.upload_error:
             outcome += f" [red](upload failed: {escape(b.upload_error)})[/red]"
+        if b.manual:
+            outcome += " [cyan](manual)[/cyan]"
         t.add_row(
             escape(b.id),
             outcome,
@@ -119,6 +125,25 @@ def _table(night: NightView) -> Table:
             *([str(b.attempts or "-")] if retried else []),
         )
     return t
+
+
+def _manual_builds(con: Console, night: NightView) -> None:
+    """The one-off builds of the day: who ran each, when, and the command (one a line)."""
+    from rich.markup import escape
+
+    manual = [b for b in night.builds if b.manual]
+    if not manual:
+        return
+    con.print(f"manual builds ({len(manual)}):")
+    width = max(len(b.id) for b in manual)
+    for b in manual:
+        command = (b.manual or {}).get("command", "")
+        con.print(
+            f"  {escape(b.id.ljust(width))}  [cyan]{escape(manual_text(b))}[/cyan]"
+            + (f": {escape(command)}" if command else ""),
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 def _log_tails(con: Console, night: NightView, tail: int) -> None:

@@ -86,10 +86,12 @@ class BuildPyWithVersion(build_py):
 
 
 class BuildExtWithCuda(build_ext):
-    """Compiles cuda/*.cu with nvcc and links the objects and the static CUDA runtime.
+    """Compiles cuda/*.cu with nvcc and links the objects and the CUDA runtime.
 
-    Static cudart keeps the wheel self-contained (no libcudart.so to bundle or find);
-    the driver, libcuda.so, is loaded by the runtime only when a CUDA function is called.
+    The static runtime when the toolkit has it keeps the wheel self-contained (no
+    libcudart.so to bundle or find); without it libcudart.so is linked and auditwheel
+    bundles it. The driver, libcuda.so, is loaded by the runtime only when a CUDA function
+    is called, and never bundled.
     """
 
     def build_extension(self, ext):
@@ -106,7 +108,10 @@ class BuildExtWithCuda(build_ext):
         )
         for source in sources:
             obj = os.path.join(self.build_temp, os.path.basename(source) + ".o")
-            cmd = [nvcc, "-c", source, "-o", obj, "-O2", "-Xcompiler", "-fPIC"]
+            # A compiler cache (nightly sets sccache) goes in front of nvcc the way CMake
+            # puts CMAKE_CUDA_COMPILER_LAUNCHER in front of it.
+            launcher = [p for p in os.environ.get("CMAKE_CUDA_COMPILER_LAUNCHER", "").split(";") if p]
+            cmd = launcher + [nvcc, "-c", source, "-o", obj, "-O2", "-Xcompiler", "-fPIC"]
             extra = os.environ.get("NVCC_FLAGS", "").split()
             self.announce("compiling %s with nvcc" % source, level=2)
             print(" ".join(cmd + extra))
@@ -117,7 +122,15 @@ class BuildExtWithCuda(build_ext):
         if not os.path.isdir(lib_dir):
             lib_dir = os.path.join(cuda_home(), "lib")
         ext.library_dirs.append(lib_dir)
-        ext.libraries.extend(["cudart_static", "dl", "pthread", "rt"])
+        if os.path.exists(os.path.join(lib_dir, "libcudart_static.a")):
+            ext.libraries.extend(["cudart_static", "dl", "pthread", "rt"])
+        else:
+            # Toolkits assembled from PyPI's CUDA 11/12 wheels have no static runtime: link
+            # libcudart.so, found through the RPATH at build time; auditwheel repair then
+            # copies it into the wheel (nightlydemo.libs/), so the wheel is self-contained
+            # either way.
+            ext.libraries.extend(["cudart", "dl", "pthread", "rt"])
+            ext.runtime_library_dirs.append(lib_dir)
         ext.define_macros.append(("NIGHTLYDEMO_WITH_CUDA", "1"))
         # The CUDA objects are C++: link with the C++ driver so libstdc++ comes along.
         ext.language = "c++"

@@ -14,6 +14,7 @@ from nightly.config.reader import parse_duration
 from nightly.config.schema import (
     EXECUTORS,
     SCHEDULE_MODES,
+    CacheConfig,
     ClusterConfig,
     Config,
     ContainerConfig,
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULTS_PATH",
     "EXECUTORS",
     "SCHEDULE_MODES",
+    "CacheConfig",
     "ClusterConfig",
     "Config",
     "ContainerConfig",

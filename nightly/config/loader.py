@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nightly.config.builders import check_references, parse_builders
 from nightly.config.keys import check_keys, shape_of
 from nightly.config.machines import parse_executors, parse_images, parse_machines
 from nightly.config.project import (
@@ -23,7 +24,13 @@ from nightly.config.project import (
 )
 from nightly.config.publish import parse_publish
 from nightly.config.reader import Ctx, Table, merge, read_defaults, read_toml
-from nightly.config.runtime import parse_cluster, parse_min_free_gb, parse_notify, parse_smoke
+from nightly.config.runtime import (
+    parse_cache,
+    parse_cluster,
+    parse_min_free_gb,
+    parse_notify,
+    parse_smoke,
+)
 from nightly.config.scheduling import (
     parse_estimates,
     parse_retention,
@@ -70,6 +77,7 @@ def parse(
     mode, history_estimates = parse_schedule(top)
     machines = parse_machines(top, ctx)
     images = parse_images(top, ctx)
+    builders = parse_builders(top, ctx)
     timeouts = parse_timeouts(top)
     estimates = parse_estimates(top)
     retries_infra, retries_recipe = parse_retries(top)
@@ -81,8 +89,10 @@ def parse(
     smoke = parse_smoke(top, project.name)
     cluster = parse_cluster(top, ctx, base)
     build = parse_build(top)
+    cache = parse_cache(top, ctx, base, publish)
     top.finish()
     builds = select_builds(matrices, include, exclude, machines, ctx)
+    check_references(images, builders, builds, ctx)
     return Config(
         path=path,
         root=root,
@@ -108,5 +118,7 @@ def parse(
         smoke=smoke,
         cluster=cluster,
         build=build,
+        cache=cache,
         builds=tuple(builds),
+        builders=builders,
     )

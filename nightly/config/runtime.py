@@ -1,11 +1,17 @@
-"""[notify], [run], [smoke] and [cluster]: what happens around the builds of a night."""
+"""[notify], [run], [smoke], [cluster] and [cache]: what happens around the builds of a night."""
 
 from __future__ import annotations
 
+import os
+import re
+import urllib.parse
 from pathlib import Path
 
 from nightly.config.reader import Ctx, Table, resolve_path, store_url
-from nightly.config.schema import EXECUTORS, ClusterConfig, Notify, Smoke
+from nightly.config.schema import EXECUTORS, CacheConfig, ClusterConfig, Notify, Publish, Smoke
+
+# sccache's SCCACHE_CACHE_SIZE: a number of bytes with an optional K, M, G or T.
+_SIZE = re.compile(r"^[0-9]+[KMGT]?$")
 
 
 def parse_notify(top: Table) -> Notify:
@@ -84,3 +90,30 @@ def parse_cluster(top: Table, ctx: Ctx, base: Path) -> ClusterConfig:
 def _opt_path(value: str, base: Path) -> Path | None:
     """A file named in the config, relative to the config file ("" = not set)."""
     return resolve_path(value, base) if value else None
+
+
+def parse_cache(top: Table, ctx: Ctx, base: Path, publish: Publish) -> CacheConfig:
+    ca = top.table("cache")
+    size = ca.str("size")
+    if not _SIZE.match(size):
+        ctx.fail(f"cache size '{size}' is not a size", "cache.size",
+                 hint='write a number of bytes with K, M, G or T, e.g. "10G"')
+    url = ca.str("url")
+    parts = urllib.parse.urlsplit(url)
+    if url and (parts.scheme != "s3" or not parts.netloc):
+        ctx.fail(f"'{url}' is not an S3 location", "cache.url",
+                 hint="write s3://BUCKET/PREFIX for a shared cache, or set cache.dir for a "
+                      "folder on this machine")
+    folder = ca.str("dir") or os.path.join("~", ".cache", "nightly", "sccache")
+    c = CacheConfig(
+        enabled=ca.bool("enabled"),
+        dir=resolve_path(os.path.expanduser(folder), base),
+        size=size,
+        url=url,
+        # A shared cache is reached like the publishing store unless told otherwise.
+        endpoint_url=ca.str("endpoint_url") or publish.endpoint_url,
+        region=ca.str("region") or publish.region,
+        profile=ca.str("profile") or publish.profile,
+    )
+    ca.finish()
+    return c

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nightly.errors import ConfigError, did_you_mean
+from nightly.images.spec import BuilderSpec, SpecError
 from nightly.matrix import Build, PackageMatrix
 
 EXECUTORS = ("local", "container")
@@ -79,6 +80,7 @@ class Retention:
     local_days: int
     remote_versions: int
     remote_days: int
+    index_versions: int  # pages show each project's newest N versions (0: all)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +118,8 @@ class Publish:
     acl: str
     find_links: str  # the template as written: {project} and {channel} are replaced
     index: bool
+    index_shared: tuple[str, ...]  # folders listed in every accelerator folder of their channel
+    index_aggregate: bool  # channel roots list all their accelerator folders' files
     conda_channel: str  # an absolute folder path, "" for none
     anaconda_user: str
     anaconda_label: str
@@ -158,6 +162,19 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CacheConfig:
+    """[cache]: the compiler cache (sccache) in front of every build's compilers (nightly.cache)."""
+
+    enabled: bool = False  # the section's default (defaults.toml) turns it on
+    dir: Path = Path()  # the local cache folder of this machine (one subfolder per toolchain)
+    size: str = "10G"  # cap of each toolchain's folder
+    url: str = ""  # "s3://BUCKET/PREFIX": one cache shared by a cluster's machines instead
+    endpoint_url: str = ""  # as [publish] when empty
+    region: str = ""
+    profile: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     path: Path
     root: Path
@@ -185,7 +202,10 @@ class Config:
     smoke: Smoke
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     build: BuildSettings = field(default_factory=BuildSettings)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     builds: tuple[Build, ...] = field(default=())  # the matrix after the config's selectors
+    # Declared builder images ([builders.NAME]); an [images] entry "@NAME" uses one.
+    builders: Mapping[str, BuilderSpec] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ lookups
 
@@ -209,6 +229,12 @@ class Config:
     def image_for(self, build: Build) -> str:
         for table in (self.images.get(build.package, {}), self.images.get("default", {})):
             image = table.get(build.cuda) or table.get("default")
+            if image and image.startswith("@") and image[1:] in self.builders:
+                # A declared builder: its image for this CUDA, tagged with the spec's hash.
+                try:
+                    return self.builders[image[1:]].tag_for(build.cuda)
+                except SpecError as e:
+                    raise ConfigError(str(e), file=str(self.path), key=e.key, hint=e.hint) from e
             if image:
                 # Placeholders let one entry cover every CUDA version:
                 # {cuda} cu126, {cuda_version} 12.6, {cuda_digits} 126.

@@ -1,7 +1,61 @@
-"""Executors run one build's recipe somewhere (host, container, cluster worker)."""
+"""Executors run one build's recipe somewhere (the host, a container), and their registry.
+
+`make_executor(name, config)` is the one place a name from the config or the command line
+becomes an executor; a new executor is one more entry in `EXECUTORS`.
+"""
 
 from __future__ import annotations
 
-from nightly.executors.base import ExecResult, Executor, Job, OutputSink
+from collections.abc import Callable
 
-__all__ = ["ExecResult", "Executor", "Job", "OutputSink"]
+from nightly.config import Config
+from nightly.errors import ConfigError, UsageError
+from nightly.executors.base import ExecResult, Executor, Job, OutputSink
+from nightly.executors.container import ContainerExecutor, ContainerSettings
+from nightly.executors.local import LocalExecutor
+
+# (config, keep_container) -> a fresh executor
+ExecutorFactory = Callable[[Config, bool], Executor]
+
+
+def _local(config: Config, keep_container: bool) -> Executor:
+    return LocalExecutor(pythons=config.local.pythons, cuda=config.local.cuda)
+
+
+def _container(config: Config, keep_container: bool) -> Executor:
+    c = config.container
+    try:
+        settings = ContainerSettings(
+            base_url=c.base_url or None,
+            memory_limit=c.memory_limit or None,
+            user=c.user or None,
+            cuda_mounts=dict(c.cuda_mounts),
+            gpu=c.gpu,
+            keep_container=keep_container,
+            pull=c.pull,
+        )
+    except ValueError as e:
+        raise ConfigError(str(e), file=str(config.path), key="executor.container") from e
+    return ContainerExecutor(settings)
+
+
+# In the order the error message lists them.
+EXECUTORS: dict[str, ExecutorFactory] = {"local": _local, "container": _container}
+
+
+def make_executor(name: str, config: Config, *, keep_container: bool = False) -> Executor:
+    factory = EXECUTORS.get(name)
+    if factory is None:
+        raise UsageError(f"unknown executor '{name}': choose {' or '.join(EXECUTORS)}")
+    return factory(config, keep_container)
+
+
+__all__ = [
+    "EXECUTORS",
+    "ExecResult",
+    "Executor",
+    "ExecutorFactory",
+    "Job",
+    "OutputSink",
+    "make_executor",
+]

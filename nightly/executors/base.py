@@ -13,6 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nightly.cache import BuildCache
 
 # Called with each chunk of the build's output as it arrives. Thread-safe per build.
 OutputSink = Callable[[bytes], None]
@@ -37,6 +41,7 @@ class Job:
     image: str | None = None  # container image, when the executor uses one
     memory_limit: str | None = None  # e.g. "8g", container executor
     gpu: bool = False  # request GPU access (smoke tests on GPU hosts only)
+    cache: BuildCache | None = None  # the compiler cache (nightly.cache.attach)
 
     @property
     def recipe(self) -> Path:

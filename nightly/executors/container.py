@@ -158,7 +158,10 @@ class ContainerExecutor(Executor):
         return Path(host) if host is not None else None
 
     def command_for(self, job: Job) -> list[str]:
-        return ["bash", "-c", WRAPPER, f"{RECIPES_MOUNT}/{job.package}/build.sh"]
+        recipe = f"{RECIPES_MOUNT}/{job.package}/build.sh"
+        if job.cache is not None:  # the compiler cache's `run` starts the recipe
+            return ["bash", "-c", WRAPPER, *job.cache.command(recipe, container=True)[1:]]
+        return ["bash", "-c", WRAPPER, recipe]
 
     def env_for(self, job: Job) -> dict[str, str]:
         env = dict(job.env)
@@ -170,6 +173,8 @@ class ContainerExecutor(Executor):
         )
         if "NIGHTLY_WHEELHOUSE" in env:
             env["NIGHTLY_WHEELHOUSE"] = WHEELHOUSE_MOUNT
+        if job.cache is not None:
+            env.update(job.cache.env(container=True))
         return env
 
     def mounts_for(self, job: Job) -> list[tuple[str, str, bool]]:
@@ -185,6 +190,8 @@ class ContainerExecutor(Executor):
         # The night's wheelhouse of build requirements (offline builds), read-only.
         if "NIGHTLY_WHEELHOUSE" in job.env:
             mounts.append((job.env["NIGHTLY_WHEELHOUSE"], WHEELHOUSE_MOUNT, True))
+        if job.cache is not None:
+            mounts += job.cache.mounts()
         return mounts
 
     def create_kwargs(self, job: Job) -> dict[str, Any]:

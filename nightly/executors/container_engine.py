@@ -49,7 +49,7 @@ WRAPPER = (
     f'if [ -e {STARTED_MARKER} ]; then echo "[nightly] kept for debugging"; '
     "while :; do sleep 3600; done; fi; "
     f'mkdir -p -- "$HOME" "$WORK_DIR" && : > {STARTED_MARKER} && cd -- "$WORK_DIR" '
-    '&& exec bash -- "$0"'
+    '&& exec bash -- "$0" "$@"'
 )
 
 POLL_S = 0.1  # how often the supervisor looks at the cancel event and the deadline

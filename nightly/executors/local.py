@@ -145,6 +145,8 @@ class LocalExecutor(Executor):
             ),
             PIP_DISABLE_PIP_VERSION_CHECK="1",
         )
+        if job.cache is not None:
+            env.update(job.cache.env(container=False))
         return env
 
     def describe(self, job: Job) -> dict[str, object]:
@@ -156,7 +158,7 @@ class LocalExecutor(Executor):
             env, problem = self.environment(job, lookup=False), f"cannot run: {e}"
         desc: dict[str, object] = {
             "where": "host (local executor)",
-            "command": ["bash", str(job.recipe)],
+            "command": _command(job),
             "cwd": str(job.work_dir),
             "timeout_s": job.timeout_s,
             "env": env,
@@ -184,7 +186,7 @@ class LocalExecutor(Executor):
             out(f"[nightly] CUDA toolkit {env['CUDA_HOME']}\n".encode())
         try:
             proc = subprocess.Popen(
-                ["bash", str(job.recipe)],
+                _command(job),
                 cwd=job.work_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -268,6 +270,12 @@ class LocalExecutor(Executor):
                 )
         record.unlink(missing_ok=True)
         return notes
+
+
+def _command(job: Job) -> list[str]:
+    if job.cache is not None:  # the compiler cache's `run` starts the recipe
+        return job.cache.command(str(job.recipe), container=False)
+    return ["bash", str(job.recipe)]
 
 
 # The record of a running recipe's process group, beside (not inside) its scratch folder.

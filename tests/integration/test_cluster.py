@@ -466,7 +466,7 @@ def test_cluster_usage_errors(night_project, make_recipe, run_cli, cluster):
 
 
 def test_inputs_tarballs_are_reproducible_and_fetched_once(tmp_path):
-    from nightly.executors.cluster import ensure_input, make_tarball
+    from nightly.cluster.staging import ensure_input, make_tarball
     from nightly.publish.stores import FileStore
 
     src = tmp_path / "src"
@@ -489,7 +489,7 @@ def test_inputs_tarballs_are_reproducible_and_fetched_once(tmp_path):
 
 
 def test_bounds_and_priorities():
-    from nightly.cluster import capacity, cluster_bounds, lpt_priorities
+    from nightly.cluster.dispatch import capacity, cluster_bounds, lpt_priorities
     from nightly.matrix import Build
 
     workers = {
@@ -514,8 +514,8 @@ def test_bounds_and_priorities():
 
 
 def test_the_log_streams_as_it_grows_and_survives_a_failing_store(tmp_path):
+    from nightly.cluster.staging import LogStreamer
     from nightly.errors import PublishError
-    from nightly.executors.cluster import LogStreamer
 
     class Flaky:
         def __init__(self) -> None:

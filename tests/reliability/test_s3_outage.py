@@ -144,6 +144,11 @@ def test_a_long_outage_is_reported_and_nightly_upload_finishes_later(
         assert not entry.get("upload_error"), entry
         assert entry["published"] == {f"s3://{bucket}/pub/{key_of(bid)}": entry["packages"][0]["sha256"]}
     check_bucket(s3, bucket, state, tmp_path)
+    # The night's summary says so now (issue 14 item 5): no failed upload left, exit code 0.
+    summary = p.summary()
+    assert summary["failed_uploads"] == []
+    assert not summary["publish_error"]
+    assert summary["exit_code"] == 0
     # Twice is harmless: nothing uploaded again.
     code, out, err = run_cli(["upload", "--config", str(p.config), "--date", DATE], env=ENV, timeout=120)
     assert code == 0, (out, err)

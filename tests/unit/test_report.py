@@ -356,3 +356,31 @@ def test_status_in_a_non_terminal_prints_every_package_in_full(
     for bid in ("conda_3.7_cpu", "conda_3.7_cu100", "manywheel_3.7m_cpu", "manywheel_3.7m_cu100"):
         assert any(bid in line and "pkg.whl" in line for line in lines), bid
     assert "…" not in out.getvalue()
+
+
+def test_a_one_off_build_is_marked_manual_in_status_and_report(tmp_path: Path) -> None:
+    builds = standard_builds()
+    builds["conda_3.7_cu100"]["manual"] = {
+        "by": "alice", "at": "2024-05-01T14:02:00+00:00", "command": "nightly build conda 3.7 cu100",
+    }
+    day = make_day(tmp_path, builds)
+    console = Console(record=True, width=200, color_system=None)
+    status_view.show(day, console=console, tail=0)
+    out = console.export_text()
+    assert "1 manual" in out
+    row = next(line for line in out.splitlines() if "conda_3.7_cu100" in line and "succeeded" in line)
+    assert "(manual)" in row
+    assert not any("manual" in line for line in out.splitlines() if "conda_3.7_cpu " in line)
+    listed = [line for line in out.splitlines() if "manual build by" in line]
+    assert listed == [
+        "  conda_3.7_cu100  manual build by alice, 2024-05-01 14:02: nightly build conda 3.7 cu100"
+    ]
+
+    page = Page(report.render_html(day, None))
+    marked = page.having("data-manual")
+    assert [a["data-manual"] for a in marked] == ["alice"]
+    assert marked[0]["title"] == "nightly build conda 3.7 cu100"
+    assert [a for a in page.having("data-count") if a["data-count"] == "manual"]
+    (bar,) = [a for a in page.classed("bar") if a["data-build"] == "conda_3.7_cu100"]
+    assert "manual" in str(bar["class"]).split()
+    assert "manual build by alice" in str(bar["title"])

@@ -19,7 +19,8 @@ import pytest
 from nightly import config as cfg
 from nightly.executors.local import LocalExecutor, NotFound, _record_group
 from nightly.matrix import Build
-from nightly.runner import RunContext, Runner, _Dispatcher, make_job, mask_env, recipe_env
+from nightly.redact import mask_env
+from nightly.runner import RunContext, Runner, _Dispatcher, make_job, recipe_env
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State
 
 DATE = dt.date(2019, 1, 31)

@@ -17,6 +17,7 @@ __all__ = [
     "vector_sum",
     "built_with_cuda",
     "cuda_version",
+    "cuda_runtime_version",
     "cuda_device_count",
     "vector_add_cuda",
 ]
@@ -53,6 +54,11 @@ def cuda_version():
             "nightlydemo was labelled CUDA %s but compiled against CUDA %s" % (_cuda_version, native)
         )
     return native
+
+
+def cuda_runtime_version():
+    """CUDART_VERSION the extension was compiled against (11080 for 11.8), or None."""
+    return _native.cuda_runtime_version()
 
 
 def cuda_device_count():

@@ -90,6 +90,17 @@ static PyObject *native_cuda_version(PyObject *self, PyObject *noargs) {
 #endif
 }
 
+static PyObject *native_cuda_runtime_version(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+#ifdef NIGHTLYDEMO_WITH_CUDA
+    /* The raw CUDART_VERSION (major*1000 + minor*10): 11080 for CUDA 11.8. */
+    return PyLong_FromLong(nightlydemo_cuda_runtime_version());
+#else
+    Py_RETURN_NONE;
+#endif
+}
+
 static PyObject *native_cuda_device_count(PyObject *self, PyObject *noargs) {
     (void)self;
     (void)noargs;
@@ -156,6 +167,7 @@ static PyMethodDef native_methods[] = {
     {"vector_sum", native_vector_sum, METH_VARARGS, "vector_sum(seq) -> sum of the floats."},
     {"built_with_cuda", native_built_with_cuda, METH_NOARGS, "True for a CUDA build."},
     {"cuda_version", native_cuda_version, METH_NOARGS, "CUDA runtime version compiled against, or None."},
+    {"cuda_runtime_version", native_cuda_runtime_version, METH_NOARGS, "CUDART_VERSION compiled against (11080), or None."},
     {"cuda_device_count", native_cuda_device_count, METH_NOARGS, "Visible CUDA devices (0 without)."},
     {"vector_add_cuda", native_vector_add_cuda, METH_VARARGS, "Element-wise add on the GPU."},
     {NULL, NULL, 0, NULL}};

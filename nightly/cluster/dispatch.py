@@ -1,0 +1,316 @@
+"""Handing a night's builds to a Dask scheduler: priorities, resources, bounds, dispatch.
+
+- resources: each build takes one `slots` and requires its platform (`platform-linux`,
+  `platform-macos`; with `cluster.gpu_smoke`, CUDA builds also `gpu`), so it only goes to a
+  worker that can run it (docs/cluster.md: how workers declare them);
+- priority: longest estimated first (the plan's estimates: the history's, else the
+  configured ones), so the cluster's list schedule stays close to the lower bound;
+- retries: a worker that dies mid-build loses its task, and the scheduler runs it again on
+  another worker (up to `distributed.scheduler.allowed-failures` times); a task that raised
+  is rerun `cluster.task_retries` times.
+
+dask and distributed are imported only inside the functions that use them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import queue
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nightly.cluster.worker import GPU, SLOTS, platform_resource
+from nightly.config import Config
+from nightly.errors import NightlyError
+from nightly.matrix import Build
+
+WORKER_CHECK_S = 5.0  # how often the workers' capacity is looked at while builds wait
+Resources = Mapping[str, float]
+
+
+def lpt_priorities(builds: Sequence[Build], estimate: Mapping[str, float]) -> dict[str, int]:
+    """Dask priorities (higher runs first): the estimate in milliseconds, so the longest
+    builds start first; builds of equal estimate share a priority (and one submission)."""
+    return {b.id: round(estimate[b.id] * 1000) for b in builds}
+
+
+def build_resources(config: Config, build: Build) -> dict[str, float]:
+    """What a build needs of a worker: one build slot, and its capabilities (amount 0: only
+    workers that declare them qualify, and running builds never use them up)."""
+    res = {SLOTS: 1.0, platform_resource(build.platform): 0.0}
+    if config.cluster.gpu_smoke and config.smoke.enabled and build.is_cuda:
+        res[GPU] = 0.0
+    return res
+
+
+def worker_slots(info: Mapping[str, Any], resources: Resources) -> float:
+    """The build slots of one worker (scheduler_info's entry) that `resources` may use."""
+    have = info.get("resources") or {}
+    if any(r not in have or float(have[r]) < float(need) for r, need in resources.items()):
+        return 0.0
+    return float(have.get(SLOTS, 0.0))
+
+
+def capacity(workers: Mapping[str, Mapping[str, Any]], resources: Resources) -> float:
+    return sum(worker_slots(w, resources) for w in workers.values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bounds:
+    lower_bound_s: float  # per group of builds with the same needs: max(longest, work / slots)
+    makespan_s: float  # greedy list schedule, longest first, on the slots available
+    slots: dict[str, float]  # slots per resource signature
+    unplaceable: tuple[str, ...]  # builds no worker can run
+
+
+def cluster_bounds(
+    estimates: Mapping[str, float],
+    resources: Mapping[str, Resources],
+    workers: Mapping[str, Mapping[str, Any]],
+) -> Bounds:
+    groups: dict[str, list[str]] = {}
+    sig_res: dict[str, Resources] = {}
+    for bid, res in resources.items():
+        sig = ",".join(sorted(r for r in res if r != SLOTS))
+        groups.setdefault(sig, []).append(bid)
+        sig_res[sig] = res
+    lb = ms = 0.0
+    slots: dict[str, float] = {}
+    unplaceable: list[str] = []
+    for sig, ids in groups.items():
+        cap = capacity(workers, sig_res[sig])
+        slots[sig] = cap
+        if cap < 1:
+            unplaceable += ids
+            continue
+        ests = sorted((estimates[i] for i in ids), reverse=True)
+        lb = max(lb, ests[0], sum(ests) / cap)
+        heap = [0.0] * int(cap)
+        for e in ests:
+            t = heapq.heappop(heap)
+            heapq.heappush(heap, t + e)
+        ms = max(ms, max(heap))
+    return Bounds(lower_bound_s=lb, makespan_s=ms, slots=slots, unplaceable=tuple(sorted(unplaceable)))
+
+
+# ---------------------------------------------------------------------------- dispatching
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskItem:
+    build_id: str
+    key: str
+    spec: Any
+    resources: Resources
+    priority: int
+
+
+def task_key(build: Build, day: str, run_id: str) -> str:
+    """Unique per orchestrator run. Its leading words (`nightly-manywheel-cuda`) are the
+    task's Dask prefix: the scheduler learns durations per package and cpu/cuda."""
+    kind = "cuda" if build.is_cuda else "cpu"
+    return f"nightly-{build.package}-{kind}-{day.replace('/', '_')}-{build.id}-{run_id}"
+
+
+class Dispatcher:
+    """Hands tasks to the scheduler and gives back, on the calling thread, results as they
+    arrive, the workers' events and a periodic tick. The night and the benchmark share it.
+
+    Work-conserving list scheduling, longest first: per group of tasks with the same
+    resources, at most (the group's slots + `lookahead` per worker that can run it) are on
+    the cluster at a time, and as each finishes the next one by priority goes out; the few
+    queued on each worker hide the round trip. Handing everything over at once
+    (`lookahead=None`) has the scheduler place every task up front, on its guesses of the
+    durations (it learns them per task prefix: `task_key`), which stealing then corrects.
+    benchmarks/bench_cluster.py measures both.
+    """
+
+    def __init__(
+        self, client: Any, *, topic: str, retries: int, lookahead: int | None = 2
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.retries = retries
+        self.lookahead = lookahead
+        self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.futures: dict[str, Any] = {}
+        self.items: dict[str, TaskItem] = {}
+        self.pending: dict[tuple[tuple[str, float], ...], list[TaskItem]] = {}
+        self.inflight: dict[tuple[tuple[str, float], ...], int] = {}
+        self.fn: Callable[..., Any] | None = None
+        self._workers: dict[str, dict[str, Any]] = {}
+        self._workers_at = 0.0
+        client.subscribe_topic(topic, self._on_event)
+
+    def _on_event(self, event: Any) -> None:
+        msg = event[1] if isinstance(event, tuple) and len(event) == 2 else event
+        if isinstance(msg, dict):
+            self.inbox.put(("event", msg))
+
+    @staticmethod
+    def _sig(item: TaskItem) -> tuple[tuple[str, float], ...]:
+        return tuple(sorted(item.resources.items()))
+
+    def submit(self, fn: Callable[..., Any], items: Iterable[TaskItem]) -> None:
+        """Queue `items` (highest priority first, the given order among equals) and send
+        what the cluster has room for."""
+        self.fn = fn
+        for it in items:
+            self.items[it.build_id] = it
+            self.pending.setdefault(self._sig(it), []).append(it)
+        for q in self.pending.values():
+            q.sort(key=lambda i: -i.priority)  # stable: equal priorities keep their order
+        self.refill(fresh=True)
+
+    def refill(self, *, fresh: bool = False) -> None:
+        if self.lookahead is None:
+            for sig in list(self.pending):
+                self._send(sig, len(self.pending[sig]))
+            return
+        workers = self.workers() if fresh or time.monotonic() - self._workers_at > 1.0 \
+            else self._workers
+        for sig, waiting in self.pending.items():
+            if not waiting:
+                continue
+            res = dict(sig)
+            able = [w for w in workers.values() if worker_slots(w, res) > 0]
+            limit = int(sum(worker_slots(w, res) for w in able)) + self.lookahead * len(able)
+            self._send(sig, limit - self.inflight.get(sig, 0))
+
+    def _send(self, sig: tuple[tuple[str, float], ...], n: int) -> None:
+        """The next `n` tasks of a group: one `client.map` per priority."""
+        waiting = self.pending.get(sig, [])
+        batch, self.pending[sig] = waiting[:max(n, 0)], waiting[max(n, 0):]
+        if not batch:
+            return
+        assert self.fn is not None
+        self.inflight[sig] = self.inflight.get(sig, 0) + len(batch)
+        by_priority: dict[int, list[TaskItem]] = {}
+        for it in batch:
+            by_priority.setdefault(it.priority, []).append(it)
+        for priority, group in sorted(by_priority.items(), key=lambda kv: -kv[0]):
+            futures = self.client.map(
+                self.fn, [it.spec for it in group], key=[it.key for it in group],
+                resources=dict(sig), priority=priority, retries=self.retries, pure=False,
+            )
+            for it, fut in zip(group, futures, strict=True):
+                self.futures[it.build_id] = fut
+                fut.add_done_callback(
+                    lambda f, bid=it.build_id: self.inbox.put(("done", (bid, f))))
+
+    def cancel(self, build_id: str) -> None:
+        item = self.items.get(build_id)
+        if item is not None and item in self.pending.get(self._sig(item), []):
+            self.pending[self._sig(item)].remove(item)
+            self.inbox.put(("done", (build_id, None)))
+            return
+        fut = self.futures.get(build_id)
+        if fut is not None:
+            with contextlib.suppress(Exception):
+                fut.cancel()
+
+    def cancel_all(self) -> None:
+        self.pending.clear()
+        with contextlib.suppress(Exception):
+            self.client.cancel(list(self.futures.values()))
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        info = self.client.scheduler_info(n_workers=-1)
+        self._workers = dict(info.get("workers") or {})
+        self._workers_at = time.monotonic()
+        return self._workers
+
+    def run(
+        self,
+        *,
+        on_result: Callable[[TaskItem, dict[str, Any]], None],
+        on_error: Callable[[TaskItem, BaseException | None], None],
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_tick: Callable[[set[str]], None] | None = None,
+        tick_s: float = WORKER_CHECK_S,
+    ) -> None:
+        """Until every task has finished, erred or been cancelled (`on_error(item, None)`)."""
+        remaining = set(self.items)
+        last_tick = time.monotonic()
+        while remaining:
+            try:
+                kind, payload = self.inbox.get(timeout=min(tick_s, 1.0))
+            except queue.Empty:
+                kind, payload = "idle", None
+            if kind == "event" and on_event is not None:
+                on_event(payload)
+            elif kind == "done":
+                bid: str = payload[0]
+                fut: Any = payload[1]
+                if bid in remaining and (fut is None or self.futures.get(bid) is fut):
+                    remaining.discard(bid)
+                    item = self.items[bid]
+                    self._done(item, fut, on_result, on_error)
+                    if fut is not None:
+                        self.inflight[self._sig(item)] -= 1
+                        self.refill()
+            now = time.monotonic()
+            if now - last_tick >= tick_s:
+                last_tick = now
+                if on_tick is not None:
+                    on_tick(remaining)
+                self.refill(fresh=True)
+        with contextlib.suppress(Exception):
+            self.client.unsubscribe_topic(self.topic)
+
+    @staticmethod
+    def _done(
+        item: TaskItem,
+        fut: Any,
+        on_result: Callable[[TaskItem, dict[str, Any]], None],
+        on_error: Callable[[TaskItem, BaseException | None], None],
+    ) -> None:
+        if fut is None or fut.status == "cancelled":
+            on_error(item, None)
+        elif fut.status == "finished":
+            try:
+                result = fut.result()
+            except Exception as e:  # lost between finishing and fetching
+                on_error(item, e)
+            else:
+                on_result(item, result)
+        else:
+            on_error(item, fut.exception())
+        if fut is not None:
+            with contextlib.suppress(Exception):
+                fut.release()
+
+
+def connect(address: str, timeout_s: float, security: Any = None) -> Any:
+    from distributed import Client
+
+    try:
+        return Client(address, timeout=timeout_s, set_as_default=False,  # type: ignore[no-untyped-call]
+                      security=security)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise NightlyError(
+            f"cannot reach the Dask scheduler at {address}: {e}. Is `dask scheduler` running "
+            "there, and the address right (--cluster, [cluster] address)?"
+            + (" Are [cluster] tls_cert and tls_key from the CA the scheduler trusts "
+               "(tls_ca_file)?" if security is not None else "")
+            + " See docs/cluster.md"
+        ) from e
+
+
+
+__all__ = [
+    "Bounds",
+    "Dispatcher",
+    "Resources",
+    "TaskItem",
+    "build_resources",
+    "capacity",
+    "cluster_bounds",
+    "connect",
+    "lpt_priorities",
+    "task_key",
+    "worker_slots",
+]

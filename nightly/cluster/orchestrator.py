@@ -1,0 +1,399 @@
+"""`nightly run --cluster ADDRESS`: the build phase of a night on a Dask cluster.
+
+The night itself (lock, day folder, source, resume, publish, report, prune, summary) is
+nightly.night's pipeline, as on one machine; this phase submits every build of the night (all
+platforms) to the Dask scheduler, one task per build (nightly.cluster.dispatch: resources,
+priorities, retries), and each build runs on its worker through the ordinary Runner
+(nightly.cluster.worker). Its packages and log go to the staging store, never through the
+scheduler (nightly.cluster.staging); the task returns a small dict. As results arrive, this
+process fetches the packages and files the build with nightly.collect (the same step the local
+queues end each build with): packages into `packages/<package>/<cuda>/`, the log (every
+attempt's, dead workers' included) into `logs/succeeded|failed/`, then state.json and the
+history. Publishing happens once, in the pipeline, after the builds.
+
+Resume: killed (kill -9) and rerun, the night skips succeeded builds; this phase adopts an
+attempt that had finished in staging but was not yet collected (a complete result.json, same
+commit and version), and runs the rest again. The killed orchestrator's tasks are released by
+the scheduler; their workers notice and stop the recipes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import fnmatch
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from nightly.cluster.collector import Collector
+from nightly.cluster.dispatch import (
+    WORKER_CHECK_S,
+    Dispatcher,
+    Resources,
+    TaskItem,
+    build_resources,
+    capacity,
+    cluster_bounds,
+    connect,
+    lpt_priorities,
+    task_key,
+)
+from nightly.cluster.staging import (
+    StagingDay,
+    StagingSpec,
+    inputs_key,
+    make_tarball,
+)
+from nightly.cluster.worker import SLOTS, TaskSpec, run_build_task, running_attempts
+from nightly.config import Config, Machine
+from nightly.errors import ConfigError, NightlyError, NothingSelected, PublishError, UsageError
+from nightly.history import History, history_path
+from nightly.history import estimator as history_estimator
+from nightly.matrix import Build, nightly_version
+from nightly.phase import NightContext
+from nightly.progress import Progress
+from nightly.schedule import make_plan, select_cli
+from nightly.tls import client_security
+from nightly.workspace import INTERRUPTED, PENDING, RUNNING, Day, write_json
+
+LEFTOVER_WAIT_S = 60.0  # how long a rerun waits for a killed run's attempts to stop
+
+
+@dataclasses.dataclass(kw_only=True)
+class ClusterOptions:
+    address: str = ""  # --cluster; "" = [cluster] address
+    machine: str | None = None  # --machine (an error together with a cluster)
+    dry_run: bool = False
+    no_upload: bool = False
+    rebuild: tuple[str, ...] = ()
+    selects: tuple[str, ...] = ()
+    keep_container: bool = False
+    live: bool | None = None
+    notify: bool = True
+
+
+def estimator(config: Config) -> Callable[[Build], float]:
+    """One process plans the whole cluster, so the history's estimates are always
+    consistent here (unless history_estimates = "never")."""
+    path = history_path(config.root)
+    if config.history_estimates == "never" or not path.exists():
+        return config.estimate_for
+    return history_estimator(config, History(path))
+
+
+def check_options(config: Config, opts: ClusterOptions) -> str:
+    """The scheduler's address, once the options make sense for a cluster night."""
+    if opts.machine is not None:
+        raise UsageError(
+            "--machine and a cluster exclude each other: a cluster night runs every machine's "
+            "builds (drop --machine, or run without --cluster and [cluster] address)"
+        )
+    address = opts.address or config.cluster.address
+    if not address:
+        raise UsageError("no cluster: pass --cluster ADDRESS or set [cluster] address")
+    if not config.cluster.staging:
+        raise ConfigError(
+            "is required in cluster mode: where workers put packages and logs",
+            file=str(config.path), key="cluster.staging",
+            hint="a folder every host mounts, or s3://BUCKET/PREFIX (docs/cluster.md)",
+        )
+    return address
+
+
+class ClusterPhase:
+    """The build phase on a Dask cluster (nightly.phase.BuildPhase)."""
+
+    def __init__(self, config: Config, date: dt.date, opts: ClusterOptions) -> None:
+        self.address = check_options(config, opts)
+        # distributed.Security: mutual TLS (nightly.tls)
+        self.security = client_security(config.cluster, self.address, config=str(config.path))
+        self.config, self.date, self.opts = config, date, opts
+        est = estimator(config)
+        self.plan_json = make_plan(config, estimate=est).to_json()
+        chosen = select_cli(config, opts.selects)
+        if not chosen:
+            raise NothingSelected("nothing selected")
+        self.estimates = {b.id: est(b) for b in chosen}
+        # Longest first: the order builds are submitted (and shown).
+        self.builds = sorted(chosen, key=lambda b: (-self.estimates[b.id], b.id))
+        self.by_id = {b.id: b for b in self.builds}
+        self.version = nightly_version(
+            config.project.base_version, date, config.project.version_from
+        )
+        self.day = Day(config.root, date)
+        self.run_id = secrets.token_hex(4)
+        self.topic = f"nightly-{self.day.name}-{self.run_id}"
+        cc = config.cluster
+        self.staging_spec = StagingSpec(
+            url=cc.staging, endpoint_url=cc.endpoint_url or config.publish.endpoint_url,
+            region=cc.region, profile=cc.profile,
+        )
+        self._staging: StagingDay | None = None
+        self._night: NightContext | None = None
+        self.progress: Progress | None = None
+        self._collector: Collector | None = None
+        self.no_worker_since: dict[str, float] = {}
+        self.warned: set[str] = set()
+        self.dispatcher: Dispatcher | None = None
+
+    # ------------------------------------------------------------------ BuildPhase
+
+    @property
+    def machine(self) -> Machine:
+        return Machine(name="cluster", platform=self.builds[0].platform, queues=1,
+                       executor="cluster")
+
+    def meta(self) -> dict[str, Any]:
+        return {"cluster": self.address}
+
+    def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> int:
+        print(json.dumps({"cluster": self.address, "staging": self.config.cluster.staging,
+                          "day": day.name, "version": version}))
+        prio = lpt_priorities(self.builds, self.estimates)
+        for b in self.builds:
+            print(json.dumps({
+                "build": b.id, "priority": prio[b.id], "estimate_s": self.estimates[b.id],
+                "resources": build_resources(self.config, b), "executor": self.executor_for(b),
+            }))
+        return 0
+
+    def run(self, night: NightContext, todo: Sequence[Build]) -> float:
+        self._night = night
+        self._collector = Collector(
+            night, self.staging, self.builds, version=self.version, rebuild=self._rebuild,
+            keep_staging=self.config.cluster.keep_staging, note=self.note,
+        )
+        if not todo:
+            self.note(f"night {self.day.name} on cluster {self.address}: nothing to build, "
+                      f"{len(self.builds)} already succeeded")
+            return 0.0
+        return self.build(list(todo))
+
+    def finish(self, night: NightContext) -> None:
+        """What is left of the day in staging (inputs, stray attempts) once the night is
+        collected; a rerun stages the inputs again."""
+        if not self.config.cluster.keep_staging:
+            self.staging.drop()
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def night(self) -> NightContext:
+        assert self._night is not None, "the phase has not started"
+        return self._night
+
+    @property
+    def collector(self) -> Collector:
+        assert self._collector is not None, "the phase has not started"
+        return self._collector
+
+    @property
+    def staging(self) -> StagingDay:
+        if self._staging is None:
+            self._staging = StagingDay(self.staging_spec.open(), self.day.name)
+        return self._staging
+
+    def executor_for(self, build: Build) -> str:
+        if self.config.cluster.executor:
+            return self.config.cluster.executor
+        for m in self.config.machines:
+            if m.platform == build.platform:
+                return m.executor
+        return "local"
+
+    def note(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress.log(line)
+        else:
+            self.night.log(line)
+
+    def _rebuild(self, build_id: str) -> bool:
+        return any(fnmatch.fnmatchcase(build_id, g) for g in self.opts.rebuild)
+
+    # ------------------------------------------------------------------ the builds
+
+    def build(self, todo: list[Build]) -> float:
+        """Stage the inputs, connect, adopt finished attempts, submit and collect. Returns
+        the estimated makespan on the cluster as it was at the start."""
+        cc = self.config.cluster
+        source_sha, recipes_sha = self.stage_inputs()
+        client = connect(self.address, cc.connect_timeout_s, self.security)
+        try:
+            dispatcher = self.dispatcher = Dispatcher(client, topic=self.topic,
+                                                      retries=cc.task_retries)
+            workers = dispatcher.workers()
+            resources = {b.id: build_resources(self.config, b) for b in todo}
+            bounds = cluster_bounds({b.id: self.estimates[b.id] for b in todo}, resources, workers)
+            prio = lpt_priorities(todo, self.estimates)
+            self.plan_json["cluster"] = {
+                "address": self.address,
+                "staging": cc.staging,
+                "workers": {a: {"name": str(w.get("name")), "resources": w.get("resources"),
+                                "nthreads": w.get("nthreads")} for a, w in workers.items()},
+                "slots": bounds.slots,
+                "lower_bound_s": bounds.lower_bound_s,
+                "estimated_makespan_s": bounds.makespan_s,
+                "builds": [{"id": b.id, "priority": prio[b.id], "estimate_s": self.estimates[b.id],
+                            "resources": resources[b.id]} for b in todo],
+            }
+            write_json(self.day.master / "plan.json", self.plan_json)
+            self.progress = self.collector.progress = progress = Progress(
+                total=len(todo), master_log=self.day.master / "run.log",
+                estimate_s=bounds.makespan_s, live=self.opts.live,
+            )
+            with progress:
+                progress.log(
+                    f"night {self.day.name} on cluster {self.address}: {len(todo)} to build, "
+                    f"{len(self.builds) - len(todo)} already succeeded, {len(workers)} worker(s), "
+                    f"slots {bounds.slots}, staging {cc.staging}, "
+                    f"source {self.night.source_describe}"
+                )
+                for bid in bounds.unplaceable:
+                    self._warn_no_worker(bid, resources[bid])
+                self.wait_for_leftovers(client, todo)
+                adopted = self.collector.adopt(todo)
+                items = [
+                    self._task(b, resources[b.id], prio[b.id], source_sha, recipes_sha)
+                    for b in todo if b.id not in adopted
+                ]
+                dispatcher.submit(run_build_task, items)
+                self._dispatch(dispatcher)
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+        return bounds.makespan_s
+
+    def _task(self, b: Build, resources: Resources, priority: int, source_sha: str,
+              recipes_sha: str) -> TaskItem:
+        cc = self.config.cluster
+        key = task_key(b, self.day.name, self.run_id)
+        spec = TaskSpec(
+            config=dataclasses.replace(self.config, builds=()), build=b,
+            day=self.day.name, date=self.date, version=self.version,
+            channel=self.night.channel, commit=self.night.commit,
+            executor=self.executor_for(b), keep_container=self.opts.keep_container,
+            staging=self.staging_spec,
+            source_key=inputs_key(self.day.name, "source", source_sha),
+            source_sha256=source_sha,
+            recipes_key=inputs_key(self.day.name, "recipes", recipes_sha),
+            recipes_sha256=recipes_sha,
+            attempts=int(self.night.state.get(b.id).get("attempts") or 0),
+            submission=hashlib.sha1(key.encode()).hexdigest(),
+            topic=self.topic, log_flush_s=cc.log_flush_s,
+        )
+        return TaskItem(build_id=b.id, key=key, spec=spec, resources=resources,
+                        priority=priority)
+
+    def _dispatch(self, dispatcher: Dispatcher) -> None:
+        cc = self.config.cluster
+        try:
+            dispatcher.run(on_result=self.collector.on_result,
+                           on_error=self.collector.on_error,
+                           on_event=self.collector.on_event, on_tick=self.on_tick,
+                           tick_s=max(0.5, min(WORKER_CHECK_S, cc.worker_wait_s / 4)))
+        except KeyboardInterrupt:
+            self.collector.interrupting = True
+            dispatcher.cancel_all()
+            state = self.night.state
+            for bid in dispatcher.futures:
+                if bid not in self.collector.filed and state.status(bid) == RUNNING:
+                    state.update(bid, status=INTERRUPTED,
+                                 reason="interrupted by the user (Ctrl-C)")
+            raise
+
+    def stage_inputs(self) -> tuple[str, str]:
+        """The day's source and the recipes, as tarballs in staging (each host fetches them
+        once). The source tarball is made once per checkout."""
+        night = self.night
+        cache = self.day.work / "cluster"
+        src_tar, meta_path = cache / "source.tar.gz", cache / "source.json"
+        meta: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            meta = json.loads(meta_path.read_text())
+        ident = {"commit": night.commit, "describe": night.source_describe}
+        if src_tar.exists() and {k: meta.get(k) for k in ident} == ident and meta.get("sha256"):
+            source_sha = str(meta["sha256"])
+        else:
+            source_sha = make_tarball(night.source_dir, src_tar)
+            write_json(meta_path, {**ident, "sha256": source_sha})
+        recipes_tar = cache / "recipes.tar.gz"
+        recipes_sha = make_tarball(self.config.recipes, recipes_tar)
+        store = self.staging.store
+        try:
+            store.ensure(inputs_key(self.day.name, "source", source_sha), src_tar, source_sha)
+            store.ensure(inputs_key(self.day.name, "recipes", recipes_sha), recipes_tar,
+                         recipes_sha)
+        except (PublishError, OSError) as e:
+            raise NightlyError(f"cannot write to the staging store {store.url}: {e}") from e
+        return source_sha, recipes_sha
+
+    def wait_for_leftovers(self, client: Any, todo: Sequence[Build]) -> None:
+        """Attempts that a killed run left on the workers stop by themselves within seconds
+        (their task was released) or finish: wait for them, so a finished one is adopted
+        rather than built a second time beside it."""
+        ids = {b.id for b in todo}
+        deadline = time.monotonic() + LEFTOVER_WAIT_S
+        said = False
+        while True:
+            try:
+                per_worker = client.run(running_attempts)
+            except Exception as e:
+                self.note(f"cannot ask the workers what they run: {e}")
+                return
+            left = sorted({a["build"] for attempts in per_worker.values() for a in attempts
+                           if a.get("day") == self.day.name and a.get("topic") != self.topic
+                           and a.get("build") in ids})
+            if not left or time.monotonic() > deadline:
+                if left:
+                    self.note(f"still running after {LEFTOVER_WAIT_S:g} s, built again: "
+                              f"{', '.join(left)}")
+                return
+            if not said:
+                self.note(f"waiting for {len(left)} attempt(s) a previous run left on the "
+                          f"workers to stop or finish: {', '.join(left)}")
+                said = True
+            time.sleep(0.5)
+
+    def on_tick(self, remaining: set[str]) -> None:
+        """Builds that no live worker can run wait `cluster.worker_wait`, then are given up."""
+        assert self.dispatcher is not None
+        try:
+            workers = self.dispatcher.workers()
+        except Exception as e:
+            self.note(f"cannot ask the scheduler for its workers: {e}")
+            return
+        now = time.monotonic()
+        wait_s = self.config.cluster.worker_wait_s
+        for bid in sorted(remaining):
+            res = self.dispatcher.items[bid].resources
+            if capacity(workers, res) >= 1:
+                self.no_worker_since.pop(bid, None)
+                continue
+            since = self.no_worker_since.setdefault(bid, now)
+            self._warn_no_worker(bid, res)
+            if now - since >= wait_s and bid not in self.collector.filed:
+                self.collector.given_up.add(bid)
+                self.dispatcher.cancel(bid)
+                started = self.night.state.status(bid) == RUNNING
+                needs = ", ".join(r for r in res if r != SLOTS)
+                self.collector.file_without_result(
+                    self.by_id[bid], INTERRUPTED if started else PENDING,
+                    f"no worker with {needs} (and a free slot) for {wait_s:g} s: not "
+                    f"{'finished' if started else 'run'}; rerun the night when one is up",
+                )
+
+    def _warn_no_worker(self, build_id: str, res: Resources) -> None:
+        needs = ", ".join(r for r in res if r != SLOTS)
+        if needs not in self.warned:
+            self.warned.add(needs)
+            self.note(f"warning: no worker has {needs} and slots: its builds ({build_id}, ...) "
+                      f"wait up to {self.config.cluster.worker_wait_s:g} s for one")
+
+
+
+__all__ = ["ClusterOptions", "ClusterPhase", "check_options", "estimator"]

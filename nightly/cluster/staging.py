@@ -1,0 +1,409 @@
+"""The staging store, the cluster's shared disk: its layout and both sides of its protocol.
+
+Nothing big travels through the Dask scheduler. The orchestrator stages the day's inputs
+(source and recipes, as reproducible tarballs) and each worker fetches and unpacks them once
+per host; each build attempt writes under a key prefix that is its own
+(`<day>/builds/<build-id>/<token>/`):
+
+    attempt.json        written first: worker, host, process, start time
+    log/000001 ...      the log as it grows, one object per flush (every cluster.log_flush),
+                        so a worker that dies leaves what it had written
+    log.txt             the whole log, at the end
+    packages/<name>     the packages, with their sha256
+    result.json         written last, and only by an attempt that got to the end
+
+The store is a shared folder or an S3 prefix (nightly.publish.stores). `StagingDay` is the
+orchestrator's view of one day in it: the attempts of each build, their logs, and assembling
+them into the build's log in the day folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gzip
+import json
+import os
+import shutil
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nightly.errors import NightlyError, PublishError
+from nightly.files import sha256_file
+from nightly.publish import Store, open_store
+from nightly.workspace import INTERRUPTED, Day, atomic_write
+
+# Staging layout (keys relative to the staging store's root).
+ATTEMPT_JSON = "attempt.json"
+RESULT_JSON = "result.json"
+LOG_TXT = "log.txt"
+LOG_CHUNKS = "log/"
+PACKAGES = "packages/"
+
+KEEP_INPUTS_S = 2 * 86400  # fetched inputs unused this long are dropped from a host
+
+
+def builds_prefix(day: str) -> str:
+    return f"{day}/builds/"
+
+
+def build_prefix(day: str, build_id: str) -> str:
+    return f"{day}/builds/{build_id}/"
+
+
+def attempt_prefix(day: str, build_id: str, token: str) -> str:
+    return f"{day}/builds/{build_id}/{token}/"
+
+
+def inputs_key(day: str, kind: str, sha256: str) -> str:
+    return f"{day}/inputs/{kind}-{sha256[:16]}.tar.gz"
+
+
+# ---------------------------------------------------------------------------- the store
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagingSpec:
+    url: str
+    endpoint_url: str = ""
+    region: str = ""
+    profile: str = ""
+
+    def open(self) -> Store:
+        return _store(self)
+
+
+_stores: dict[StagingSpec, Store] = {}
+
+
+_stores_lock = threading.Lock()
+
+
+def _store(spec: StagingSpec) -> Store:
+    """One Store per staging destination per process (an S3 client is costly to make)."""
+    with _stores_lock:
+        store = _stores.get(spec)
+        if store is None:
+            store = open_store(
+                spec.url,
+                endpoint_url=spec.endpoint_url or None,
+                region=spec.region or None,
+                profile=spec.profile or None,
+            )
+            _stores[spec] = store
+        return store
+
+
+def read_json(store: Store, key: str) -> dict[str, Any] | None:
+    got = store.get_bytes(key)
+    if got is None:
+        return None
+    try:
+        data = json.loads(got[0])
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+def make_tarball(src: Path, dest: Path) -> str:
+    """A gzipped tar of `src` that is byte-for-byte the same for the same tree (sorted
+    entries, no owners, gzip without a timestamp). Returns its sha256."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".partial")
+
+    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = int(info.mtime)
+        return info
+
+    with open(tmp, "wb") as raw, gzip.GzipFile(
+        filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=6
+    ) as gz, tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for path in _walk(src):
+            tar.add(path, arcname=path.relative_to(src).as_posix(), recursive=False, filter=clean)
+    os.replace(tmp, dest)
+    return sha256_file(dest)
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        d = Path(dirpath)
+        if d != root:
+            yield d
+        for name in sorted(filenames):
+            yield d / name
+        # symlinks to folders are listed in dirnames but not followed: add them as links
+        for name in dirnames:
+            if (d / name).is_symlink():
+                yield d / name
+        dirnames[:] = [n for n in dirnames if not (d / n).is_symlink()]
+
+
+def _extract(archive: Path, dest: Path) -> None:
+    with tarfile.open(archive, "r:gz") as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="tar")
+        else:  # pragma: no cover - Python without extraction filters
+            tar.extractall(dest)
+
+
+def ensure_input(store: Store, key: str, sha256: str, folder: Path, kind: str) -> Path:
+    """The day's source or recipes on this host: fetched from staging and unpacked once per
+    content (several builds of one host share it; an flock makes them wait for one fetch)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"{kind}-{sha256[:16]}"
+    dest, done = folder / name, folder / f"{name}.ok"
+    fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if done.exists() and dest.is_dir():
+            done.touch()  # its time of last use, for prune_inputs
+            return dest
+        archive = folder / f"{name}.tar.gz"
+        store.get(key, archive)
+        got = sha256_file(archive)
+        if got != sha256:
+            raise NightlyError(f"staging {key}: sha256 {got} is not the expected {sha256}")
+        tmp = folder / f"{name}.partial"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.mkdir()
+        _extract(archive, tmp)
+        os.replace(tmp, dest)
+        archive.unlink()
+        done.touch()
+        return dest
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def prune_inputs(folder: Path, keep_s: float = KEEP_INPUTS_S) -> None:
+    """Drop fetched sources and recipes not used for `keep_s` (one is fetched per day)."""
+    now = time.time()
+    for done in folder.glob("*.ok"):
+        name = done.name[: -len(".ok")]
+        try:
+            if now - done.stat().st_mtime < keep_s:
+                continue
+        except OSError:
+            continue
+        lock = folder / f"{name}.lock"
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # being fetched right now: in use
+        try:
+            done.unlink(missing_ok=True)
+            shutil.rmtree(folder / name, ignore_errors=True)
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+
+
+# ---------------------------------------------------------------------------- log streaming
+
+
+class LogStreamer:
+    """Copies what is appended to a build's log into staging as it grows: one object per
+    flush under `prefix` (000001, 000002, ...). The log is found through `locate` (the runner
+    renames it when the build ends; an open file follows the rename). A flush that fails
+    keeps its bytes for the next one."""
+
+    def __init__(
+        self, store: Store, prefix: str, locate: Callable[[], Path | None], interval: float
+    ) -> None:
+        self.store, self.prefix, self.locate, self.interval = store, prefix, locate, interval
+        self.chunks = 0
+        self._file: Any = None
+        self._pending = b""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="log-streamer", daemon=True)
+
+    def start(self) -> LogStreamer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.flush()
+
+    def flush(self) -> None:
+        if self._file is None:
+            path = self.locate()
+            if path is None:
+                return
+            try:
+                self._file = path.open("rb")
+            except FileNotFoundError:
+                return
+        self._pending += self._file.read()
+        if not self._pending:
+            return
+        try:
+            self.store.put_bytes(
+                f"{self.prefix}{self.chunks + 1:06d}", self._pending, "text/plain; charset=utf-8"
+            )
+        except (PublishError, OSError):
+            return  # staging hiccup: the bytes go with the next flush
+        self.chunks += 1
+        self._pending = b""
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.flush()
+        if self._file is not None:
+            self._file.close()
+
+
+
+# ---------------------------------------------------------------------------- one day in staging
+
+
+class StagingDay:
+    """The orchestrator's view of one day in staging: each build's attempts and their logs."""
+
+    def __init__(self, store: Store, day: str) -> None:
+        self.store, self.day = store, day
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def listing(self, build_id: str | None = None) -> dict[str, dict[str, set[str]]]:
+        """build -> attempt token -> names under the attempt's prefix."""
+        base = builds_prefix(self.day)
+        prefix = build_prefix(self.day, build_id) if build_id else base
+        out: dict[str, dict[str, set[str]]] = {}
+        for obj in self.store.list(prefix):
+            bid, _, rest = obj.key[len(base):].partition("/")
+            tok, _, name = rest.partition("/")
+            if bid and tok and name:
+                out.setdefault(bid, {}).setdefault(tok, set()).add(name)
+        return out
+
+    def read(self, build_id: str, token: str, name: str) -> dict[str, Any] | None:
+        return read_json(self.store, attempt_prefix(self.day, build_id, token) + name)
+
+    def attempt_log(self, build_id: str, token: str, names: set[str]) -> bytes:
+        """An attempt's whole log, else the chunks it streamed before it ended."""
+        prefix = attempt_prefix(self.day, build_id, token)
+        if LOG_TXT in names:
+            got = self.store.get_bytes(prefix + LOG_TXT)
+            if got is not None:
+                return bytes(got[0])
+        out = b""
+        for name in sorted(n for n in names if n.startswith(LOG_CHUNKS)):
+            got = self.store.get_bytes(prefix + name)
+            out += got[0] if got is not None else b""
+        return out
+
+    def get(self, key: str, dest: Path) -> None:
+        self.store.get(key, dest)
+
+    def drop(self, build_id: str | None = None) -> None:
+        """Delete a build's attempts (None: everything of the day). Best effort."""
+        prefix = build_prefix(self.day, build_id) if build_id else f"{self.day}/"
+        with contextlib.suppress(PublishError, OSError):
+            for obj in list(self.store.list(prefix)):
+                self.store.delete(obj.key)
+
+    def assemble_log(
+        self,
+        day: Day,
+        build_id: str,
+        token: str,
+        ok: bool,
+        result: Mapping[str, Any] | None,
+        *,
+        reason: str = "",
+    ) -> Path:
+        """The build's log in the day folder: what it had (earlier runs' attempts), then every
+        attempt in staging not yet in it, oldest first: attempts that ended without a result
+        (a worker died) are kept and marked, the accepted attempt comes last. Written whole and
+        renamed into place; a marker line per attempt makes a rerun of this step idempotent."""
+        bid = build_id
+        existing = [p for p in (day.running_log(bid), day.succeeded / f"{bid}.log",
+                                day.failed / f"{bid}.log") if p.exists()]
+        prior = b"".join(p.read_bytes() for p in existing)
+        try:
+            attempts = self.listing(bid).get(bid, {})
+        except (PublishError, OSError) as e:
+            attempts = {}
+            reason = reason or f"(staging unreadable: {e})"
+        parts = [prior]
+        for tok in sorted(attempts):
+            if tok == token or _marker(tok).encode() in prior:
+                continue
+            parts.append(self._earlier_attempt(bid, tok, attempts[tok]))
+        if token and _marker(token).encode() not in prior:
+            parts.append(_attempt_head(token, result or {}).encode())
+            parts.append(self.attempt_log(bid, token, attempts.get(token, {LOG_TXT})))
+        if reason:
+            parts.append(f"\n[nightly] {reason}\n".encode())
+        dest = (day.succeeded if ok else day.failed) / f"{bid}.log"
+        atomic_write(dest, b"".join(parts))
+        for p in existing:
+            if p != dest:
+                p.unlink(missing_ok=True)
+        return dest
+
+    def _earlier_attempt(self, bid: str, tok: str, names: set[str]) -> bytes:
+        about = self.read(bid, tok, ATTEMPT_JSON) or {}
+        if RESULT_JSON in names:
+            res = self.read(bid, tok, RESULT_JSON) or {}
+            if res.get("status") == INTERRUPTED:
+                tail = (f"[nightly] attempt {tok} was stopped (interrupted): the run that "
+                        "submitted it had gone away; not used")
+            else:
+                tail = (f"[nightly] attempt {tok} finished ({res.get('status', '?')}) but its "
+                        "result was not used: another attempt's was")
+        else:
+            tail = (f"[nightly] attempt {tok} ended without a result: its worker was lost "
+                    "(or it was stopped) before the build finished; its log ends here")
+        return (_attempt_head(tok, about).encode() + self.attempt_log(bid, tok, names)
+                + f"\n{tail}\n".encode())
+
+
+def _marker(token: str) -> str:
+    return f"[nightly] cluster attempt {token} "
+
+
+def _attempt_head(token: str, about: Mapping[str, Any]) -> str:
+    return (f"\n{_marker(token)}on worker {about.get('worker', '?')} "
+            f"({about.get('worker_name', '?')}, host {about.get('host', '?')})\n")
+
+
+__all__ = [
+    "ATTEMPT_JSON",
+    "LOG_CHUNKS",
+    "LOG_TXT",
+    "PACKAGES",
+    "RESULT_JSON",
+    "LogStreamer",
+    "StagingDay",
+    "StagingSpec",
+    "attempt_prefix",
+    "build_prefix",
+    "builds_prefix",
+    "ensure_input",
+    "inputs_key",
+    "make_tarball",
+    "prune_inputs",
+    "read_json",
+]

@@ -1,0 +1,471 @@
+"""Cluster mode, the worker side: one build on a Dask worker, through the ordinary Runner.
+
+`run_build_task(spec)` is what `nightly run --cluster` submits, once per build. On the worker
+it runs the build the way `nightly run` does on one machine (Runner.run_build: log header and
+footer, the configured executor, the smoke test, local retries of infrastructure failures,
+package collection), in a fresh folder of its own under the worker's working folder:
+
+    <worker dir>/attempts/<token>/        a Day of its own (logs/, packages/, work/, state.json)
+    <worker dir>/attempts/<token>/owner.json   which process runs it (for reaping orphans)
+    <worker dir>/inputs/<kind>-<sha>/     the day's source and recipes, fetched once per host
+
+The worker dir is $NIGHTLY_WORKER_DIR, else `nightly-worker/` beside the worker's
+`dask-scratch-space/` (that is, inside `dask worker --local-directory DIR`).
+
+The build's packages and log go to the staging store (nightly.cluster.staging: its layout),
+and the task returns the small dict of result.json. The orchestrating process accepts a
+result only from a returned dict (or, when it resumes after being killed, from a complete
+result.json): a dead attempt's half-written prefix can never be mistaken for a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from nightly.cluster.staging import (
+    ATTEMPT_JSON,
+    LOG_CHUNKS,
+    LOG_TXT,
+    PACKAGES,
+    RESULT_JSON,
+    LogStreamer,
+    StagingSpec,
+    attempt_prefix,
+    build_prefix,
+    ensure_input,
+    prune_inputs,
+    read_json,
+)
+from nightly.config import Config
+from nightly.errors import NightlyError
+from nightly.executors import make_executor
+from nightly.executors.base import Job
+from nightly.files import process_alive, process_identity, sha256_file
+from nightly.matrix import Build
+from nightly.publish import Store
+from nightly.runner import RunContext, Runner, make_job
+from nightly.smoke import SmokeTester
+from nightly.workspace import FAILED, PENDING, Day, State, write_json
+
+# Worker resources (docs/cluster.md). A build takes one slot; a capability (platform, GPU)
+# is required in amount 0: only workers that declare it qualify, and it is never used up.
+SLOTS = "slots"
+GPU = "gpu"
+
+WORKER_DIR_ENV = "NIGHTLY_WORKER_DIR"
+CANCEL_CHECK_S = 0.5
+CANCEL_STRIKES = 3  # the task must look cancelled this many checks in a row
+KEEP_FAILED_S = 2 * 86400  # a failed attempt's folder is kept this long for debugging
+
+Emit = Callable[[str, Mapping[str, Any]], None]
+
+
+def platform_resource(platform: str) -> str:
+    return f"platform-{platform}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSpec:
+    """Everything a worker needs for one build (small: the config travels without its
+    expanded matrix)."""
+
+    config: Config
+    build: Build
+    day: str  # the day folder's name
+    date: dt.date
+    version: str
+    channel: str
+    commit: str
+    executor: str  # local | container
+    keep_container: bool
+    staging: StagingSpec
+    source_key: str
+    source_sha256: str
+    recipes_key: str
+    recipes_sha256: str
+    attempts: int  # attempts state.json had recorded when the build was submitted
+    submission: str  # unique per submission; attempts of one submission share it
+    topic: str  # the orchestrator's event topic
+    log_flush_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerInfo:
+    address: str
+    name: str
+    folder: Path
+    gpu: bool
+
+
+# ---------------------------------------------------------------------------- tokens, slots
+
+
+_HOST_RE = re.compile(r"[^A-Za-z0-9.-]+")
+
+
+def new_token(submission: str) -> str:
+    """A unique, time-ordered name for one attempt: 20240501T221530123456-<sub>-<host>-<pid>-<rand>."""
+    now = dt.datetime.now(dt.timezone.utc)
+    host = _HOST_RE.sub("-", socket.gethostname())[:40] or "host"
+    return f"{now:%Y%m%dT%H%M%S%f}-{submission[:8]}-{host}-{os.getpid()}-{random.getrandbits(16):04x}"
+
+
+class _Slots:
+    """Which build slot of a worker each running build holds (its `queue` in state.json)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._used: dict[str, set[int]] = {}
+
+    def take(self, worker: str) -> int:
+        with self._lock:
+            used = self._used.setdefault(worker, set())
+            slot = next(i for i in range(len(used) + 1) if i not in used)
+            used.add(slot)
+            return slot
+
+    def give(self, worker: str, slot: int) -> None:
+        with self._lock:
+            self._used.get(worker, set()).discard(slot)
+
+
+_slots = _Slots()
+
+
+# The attempts running in this process (a worker), for `running_attempts`.
+_live: dict[str, dict[str, Any]] = {}
+_live_lock = threading.Lock()
+
+
+def running_attempts(dask_worker: Any = None) -> list[dict[str, Any]]:
+    """The build attempts this worker is running (run on every worker with `client.run`):
+    a rerun orchestrator waits for the ones a killed run left behind to stop."""
+    address = str(getattr(dask_worker, "address", "") or "")
+    with _live_lock:
+        return [dict(a) for a in _live.values() if not address or a["worker"] == address]
+
+
+# ---------------------------------------------------------------------------- orphans
+
+
+def reap_orphans(folder: Path, config: Config, executor: str, emit: Emit) -> None:
+    """Attempts under this worker folder whose worker process died (kill -9, out of memory)
+    may have left their recipe running (it is in a session of its own): stop it, and drop
+    the folder (its log is in staging). Finished attempts' folders past their time go too."""
+
+    root = folder / "attempts"
+    if not root.is_dir():
+        return
+    now = time.time()
+    for owner_path in sorted(root.glob("*/owner.json")):
+        attempt = owner_path.parent
+        try:
+            owner = json.loads(owner_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if owner.get("finished"):
+            if now - float(owner.get("finished") or now) > KEEP_FAILED_S:
+                shutil.rmtree(attempt, ignore_errors=True)
+            continue
+        if process_alive(owner):
+            continue
+        build_id = str(owner.get("build", ""))
+        work = attempt / "work" / build_id
+        job = Job(
+            build_id=build_id, package=str(owner.get("package", "")), python="", cuda="cpu",
+            env={}, recipes_dir=attempt, source_dir=attempt, output_dir=work / "out",
+            work_dir=work / "scratch", timeout_s=1.0,
+        )
+        notes: list[str] = []
+        for name in dict.fromkeys(("local", executor)):
+            with contextlib.suppress(Exception), make_executor(name, config) as ex:
+                notes += ex.reap(job)
+        for note in notes:
+            emit("note", {"build": build_id, "note": note})
+        shutil.rmtree(attempt, ignore_errors=True)
+
+
+
+
+# ---------------------------------------------------------------------------- the task
+
+
+def worker_folder(local_directory: str) -> Path:
+    env = os.environ.get(WORKER_DIR_ENV)
+    if env:
+        return Path(env)
+    local = Path(local_directory)
+    for p in (local, *local.parents):
+        if p.name == "dask-scratch-space":
+            return p.parent / "nightly-worker"
+    return local.parent / "nightly-worker"
+
+
+def run_build_task(spec: TaskSpec) -> dict[str, Any]:
+    """The Dask task: run `spec.build` on this worker; return the small result dict."""
+    from dask.context import thread_state
+    from distributed import get_worker
+
+    worker = get_worker()
+    key = str(getattr(thread_state, "key", ""))
+    resources = dict(getattr(worker.state, "total_resources", {}) or {})
+    info = WorkerInfo(
+        address=str(worker.address),
+        name=str(worker.name),
+        folder=worker_folder(str(worker.local_directory)),
+        gpu=GPU in resources,
+    )
+
+    def emit(kind: str, msg: Mapping[str, Any]) -> None:
+        with contextlib.suppress(Exception):  # progress only: never fail a build over it
+            worker.log_event(spec.topic, {"kind": kind, **msg})
+
+    cancel = threading.Event()
+    done = threading.Event()
+
+    def watch() -> None:
+        # The scheduler releases a task whose client went away (the orchestrator was
+        # killed) or cancelled it; the worker keeps running the thread regardless. Stop
+        # the recipe then, rather than build for nobody.
+        strikes = 0
+        while not done.wait(CANCEL_CHECK_S):
+            try:
+                ts = worker.state.tasks.get(key)
+                gone = ts is None or ts.state == "cancelled"
+            except Exception:
+                return
+            strikes = strikes + 1 if gone else 0
+            if strikes >= CANCEL_STRIKES:
+                cancel.set()
+                return
+
+    watcher = threading.Thread(target=watch, name=f"cancel-watch-{spec.build.id}", daemon=True)
+    if key:
+        watcher.start()
+    try:
+        return run_on_host(spec, info, emit, cancel)
+    finally:
+        done.set()
+
+
+def worker_config(config: Config, recipes: Path, folder: Path, gpu: bool) -> Config:
+    """The night's config as this host uses it: its own copy of the recipes, and the GPU
+    settings of this worker (the `gpu` resource says whether it has one)."""
+    smoke = replace(config.smoke, gpu=gpu)
+    container = replace(config.container, gpu=config.container.gpu and gpu)
+    return replace(config, recipes=recipes, root=folder, smoke=smoke, container=container)
+
+
+def _attempt_number(store: Store, spec: TaskSpec, token: str) -> int:
+    """This attempt's number: one more than any attempt of this build seen so far, in
+    state.json when it was submitted or in staging (attempts on workers that died, or of a
+    run that was killed before it heard of them)."""
+    prefix = build_prefix(spec.day, spec.build.id)
+    best = spec.attempts
+    for obj in list(store.list(prefix)):
+        tok, _, rest = obj.key[len(prefix):].partition("/")
+        if rest == ATTEMPT_JSON and tok != token:
+            about = read_json(store, obj.key) or {}
+            with contextlib.suppress(TypeError, ValueError):
+                best = max(best, int(about.get("attempt") or 0))
+    return best + 1
+
+
+@dataclass(kw_only=True)
+class _Attempt:
+    """One attempt on this host: where it runs and what it tells the orchestrator."""
+
+    spec: TaskSpec
+    info: WorkerInfo
+    store: Store
+    token: str
+    prefix: str
+    slot: int
+    started: float
+    ident: dict[str, Any]
+    about: dict[str, Any]
+
+    def put_about(self) -> None:
+        self.store.put_bytes(f"{self.prefix}{ATTEMPT_JSON}", json.dumps(self.about).encode(),
+                             "application/json")
+
+    def events(self, emit: Emit) -> Callable[[str, Mapping[str, Any]], None]:
+        """The runner's events, as the orchestrator's topic carries them."""
+        build, spec, about = self.spec.build, self.spec, self.about
+        base = {"build": build.id, "token": self.token, "worker": self.info.address,
+                "worker_name": self.info.name, "host": self.ident["host"], "slot": self.slot}
+
+        def on_event(kind: str, ev: Mapping[str, Any]) -> None:
+            if kind == "start":
+                attempt = int(ev.get("attempt", about["attempt"]))
+                if attempt != about["attempt"]:  # a local retry
+                    about["attempt"] = attempt
+                    with contextlib.suppress(Exception):
+                        self.put_about()
+                emit("start", {**base, "attempt": attempt, "started": time.time(),
+                               "executor": spec.executor})
+            elif kind == "end":
+                emit("end", {**base, "attempt": about["attempt"],
+                             "status": str(ev.get("status")), "reason": ev.get("reason"),
+                             "duration_s": float(ev.get("duration_s") or 0.0)})
+            else:
+                emit(kind, {**base, **{k: _plain(v) for k, v in ev.items() if k != "build"}})
+
+        return on_event
+
+
+def run_on_host(
+    spec: TaskSpec, info: WorkerInfo, emit: Emit, cancel: threading.Event
+) -> dict[str, Any]:
+    """One attempt of one build on this host (no Dask in here: see run_build_task)."""
+    build = spec.build
+    store = spec.staging.open()
+    token = new_token(spec.submission)
+    slot = _slots.take(info.address)
+    with _live_lock:
+        _live[token] = {"token": token, "build": build.id, "day": spec.day, "topic": spec.topic,
+                        "worker": info.address}
+    try:
+        ident = process_identity()
+        att = _Attempt(spec=spec, info=info, store=store, token=token, slot=slot,
+                       prefix=attempt_prefix(spec.day, build.id, token), started=time.time(),
+                       ident=ident, about={})
+        att.about = {
+            "build": build.id, "token": token, "worker": info.address, "worker_name": info.name,
+            "host": ident["host"], "pid": ident["pid"], "slot": slot, "started": att.started,
+            "attempt": _attempt_number(store, spec, token), "submission": spec.submission,
+        }
+        att.put_about()
+        reap_orphans(info.folder, spec.config, spec.executor, emit)
+        inputs = info.folder / "inputs"
+        prune_inputs(inputs)
+        source = ensure_input(store, spec.source_key, spec.source_sha256, inputs, "source")
+        recipes = ensure_input(store, spec.recipes_key, spec.recipes_sha256, inputs, "recipes")
+        config = worker_config(spec.config, recipes, info.folder, info.gpu)
+        day = Day(info.folder / "attempts", spec.date, name=token)
+        day.create()
+        owner_path = day.path / "owner.json"
+        write_json(owner_path, {**ident, "build": build.id, "package": build.package,
+                                "token": token, "started": att.started})
+        state = State(day.state_path)
+        state.update(build.id, status=PENDING, attempts=att.about["attempt"] - 1)
+        ctx = RunContext(config=config, day=day, state=state, source_dir=source,
+                         version=spec.version, channel=spec.channel, machine=info.address)
+        executor_name, chunks = _run(att, ctx, emit, cancel)
+        result = _put_result(att, day, state, executor_name, chunks)
+        if result["status"] == FAILED:
+            write_json(owner_path, {**ident, "build": build.id, "token": token,
+                                    "started": att.started, "finished": time.time()})
+        else:
+            shutil.rmtree(day.path, ignore_errors=True)
+        return result
+    finally:
+        _slots.give(info.address, slot)
+        with _live_lock:
+            _live.pop(token, None)
+
+
+def _run(
+    att: _Attempt, ctx: RunContext, emit: Emit, cancel: threading.Event
+) -> tuple[str, int]:
+    """The build through the ordinary Runner, its log streamed to staging as it grows.
+    Returns the executor's name and how many log chunks were streamed."""
+    spec, build, day = att.spec, att.spec.build, ctx.day
+
+    def locate() -> Path | None:
+        running = day.running_log(build.id)
+        return running if running.exists() else day.final_log(build.id)
+
+    streamer = LogStreamer(att.store, f"{att.prefix}{LOG_CHUNKS}", locate,
+                           spec.log_flush_s).start()
+    try:
+        with make_executor(spec.executor, ctx.config, keep_container=spec.keep_container) as ex:
+            try:
+                ex.preflight([make_job(ctx, build, executor=ex.name)])
+            except NightlyError as e:
+                _preflight_failed(day, ctx.state, build, str(e), att.about["attempt"])
+            else:
+                smoke = (SmokeTester(ctx.config, ex, ctx.source_dir)
+                         if ctx.config.smoke.enabled else None)
+                runner = Runner(ctx, ex, on_event=att.events(emit), cancel=cancel, smoke=smoke)
+                runner.run_build(build, queue=att.slot)
+            name = ex.name
+    finally:
+        streamer.stop()
+    return name, streamer.chunks
+
+
+def _put_result(
+    att: _Attempt, day: Day, state: State, executor_name: str, chunks: int
+) -> dict[str, Any]:
+    """The attempt's log and packages into staging, then (last) its result.json."""
+    spec, build, prefix, info = att.spec, att.spec.build, att.prefix, att.info
+    entry = state.get(build.id)
+    log = day.final_log(build.id) or day.running_log(build.id)
+    log_sha = sha256_file(log) if log.exists() else ""
+    if log_sha:
+        att.store.put(f"{prefix}{LOG_TXT}", log, log_sha)
+    packages = []
+    for p in entry.get("packages") or []:
+        key = f"{prefix}{PACKAGES}{p['name']}"
+        att.store.put(key, day.path / p["path"], p["sha256"])
+        packages.append({"name": p["name"], "size": p["size"], "sha256": p["sha256"],
+                         "key": key})
+    result: dict[str, Any] = {
+        "build": build.id, "token": att.token, "submission": spec.submission,
+        "worker": info.address, "worker_name": info.name, "host": att.ident["host"],
+        "slot": att.slot, "status": str(entry.get("status") or FAILED),
+        "reason": entry.get("reason"), "exit_status": entry.get("exit_status"),
+        "infra": bool(entry.get("infra")),
+        "attempts": int(entry.get("attempts") or att.about["attempt"]),
+        "started": entry.get("started") or att.started,
+        "ended": entry.get("ended") or time.time(),
+        "duration_s": entry.get("duration_s") or 0.0, "executor": executor_name,
+        "packages": packages, "log_key": f"{prefix}{LOG_TXT}" if log_sha else "",
+        "log_sha256": log_sha, "log_chunks": chunks,
+        "commit": spec.commit, "version": spec.version, "channel": spec.channel,
+        "cache": entry.get("cache"),  # the compiler cache's statistics (nightly.cache)
+    }
+    att.store.put_bytes(f"{prefix}{RESULT_JSON}", json.dumps(result).encode(), "application/json")
+    return result
+
+
+def _preflight_failed(day: Day, state: State, build: Build, reason: str, attempt: int) -> None:
+    now = time.time()
+    log = day.running_log(build.id)
+    with log.open("ab") as f:
+        f.write(f"nightly build {build.id}  (attempt {attempt})\n"
+                f"[nightly] the executor cannot run this build here: {reason}\n".encode())
+    final = day.file_log(build.id, False)
+    state.update(build.id, status=FAILED, reason=reason, infra=True, attempts=attempt,
+                 started=now, ended=now, duration_s=0.0, packages=[],
+                 log=str(final.relative_to(day.path)))
+
+
+def _plain(v: Any) -> Any:
+    return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
+
+
+
+__all__ = [
+    "GPU",
+    "SLOTS",
+    "TaskSpec",
+    "platform_resource",
+    "run_build_task",
+    "run_on_host",
+    "running_attempts",
+]

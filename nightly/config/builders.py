@@ -1,0 +1,61 @@
+"""[builders.NAME] (declared builder images) and the `@NAME` references of [images].
+
+The spec itself (fields, validation, content hash) lives in `nightly.images.spec`; this module
+turns its errors into located configuration errors and checks that every build whose image
+is `@NAME` names a declared builder that has an image for the build's CUDA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from nightly.config.reader import Ctx, Table
+from nightly.errors import did_you_mean
+from nightly.images.spec import BuilderSpec, SpecError, parse_spec
+from nightly.matrix import Build
+
+
+def parse_builders(top: Table, ctx: Ctx) -> dict[str, BuilderSpec]:
+    t = top.table("builders")
+    out: dict[str, BuilderSpec] = {}
+    for name in t:
+        v = t.get(name)
+        if not isinstance(v, dict):
+            ctx.fail("must be a table describing a builder image", f"builders.{name}")
+        try:
+            out[name] = parse_spec(name, v)
+        except SpecError as e:
+            ctx.fail(str(e), e.key or f"builders.{name}", hint=e.hint)
+    return out
+
+
+def check_references(
+    images: Mapping[str, Mapping[str, str]],
+    builders: Mapping[str, BuilderSpec],
+    builds: Sequence[Build],
+    ctx: Ctx,
+) -> None:
+    """Every `@NAME` image names a builder; every build using one has its CUDA image."""
+    for package, table in images.items():
+        for cuda, image in table.items():
+            if image.startswith("@") and image[1:] not in builders:
+                key = f"images.{package}" + ("" if cuda == "default" and package == "default"
+                                             else f".{cuda}")
+                hint = did_you_mean(image[1:], builders) or (
+                    f"declare it as [builders.{image[1:]}]" if not builders
+                    else f"declared builders: {', '.join(builders)}")
+                ctx.fail(f"'{image}' names no declared builder", key, hint=hint)
+    for b in builds:
+        image = ""
+        for table in (images.get(b.package, {}), images.get("default", {})):
+            image = table.get(b.cuda) or table.get("default") or ""
+            if image:
+                break
+        if b.platform == "linux" and image.startswith("@"):
+            spec = builders[image[1:]]
+            if b.cuda not in spec.cudas:
+                ctx.fail(
+                    f"build {b.id} runs in {image}, which has no {b.cuda} image",
+                    f"builders.{spec.name}.cudas",
+                    hint=f"add \"{b.cuda_version}\" to builders.{spec.name}.cudas",
+                )

@@ -1,0 +1,93 @@
+"""Small file and process helpers every layer uses (nothing of nightly's own below them).
+
+One definition each: the sha256 of a file, a time-stamped line appended to a log, the tail of
+a child's output, this boot's identity, and a process's identity (pid, start time, boot) to
+tell the process that wrote a record from a later one that reused its pid.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks (packages can be gigabytes)."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def append_line(path: Path, line: str) -> None:
+    """`<local time> line` at the end of a log file (its folder made if needed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now().isoformat(timespec="seconds")
+    with path.open("a", encoding="utf-8") as f:
+        f.write(f"{stamp} {line}\n")
+
+
+def tail(out: str, limit: int = 4000) -> str:
+    """":\n<the last `limit` characters of a child's output>" for an error message, or ""."""
+    out = out.strip()
+    if not out:
+        return ""
+    if len(out) > limit:
+        out = "..." + out[-limit:]
+    return ":\n" + out
+
+
+def boot_id() -> str:
+    """This boot's id (Linux), "" elsewhere: a pid recorded under another boot is gone."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def process_identity() -> dict[str, Any]:
+    """Who this process is (pid, its start time, boot, host): recorded beside what it runs."""
+    pid = os.getpid()
+    return {"pid": pid, "start": _start_time(pid), "boot": boot_id(), "host": socket.gethostname()}
+
+
+def process_alive(owner: Mapping[str, Any]) -> bool:
+    """Is the process recorded in an owner.json still the one running? Unknown: yes."""
+    if owner.get("host") != socket.gethostname():
+        return True  # another host's folder (a shared disk): not ours to judge
+    if owner.get("boot") and owner.get("boot") != boot_id():
+        return False
+    try:
+        pid = int(owner["pid"])
+    except (KeyError, TypeError, ValueError):
+        return True
+    start = _start_time(pid)
+    if start is not None:
+        return owner.get("start") in (None, start)
+    if Path("/proc").is_dir():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+

@@ -1,0 +1,8 @@
+"""Builder images declared in the configuration ([builders]) and built by nightly itself.
+
+Modules, bottom-up: `spec` (the declaration, its validation and content hashes; config
+imports it), `rootfs` (debootstrap), `cuda` (a CUDA toolkit from PyPI + Debian),
+`context` (build contexts: interpreters, wheels, Dockerfiles), `engine` (the engine's API:
+import, build, inspect), `commands` (build / list / check for a configuration, the night's
+preflight) and `cli` (`nightly images ...`). See docs/images.md.
+"""

@@ -1,0 +1,190 @@
+"""`nightly images build | list | check`: the builder images a configuration's matrix needs.
+
+A build uses a declared builder when its `[images]` entry is `@NAME` (a `[builders.NAME]`
+table); the image is then that builder's image for the build's CUDA flavour, whose tag
+carries the spec's content hash. Images named literally (`pytorch/manylinux-builder:cpu`)
+are the site's business: list and check report them, build leaves them alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nightly.errors import NightlyError, UsageError
+from nightly.images.spec import BuilderSpec, SpecError
+from nightly.matrix import Build, SpellingError, normalize_cuda
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+    from nightly.config import Config
+
+Log = Callable[[str], None]
+
+
+class ImagesMissing(NightlyError):
+    """Images the night needs are not on the engine."""
+
+    exit_code = 1
+
+
+@dataclass
+class Needed:
+    """One image the matrix needs, with the builds that run in it."""
+
+    tag: str
+    spec: BuilderSpec | None  # None: a literal image name (not built by nightly)
+    cuda: str
+    builds: list[str] = field(default_factory=list)
+
+
+def raw_image(config: Config, build: Build) -> str:
+    """The `[images]` entry that applies to a build, before placeholders are filled."""
+    for table in (config.images.get(build.package, {}), config.images.get("default", {})):
+        image = table.get(build.cuda) or table.get("default")
+        if image:
+            return image
+    return ""
+
+
+def needed(config: Config, *, cudas: Sequence[str] = (), package: str | None = None,
+           builds: Sequence[Build] | None = None) -> list[Needed]:
+    """The images the builds (default: the whole matrix on Linux) run in, in matrix order."""
+    out: dict[str, Needed] = {}
+    for b in config.builds if builds is None else builds:
+        if b.platform != "linux" or (cudas and b.cuda not in cudas):
+            continue
+        if package and b.package != package:
+            continue
+        raw = raw_image(config, b)
+        spec = None
+        if raw.startswith("@"):
+            spec = config.builders[raw[1:]]
+        tag = config.image_for(b)
+        if not tag:
+            continue
+        out.setdefault(tag, Needed(tag=tag, spec=spec, cuda=b.cuda)).builds.append(b.id)
+    return list(out.values())
+
+
+def parse_cudas(text: str | None) -> list[str]:
+    if not text:
+        return []
+    try:
+        return [normalize_cuda(c) for c in text.split(",") if c.strip()]
+    except SpellingError as e:
+        raise UsageError(f"--cuda: {e}") from e
+
+
+def build_images(config: Config, *, cudas: Sequence[str] = (), package: str | None = None,
+                 client: DockerClient | None = None, cache: Path | None = None,
+                 log: Log = print) -> list[str]:
+    """Build every declared image the selection needs (those present are kept)."""
+    from nightly.images import engine
+
+    wanted = needed(config, cudas=cudas, package=package)
+    if not wanted:
+        raise UsageError(
+            "nothing to build: no Linux build of the selection uses a declared builder "
+            "(an [images] entry \"@NAME\" naming a [builders.NAME] table)"
+        )
+    client = client or engine.connect(config.container.base_url or None)
+    cache = cache or engine.default_cache()
+    tags: list[str] = []
+    for n in wanted:
+        if n.spec is None:
+            log(f"{n.tag}: not declared in [builders]; nightly does not build it")
+            continue
+        try:
+            tags += engine.build(client, n.spec, [n.cuda], cache, log)
+        except KeyboardInterrupt:
+            log("interrupted: nothing half-built is tagged; run the same command again to go on")
+            raise
+    return tags
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    tag: str
+    present: bool
+    size: int
+    spec_hash: str
+    age: str
+    manylinux: str
+    pythons: str
+    builds: int
+    nvcc: str
+
+
+def _age(created: dt.datetime) -> str:
+    seconds = (dt.datetime.now(dt.timezone.utc) - created).total_seconds()
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= n:
+            return f"{seconds / n:.0f}{unit}"
+    return f"{max(seconds, 0):.0f}s"
+
+
+def list_images(config: Config, *, client: DockerClient | None = None) -> list[Row]:
+    from nightly.images import engine
+
+    client = client or engine.connect(config.container.base_url or None)
+    rows = []
+    for n in needed(config):
+        info = engine.inspect(client, n.tag)
+        labels = info.labels if info else {}
+        spec_hash = n.spec.hash_for(n.cuda) if n.spec else labels.get(engine.LABEL_HASH, "-")
+        pythons = (" ".join(f"{p.version}={p.describe()}" for p in n.spec.pythons) if n.spec
+                   else labels.get(engine.LABEL_PYTHONS, "?"))
+        manylinux = labels.get(engine.LABEL_MANYLINUX) or (n.spec.manylinux_tag() if n.spec
+                                                          else "?")
+        rows.append(Row(
+            tag=n.tag, present=info is not None, size=info.size if info else 0,
+            spec_hash=spec_hash, age=_age(info.created) if info else "-",
+            manylinux=manylinux, pythons=pythons, builds=len(n.builds),
+            nvcc=labels.get(engine.LABEL_NVCC, ""),
+        ))
+    return rows
+
+
+def build_command(config: Config, missing: Sequence[Needed]) -> str:
+    cudas = sorted({n.cuda for n in missing if n.spec is not None})
+    return f"nightly images build --config {config.path} --cuda {','.join(cudas)}"
+
+
+def preflight(config: Config, builds: Sequence[Build],
+              client: DockerClient | None = None) -> None:
+    """The night's check before its first container build: every declared builder image
+    its builds need is on the engine (literal image names are the executor's preflight's)."""
+    if any(n.spec is not None for n in needed(config, builds=builds)):
+        check_images(config, builds=builds, client=client, declared_only=True)
+
+
+def check_images(config: Config, *, builds: Sequence[Build] | None = None,
+                 client: DockerClient | None = None, declared_only: bool = False) -> list[Needed]:
+    """Raise ImagesMissing naming the command that builds what is missing."""
+    from nightly.images import engine
+
+    client = client or engine.connect(config.container.base_url or None)
+    wanted = needed(config, builds=builds)
+    if declared_only:
+        wanted = [n for n in wanted if n.spec is not None]
+    missing = [n for n in wanted if engine.inspect(client, n.tag) is None]
+    if not missing:
+        return wanted
+    lines = "\n".join(f"  - {n.tag} (needed by {len(n.builds)} build(s): "
+                      f"{', '.join(n.builds[:3])}{' ...' if len(n.builds) > 3 else ''})"
+                      for n in missing)
+    declared = [n for n in missing if n.spec is not None]
+    fix = (f"Build them with: {build_command(config, declared)}" if declared else "")
+    if len(declared) < len(missing):
+        fix += ("\n" if fix else "") + ("Images not declared in [builders] must be built or "
+                                        "pulled by the site (or declare a builder for them).")
+    raise ImagesMissing(f"{len(missing)} builder image(s) missing on the engine:\n{lines}\n{fix}")
+
+
+def spec_error_text(e: SpecError) -> str:
+    return f"{e} ({e.hint})" if e.hint else str(e)

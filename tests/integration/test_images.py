@@ -1,0 +1,148 @@
+"""Builder images for real: `nightly images build` on the Podman engine, then a subset of the
+demo CUDA night (Python 3.12 x cpu, CUDA 11.8, CUDA 13.0) in those images with no host
+mounts; each wheel is installed on the host and reports the CUDA runtime it was compiled
+against.
+
+Images are tagged with their spec's content hash and nightly caches what they are made of
+(~/.cache/nightly/images, or NIGHTLY_IMAGES_CACHE), so on a machine that built them before
+this takes a couple of minutes; cold (debootstrap, downloads, three images) about ten.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from nightly.config import load
+from nightly.images import engine as images_engine
+
+try:
+    from tests.integration.engine import Engine, engine
+except ImportError:  # pragma: no cover - run from inside tests/integration
+    from engine import Engine, engine  # type: ignore[no-redef]  # noqa: F401
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+NIGHTLY = REPO / ".venv" / "bin" / "nightly"
+DEMO_CUDA = REPO / "configs" / "demo-cuda.toml"
+SUBSET = ["manywheel_3.12_cpu", "manywheel_3.12_cu118", "manywheel_3.12_cu130"]
+EXPECTED_CUDART = {"cpu": None, "cu118": 11080, "cu130": 13000}
+
+
+def nightly(*args: str, env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    cmd = [str(NIGHTLY)] if NIGHTLY.exists() else [sys.executable, "-m", "nightly"]
+    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def demo_config(tmp: Path, *, extra_package: str = "") -> Path:
+    """configs/demo-cuda.toml with absolute paths and its day folders under tmp."""
+    text = DEMO_CUDA.read_text()
+    for old, new in (('root = "../nightlies-demo-cuda"', f'root = "{tmp}/nightlies"'),
+                     ('recipes = "../recipes"', f'recipes = "{REPO}/recipes"'),
+                     ('source = "../examples/demo"', f'source = "{REPO}/examples/demo"')):
+        assert old in text
+        text = text.replace(old, new)
+    if extra_package:
+        text = text.replace('packages = ["make",', f'packages = ["{extra_package}", "make",')
+    path = tmp / "demo-cuda.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_missing_image_is_a_clear_error_naming_the_build_command(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Another package in the base is another spec hash: an image nobody built.
+    config = demo_config(tmp_path, extra_package="less")
+    env = engine.env()
+    checked = nightly("images", "check", "--config", str(config), env=env, timeout=120)
+    assert checked.returncode == 1, checked.stderr
+    assert "4 builder image(s) missing" in checked.stderr
+    assert f"nightly images build --config {config} --cuda cpu,cu118,cu124,cu130" in checked.stderr
+    # The night refuses before building anything, with the same fix.
+    run = nightly("run", "--config", str(config), "--no-upload", "--select", SUBSET[0],
+                  env=env, timeout=300)
+    assert run.returncode == 1, run.stderr
+    assert "nightly images build --config" in run.stderr
+    assert not list((tmp_path / "nightlies").glob("*/logs/*/*.log"))
+
+
+def _host_python(config: Path) -> str:
+    spec = load(config).builders["demo"]
+    source = next(p for p in spec.pythons if p.version == "3.12")
+    return f"{source.path}/bin/python3.12"
+
+
+def _report(python: str, wheel: Path, where: Path) -> dict[str, object]:
+    """Install the wheel into a fresh venv on the host; what the package says about CUDA."""
+    venv = where / f"venv-{wheel.name[:40]}"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300)
+    vpy = venv / "bin" / "python"
+    subprocess.run([str(vpy), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
+                   check=True, timeout=300)
+    code = ("import json, nightlydemo as d; print(json.dumps({'runtime': d.cuda_runtime_version(),"
+            " 'version': d.cuda_version(), 'cuda': d.built_with_cuda(),"
+            " 'devices': d.cuda_device_count()}))")
+    out = subprocess.run([str(vpy), "-c", code], cwd=where, capture_output=True, text=True,
+                         timeout=120, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path) -> None:
+    config = demo_config(tmp_path)
+    env = engine.env()
+    built = nightly("images", "build", "--config", str(config), "--cuda", "cpu,11.8,13.0",
+                    env=env, timeout=3600)
+    assert built.returncode == 0, built.stderr[-4000:]
+    spec = load(config).builders["demo"]
+    tags = {c: spec.tag_for(c) for c in ("cpu", "cu118", "cu130")}
+    assert built.stdout.split() == list(tags.values())
+
+    listed = json.loads(nightly("images", "list", "--config", str(config), "--json",
+                                env=env).stdout)
+    rows = {r["tag"]: r for r in listed}
+    for tag in tags.values():
+        assert rows[tag]["present"], tag
+        assert rows[tag]["manylinux"] == "manylinux_2_36_x86_64"
+        assert rows[tag]["spec_hash"] == tag.rsplit("-", 1)[1]
+        assert "3.12=host:" in rows[tag]["pythons"]
+    assert "release 11.8" in rows[tags["cu118"]]["nvcc"]
+    # The image's build log names what it is made of, nvcc --version in its header.
+    log118 = images_engine.default_cache() / "logs" / f"nightly-builder_{tags['cu118'].split(':')[1]}.log"
+    header = log118.read_text().split("=" * 78)[1]
+    assert "Cuda compilation tools, release 11.8" in header
+    assert "debian:nvidia-cuda-toolkit_11.8.89" in header
+
+    selects = [a for b in SUBSET for a in ("--select", b)]
+    run = nightly("run", "--config", str(config), "--no-upload", *selects, env=env, timeout=3600)
+    day = next((tmp_path / "nightlies").iterdir())
+    assert run.returncode == 0, run.stderr[-3000:] + "\n" + "\n".join(
+        p.read_text()[-3000:] for p in day.glob("logs/failed/*.log"))
+    summary = json.loads((day / "summary.json").read_text())
+    assert sorted(summary["builds"]) == SUBSET
+    python = _host_python(config)
+    for build_id in SUBSET:
+        cuda = build_id.rsplit("_", 1)[1]
+        # Each build's log names the exact image (its spec hash) it ran in.
+        log = (day / "logs" / "succeeded" / f"{build_id}.log").read_text()
+        assert f"where:    {tags[cuda]}" in log
+        assert "/usr/local/cuda" not in log.split("environment:")[0]  # no host toolkit mount
+        (wheel,) = (day / "packages" / "manywheel" / cuda).glob("*.whl")
+        # Repaired by auditwheel in the image: a manylinux wheel.
+        assert "manylinux_2_" in wheel.name, wheel.name
+        names = zipfile.ZipFile(wheel).namelist()
+        if cuda == "cu118":
+            # No static runtime in PyPI's 11.8 wheels: libcudart.so is bundled by auditwheel.
+            assert any(n.startswith("nightlydemo.libs/libcudart") for n in names), names
+        report = _report(python, wheel, tmp_path)
+        assert report["runtime"] == EXPECTED_CUDART[cuda], (build_id, report)
+        assert report["cuda"] is (cuda != "cpu")
+        assert report["devices"] == 0  # no GPU here; importing and asking never crash
