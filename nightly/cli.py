@@ -99,7 +99,9 @@ def plan(
     result = plan_night(
         ctx.config, machine=machine, selects=selects, estimate=planning_estimator(ctx.config)
     )
-    version = nightly_version(ctx.config.project.base_version, ctx.date)
+    version = nightly_version(
+        ctx.config.project.base_version, ctx.date, ctx.config.project.version_from
+    )
     if as_json:
         data = result.to_json(date=f"{ctx.date:%Y_%m_%d}", version=version)
         click.echo(json.dumps(data, indent=2))

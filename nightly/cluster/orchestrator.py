@@ -123,7 +123,9 @@ class ClusterPhase:
         # Longest first: the order builds are submitted (and shown).
         self.builds = sorted(chosen, key=lambda b: (-self.estimates[b.id], b.id))
         self.by_id = {b.id: b for b in self.builds}
-        self.version = nightly_version(config.project.base_version, date)
+        self.version = nightly_version(
+            config.project.base_version, date, config.project.version_from
+        )
         self.day = Day(config.root, date)
         self.run_id = secrets.token_hex(4)
         self.topic = f"nightly-{self.day.name}-{self.run_id}"
