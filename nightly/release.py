@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,12 @@ from typing import Any
 
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError, UsageError
+from nightly.files import sha256_file
+from nightly.publish import anaconda, conda, pypi
+from nightly.publish import index as idx
+from nightly.publish.layout import conda_channel_dir, kind_of, remote_folder
+from nightly.publish.upload import UploadReport, open_destination, regenerate_index
+from nightly.redact import safe_url
 from nightly.workspace import SUCCEEDED, Day, DayLock, State
 
 Log = Callable[[str], None]
@@ -92,8 +99,6 @@ def promote(
     missing is allowed), the credentials are there, every test file is the one built, and no
     release destination holds a different file of the same name.
     """
-    from nightly.publish.layout import kind_of, remote_folder
-    from nightly.publish.upload import UploadReport, open_destination
 
     day = release_day(config, version, rc)
     rerun = f"nightly release {version}" + (f" --rc {rc}" if rc is not None else "")
@@ -149,7 +154,6 @@ def promote(
         # Credentials first: a missing one must not leave a half-promoted release.
         token = ""
         if conda_files and pub.anaconda_user and not dry_run:
-            import nightly.publish.anaconda as anaconda
 
             try:
                 token = anaconda.read_token(pub.token_env, pub.token_file)
@@ -182,7 +186,7 @@ def promote(
         if pypi_todo:
             _promote_pypi(config, state, pypi_todo, password=password, dry_run=dry_run, log=log)
         elif wheels and pub.pypi_url:
-            log(f"already uploaded to {_safe(pub.pypi_url)}: {len(wheels)} wheel(s)")
+            log(f"already uploaded to {safe_url(pub.pypi_url)}: {len(wheels)} wheel(s)")
         if not dry_run:
             state.set_meta(promoted=dt.datetime.now().isoformat(timespec="seconds"))
         copied = sum(not c.done for c in copies)
@@ -257,8 +261,6 @@ def _release_index(
     """Regenerate the release pages of the folders that changed, or whose pages do not list
     the candidate's files yet (an earlier promote stopped halfway). A folder whose pages are
     already current is not written again, so promoting twice writes nothing."""
-    from nightly.publish import index as idx
-    from nightly.publish.upload import UploadReport, regenerate_index
 
     stale = UploadReport()
     find_links = config.publish.find_links_name("release")
@@ -294,24 +296,17 @@ def _record(state: State, bid: str, dest: str, sha256: str) -> None:
     state.add_promoted(bid, dest, sha256)
 
 
-def _safe(url: str) -> str:
-    from nightly.publish.pypi import safe_url
-
-    return safe_url(url)
-
-
 def _pypi_dest(url: str, name: str) -> str:
-    return f"pypi:{_safe(url).rstrip('/')}/{name}"
+    return f"pypi:{safe_url(url).rstrip('/')}/{name}"
 
 
 def _pypi_password(config: Config) -> str:
-    import os
 
     pub = config.publish
     password = os.environ.get(pub.pypi_password_env, "")
     if not password:
         raise UsageError(
-            f"no password for {_safe(pub.pypi_url)}: set the environment variable "
+            f"no password for {safe_url(pub.pypi_url)}: set the environment variable "
             f"{pub.pypi_password_env} (publish.pypi.password_env)"
         )
     return password
@@ -328,9 +323,6 @@ def _promote_conda_channel(
 ) -> None:
     """Publish the candidate's conda packages (the bytes that were built and tested, checked
     against their recorded sha256) into the self-hosted release channel."""
-    import nightly.publish.conda as conda
-    from nightly.files import sha256_file
-    from nightly.publish.layout import conda_channel_dir
 
     folder = conda_channel_dir(config, "release")
     paths = []
@@ -361,8 +353,6 @@ def _promote_conda(
 ) -> None:
     """Copy each package on the server from the test label to the release label (the same
     bytes that were tested; --update leaves what is already there alone)."""
-    import nightly.publish.anaconda as anaconda
-    import nightly.publish.conda as conda
 
     pub = config.publish
     for bid, p in files:
@@ -396,10 +386,9 @@ def _promote_pypi(
     """twine upload of the wheels not yet recorded as uploaded. A wheel the index already has
     counts as uploaded (promoting twice is harmless), but is named: if this candidate did not
     put it there, it may be another candidate's file of the same name."""
-    from nightly.publish import pypi
 
     pub = config.publish
-    url = _safe(pub.pypi_url)
+    url = safe_url(pub.pypi_url)
     if dry_run:
         for _, w, _ in wheels:
             log(f"would upload {w.name} to {url} with twine")

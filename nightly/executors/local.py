@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
+from nightly.files import boot_id
 from nightly.matrix import cuda_version, python_number
 
 # Variables passed through from the caller: harmless, and needed for a sane build.
@@ -256,7 +257,7 @@ class LocalExecutor(Executor):
         except (OSError, ValueError, KeyError, TypeError):
             return []
         notes = []
-        if boot == _boot_id():
+        if boot == boot_id():
             members = _group_members(pgid, start)
             if members:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -286,18 +287,11 @@ def _group_record_path(job: Job) -> Path:
 def _record_group(job: Job, pid: int) -> Path:
     path = _group_record_path(job)
     stat = _proc_stat(pid)
-    info = {"pgid": pid, "start": stat[18] if stat else 0, "boot": _boot_id()}
+    info = {"pgid": pid, "start": stat[18] if stat else 0, "boot": boot_id()}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(info))
     os.replace(tmp, path)
     return path
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
 
 
 def _proc_stat(pid: int) -> list[int] | None:

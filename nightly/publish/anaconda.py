@@ -35,23 +35,20 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import quote
 
 from nightly.errors import PublishError
+from nightly.files import tail
 from nightly.publish.childenv import child_env
+from nightly.redact import mask, safe_url
 
 TOKEN_ENV = "BINSTAR_API_TOKEN"
 _SITE_ALIAS = "nightly-publish-site"
-_OUTPUT_TAIL = 4000
-
-
 # -- tokens ----------------------------------------------------------------------------------------
 
 
@@ -80,24 +77,6 @@ def read_token(env_name: str, token_file: str) -> str:
     if not looked:
         raise PublishError("no token configured: set a token environment variable or a token file")
     raise PublishError("no token found; looked in " + " and ".join(looked))
-
-
-_USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/@\s]+@")
-
-
-def safe_url(url: str) -> str:
-    """`url` (or any text) with every `scheme://user:password@` reduced to `scheme://***@`."""
-    return _USERINFO.sub(r"\1***@", url)
-
-
-def mask(text: str, *secrets: str) -> str:
-    """`text` with every occurrence of each secret (also URL-quoted) replaced by `***`."""
-    for secret in secrets:
-        if not secret:
-            continue
-        for form in {secret, quote(secret, safe=""), quote(secret)}:
-            text = text.replace(form, "***")
-    return text
 
 
 # -- anaconda-client -------------------------------------------------------------------------------
@@ -161,12 +140,12 @@ def _run_anaconda(args: Sequence[str], *, site: str | None, token: str, timeout:
             )
         except subprocess.TimeoutExpired as e:
             out = safe_url(mask(_decode(e.output), token))
-            raise PublishError(f"{what}: timed out after {timeout:g}s{_tail(out)}") from None
+            raise PublishError(f"{what}: timed out after {timeout:g}s{tail(out)}") from None
         except OSError as e:
             raise PublishError(f"{what}: could not run anaconda-client: {e}") from None
     out = safe_url(mask(_decode(proc.stdout), token))
     if proc.returncode != 0:
-        raise PublishError(f"{what}: anaconda-client exited with status {proc.returncode}{_tail(out)}")
+        raise PublishError(f"{what}: anaconda-client exited with status {proc.returncode}{tail(out)}")
     return out
 
 
@@ -174,15 +153,6 @@ def _decode(data: bytes | str | None) -> str:
     if data is None:
         return ""
     return data if isinstance(data, str) else data.decode("utf-8", "replace")
-
-
-def _tail(out: str) -> str:
-    out = out.strip()
-    if not out:
-        return ""
-    if len(out) > _OUTPUT_TAIL:
-        out = "..." + out[-_OUTPUT_TAIL:]
-    return ":\n" + out
 
 
 def anaconda_upload(

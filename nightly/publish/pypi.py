@@ -21,14 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nightly.errors import PublishError
-from nightly.publish.anaconda import mask, safe_url
+from nightly.files import tail
 from nightly.publish.childenv import child_env
+from nightly.redact import mask, safe_url
 
 __all__ = ["safe_url", "twine_upload"]
 
 log = logging.getLogger(__name__)
 
-_OUTPUT_TAIL = 4000
 _WAREHOUSES = ("https://upload.pypi.org/", "https://test.pypi.org/")
 _HTTP_ERROR = re.compile(r"HTTPError: (\d{3})\b")
 
@@ -129,7 +129,7 @@ def _twine(
             )
         except subprocess.TimeoutExpired as e:
             out = _clean(e.output, password, repository_url)
-            raise PublishError(f"{what}: timed out after {timeout:g}s{_tail(out)}") from None
+            raise PublishError(f"{what}: timed out after {timeout:g}s{tail(out)}") from None
         except OSError as e:
             raise PublishError(f"{what}: could not run twine: {e}") from None
     if proc.returncode == 0:
@@ -139,7 +139,7 @@ def _twine(
     code = int(status.group(1)) if status else None
     if code == 409 or (code == 400 and "already exist" in " ".join(out.lower().split())):
         raise _AlreadyExists(f"{what}: the repository already has this file (HTTP {code})")
-    raise PublishError(f"{what}: twine exited with status {proc.returncode}{_tail(_summary(out))}")
+    raise PublishError(f"{what}: twine exited with status {proc.returncode}{tail(_summary(out))}")
 
 
 _CRASH = "Traceback (most recent call last):"
@@ -177,10 +177,3 @@ def _clean(data: bytes | str | None, password: str, url: str) -> str:
     return mask(safe_url(text), password)
 
 
-def _tail(out: str) -> str:
-    out = out.strip()
-    if not out:
-        return ""
-    if len(out) > _OUTPUT_TAIL:
-        out = "..." + out[-_OUTPUT_TAIL:]
-    return ":\n" + out

@@ -7,7 +7,6 @@ PublishError with a message that never contains credentials.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import threading
 from abc import ABC, abstractmethod
@@ -18,6 +17,9 @@ from datetime import datetime
 from pathlib import Path
 
 from nightly.errors import PublishError
+from nightly.files import sha256_file
+
+file_sha256 = sha256_file  # the stores' name for nightly.files.sha256_file
 
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
@@ -45,14 +47,6 @@ def check_key(key: str) -> str:
     if not key or any(p in ("", ".", "..") for p in parts) or any(ord(c) < 32 or c == "\\" for c in key):
         raise PublishError(f"invalid object key {key!r}")
     return key
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 
