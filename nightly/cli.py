@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from nightly.errors import NightlyError, UsageError
+from nightly.errors import BuildsFailed, NightlyError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,7 +89,7 @@ def plan(
     as_json: bool,
     machine: str | None,
     selects: tuple[str, ...],
-) -> int:
+) -> None:
     """The night's builds, their machines and queues, estimates and lower bound."""
     from nightly.history import planning_estimator
     from nightly.matrix import nightly_version
@@ -109,7 +109,6 @@ def plan(
         from nightly import display
 
         display.print_plan(result, date=ctx.date, version=version)
-    return 0
 
 
 @cli.command()
@@ -135,7 +134,7 @@ def build(
     dry_run: bool,
     keep_container: bool,
     no_upload: bool,
-) -> int:
+) -> None:
     """Build PACKAGE for the PYTHONS x CUDAS listed (comma lists), now, on this machine: a
     one-off build of the day, published to the nightly channel unless --no-upload, recorded
     as manual with its own summary (the night's summary.json stays the night's).
@@ -154,7 +153,7 @@ def build(
         rebuild=tuple(b.id for b in builds), no_upload=no_upload,
         manual=manual_mark(shlex.join(["nightly", *sys.argv[1:]])),
     )
-    return night.run_builds(ctx.config, ctx.date, builds, opts)
+    night.run_builds(ctx.config, ctx.date, builds, opts)
 
 
 @cli.command()
@@ -178,23 +177,24 @@ def run(
     rebuild: tuple[str, ...],
     selects: tuple[str, ...],
     keep_container: bool,
-) -> int:
+) -> None:
     """The whole night for this machine: build, publish, index, prune, summarize. Resumable."""
     from nightly import night
 
     ctx = Ctx(config_path, root, date_text)
     if cluster or (machine is None and ctx.config.cluster.address):
-        return night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
+        night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
             address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
             rebuild=rebuild, selects=selects, keep_container=keep_container,
         ))
+        return
     m = night.pick_machine(ctx.config, machine)
     order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m, selects)
     opts = night.NightOptions(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
         keep_container=keep_container, notify=True, prune=True,
     )
-    return night.run_builds(
+    night.run_builds(
         ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
         estimate_s=makespan, estimates=estimates,
     )
@@ -202,7 +202,7 @@ def run(
 
 @cli.command()
 @common_options
-def upload(config_path: str | None, root: str | None, date_text: str | None, debug: bool) -> int:
+def upload(config_path: str | None, root: str | None, date_text: str | None, debug: bool) -> None:
     """Publish the day's succeeded packages that are not yet published (idempotent)."""
     from nightly.publish.upload import publish_day
     from nightly.summary import record_publication, refresh
@@ -229,7 +229,8 @@ def upload(config_path: str | None, root: str | None, date_text: str | None, deb
         f"{len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed, {len(report.index_errors)} index errors"
     )
-    return 0 if report.ok else 1
+    if not report.ok:
+        raise BuildsFailed("some uploads or index pages failed", reported=True)
 
 
 @cli.command()
@@ -240,7 +241,7 @@ def upload(config_path: str | None, root: str | None, date_text: str | None, deb
 def index(
     config_path: str | None, root: str | None, date_text: str | None, debug: bool, full: bool,
     backfill_metadata: bool,
-) -> int:
+) -> None:
     """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
     from nightly.publish.rebuild import rebuild_all
     from nightly.publish.upload import (
@@ -259,7 +260,7 @@ def index(
         reports = rebuild_all(store, index_options(ctx.config), backfill=backfill_metadata,
                               log=click.echo)
         click.echo(f"{len(reports)} folder(s) regenerated in full")
-        return 0
+        return
     day = _existing_day(ctx)
     state = State(day.state_path)
     channel = str(state.meta.get("channel") or "nightly")
@@ -271,9 +272,11 @@ def index(
                 report.folders.setdefault(folder, {})[name] = sha
     if not report.folders:
         click.echo("nothing published on this day: no folder to regenerate (try --full)")
-        return 0
+        return
     regenerate_index(ctx.config, store, report, channel=channel, log=click.echo)
-    return 0 if report.ok else 1
+    if not report.ok:
+        raise BuildsFailed("; ".join(report.index_errors) or "index pages failed",
+                           reported=True)
 
 
 @cli.command()
@@ -281,7 +284,7 @@ def index(
 @click.option("--dry-run", is_flag=True, help="List what would be deleted.")
 def prune(
     config_path: str | None, root: str | None, date_text: str | None, debug: bool, dry_run: bool
-) -> int:
+) -> None:
     """Delete old day folders locally; apply retention to the nightly channel remotely."""
     from nightly.publish import retention
     from nightly.workspace import apply_local_prune, is_locked, plan_local_prune
@@ -312,7 +315,6 @@ def prune(
             from nightly.publish.upload import index_options
 
             retention.apply_remote_prune(store, keys, options=index_options(cfg))
-    return 0
 
 
 @cli.command()
@@ -334,7 +336,7 @@ def release(
     dry_run: bool,
     no_upload: bool,
     rebuild: tuple[str, ...],
-) -> int:
+) -> None:
     """Build the whole matrix as VERSION and publish it to the test channel. Resumable."""
     from nightly import night
     from nightly import release as rel
@@ -347,7 +349,7 @@ def release(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
         channel="test", version=version, day_name=rel.candidate_name(version, rc),
     )
-    return night.run_builds(
+    night.run_builds(
         ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
         estimate_s=makespan, estimates=estimates,
     )
@@ -369,13 +371,13 @@ def promote(
     rc: int | None,
     allow_partial: tuple[str, ...],
     dry_run: bool,
-) -> int:
+) -> None:
     """Copy exactly the test channel's files of VERSION to the release channel."""
     from nightly import release as rel
 
     ctx = Ctx(config_path, root, date_text)
     rel.check_version(version)
-    return rel.promote(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
+    rel.promote(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
                        log=click.echo)
 
 
@@ -385,7 +387,7 @@ def promote(
               help="Log lines shown per failed (or running) build.")
 def status(
     config_path: str | None, root: str | None, date_text: str | None, debug: bool, tail: int
-) -> int:
+) -> None:
     """The day in the terminal: each build's state, outcome, duration and size, failures
     first with the tail of their logs. Exit status 1 when a build failed."""
     from nightly import status as status_view
@@ -394,7 +396,8 @@ def status(
     ctx = Ctx(config_path, root, date_text)
     day = _existing_day(ctx)
     hp = history_path(ctx.config.root)
-    return status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None)
+    if status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None):
+        raise BuildsFailed("a build failed or was interrupted", reported=True)
 
 
 @cli.command(name="report")
@@ -404,7 +407,7 @@ def status(
 def report_command(
     config_path: str | None, root: str | None, date_text: str | None, debug: bool,
     out_path: str | None,
-) -> int:
+) -> None:
     """The day as one static, self-contained HTML page: ROOT/DAY/report.html (and --out)."""
     from pathlib import Path
 
@@ -419,7 +422,6 @@ def report_command(
     click.echo(str(written))
     if out is not None:
         click.echo(str(out))
-    return 0
 
 
 @cli.group(name="cluster")
@@ -432,7 +434,7 @@ def cluster_group() -> None:
 @click.option("--hosts", required=True, metavar="A,B,C", help="The build hosts (names or IPs).")
 @click.option("--days", default=825, show_default=True, type=click.IntRange(min=1),
               help="How long the host certificates are valid.")
-def cluster_certs(folder: str, hosts: str, days: int) -> int:
+def cluster_certs(folder: str, hosts: str, days: int) -> None:
     """A CA for the cluster, and a certificate and key for each host and the orchestrator.
 
     DIR gets ca.pem, ca-key.pem (keep it off the build network) and HOST.pem, HOST-key.pem per
@@ -452,7 +454,6 @@ def cluster_certs(folder: str, hosts: str, days: int) -> int:
         else:
             click.echo(f"{i.name}: copy {made.ca_cert.name}, {i.cert.name} and {i.key.name} to it "
                        "(the key readable only by the user running dask there)")
-    return 0
 
 
 def _register_groups() -> None:
@@ -487,7 +488,7 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, _term)
     try:
-        rv = cli.main(args=args, prog_name="nightly", standalone_mode=False)
+        cli.main(args=args, prog_name="nightly", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
@@ -501,9 +502,10 @@ def main(argv: list[str] | None = None) -> None:
             import traceback
 
             traceback.print_exc()
-        click.echo(f"nightly: error: {e}", err=True)
+        if not (isinstance(e, BuildsFailed) and e.reported):
+            click.echo(f"nightly: error: {e}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         click.echo("nightly: interrupted", err=True)
         sys.exit(130)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    sys.exit(0)

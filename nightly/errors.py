@@ -18,9 +18,14 @@ class NightlyError(Exception):
 
 
 class BuildsFailed(NightlyError):
-    """Some builds or uploads failed; the rest went on."""
+    """Some builds or uploads failed; the rest went on. `reported`: the command has already
+    shown what failed (the night's summary, the upload's counts), so cli.main adds nothing."""
 
     exit_code = 1
+
+    def __init__(self, message: str, *, reported: bool = False) -> None:
+        super().__init__(message)
+        self.reported = reported
 
 
 class UsageError(NightlyError):

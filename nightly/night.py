@@ -29,7 +29,7 @@ from nightly import source as src
 from nightly import summary as day_record
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
-from nightly.errors import NightlyError, NothingSelected, UsageError
+from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError
 from nightly.files import append_line
 from nightly.history import History, history_path, planning_estimator
 from nightly.matrix import Build, SpellingError, nightly_version, parse_spec
@@ -123,15 +123,17 @@ def run_night(
     *,
     plan_json: dict[str, Any] | None = None,
     estimates: Mapping[str, float] | None = None,
-) -> int:
+) -> dict[str, Any] | None:
     """Lock the day, prepare it, run the build phase on what is not done yet, publish,
-    record, report, prune, summarize, notify. The exit code of the night."""
+    record, report, prune, summarize, notify. Returns the summary (None for a dry run);
+    raises BuildsFailed when a build or an upload failed."""
     version = opts.version or nightly_version(
         config.project.base_version, date, config.project.version_from
     )
     day = Day(config.root, date, name=opts.day_name)
     if opts.dry_run:
-        return phase.dry_run(day, builds, version, opts.channel)
+        phase.dry_run(day, builds, version, opts.channel)
+        return None
     check_free_space(config)
     lock = DayLock(day.lock_path).acquire("run")
     try:
@@ -150,17 +152,7 @@ def run_night(
             wheelhouse.prepare(config, night.source_dir, day.path / "wheelhouse",
                                [b.python for b in todo if b.package != "libtorch"], night.log)
         estimate_s = phase.run(night, todo)
-        if not opts.no_upload:
-            publish_step(night)
-        try:
-            night.history.record_state(day.name, state, commit=night.commit,
-                                       channel=opts.channel)
-        except (sqlite3.Error, OSError) as e:
-            night.log(f"history: could not record the night in {night.history.path}: {e}")
-        report_step(night, night.history, publish=not opts.no_upload)
-        if opts.prune:
-            prune_step(config, date, night.log)
-        phase.finish(night)
+        _after_builds(night, phase, opts, date)
         summary, summary_path = write_summary(night, started=started, estimate_s=estimate_s,
                                               estimates=dict(estimates or {}), manual=opts.manual)
         if opts.notify:
@@ -170,12 +162,33 @@ def run_night(
         if opts.manual is not None:
             why = day_record.why_not_published(config, no_upload=opts.no_upload, day=day)
             display.print_destinations(summary, day.path, not_published=why)
-        return int(summary["exit_code"])
+        if summary["exit_code"]:
+            c = summary["counts"]
+            raise BuildsFailed(
+                f"{c['total'] - c['succeeded']} of {c['total']} build(s) did not succeed, "
+                f"{len(summary['failed_uploads'])} upload(s) failed", reported=True)
+        return summary
     except KeyboardInterrupt:
         append_line(day.master / "run.log", "interrupted by the user (Ctrl-C)")
         raise
     finally:
         lock.release()
+
+
+def _after_builds(night: NightContext, phase: BuildPhase, opts: NightOptions,
+                  date: dt.date) -> None:
+    """Publish, record, report, prune, let the phase clean up: each step never fatal."""
+    if not opts.no_upload:
+        publish_step(night)
+    try:
+        night.history.record_state(night.day.name, night.state, commit=night.commit,
+                                   channel=opts.channel)
+    except (sqlite3.Error, OSError) as e:
+        night.log(f"history: could not record the night in {night.history.path}: {e}")
+    report_step(night, night.history, publish=not opts.no_upload)
+    if opts.prune:
+        prune_step(night.config, date, night.log)
+    phase.finish(night)
 
 
 def _prepare(
@@ -230,9 +243,9 @@ def run_builds(
     plan_json: dict[str, Any] | None = None,
     estimate_s: float = 0.0,
     estimates: dict[str, float] | None = None,
-) -> int:
+) -> dict[str, Any] | None:
     """The night on this machine: `builds` in `queues` (the plan's), else in the machine's
-    number of queues (`nightly build`). Exit code."""
+    number of queues (`nightly build`). The summary, as run_night."""
     machine = pick_machine(config, opts.machine, strict=queues is not None)
     if not builds:
         raise NothingSelected("nothing to build")
@@ -245,7 +258,7 @@ def run_builds(
                      estimates=estimates)
 
 
-def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> int:
+def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> dict[str, Any] | None:
     """`nightly run --cluster`: every machine's builds of the night on a Dask cluster."""
     phase = ClusterPhase(config, date, copts)
     opts = NightOptions(

@@ -50,8 +50,8 @@ class BuildPhase(Protocol):
     def meta(self) -> dict[str, Any]:
         """Extra fields for state.json's meta (e.g. the cluster's address)."""
 
-    def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> int:
-        """Print where and how each build would run; touch nothing. The exit code."""
+    def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> None:
+        """Print where and how each build would run; touch nothing."""
 
     def run(self, night: NightContext, todo: Sequence[Build]) -> float:
         """Build `todo` (the rest of night.builds already succeeded). Returns the estimated

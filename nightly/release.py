@@ -92,8 +92,8 @@ def promote(
     allow_partial: Sequence[str] = (),
     dry_run: bool = False,
     log: Log = print,
-) -> int:
-    """Copy the candidate's test files to the release destinations. Exit code.
+) -> None:
+    """Copy the candidate's test files to the release destinations.
 
     Everything is checked before anything is changed: the candidate is complete (or what is
     missing is allowed), the credentials are there, every test file is the one built, and no
@@ -122,58 +122,23 @@ def promote(
         pub = config.publish
         store = open_destination(config) if pub.url else None
         report = UploadReport()
-        wheels: list[tuple[str, Path, str]] = []  # (build, path, sha256)
-        conda_files: list[tuple[str, dict[str, Any]]] = []
-        copies: list[_Copy] = []
-        for bid, entry in sorted(state.builds.items()):
-            if entry.status != SUCCEEDED:
-                continue
-            for pkg in (p.to_json() for p in entry.packages):
-                package_type = entry.package or pkg["path"].split("/")[1]
-                cuda = entry.cuda or pkg["path"].split("/")[2]
-                kind = kind_of(package_type, pkg["name"])
-                if kind == "conda":
-                    conda_files.append((bid, pkg))
-                    continue
-                if kind is None:
-                    continue
-                if kind == "whl":
-                    wheels.append((bid, day.path / pkg["path"], pkg["sha256"]))
-                if store is None:
-                    continue
-                folder = remote_folder(kind, "release", cuda)
-                report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
-                copies.append(_Copy(
-                    bid, f"{remote_folder(kind, 'test', cuda)}/{pkg['name']}",
-                    f"{folder}/{pkg['name']}", pkg["sha256"], pkg.get("size"),
-                ))
+        wheels, conda_files, copies = _candidate_files(day, state, store, report)
         pypi_todo = [
             (bid, path, sha) for bid, path, sha in wheels
             if pub.pypi_url and not _recorded(state, bid, _pypi_dest(pub.pypi_url, path.name), sha)
         ]
         # Credentials first: a missing one must not leave a half-promoted release.
-        token = ""
+        token = password = ""
         if conda_files and pub.anaconda_user and not dry_run:
-
             try:
                 token = anaconda.read_token(pub.token_env, pub.token_file)
             except PublishError as e:
                 raise ConfigError(str(e), key="publish.conda") from e
-        password = ""
         if pypi_todo and not dry_run:
             password = _pypi_password(config)
         if store is not None:
             _check_copies(store, copies, rerun)
-        for c in copies:
-            assert store is not None
-            if c.done:
-                log(f"already promoted: {store.url}/{c.dst}")
-            elif dry_run:
-                log(f"would copy {store.url}/{c.src} -> {store.url}/{c.dst}")
-            else:
-                _copy_verified(store, c, log)
-            if not dry_run:
-                _record(state, c.bid, f"{store.url}/{c.dst}", c.sha256)
+            _copy_all(store, state, copies, dry_run=dry_run, log=log)
         if store is not None and report.folders:
             _release_index(config, store, report, copied={c.dst for c in copies if not c.done},
                            dry_run=dry_run, log=log)
@@ -195,10 +160,54 @@ def promote(
             f"{copied} file(s) {'to copy' if dry_run else 'copied'}, "
             f"{len(copies) - copied} already promoted, in {len(report.folders)} folder(s)"
         )
-        return 0
     finally:
         if lock is not None:
             lock.release()
+
+
+def _candidate_files(
+    day: Day, state: State, store: Any, report: UploadReport
+) -> tuple[list[tuple[str, Path, str]], list[tuple[str, dict[str, Any]]], list[_Copy]]:
+    """The candidate's files: its wheels (build, path, sha256) for PyPI, its conda packages,
+    and the copies from the test folders to the release folders (with a store)."""
+    wheels: list[tuple[str, Path, str]] = []
+    conda_files: list[tuple[str, dict[str, Any]]] = []
+    copies: list[_Copy] = []
+    for bid, entry in sorted(state.builds.items()):
+        if entry.status != SUCCEEDED:
+            continue
+        for pkg in (p.to_json() for p in entry.packages):
+            package_type = entry.package or pkg["path"].split("/")[1]
+            cuda = entry.cuda or pkg["path"].split("/")[2]
+            kind = kind_of(package_type, pkg["name"])
+            if kind == "conda":
+                conda_files.append((bid, pkg))
+                continue
+            if kind is None:
+                continue
+            if kind == "whl":
+                wheels.append((bid, day.path / pkg["path"], pkg["sha256"]))
+            if store is None:
+                continue
+            folder = remote_folder(kind, "release", cuda)
+            report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
+            copies.append(_Copy(
+                bid, f"{remote_folder(kind, 'test', cuda)}/{pkg['name']}",
+                f"{folder}/{pkg['name']}", pkg["sha256"], pkg.get("size"),
+            ))
+    return wheels, conda_files, copies
+
+
+def _copy_all(store: Any, state: State, copies: list[_Copy], *, dry_run: bool, log: Log) -> None:
+    for c in copies:
+        if c.done:
+            log(f"already promoted: {store.url}/{c.dst}")
+        elif dry_run:
+            log(f"would copy {store.url}/{c.src} -> {store.url}/{c.dst}")
+        else:
+            _copy_verified(store, c, log)
+        if not dry_run:
+            _record(state, c.bid, f"{store.url}/{c.dst}", c.sha256)
 
 
 def _check_copies(store: Any, copies: list[_Copy], rerun: str) -> None:

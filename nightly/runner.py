@@ -9,7 +9,6 @@ any two leaves something a rerun completes (a build left 'running' is run again)
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import threading
 import time
@@ -26,6 +25,7 @@ from nightly.executors import make_executor
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
 from nightly.history import recorder
+from nightly.jobs import RunContext, make_job
 from nightly.matrix import Build
 from nightly.phase import NightContext
 from nightly.progress import Progress
@@ -56,68 +56,6 @@ class _SmokeError:
     notes: tuple[str, ...] = ()
 
 
-def recipe_env(
-    config: Config, build: Build, *, version: str, date: dt.date, channel: str
-) -> dict[str, str]:
-    """The recipe environment of DESIGN, minus the path variables each executor adds."""
-    env = {
-        "PACKAGE_TYPE": build.package,
-        "DESIRED_PYTHON": build.python,
-        "DESIRED_CUDA": build.cuda,
-        "CUDA_VERSION": build.cuda_version,
-        "LIBTORCH_VARIANT": build.variant,
-        "BUILD_VERSION": version,
-        "BUILD_NUMBER": str(config.project.build_number),
-        "CHANNEL": channel,
-        "NIGHTLY_DATE": f"{date:%Y_%m_%d}",
-        "PROJECT_NAME": config.project.name,
-    }
-    if build.devtoolset:
-        env["DEVTOOLSET"] = build.devtoolset
-    # Aliases for recipes written for the old scripts.
-    env["PYTORCH_BUILD_VERSION"] = version
-    env["PYTORCH_BUILD_NUMBER"] = env["BUILD_NUMBER"]
-    env["OVERRIDE_PACKAGE_VERSION"] = version
-    env.update(build_env(config))
-    return env
-
-
-def wheelhouse_env(ctx: RunContext) -> dict[str, str]:
-    """NIGHTLY_WHEELHOUSE: the night's wheelhouse on this host (executors that run builds
-    elsewhere map it: the container executor mounts it read-only)."""
-    if not ctx.config.build.wheelhouse:
-        return {}
-    return {"NIGHTLY_WHEELHOUSE": str(ctx.day.path / "wheelhouse")}
-
-
-def build_env(config: Config) -> dict[str, str]:
-    """How recipes build Python packages ([project] version_from, [build]): NIGHTLY_* for
-    the recipes, PIP_* for pip's PEP 517 front end (unset: the host's pip configuration)."""
-    b = config.build
-    env = {
-        "NIGHTLY_VERSION_FROM": config.project.version_from,
-        "NIGHTLY_BUILD_ISOLATION": "1" if b.isolation else "0",
-    }
-    if b.index_url:
-        env["PIP_INDEX_URL"] = b.index_url
-    if b.extra_index_urls:
-        env["PIP_EXTRA_INDEX_URL"] = " ".join(b.extra_index_urls)
-    if b.find_links:
-        env["PIP_FIND_LINKS"] = " ".join(b.find_links)
-    return env
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunContext:
-    config: Config
-    day: Day
-    state: State
-    source_dir: Path
-    version: str
-    channel: str = "nightly"
-    machine: str = ""
-
-
 @dataclass(kw_only=True)
 class Outcome:
     build_id: str
@@ -134,26 +72,6 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.status == SUCCEEDED
-
-
-def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
-    work = ctx.day.work / build.id
-    return Job(
-        build_id=build.id,
-        package=build.package,
-        python=build.python,
-        cuda=build.cuda,
-        env=recipe_env(
-            ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ) | wheelhouse_env(ctx),
-        recipes_dir=ctx.config.recipes,
-        source_dir=ctx.source_dir,
-        output_dir=work / "out",
-        work_dir=work / "scratch",
-        timeout_s=ctx.config.timeout_for(build),
-        image=ctx.config.image_for(build) if executor == "container" else None,
-        memory_limit=ctx.config.container.memory_limit or None,
-    )
 
 
 class Runner:
@@ -195,33 +113,8 @@ class Runner:
 
     def _attempt(self, build: Build, queue: int) -> Outcome:
         ctx, day, state = self.ctx, self.ctx.day, self.ctx.state
-        job = make_job(ctx, build, executor=self.executor.name)
-        attempt = state.get(build.id).attempts + 1
-        self._reap(job)
-        for d in (job.output_dir, job.work_dir):
-            if d.exists():
-                remove_tree(d)
-        job.output_dir.mkdir(parents=True)
-        job.work_dir.mkdir(parents=True)
-        job, cache_note = compiler_cache.attach(compiler_cache.settings_of(ctx.config), job)
+        job, attempt, cache_note = self._start(build, queue)
         started = time.time()
-        state.update(
-            build.id,
-            status=RUNNING,
-            attempts=attempt,
-            started=started,
-            ended=None,
-            machine=ctx.machine,
-            queue=queue,
-            executor=self.executor.name,
-            reason=None,
-            package=build.package,
-            python=build.python,
-            cuda=build.cuda,
-            variant=build.variant,
-            cache=None,
-        )
-        self.on_event("start", {"build": build.id, "queue": queue, "attempt": attempt})
         log_path = day.reopen_log(build.id)
         with log_path.open("ab", buffering=0) as log:
             write_lock = threading.Lock()
@@ -240,28 +133,8 @@ class Runner:
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
-            cache_stats = compiler_cache.read_stats(job)
-            if cache_stats is not None:
-                state.update(build.id, cache=cache_stats.to_json())
             produced = _files(job.output_dir)
-            reason = result.reason
-            if reason is None and result.exit_status != 0:
-                reason = f"recipe failed with exit status {result.exit_status}"
-            if reason is None and not produced:
-                reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
-            ok = reason is None
-            notes = list(result.notes)
-            if cache_stats is not None:
-                notes.append(f"compiler cache: {cache_stats.footer()}")
-            if ok and self.smoke is not None:
-                # Before the build counts as succeeded (and so before any upload).
-                try:
-                    smoke = self.smoke(build, produced, job, sink, self.cancel)
-                except Exception as e:  # a smoke-test bug fails this build only
-                    smoke = _SmokeError(reason=f"smoke test: error: {e!r}")
-                notes += list(smoke.notes)
-                if not smoke.ok:
-                    ok, reason = False, smoke.reason or "smoke test"
+            ok, reason, notes = self._verdict(build, job, result, produced, sink)
             failed_status = INTERRUPTED if result.interrupted else FAILED
 
             def file_log(ok: bool, reason: str | None, packages: list[PackageFile]) -> Path:
@@ -275,24 +148,65 @@ class Runner:
                 failed_status=failed_status, infra=result.infra,
                 exit_status=result.exit_status, duration_s=round(duration, 3),
             )
-        ok, status = entry.status == SUCCEEDED, entry.status
-        if ok or result.interrupted:
+        if entry.status == SUCCEEDED or result.interrupted:
             remove_tree(day.work / build.id)
-        outcome = Outcome(
-            build_id=build.id,
-            status=status,
-            reason=entry.reason,
-            exit_status=result.exit_status,
-            duration_s=duration,
-            attempts=attempt,
-            queue=queue,
-            packages=list(entry.packages),
-            log=str(day.path / (entry.log or "")),
+        self.on_event("end", {"build": build.id, "status": entry.status, "reason": entry.reason,
+                              "duration_s": duration, "queue": queue})
+        return Outcome(
+            build_id=build.id, status=entry.status, reason=entry.reason,
+            exit_status=result.exit_status, duration_s=duration, attempts=attempt, queue=queue,
+            packages=list(entry.packages), log=str(day.path / (entry.log or "")),
             infra=result.infra,
         )
-        self.on_event("end", {"build": build.id, "status": status, "reason": entry.reason,
-                              "duration_s": duration, "queue": queue})
-        return outcome
+
+    def _start(self, build: Build, queue: int) -> tuple[Job, int, str | None]:
+        """A new attempt: what a dead run left of it stopped, fresh output and scratch
+        folders, the compiler cache attached, state 'running'. (job, attempt, cache note)"""
+        ctx, state = self.ctx, self.ctx.state
+        job = make_job(ctx, build, executor=self.executor.name)
+        attempt = state.get(build.id).attempts + 1
+        self._reap(job)
+        for d in (job.output_dir, job.work_dir):
+            if d.exists():
+                remove_tree(d)
+        job.output_dir.mkdir(parents=True)
+        job.work_dir.mkdir(parents=True)
+        job, cache_note = compiler_cache.attach(compiler_cache.settings_of(ctx.config), job)
+        state.update(
+            build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,
+            machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None,
+            package=build.package, python=build.python, cuda=build.cuda, variant=build.variant,
+            cache=None,
+        )
+        self.on_event("start", {"build": build.id, "queue": queue, "attempt": attempt})
+        return job, attempt, cache_note
+
+    def _verdict(
+        self, build: Build, job: Job, result: ExecResult, produced: list[Path],
+        sink: Callable[[bytes], None],
+    ) -> tuple[bool, str | None, list[str]]:
+        """Did the attempt succeed: the recipe's verdict, a package produced, the smoke test
+        (before the build counts as succeeded, so before any upload). (ok, reason, notes)"""
+        cache_stats = compiler_cache.read_stats(job)
+        if cache_stats is not None:
+            self.ctx.state.update(build.id, cache=cache_stats.to_json())
+        reason = result.reason
+        if reason is None and result.exit_status != 0:
+            reason = f"recipe failed with exit status {result.exit_status}"
+        if reason is None and not produced:
+            reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
+        notes = list(result.notes)
+        if cache_stats is not None:
+            notes.append(f"compiler cache: {cache_stats.footer()}")
+        if reason is None and self.smoke is not None:
+            try:
+                smoke = self.smoke(build, produced, job, sink, self.cancel)
+            except Exception as e:  # a smoke-test bug fails this build only
+                smoke = _SmokeError(reason=f"smoke test: error: {e!r}")
+            notes += list(smoke.notes)
+            if not smoke.ok:
+                reason = smoke.reason or "smoke test"
+        return reason is None, reason, notes
 
     def _reap(self, job: Job) -> None:
         """Stop what a run that died left running of this build (before it runs again)."""
@@ -438,7 +352,7 @@ class LocalPhase:
     def meta(self) -> dict[str, Any]:
         return {}
 
-    def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> int:
+    def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> None:
         config = self.config
         state = State(day.path / "nonexistent-state.json")
         ctx = RunContext(config=config, day=day, state=state, source_dir=day.source,
@@ -448,7 +362,6 @@ class LocalPhase:
             desc = ex.describe(make_job(ctx, b, executor=ex.name))
             print(json.dumps({"build": b.id, "machine": self.machine.name, **desc}, indent=2,
                              default=str))
-        return 0
 
     def run(self, night: NightContext, todo: Sequence[Build]) -> float:
         ctx = RunContext(

@@ -29,11 +29,11 @@ def show(
     tail: int = 15,
     history: History | None = None,
     console: Console | None = None,
-) -> int:
+) -> bool:
     """Print the day's builds (state, outcome, duration, size), failures first, every package
     in full (one a line, never cut to the terminal's width), then the tail of each failed (or
-    running) build's log. Returns 1 when a build failed or was interrupted,
-    else 0."""
+    running) build's log. Returns whether a build failed or was
+    interrupted."""
     from rich.console import Console
 
     con = console or Console()
@@ -48,7 +48,7 @@ def show(
     _manual_builds(con, night)
     if tail > 0:
         _log_tails(con, night, tail)
-    return 1 if c[FAILED] or c[INTERRUPTED] else 0
+    return bool(c[FAILED] or c[INTERRUPTED])
 
 
 def _heading(night: NightView) -> str:

@@ -153,7 +153,7 @@ class ClusterPhase:
     def meta(self) -> dict[str, Any]:
         return {"cluster": self.address}
 
-    def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> int:
+    def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> None:
         print(json.dumps({"cluster": self.address, "staging": self.config.cluster.staging,
                           "day": day.name, "version": version}))
         prio = lpt_priorities(self.builds, self.estimates)
@@ -162,7 +162,6 @@ class ClusterPhase:
                 "build": b.id, "priority": prio[b.id], "estimate_s": self.estimates[b.id],
                 "resources": build_resources(self.config, b), "executor": self.executor_for(b),
             }))
-        return 0
 
     def run(self, night: NightContext, todo: Sequence[Build]) -> float:
         self._night = night

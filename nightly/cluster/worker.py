@@ -54,10 +54,11 @@ from nightly.errors import NightlyError
 from nightly.executors import make_executor
 from nightly.executors.base import Job
 from nightly.files import process_alive, process_identity, sha256_file
+from nightly.jobs import RunContext, make_job
 from nightly.matrix import Build
 from nightly.publish import Store
 from nightly.publish import conda as conda_client
-from nightly.runner import RunContext, Runner, make_job
+from nightly.runner import Runner
 from nightly.smoke import SmokeTester
 from nightly.workspace import FAILED, PENDING, Day, State, write_json
 

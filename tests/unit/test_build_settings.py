@@ -12,8 +12,8 @@ import pytest
 
 from nightly.config import load
 from nightly.errors import ConfigError
+from nightly.jobs import build_env
 from nightly.matrix import nightly_version
-from nightly.runner import build_env
 
 WriteConfig = Callable[..., Path]
 BUILDREQS = Path(__file__).resolve().parents[2] / "recipes" / "common" / "buildreqs.py"

@@ -18,9 +18,10 @@ import pytest
 
 from nightly import config as cfg
 from nightly.executors.local import LocalExecutor, NotFound, _record_group
+from nightly.jobs import RunContext, make_job, recipe_env
 from nightly.matrix import Build
 from nightly.redact import mask_env
-from nightly.runner import RunContext, Runner, _Dispatcher, make_job, recipe_env
+from nightly.runner import Runner, _Dispatcher
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State
 
 DATE = dt.date(2019, 1, 31)
