@@ -1,69 +1,20 @@
 """The `nightly` command: parse, call the core, map errors to exit codes. Thin on purpose.
 
-Heavy modules (rich, the runner, executors, boto3, docker, dask) are imported inside the
-commands so `nightly --help` starts fast.
+The core (config, night, runner, executors, publish) and heavy libraries (rich, boto3,
+docker, dask) are imported inside the commands, so `nightly --help` loads none of them
+(tests/unit/test_cli_plan.py checks): the one place nightly's own modules are imported in
+functions without a cycle to avoid.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import functools
 import json
-import re
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import click
 
+from nightly.cli_context import Ctx, common_options, existing_day
 from nightly.errors import BuildsFailed, NightlyError, UsageError
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-_DATE_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})$")
-
-
-def parse_date(text: str | None) -> dt.date:
-    if text is None:
-        return dt.date.today()
-    m = _DATE_RE.match(text.strip())
-    if not m:
-        raise UsageError(f"--date '{text}' is not a date: write YYYY_MM_DD, e.g. 2019_01_31")
-    try:
-        return dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    except ValueError as e:
-        raise UsageError(f"--date '{text}' is not a real date ({e})") from e
-
-
-def common_options(f: F) -> F:
-    """--config, --root, --date and --debug, which every command takes."""
-
-    @click.option(
-        "--config",
-        "config_path",
-        metavar="FILE",
-        help="Configuration file (default ./nightly.toml, else $NIGHTLY_CONFIG).",
-    )
-    @click.option(
-        "--root", metavar="DIR", help="Where dated day folders live (overrides the config)."
-    )
-    @click.option("--date", "date_text", metavar="YYYY_MM_DD", help="The day (default: today).")
-    @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    @functools.wraps(f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return f(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-class Ctx:
-    """What every command needs: the loaded config and the day."""
-
-    def __init__(self, config_path: str | None, root: str | None, date_text: str | None) -> None:
-        from nightly import config as cfg
-
-        self.date = parse_date(date_text)
-        self.config = cfg.load(cfg.find_config_path(config_path), root_override=root)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -209,7 +160,7 @@ def upload(config_path: str | None, root: str | None, date_text: str | None, deb
     from nightly.workspace import DayLock, State
 
     ctx = Ctx(config_path, root, date_text)
-    day = _existing_day(ctx)
+    day = existing_day(ctx)
     if not (ctx.config.publish.url or ctx.config.publish.conda_channel
             or ctx.config.publish.anaconda_user):
         raise UsageError(f"{ctx.config.path}: [publish] url is empty: nothing to publish to")
@@ -261,7 +212,7 @@ def index(
                               log=click.echo)
         click.echo(f"{len(reports)} folder(s) regenerated in full")
         return
-    day = _existing_day(ctx)
+    day = existing_day(ctx)
     state = State(day.state_path)
     channel = str(state.meta.get("channel") or "nightly")
     report = UploadReport()
@@ -394,7 +345,7 @@ def status(
     from nightly.history import History, history_path
 
     ctx = Ctx(config_path, root, date_text)
-    day = _existing_day(ctx)
+    day = existing_day(ctx)
     hp = history_path(ctx.config.root)
     if status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None):
         raise BuildsFailed("a build failed or was interrupted", reported=True)
@@ -415,7 +366,7 @@ def report_command(
     from nightly.history import History, history_path
 
     ctx = Ctx(config_path, root, date_text)
-    day = _existing_day(ctx)
+    day = existing_day(ctx)
     hp = history_path(ctx.config.root)
     out = Path(out_path) if out_path else None
     written = report.write_report(day, History(hp) if hp.exists() else None, out)
@@ -463,17 +414,6 @@ def _register_groups() -> None:
 
 
 _register_groups()
-
-
-def _existing_day(ctx: Ctx) -> Any:
-    from nightly.workspace import Day
-
-    day = Day(ctx.config.root, ctx.date)
-    if not day.state_path.exists():
-        raise UsageError(
-            f"no night in {day.path} (no state.json): run `nightly run` first, or pass --date"
-        )
-    return day
 
 
 def main(argv: list[str] | None = None) -> None:
