@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nightly import display, notify
+from nightly import display, notify, wheelhouse
 from nightly import source as src
 from nightly import summary as day_record
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
@@ -147,8 +147,6 @@ def run_night(
                 if state.status(b.id) != SUCCEEDED or _matches(b.id, opts.rebuild)]
         day_record.mark_manual(state, [b.id for b in todo], opts.manual)
         if config.build.wheelhouse and todo:
-            from nightly import wheelhouse
-
             wheelhouse.prepare(config, night.source_dir, day.path / "wheelhouse",
                                [b.python for b in todo if b.package != "libtorch"], night.log)
         estimate_s = phase.run(night, todo)

@@ -25,6 +25,7 @@ from nightly.executors import make_executor
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
 from nightly.history import recorder
+from nightly.images.commands import preflight as images_preflight
 from nightly.jobs import RunContext, make_job
 from nightly.matrix import Build
 from nightly.phase import NightContext
@@ -372,9 +373,7 @@ class LocalPhase:
                            keep_container=self.keep_container) as ex:
             if todo:
                 if ex.name == "container":
-                    from nightly.images.commands import preflight
-
-                    preflight(night.config, todo)  # a missing builder image names its build command
+                    images_preflight(night.config, todo)  # a missing builder image names its build command
                 ex.preflight([make_job(ctx, b, executor=ex.name) for b in todo])
             n_q = len(self.queues) if self.queues is not None else self.machine.queues
             progress = Progress(
