@@ -258,6 +258,8 @@ def read_stats(job: Job) -> CacheStats | None:
     cache = job.cache
     if cache is None:
         return None
+    # A server that was killed with its build leaves its socket file behind.
+    Path(cache.socket).unlink(missing_ok=True)
     try:
         status = (cache.tools / STATUS_FILE).read_text(encoding="utf-8").strip()
     except OSError:
@@ -322,8 +324,18 @@ case "${CC:-}" in "" | "$tools/cc") CC=cc ;; esac
 case "${CXX:-}" in "" | "$tools/c++") CXX=c++ ;; esac
 export NIGHTLY_CACHE_CC="$CC" NIGHTLY_CACHE_CXX="$CXX"
 rm -f "$SCCACHE_SERVER_UDS"
-# TMPDIR=/tmp: the server's start-up socket goes there, and a unix socket path is short.
-if TMPDIR=/tmp "$sc" --start-server </dev/null >"$tools/server.log" 2>&1; then
+# The server runs in the foreground as this script's child, not as a daemon: it stays in the
+# build's process group (and container), so a build that is killed takes its server and the
+# compilers it started along. It checks its storage before it listens: no socket, no cache.
+# (TMPDIR=/tmp: its own temporary files stay short of the unix socket path limit.)
+TMPDIR=/tmp SCCACHE_START_SERVER=1 SCCACHE_NO_DAEMON=1 "$sc" </dev/null >"$tools/server.log" 2>&1 &
+server=$!
+for _ in $(seq 600); do
+    [ -S "$SCCACHE_SERVER_UDS" ] && break
+    kill -0 "$server" 2>/dev/null || break
+    sleep 0.05
+done
+if [ -S "$SCCACHE_SERVER_UDS" ]; then
     export NIGHTLY_CACHE=on CC="$tools/cc" CXX="$tools/c++"
     export CMAKE_C_COMPILER_LAUNCHER="$tools/launch" CMAKE_CXX_COMPILER_LAUNCHER="$tools/launch"
     export CMAKE_CUDA_COMPILER_LAUNCHER="$tools/launch"
@@ -336,7 +348,7 @@ else
     [ -n "$why" ] || why="$(head -n1 "$tools/server.log" | cut -c1-300)"
     printf 'off: sccache server did not start: %s\n' "$why" >"$tools/status"
     say "compiler cache unavailable, building without it: $why"
-    rm -f "$SCCACHE_SERVER_UDS"
+    kill "$server" 2>/dev/null
 fi
 # The store's credentials stay with the server; a recipe never sees them.
 unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN
@@ -348,6 +360,8 @@ if [ "$NIGHTLY_CACHE" = on ] && [ -S "$SCCACHE_SERVER_UDS" ]; then
     fi
     "$sc" --stop-server >/dev/null 2>&1
 fi
+kill "$server" 2>/dev/null
+wait "$server" 2>/dev/null
 rm -f "$SCCACHE_SERVER_UDS"
 exit $rc
 """

@@ -115,7 +115,9 @@ def run_night(
 ) -> int:
     """Lock the day, prepare it, run the build phase on what is not done yet, publish,
     record, report, prune, summarize, notify. The exit code of the night."""
-    version = opts.version or nightly_version(config.project.base_version, date)
+    version = opts.version or nightly_version(
+        config.project.base_version, date, config.project.version_from
+    )
     day = Day(config.root, date, name=opts.day_name)
     if opts.dry_run:
         return phase.dry_run(day, builds, version, opts.channel)
@@ -131,6 +133,11 @@ def run_night(
         todo = [b for b in builds
                 if state.status(b.id) != SUCCEEDED or _matches(b.id, opts.rebuild)]
         day_record.mark_manual(state, [b.id for b in todo], opts.manual)
+        if config.build.wheelhouse and todo:
+            from nightly import wheelhouse
+
+            wheelhouse.prepare(config, night.source_dir, day.path / "wheelhouse",
+                               [b.python for b in todo if b.package != "libtorch"], night.log)
         estimate_s = phase.run(night, todo)
         if not opts.no_upload:
             publish_step(night)

@@ -61,6 +61,8 @@ class BuildView:
     # A one-off `nightly build` (not the night): who ran it, when (ISO), the command.
     manual: dict[str, str] | None = None
     log: Path | None = None  # absolute
+    # The compiler cache's statistics of the build (nightly.cache.CacheStats.to_json) or None.
+    cache: dict[str, Any] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
     past_durations: list[float] = field(default_factory=list)
     past_sizes: list[int] = field(default_factory=list)
@@ -199,6 +201,7 @@ def _build_view(
         upload_error=_opt_str(e.get("upload_error")),
         manual=_manual(e.get("manual")),
         log=find_log(day, bid, e.get("log")),
+        cache=dict(e["cache"]) if isinstance(e.get("cache"), Mapping) else None,
     )
 
 

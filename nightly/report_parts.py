@@ -11,6 +11,7 @@ import statistics
 import urllib.parse
 from collections.abc import Sequence
 
+from nightly.cache import night_total
 from nightly.nightview import (
     TREND_NIGHTS,
     BuildView,
@@ -186,12 +187,17 @@ def builds_table(night: NightView, link_base: str, with_history: bool) -> list[s
     cols.append(("size", "num"))
     if with_history:
         cols.append((f"size, last {TREND_NIGHTS} nights", ""))
+    with_cache = any(b.cache is not None for b in night.builds)
+    if with_cache:
+        out += cache_total(night)
+        cols.append(("compiler cache", "num"))
     cols += [("files", ""), ("tries", "num"), ("log", "")]
     out.append('<div class="scroll"><table><thead><tr>')
     out += [f'<th class="{c}">{esc(name)}</th>' for name, c in cols]
     out.append("</tr></thead><tbody>")
     for b in night.builds:
-        out += _row(b, night, link_base, with_history=with_history, with_estimates=with_estimates)
+        out += _row(b, night, link_base, with_history=with_history, with_estimates=with_estimates,
+                    with_cache=with_cache)
     out.append("</tbody></table></div></section>")
     return out
 
@@ -223,8 +229,32 @@ def _regressions(night: NightView) -> list[str]:
     return out
 
 
+def cache_total(night: NightView) -> list[str]:
+    """The night's compiler cache figures, above the table."""
+    total = night_total([{"cache": b.cache} for b in night.builds])
+    rate = total.hit_rate
+    text = (f"Compiler cache: {total.hits} hits, {total.misses} misses of "
+            f"{total.requests} compile requests"
+            + (f" ({rate:.0%} hit rate)" if rate is not None else ""))
+    return [f'<p id="cache-total" data-hits="{total.hits}" data-misses="{total.misses}">'
+            f"{esc(text)}</p>"]
+
+
+def _cache_cell(b: BuildView) -> str:
+    c = b.cache
+    if c is None:
+        return '<td class="num">-</td>'
+    if c.get("off"):
+        return f'<td class="num" data-cache="off" title="{esc(c.get("off"))}">off</td>'
+    hits, misses = int(c.get("hits") or 0), int(c.get("misses") or 0)
+    rate = f"{hits / (hits + misses):.0%}" if hits + misses else "-"
+    return (f'<td class="num" data-cache="{hits}/{misses}" title="{esc(c.get("where", ""))}">'
+            f'{esc(rate)}<div class="small muted">{hits} of {hits + misses}</div></td>')
+
+
 def _row(
-    b: BuildView, night: NightView, link_base: str, *, with_history: bool, with_estimates: bool
+    b: BuildView, night: NightView, link_base: str, *, with_history: bool, with_estimates: bool,
+    with_cache: bool = False,
 ) -> list[str]:
     """One build's row of the table."""
     out: list[str] = []
@@ -266,6 +296,8 @@ def _row(
         tonight_s = float(b.size) if b.status == SUCCEEDED and b.size else None
         past_sizes = [float(s) for s in b.past_sizes]
         out.append(f"<td>{sparkline(past_sizes, tonight_s, bad=bool(b.larger), unit='B')}</td>")
+    if with_cache:
+        out.append(_cache_cell(b))
     if b.files:
         listing = "".join(
             f'<div class="mono small">{esc(n)} <span class="muted">{esc(human_size(sz))}</span></div>'

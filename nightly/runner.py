@@ -78,6 +78,32 @@ def recipe_env(
     env["PYTORCH_BUILD_VERSION"] = version
     env["PYTORCH_BUILD_NUMBER"] = env["BUILD_NUMBER"]
     env["OVERRIDE_PACKAGE_VERSION"] = version
+    env.update(build_env(config))
+    return env
+
+
+def wheelhouse_env(ctx: RunContext) -> dict[str, str]:
+    """NIGHTLY_WHEELHOUSE: the night's wheelhouse on this host (executors that run builds
+    elsewhere map it: the container executor mounts it read-only)."""
+    if not ctx.config.build.wheelhouse:
+        return {}
+    return {"NIGHTLY_WHEELHOUSE": str(ctx.day.path / "wheelhouse")}
+
+
+def build_env(config: Config) -> dict[str, str]:
+    """How recipes build Python packages ([project] version_from, [build]): NIGHTLY_* for
+    the recipes, PIP_* for pip's PEP 517 front end (unset: the host's pip configuration)."""
+    b = config.build
+    env = {
+        "NIGHTLY_VERSION_FROM": config.project.version_from,
+        "NIGHTLY_BUILD_ISOLATION": "1" if b.isolation else "0",
+    }
+    if b.index_url:
+        env["PIP_INDEX_URL"] = b.index_url
+    if b.extra_index_urls:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(b.extra_index_urls)
+    if b.find_links:
+        env["PIP_FIND_LINKS"] = " ".join(b.find_links)
     return env
 
 
@@ -119,7 +145,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         cuda=build.cuda,
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ),
+        ) | wheelhouse_env(ctx),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",

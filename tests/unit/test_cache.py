@@ -3,6 +3,8 @@ the host and in a container, statistics, and the scripts' fallback when the cach
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -11,9 +13,11 @@ from typing import Any
 import pytest
 
 from nightly import cache as cc
+from nightly import report
 from nightly.config import load
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
+from nightly.workspace import Day
 
 STATS = {
     "stats": {
@@ -249,3 +253,41 @@ def test_bad_cache_config_names_the_key_and_the_fix(
     assert message in str(exc.value)
     assert exc.value.hint is not None
     assert hint in exc.value.hint
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+def test_report_shows_each_builds_hit_rate_and_the_nights_total(tmp_path: Path) -> None:
+    day = Day(tmp_path, datetime.date(2024, 5, 1))
+    day.create()
+    base = {"status": "succeeded", "attempts": 1, "started": 1.0e9, "ended": 1.0e9 + 60,
+            "duration_s": 60.0, "queue": 0, "machine": "m", "packages": []}
+    builds = {
+        "manywheel_3.11_cpu": {**base, "cache": {"hits": 6, "misses": 2, "requests": 8,
+                                                 "where": "local disk /c/host-cpu"}},
+        "manywheel_3.12_cpu": {**base, "cache": {"hits": 0, "misses": 8, "requests": 8}},
+        "manywheel_3.13_cpu": {**base, "cache": {"hits": 0, "misses": 0, "requests": 0,
+                                                 "off": "sccache server did not start: <refused>"}},
+        "manywheel_3.10_cpu": dict(base),  # built before the cache existed
+    }
+    day.state_path.write_text(json.dumps({"builds": builds, "meta": {}}))
+    page = report.render_html(day, None)
+    assert 'id="cache-total" data-hits="6" data-misses="10"' in page
+    assert "Compiler cache: 6 hits, 10 misses of 16 compile requests (38% hit rate)" in page
+    assert 'data-cache="6/2"' in page
+    assert ">75%<" in page
+    assert 'data-cache="0/8"' in page
+    assert 'data-cache="off" title="sccache server did not start: &lt;refused&gt;"' in page
+    plain = report.render_html(make_plain_day(tmp_path / "plain"), None)
+    assert "cache-total" not in plain
+    assert "compiler cache" not in plain
+
+
+def make_plain_day(root: Path) -> Day:
+    day = Day(root, datetime.date(2024, 5, 1))
+    day.create()
+    day.state_path.write_text(json.dumps({"builds": {"b_3.11_cpu": {
+        "status": "succeeded", "attempts": 1, "started": 1.0e9, "ended": 1.0e9 + 5,
+        "duration_s": 5.0, "packages": []}}, "meta": {}}))
+    return day

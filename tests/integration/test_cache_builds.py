@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -436,3 +437,159 @@ url = "s3://{bucket}/sccache"
     assert any(k.startswith("sccache/host-cpu/") for k in s3_keys(endpoint, bucket))
     log_text = "".join(p.read_text() for p in (day / "logs").rglob("*.log"))
     assert SECRET_KEY not in log_text
+
+
+# ---------------------------------------------------------------------------- cluster + S3
+
+
+@pytest.fixture
+def s3_cluster(moto_s3: tuple[str, str], tmp_path: Path) -> Iterator[str]:
+    """A Dask scheduler and two one-slot linux workers on loopback, started with the S3
+    credentials in their environment (a build host's own credentials: they never travel)."""
+    import socket
+    import time
+
+    from distributed import Client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    address = f"tcp://127.0.0.1:{port}"
+    dask = str(REPO / ".venv" / "bin" / "dask")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    procs = []
+    logs = []
+
+    def spawn(name: str, args: list[str]) -> None:
+        log = (tmp_path / f"{name}.log").open("ab")
+        logs.append(log)
+        procs.append(subprocess.Popen([dask, *args], stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, env=env))
+
+    spawn("scheduler", ["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"])
+    for name in ("w1", "w2"):
+        (tmp_path / name).mkdir()
+        spawn(name, ["worker", address, "--name", name, "--nthreads", "1", "--resources",
+                     "slots=1,platform-linux=1", "--local-directory", str(tmp_path / name),
+                     "--no-nanny", "--host", "127.0.0.1", "--no-dashboard"])
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with Client(address, timeout=10, set_as_default=False) as c:
+                    if len(c.scheduler_info(n_workers=-1)["workers"]) == 2:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the Dask workers did not join"
+            time.sleep(0.3)
+        yield address
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for log in logs:
+            log.close()
+
+
+def test_cluster_builds_share_an_s3_cache_on_moto(
+    tmp_path: Path, run_cli: RunCli, moto_s3: tuple[str, str], s3_cluster: str
+) -> None:
+    endpoint, bucket = moto_s3
+    src = tmp_path / "src"
+    write_sources(src)
+    recipes = tmp_path / "recipes"
+    (recipes / "manywheel").mkdir(parents=True)
+    (recipes / "manywheel" / "build.sh").write_text(COMPILE_RECIPE)
+    config = tmp_path / "nightly.toml"
+    config.write_text(config_text(src, recipes=recipes, matrix="""
+[matrix.linux.manywheel]
+pythons = ["3.11", "3.12"]
+cudas = ["cpu"]
+""", extra=f"""
+[smoke]
+enabled = false
+
+[cluster]
+address = "{s3_cluster}"
+staging = "staging"
+log_flush = 0.2
+connect_timeout = "20s"
+
+[cache]
+url = "s3://{bucket}/sccache"
+endpoint_url = "{endpoint}"
+"""))
+    night(run_cli, config, "2024_05_01")
+    day = night(run_cli, config, "2024_05_02")
+    entries = cache_entries(day)
+    workers = set()
+    for bid in ("manywheel_3.11_cpu", "manywheel_3.12_cpu"):
+        e = entries[bid]
+        assert e["status"] == "succeeded", e
+        workers.add(e["worker_name"])
+        # The next night, whichever worker builds it, every object comes from the shared store.
+        assert (e["cache"]["hits"], e["cache"]["misses"]) == (4, 0), e["cache"]
+        assert e["cache"]["where"] == f"s3://{bucket}/sccache/host-cpu"
+        log = (day / e["log"]).read_text()
+        assert "[nightly] cluster attempt " in log
+        assert "compiler cache: 4 hits, 0 misses" in log
+        assert SECRET_KEY not in log
+    assert workers <= {"w1", "w2"}
+    assert any(k.startswith("sccache/host-cpu/") for k in s3_keys(endpoint, bucket))
+
+
+def test_a_killed_build_takes_its_cache_server_along(tmp_path: Path, run_cli: RunCli) -> None:
+    """The server is the build's own child (not a daemon): a timeout kills it with the build."""
+    src = tmp_path / "src"
+    write_sources(src, n=1)
+    recipes = tmp_path / "recipes"
+    (recipes / "manywheel").mkdir(parents=True)
+    (recipes / "manywheel" / "build.sh").write_text(
+        '#!/usr/bin/env bash\nset -e\ncd "$WORK_DIR"\n${CC:-cc} -c "$SOURCE_DIR/f0.c" -o f0.o\n'
+        'echo compiled\nsleep 120\n')
+    cache_dir = tmp_path / "sccache"
+    config = tmp_path / "nightly.toml"
+    config.write_text(config_text(src, recipes=recipes, matrix="""
+[matrix.linux.manywheel]
+pythons = ["3.11"]
+cudas = ["cpu"]
+""", extra=f"""
+[timeouts]
+default = "6s"
+
+[retries]
+infra = 0
+
+[smoke]
+enabled = false
+
+[cache]
+dir = "{cache_dir}"
+"""))
+    code, out, err = run_cli(["run", "--config", str(config), "--date", "2024_05_01"],
+                             cwd=tmp_path, timeout=120)
+    assert code == 1, out + err
+    e = cache_entries(tmp_path / "nightlies" / "2024_05_01")["manywheel_3.11_cpu"]
+    assert "timeout" in (e["reason"] or ""), e
+    assert "compiled" in (tmp_path / "nightlies" / "2024_05_01" / e["log"]).read_text()
+
+    def servers() -> list[int]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and str(cache_dir).encode() in (proc / "environ").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 10
+    while servers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert servers() == []
