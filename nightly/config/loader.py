@@ -88,7 +88,7 @@ def parse(
     publish = parse_publish(top, ctx, base, project.name)
     smoke = parse_smoke(top, project.name)
     cluster = parse_cluster(top, ctx, base)
-    build = parse_build(top)
+    build = parse_build(top, ctx)
     cache = parse_cache(top, ctx, base, publish)
     top.finish()
     builds = select_builds(matrices, include, exclude, machines, ctx)

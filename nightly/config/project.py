@@ -46,7 +46,7 @@ def parse_project(top: Table, ctx: Ctx) -> Project:
 VERSION_FROM = ("env", "setuptools-scm", "keep")
 
 
-def parse_build(top: Table) -> BuildSettings:
+def parse_build(top: Table, ctx: Ctx) -> BuildSettings:
     bu = top.table("build")
     settings = BuildSettings(
         isolation=bu.bool("isolation"),
@@ -56,6 +56,15 @@ def parse_build(top: Table) -> BuildSettings:
         wheelhouse=bu.bool("wheelhouse"),
     )
     bu.finish()
+    if settings.wheelhouse and not settings.isolation:
+        # Without isolation builds use the interpreter's own packages: a wheelhouse of
+        # build requirements would never be read.
+        ctx.fail(
+            "wheelhouse = true needs isolated builds (isolation = false builds with the "
+            "image's own packages)",
+            "build.wheelhouse",
+            hint="set [build] isolation = true, or wheelhouse = false",
+        )
     return settings
 
 

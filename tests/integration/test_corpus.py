@@ -89,7 +89,7 @@ def test_corpus_project(key: str, tmp_path: Path) -> None:
             ["dpkg", "-s", package], capture_output=True
         ).returncode != 0:
             pytest.fail(f"{key} builds against the Debian package {package}: "
-                        "scripts/test.sh installs it (apt-get install -y {package})")
+                        f"scripts/test.sh installs it (apt-get install -y {package})")
     corpus.unpack(project)
     pythons = {xy: need_python(xy) for xy in corpus.PYTHONS}
 

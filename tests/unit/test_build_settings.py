@@ -74,6 +74,16 @@ def test_unknown_build_key_is_rejected_with_the_closest(
     assert "index_url" in str(exc.value)
 
 
+def test_a_wheelhouse_needs_isolated_builds(
+    write_config: WriteConfig, minimal_config_text: str
+) -> None:
+    text = minimal_config_text + "\n[build]\nisolation = false\nwheelhouse = true\n"
+    with pytest.raises(ConfigError) as exc:
+        load(write_config(text))
+    assert exc.value.key == "build.wheelhouse"
+    assert "isolation = true" in str(exc.value) + (exc.value.hint or "")
+
+
 def test_keep_means_the_base_version_itself() -> None:
     date = dt.date(2026, 11, 21)
     assert nightly_version("3.0.2", date, "keep") == "3.0.2"
