@@ -196,7 +196,7 @@ class Runner:
     def _attempt(self, build: Build, queue: int) -> Outcome:
         ctx, day, state = self.ctx, self.ctx.day, self.ctx.state
         job = make_job(ctx, build, executor=self.executor.name)
-        attempt = int(state.get(build.id).get("attempts", 0)) + 1
+        attempt = state.get(build.id).attempts + 1
         self._reap(job)
         for d in (job.output_dir, job.work_dir):
             if d.exists():
@@ -275,22 +275,22 @@ class Runner:
                 failed_status=failed_status, infra=result.infra,
                 exit_status=result.exit_status, duration_s=round(duration, 3),
             )
-        ok, status = entry["status"] == SUCCEEDED, str(entry["status"])
+        ok, status = entry.status == SUCCEEDED, entry.status
         if ok or result.interrupted:
             remove_tree(day.work / build.id)
         outcome = Outcome(
             build_id=build.id,
             status=status,
-            reason=entry["reason"],
+            reason=entry.reason,
             exit_status=result.exit_status,
             duration_s=duration,
             attempts=attempt,
             queue=queue,
-            packages=[PackageFile(**p) for p in entry["packages"]],
-            log=str(day.path / entry["log"]),
+            packages=list(entry.packages),
+            log=str(day.path / (entry.log or "")),
             infra=result.infra,
         )
-        self.on_event("end", {"build": build.id, "status": status, "reason": entry["reason"],
+        self.on_event("end", {"build": build.id, "status": status, "reason": entry.reason,
                               "duration_s": duration, "queue": queue})
         return outcome
 
@@ -309,7 +309,7 @@ class Runner:
         instead of building again, so each build succeeds exactly once."""
         day, state = self.ctx.day, self.ctx.state
         entry = state.get(build.id)
-        if entry.get("status") not in (RUNNING, INTERRUPTED):
+        if entry.status not in (RUNNING, INTERRUPTED):
             return None
         log = day.final_log(build.id)
         if log is None or log.parent != day.succeeded:
@@ -345,7 +345,7 @@ class Runner:
                               "duration_s": duration, "queue": queue})
         return Outcome(
             build_id=build.id, status=SUCCEEDED, duration_s=duration,
-            attempts=int(entry.get("attempts", 0)), queue=queue, packages=packages,
+            attempts=entry.attempts, queue=queue, packages=packages,
             log=str(final), exit_status=0,
         )
 

@@ -286,7 +286,7 @@ class ClusterPhase:
             source_sha256=source_sha,
             recipes_key=inputs_key(self.day.name, "recipes", recipes_sha),
             recipes_sha256=recipes_sha,
-            attempts=int(self.night.state.get(b.id).get("attempts") or 0),
+            attempts=self.night.state.get(b.id).attempts,
             submission=hashlib.sha1(key.encode()).hexdigest(),
             topic=self.topic, log_flush_s=cc.log_flush_s, seal_key=self.seal_key,
         )
