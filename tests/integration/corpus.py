@@ -178,10 +178,13 @@ def run_own_tests(project: Project, python: Path, index_url: str, work: Path) ->
     can be imported)."""
     work.mkdir(parents=True)
     venv = work / "venv"
-    # No pip of its own (ensurepip costs seconds): the base interpreter's pip drives it.
+    # No pip of its own (ensurepip costs seconds): the test runner's pip drives it. Not the
+    # interpreter's own: pyenv's 3.10 has pip 23.0.1, which rejects the mirror's PEP 658
+    # metadata files of projects whose metadata spells their name with capitals
+    # ("inconsistent Name: expected 'markupsafe', but metadata has 'MarkupSafe'").
     subprocess.run([str(python), "-m", "venv", "--without-pip", str(venv)], check=True)
     vpy = venv / "bin" / "python"
-    pip = [str(python), "-m", "pip", "--python", str(vpy), "install", "-q",
+    pip = [sys.executable, "-m", "pip", "--python", str(vpy), "install", "-q",
            "--disable-pip-version-check"]
     _check_run(
         [*pip, "--no-deps", "--index-url", index_url, f"{project.dist}=={project.wheel_version}"]
