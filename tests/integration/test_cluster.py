@@ -256,10 +256,12 @@ def ppid(p, build_id: str) -> list[int]:
     return [int(x) for x in f.read_text().split()] if f.exists() else []
 
 
-def check_night(p, cluster: DaskCluster, builds: list[str]) -> dict:  # type: ignore[type-arg]
-    """Every build succeeded once, on a worker of its platform, its packages and log filed."""
+def check_night(p, cluster: DaskCluster, builds: list[str],
+                names: dict[str, str] | None = None) -> dict:  # type: ignore[type-arg]
+    """Every build succeeded once, on a worker of its platform, its packages and log filed.
+    `names`: the workers' addresses by name (default: the workers the scheduler knows now)."""
     state = p.state()["builds"]
-    names = cluster.workers()
+    names = names or cluster.workers()
     for bid in builds:
         e = state[bid]
         assert e["status"] == "succeeded", (bid, e)
@@ -360,13 +362,14 @@ def test_a_worker_killed_mid_build_is_rerun_elsewhere(
         return all(builds.get(b, {}).get("status") == "succeeded" for b in others)
 
     wait_until(others_collected, timeout=60, what="every other build to succeed")
+    names = cluster.workers()  # the killed host's included: builds ran there
     os.kill(worker_pid, signal.SIGKILL)
     wait_until(lambda: not is_alive(worker_pid), timeout=10)
     p.go(victim)
     code, out, err = night.wait(timeout=120)
     assert code == 0, (out, err)
 
-    state = check_night(p, cluster, ALL_BUILDS)
+    state = check_night(p, cluster, ALL_BUILDS, names)
     e = state[victim]
     assert e["worker_name"] != killed
     assert e["worker_name"] in LINUX
