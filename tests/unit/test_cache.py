@@ -95,7 +95,7 @@ def test_local_cache_on_the_host_and_in_a_container(tmp_path: Path) -> None:
     host = c.env(container=False)
     assert host["SCCACHE_DIR"] == str(c.storage)
     assert host["SCCACHE_CACHE_SIZE"] == "2G"
-    assert host["SCCACHE_BASEDIRS"] == str(j.work_dir)
+    assert host["SCCACHE_BASEDIRS"] == f"{j.work_dir}:{j.source_dir}"
     assert len(host["SCCACHE_SERVER_UDS"]) < 100  # a unix socket path's limit
     assert c.command("/r/build.sh", container=False) == ["bash", f"{c.tools}/run", "/r/build.sh"]
     inside = c.env(container=True)
