@@ -30,7 +30,7 @@ import re
 import secrets
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -252,6 +252,16 @@ def s3_credentials(settings: CacheSettings) -> dict[str, str]:
     if frozen.token:
         out["AWS_SESSION_TOKEN"] = str(frozen.token)
     return out
+
+
+def finish(job: Job, record: Callable[..., object]) -> list[str]:
+    """After the build: its statistics recorded (`record(cache=...)`, the state entry), and
+    the note for its log footer."""
+    stats = read_stats(job)
+    if stats is None:
+        return []
+    record(cache=stats.to_json())
+    return [f"compiler cache: {stats.footer()}"]
 
 
 def read_stats(job: Job) -> CacheStats | None:

@@ -174,6 +174,11 @@ def test_read_stats_says_why_a_build_had_no_cache(tmp_path: Path) -> None:
     assert "not written" in stats.off
     (j.cache.tools / "stats.json").write_text('{"stats": {"compile_requests": 2}}')
     assert cc.read_stats(j) == cc.CacheStats(requests=2, where=j.cache.where)
+    recorded: dict[str, Any] = {}
+    assert cc.finish(j, recorded.update) == [
+        f"compiler cache: 0 hits, 0 misses, 2 compile requests (- hit rate); {j.cache.where}"]
+    assert recorded["cache"]["requests"] == 2
+    assert cc.finish(job(tmp_path / "no-cache"), recorded.update) == []
     assert cc.read_stats(job(tmp_path / "none")) is None
 
 
