@@ -12,6 +12,10 @@ Runs one after another (so they do not compete for the machine), each in its own
               (N = --index-objects, default 10,000, so that it takes minutes, not the
               half hour of its own default of 100,000)
   cluster     bench_cluster.py: 1,000 builds planned and run on 20 Dask workers
+  cluster_tls bench_cluster_tls.py: mutual TLS against plain tcp on real Dask processes;
+              sha256 of a fetched package against its copy (verified staging)
+  index_peer  bench_index_peer.py: index pages against PyTorch's test-infra manage_v2.py on
+              one moto bucket of 5,000 and 20,000 wheels (--quick: 1,000)
   images      bench_images.py: builder images cold/warm per CUDA, sizes, and the demo CUDA
               night's wall time against the sum of its builds (--quick: warm only, no night)
   cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
@@ -70,6 +74,11 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                   "index.json"),
         "cluster": ([py, str(HERE / "bench_cluster.py"), *(["--no-baseline"] if quick else [])],
                     "cluster.json"),
+        "cluster_tls": ([py, str(HERE / "bench_cluster_tls.py"),
+                         *(["--runs", "3", "--tasks", "200", "--package-mb", "64"] if quick else [])],
+                        "cluster_tls.json"),
+        "index_peer": ([py, str(HERE / "bench_index_peer.py"),
+                        *(["--sizes", "1000"] if quick else [])], "index_peer.json"),
         "images": ([py, str(HERE / "bench_images.py"), *(["--warm-only", "--no-night"] if quick else [])],
                    "images.json"),
         "cache": ([py, str(HERE / "bench_cache.py"),
@@ -190,6 +199,24 @@ def rows_index(d: dict[str, Any]) -> list[Row]:
     return out
 
 
+def rows_index_peer(d: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for row in d.get("table") or []:
+        out.append(["index_peer", f"{row.get('wheels')} wheels, {row.get('run')}: nightly (s) / "
+                    "test-infra manage_v2.py (s)", _num(row.get("nightly s")), _num(row.get("peer s")),
+                    _num(row.get("s ratio")),
+                    f"lower is better; requests {row.get('nightly req')} / {row.get('peer req')} = "
+                    f"{row.get('req ratio')}"])
+    for r in d.get("results") or []:
+        for pages, per in (r.get("clients") or {}).items():
+            for client, res in per.items():
+                out.append(["index_peer", f"{r.get('wheels')} wheels: {client} resolves torch from "
+                            f"{pages}'s pages (s)", _num(res.get("seconds")), "", "",
+                            f"ok={res.get('ok')}, {(res.get('gets') or {}).get('metadata', 0)} metadata "
+                            f"GETs, {(res.get('gets') or {}).get('wheel', 0)} wheel GETs"])
+    return out
+
+
 def rows_cluster(d: dict[str, Any]) -> list[Row]:
     out: list[Row] = []
     for run in d.get("runs") or []:
@@ -202,6 +229,21 @@ def rows_cluster(d: dict[str, Any]) -> list[Row]:
     out.append(["cluster", "make_plan of 1,000 builds (ms)", _num(plan.get("make_plan_ms"), 1), "", "",
                 "planning time"])
     return out
+
+
+def rows_cluster_tls(d: dict[str, Any]) -> list[Row]:
+    med, st = d.get("median_s") or {}, d.get("staging") or {}
+    return [
+        ["cluster_tls", "client connect: tls:// (s) / tcp:// (s)", _num(_get(med, "tls", "connect")),
+         _num(_get(med, "tcp", "connect")), _num(_get(d, "ratio_tls_to_tcp", "connect")),
+         "lower is better; once per night"],
+        ["cluster_tls", f"{d.get('tasks', '?')} task round trips: tls:// (s) / tcp:// (s)",
+         _num(_get(med, "tls", "trips")), _num(_get(med, "tcp", "trips")),
+         _num(_get(d, "ratio_tls_to_tcp", "trips")), "lower is better"],
+        ["cluster_tls", f"{d.get('package_mb', '?')} MB package: sha256 (s) / copy (s)",
+         _num(st.get("sha256_s")), _num(st.get("copy_s")), _num(st.get("ratio_hash_to_copy")),
+         "the hash state.json records, checked against the worker's"],
+    ]
 
 
 def rows_cli(d: dict[str, Any]) -> list[Row]:
@@ -255,6 +297,7 @@ def rows_cache(d: dict[str, Any]) -> list[Row]:
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
     "cluster": rows_cluster, "cache": rows_cache, "cli": rows_cli, "images": rows_images,
+    "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls,
 }
 
 

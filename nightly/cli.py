@@ -233,27 +233,30 @@ def upload(config_path: str | None, root: str | None, date_text: str | None, deb
 @cli.command()
 @common_options
 @click.option("--full", is_flag=True, help="Rebuild every folder's pages from a listing.")
+@click.option("--backfill-metadata", is_flag=True,
+              help="First store <wheel>.metadata (PEP 658) for wheels without one; implies --full.")
 def index(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool, full: bool
+    config_path: str | None, root: str | None, date_text: str | None, debug: bool, full: bool,
+    backfill_metadata: bool,
 ) -> int:
     """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
-    from nightly.publish import index as idx
-    from nightly.publish.layout import channel_of
-    from nightly.publish.upload import UploadReport, open_destination, regenerate_index
+    from nightly.publish.rebuild import rebuild_all
+    from nightly.publish.upload import (
+        UploadReport,
+        index_options,
+        open_destination,
+        regenerate_index,
+    )
     from nightly.workspace import State
 
     ctx = Ctx(config_path, root, date_text)
     if not ctx.config.publish.url:
         raise UsageError(f"{ctx.config.path}: [publish] url is empty: no index to regenerate")
     store = open_destination(ctx.config)
-    if full:
-        folders = idx.discover_folders(store)
-        for folder in folders:
-            channel = channel_of(folder)
-            idx.regenerate(store, [folder], full=True,
-                           find_links_name=ctx.config.publish.find_links_name(channel))
-            click.echo(f"regenerated {store.url}/{folder}/")
-        click.echo(f"{len(folders)} folder(s) regenerated in full")
+    if full or backfill_metadata:
+        reports = rebuild_all(store, index_options(ctx.config), backfill=backfill_metadata,
+                              log=click.echo)
+        click.echo(f"{len(reports)} folder(s) regenerated in full")
         return 0
     day = _existing_day(ctx)
     state = State(day.state_path)
@@ -304,9 +307,9 @@ def prune(
         for k in keys:
             click.echo(f"{'would delete' if dry_run else 'delete'} {store.url}/{k}")
         if keys and not dry_run:
-            retention.apply_remote_prune(
-                store, keys, find_links_name=cfg.publish.find_links_name("nightly")
-            )
+            from nightly.publish.upload import index_options
+
+            retention.apply_remote_prune(store, keys, options=index_options(cfg))
     return 0
 
 

@@ -246,6 +246,8 @@ def _copy_verified(store: Any, c: _Copy, log: Log) -> None:
             f"the copy {store.url}/{c.dst} does not verify (sha256 {getattr(copied, 'sha256', None)}, "
             f"expected {c.sha256}); it was removed"
         )
+    if c.src.endswith(".whl") and store.head(c.src + ".metadata") is not None:
+        store.copy(c.src + ".metadata", c.dst + ".metadata")  # its PEP 658 core metadata
     log(f"promoted: {c.dst} (sha256 verified)")
 
 
@@ -264,7 +266,7 @@ def _release_index(
         if not any(d.startswith(folder + "/") for d in copied):
             manifest = idx.read_manifest(store, folder)
             if manifest.files is not None and all(
-                manifest.files.get(n) == s for n, s in files.items()
+                (r := manifest.files.get(n)) is not None and r.sha256 == s for n, s in files.items()
             ):
                 pages = idx.render_folder(manifest.files, find_links_name=find_links)
                 if all(

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from nightly.cluster.dispatch import TaskItem
-from nightly.cluster.staging import RESULT_JSON, StagingDay
+from nightly.cluster.staging import RESULT_JSON, StagingDay, attempt_prefix
+from nightly.cluster.verify import check_packages, sealed
 from nightly.collect import collect_build
 from nightly.errors import PublishError
 from nightly.matrix import Build
@@ -50,6 +51,7 @@ class Collector:
         self.lanes: dict[tuple[str, int], int] = {}
         self.given_up: set[str] = set()
         self.interrupting = False
+        self.seal_key = b""  # the night's (nightly.cluster.verify): adopted results carry its seal
 
     def adopt(self, todo: Sequence[Build]) -> set[str]:
         """Builds whose attempt finished in staging (complete result.json, this commit and
@@ -68,7 +70,13 @@ class Collector:
             for tok in tokens:
                 r = self.staging.read(b.id, tok, RESULT_JSON)
                 if (r is None or r.get("status") != SUCCEEDED or r.get("commit") != self.night.commit
-                        or r.get("version") != self.version or r.get("build") != b.id):
+                        or r.get("version") != self.version or r.get("build") != b.id
+                        or r.get("token") != tok):
+                    continue
+                if not sealed(self.seal_key, r):
+                    self.note(f"not adopted {b.id}: the result.json of attempt {tok} in staging "
+                              "does not carry this night's seal (changed in staging, or not "
+                              "written by a worker of this night): built again")
                     continue
                 self.note(f"adopt  {b.id}: attempt {tok} on {r.get('worker')} had finished "
                           "before the run that submitted it died")
@@ -139,6 +147,15 @@ class Collector:
             self.note(f"history: could not record {build_id}: {e}")
 
     def on_result(self, item: TaskItem, result: dict[str, Any]) -> None:
+        """A result returned over the (authenticated) Dask channel: the record staging is
+        checked against (verify). It must be this very task's."""
+        if (result.get("build") != item.build_id
+                or result.get("submission") != getattr(item.spec, "submission", None)):
+            self.file_without_result(
+                self.by_id[item.build_id], FAILED,
+                f"the task returned a result for {result.get('build')!r} (submission "
+                f"{result.get('submission')!r}), not for this build's task: not used")
+            return
         self.file(self.by_id[item.build_id], result)
 
     def on_error(self, item: TaskItem, exc: BaseException | None) -> None:
@@ -178,10 +195,14 @@ class Collector:
             collect_build(
                 day, self.night.state, build, ok=ok, reason=reason, files=files,
                 expected=expected, failed_status=FAILED if status == SUCCEEDED else status,
-                uncollected="fetching its packages from staging failed",
+                uncollected=("verifying staging: a package is not the one its worker built (it "
+                             "was changed in staging after the build); nothing of it is "
+                             "published"),
                 infra=infra, infra_if_uncollected=True,
-                file_log=lambda ok, _reason, _packages: self.staging.assemble_log(
-                    day, build.id, token, ok, result),
+                # A build that failed only in collection: its log says why at the end.
+                file_log=lambda filed, why, _packages: self.staging.assemble_log(
+                    day, build.id, token, filed, result,
+                    reason=str(why or "") if status == SUCCEEDED and not filed else ""),
                 exit_status=result.get("exit_status"),
                 attempts=int(result.get("attempts") or 1), started=result.get("started"),
                 ended=result.get("ended") or time.time(), duration_s=result.get("duration_s"),
@@ -225,13 +246,13 @@ class Collector:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         files, expected = [], {}
-        for p in result.get("packages") or []:
-            name = str(p["name"])
-            if "/" in name or name in ("", ".", ".."):
-                raise ValueError(f"bad package name {name!r}")
-            self.staging.get(str(p["key"]), tmp / name)
+        prefix = attempt_prefix(self.day.name, str(result.get("build") or ""),
+                                str(result.get("token") or ""))
+        for p in check_packages(result, prefix):  # names, keys under the attempt, sha256s
+            name = p["name"]
+            self.staging.get(p["key"], tmp / name)
             files.append(tmp / name)
-            expected[name] = (int(p["size"]), str(p["sha256"]))
+            expected[name] = (p["size"], p["sha256"])
         return files, expected
 
 

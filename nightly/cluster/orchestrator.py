@@ -49,6 +49,7 @@ from nightly.cluster.staging import (
     inputs_key,
     make_tarball,
 )
+from nightly.cluster.verify import night_key
 from nightly.cluster.worker import SLOTS, TaskSpec, run_build_task, running_attempts
 from nightly.config import Config, Machine
 from nightly.errors import ConfigError, NightlyError, NothingSelected, PublishError, UsageError
@@ -138,6 +139,7 @@ class ClusterPhase:
         self.no_worker_since: dict[str, float] = {}
         self.warned: set[str] = set()
         self.dispatcher: Dispatcher | None = None
+        self.seal_key = b""  # the night's (nightly.cluster.verify), made by build()
 
     # ------------------------------------------------------------------ BuildPhase
 
@@ -219,6 +221,8 @@ class ClusterPhase:
         """Stage the inputs, connect, adopt finished attempts, submit and collect. Returns
         the estimated makespan on the cluster as it was at the start."""
         cc = self.config.cluster
+        # Made once per day (a rerun adopts with it); kept in the day folder, never in staging.
+        self.seal_key = self.collector.seal_key = night_key(self.day.work / "cluster" / "seal.key")
         source_sha, recipes_sha = self.stage_inputs()
         client = connect(self.address, cc.connect_timeout_s, self.security)
         try:
@@ -282,7 +286,7 @@ class ClusterPhase:
             recipes_sha256=recipes_sha,
             attempts=int(self.night.state.get(b.id).get("attempts") or 0),
             submission=hashlib.sha1(key.encode()).hexdigest(),
-            topic=self.topic, log_flush_s=cc.log_flush_s,
+            topic=self.topic, log_flush_s=cc.log_flush_s, seal_key=self.seal_key,
         )
         return TaskItem(build_id=b.id, key=key, spec=spec, resources=resources,
                         priority=priority)

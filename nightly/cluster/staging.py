@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -353,7 +354,8 @@ class StagingDay:
             parts.append(self._earlier_attempt(bid, tok, attempts[tok]))
         if token and _marker(token).encode() not in prior:
             parts.append(_attempt_head(token, result or {}).encode())
-            parts.append(self.attempt_log(bid, token, attempts.get(token, {LOG_TXT})))
+            body = self.attempt_log(bid, token, attempts.get(token, {LOG_TXT}))
+            parts += [body, _log_check(body, str((result or {}).get("log_sha256") or ""))]
         if reason:
             parts.append(f"\n[nightly] {reason}\n".encode())
         dest = (day.succeeded if ok else day.failed) / f"{bid}.log"
@@ -378,6 +380,16 @@ class StagingDay:
                     "(or it was stopped) before the build finished; its log ends here")
         return (_attempt_head(tok, about).encode() + self.attempt_log(bid, tok, names)
                 + f"\n{tail}\n".encode())
+
+
+def _log_check(body: bytes, want: str) -> bytes:
+    """A warning under a log that is not the one its worker recorded (verified staging)."""
+    got = hashlib.sha256(body).hexdigest()
+    if not want or got == want:
+        return b""
+    return (f"\n[nightly] warning: this log as found in staging (sha256 {got}) is not the one "
+            f"the worker recorded (sha256 {want}): it was changed in staging, or is missing "
+            "there\n").encode()
 
 
 def _marker(token: str) -> str:

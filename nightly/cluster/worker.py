@@ -24,14 +24,13 @@ import contextlib
 import datetime as dt
 import json
 import os
-import random
 import re
 import shutil
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ from nightly.cluster.staging import (
     prune_inputs,
     read_json,
 )
+from nightly.cluster.verify import SEAL, new_token_part, seal
 from nightly.config import Config
 from nightly.errors import NightlyError
 from nightly.executors import make_executor
@@ -100,6 +100,9 @@ class TaskSpec:
     submission: str  # unique per submission; attempts of one submission share it
     topic: str  # the orchestrator's event topic
     log_flush_s: float
+    # The night's key sealing result.json (nightly.cluster.verify); travels only inside the
+    # task, over TLS, and never in a repr (Dask logs a failed task's arguments).
+    seal_key: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,10 +120,11 @@ _HOST_RE = re.compile(r"[^A-Za-z0-9.-]+")
 
 
 def new_token(submission: str) -> str:
-    """A unique, time-ordered name for one attempt: 20240501T221530123456-<sub>-<host>-<pid>-<rand>."""
+    """A unique, time-ordered name for one attempt: 20240501T221530123456-<sub>-<host>-<pid>-<rand>,
+    the last part 128 random bits: no other host can write ahead into an attempt's prefix."""
     now = dt.datetime.now(dt.timezone.utc)
     host = _HOST_RE.sub("-", socket.gethostname())[:40] or "host"
-    return f"{now:%Y%m%dT%H%M%S%f}-{submission[:8]}-{host}-{os.getpid()}-{random.getrandbits(16):04x}"
+    return f"{now:%Y%m%dT%H%M%S%f}-{submission[:8]}-{host}-{os.getpid()}-{new_token_part()}"
 
 
 class _Slots:
@@ -298,9 +302,10 @@ class _Attempt:
     ident: dict[str, Any]
     about: dict[str, Any]
 
-    def put_about(self) -> None:
+    def put_about(self, *, first: bool = False) -> None:
+        # The first write is write-once: an attempt's prefix is new, or it is not this attempt's.
         self.store.put_bytes(f"{self.prefix}{ATTEMPT_JSON}", json.dumps(self.about).encode(),
-                             "application/json")
+                             "application/json", if_none_match=first)
 
     def events(self, emit: Emit) -> Callable[[str, Mapping[str, Any]], None]:
         """The runner's events, as the orchestrator's topic carries them."""
@@ -348,7 +353,7 @@ def run_on_host(
             "host": ident["host"], "pid": ident["pid"], "slot": slot, "started": att.started,
             "attempt": _attempt_number(store, spec, token), "submission": spec.submission,
         }
-        att.put_about()
+        att.put_about(first=True)
         reap_orphans(info.folder, spec.config, spec.executor, emit)
         inputs = info.folder / "inputs"
         prune_inputs(inputs)
@@ -439,7 +444,10 @@ def _put_result(
         "commit": spec.commit, "version": spec.version, "channel": spec.channel,
         "cache": entry.get("cache"),  # the compiler cache's statistics (nightly.cache)
     }
-    att.store.put_bytes(f"{prefix}{RESULT_JSON}", json.dumps(result).encode(), "application/json")
+    if spec.seal_key:
+        result[SEAL] = seal(spec.seal_key, result)
+    att.store.put_bytes(f"{prefix}{RESULT_JSON}", json.dumps(result).encode(), "application/json",
+                        if_none_match=True)
     return result
 
 

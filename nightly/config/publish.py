@@ -11,6 +11,16 @@ from nightly.config.schema import Publish
 FIND_LINKS_FIELDS = ("project", "channel")
 
 
+def _folder(folder: str, ctx: Ctx) -> str:
+    """A folder of the bucket layout (whl/nightly), without slashes at either end."""
+    clean = folder.strip("/")
+    parts = clean.split("/")
+    if not clean or any(p in ("", ".", "..") for p in parts) or parts[0] not in ("whl", "libtorch"):
+        ctx.fail(f"'{folder}' is not a folder of the bucket layout", "publish.index_shared",
+                 hint="write a channel's folder such as \"whl/nightly\", \"whl/test\" or \"whl\"")
+    return clean
+
+
 def parse_publish(top: Table, ctx: Ctx, base: Path, project: str) -> Publish:
     pt = top.table("publish")
     url = store_url(
@@ -37,6 +47,8 @@ def parse_publish(top: Table, ctx: Ctx, base: Path, project: str) -> Publish:
         acl=pt.str("acl"),
         find_links=find_links,
         index=pt.bool("index"),
+        index_shared=tuple(pt.str_list("index_shared", item=lambda f: _folder(f, ctx))),
+        index_aggregate=pt.bool("index_aggregate"),
         conda_channel=str(resolve_path(channel, base).resolve()) if channel else "",
         anaconda_user=co.str("anaconda_user"),
         anaconda_label=co.str("anaconda_label"),

@@ -31,6 +31,7 @@ def parse_retention(top: Table) -> Retention:
         local_days=rt.int("local_days", minimum=1),
         remote_versions=rt.int("remote_versions", minimum=0),
         remote_days=rt.int("remote_days", minimum=0),
+        index_versions=rt.int("index_versions", minimum=0),
     )
     rt.finish()
     return retention

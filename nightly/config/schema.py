@@ -66,6 +66,7 @@ class Retention:
     local_days: int
     remote_versions: int
     remote_days: int
+    index_versions: int  # pages show each project's newest N versions (0: all)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +104,8 @@ class Publish:
     acl: str
     find_links: str  # the template as written: {project} and {channel} are replaced
     index: bool
+    index_shared: tuple[str, ...]  # folders listed in every accelerator folder of their channel
+    index_aggregate: bool  # channel roots list all their accelerator folders' files
     conda_channel: str  # an absolute folder path, "" for none
     anaconda_user: str
     anaconda_label: str

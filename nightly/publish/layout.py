@@ -58,9 +58,17 @@ def kind_of(package_type: str, filename: str) -> str | None:
 
 
 def channel_of(folder: str) -> str:
-    """The channel of a folder: whl/nightly/cu126 -> nightly, whl/cu126 -> release."""
+    """The channel of a folder: whl/nightly/cu126 and the channel root whl/nightly -> nightly,
+    whl/cu126 and whl -> release."""
     parts = folder.strip("/").split("/")
-    return parts[1] if len(parts) > 2 and parts[1] in ("nightly", "test") else "release"
+    return parts[1] if len(parts) >= 2 and parts[1] in ("nightly", "test") else "release"
+
+
+def channel_root(folder: str) -> str:
+    """The root folder of the channel a folder is in: whl/nightly/cu126 -> whl/nightly,
+    whl/cu126 -> whl. Accelerator folders are the channel root's direct sub-folders."""
+    parts = folder.strip("/").split("/")
+    return "/".join(parts[:2]) if len(parts) >= 2 and parts[1] in ("nightly", "test") else parts[0]
 
 
 def conda_channel_dir(config: Config, channel: str) -> Path:

@@ -24,8 +24,10 @@ from pathlib import Path
 from packaging.version import Version
 
 from nightly.errors import ConfigError, PublishError
-from nightly.publish.index import DEFAULT_FIND_LINKS, FolderReport, parse_package, regenerate
+from nightly.publish.index import DEFAULT_FIND_LINKS, FolderReport, IndexOptions, regenerate
 from nightly.publish.layout import NIGHTLY_KEY, NIGHTLY_PREFIXES
+from nightly.publish.metadata import METADATA_SUFFIX
+from nightly.publish.names import parse_package
 from nightly.publish.stores import ObjectInfo, Store
 from nightly.workspace import remove_tree
 
@@ -181,9 +183,14 @@ def plan_remote_prune(
 
 
 def apply_remote_prune(
-    store: Store, keys: Iterable[str], *, find_links_name: str = DEFAULT_FIND_LINKS
+    store: Store,
+    keys: Iterable[str],
+    *,
+    find_links_name: str = DEFAULT_FIND_LINKS,
+    options: IndexOptions | None = None,
 ) -> list[FolderReport]:
-    """Delete the planned keys, then drop them from their folders' manifests and pages.
+    """Delete the planned keys (and a wheel's `.metadata` beside it), then drop them from
+    their folders' manifests and pages.
 
     Objects go first: a concurrent full rebuild lists the bucket, and must not find (and
     re-add) a file that is about to be forgotten.
@@ -194,5 +201,8 @@ def apply_remote_prune(
         if m is None:
             raise PublishError(f"refusing to prune {key!r}: not in the nightly channel")
         store.delete(key)
+        if key.endswith(".whl"):
+            store.delete(key + METADATA_SUFFIX)
         removed.setdefault(m["folder"], []).append(m["name"])
-    return regenerate(store, sorted(removed), full=False, removed=removed, find_links_name=find_links_name)
+    opts = options or IndexOptions(find_links_name=find_links_name)
+    return regenerate(store, sorted(removed), full=False, removed=removed, options=opts)

@@ -9,14 +9,19 @@ upload is recorded as the build's `upload_error` and the package stays where it 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
-from nightly.publish import anaconda, conda
-from nightly.publish.layout import conda_channel_dir, kind_of, remote_folder
+from nightly.publish import anaconda, conda, metadata
+from nightly.publish.index import IndexOptions
+from nightly.publish.layout import STORE_KINDS, conda_channel_dir, kind_of, remote_folder
+from nightly.publish.manifest import FileRecord
+from nightly.publish.stores import Store
 from nightly.workspace import SUCCEEDED, Day, State
 
 Log = Callable[[str], None]
@@ -28,6 +33,10 @@ class UploadReport:
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # destination -> error
     folders: dict[str, dict[str, str]] = field(default_factory=dict)  # folder -> name -> sha
+    # folder -> name -> what the index shows of a file uploaded now (its core metadata…)
+    records: dict[str, dict[str, FileRecord]] = field(default_factory=dict)
+    # folder -> names deleted because their build's rebuild replaced them
+    removed: dict[str, list[str]] = field(default_factory=dict)
     index_errors: list[str] = field(default_factory=list)
 
     @property
@@ -64,21 +73,17 @@ def publish_day(
     report = UploadReport()
     store = open_destination(config) if pub.url else None
     conda_files: list[tuple[str, dict[str, Any]]] = []
+    keys = {bid: dict(_store_keys(entry, channel)) for bid, entry in sorted(state.builds.items())}
     for bid, entry in sorted(state.builds.items()):
         if entry.get("status") != SUCCEEDED:
             continue
-        cuda = str(entry.get("cuda") or "")
         for pkg in entry.get("packages", []):
-            package_type = str(entry.get("package") or pkg["path"].split("/")[1])
-            cuda = cuda or pkg["path"].split("/")[2]
-            kind = kind_of(package_type, pkg["name"])
-            if kind == "conda":
+            key = keys[bid].get(pkg["name"])
+            if key is None and kind_of(_package_type(entry, pkg), pkg["name"]) == "conda":
                 conda_files.append((bid, pkg))
+            if key is None or store is None:
                 continue
-            if kind is None or store is None:
-                continue
-            folder = remote_folder(kind, channel, cuda)
-            key = f"{folder}/{pkg['name']}"
+            folder = key.rpartition("/")[0]
             dest = f"{store.url}/{key}"
             report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
             try:
@@ -88,16 +93,100 @@ def publish_day(
                 state.update(bid, upload_error=f"{dest}: {e}")
                 log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
                 continue
+            record = _publish_metadata(store, key, day.path / pkg["path"], pkg["sha256"], uploaded, log)
+            report.records.setdefault(folder, {})[pkg["name"]] = record
             published = dict(state.get(bid).get("published") or {})
             published[dest] = pkg["sha256"]
             state.update(bid, published=published, upload_error=None)
             (report.uploaded if uploaded else report.skipped).append(dest)
             log(f"{'uploaded' if uploaded else 'already there'}: {dest}")
+    if store is not None:
+        current = {f"{store.url}/{k}" for ks in keys.values() for k in ks.values()}
+        for bid, entry in sorted(state.builds.items()):
+            folders = {k.rpartition("/")[0] for k in keys[bid].values()}
+            if entry.get("status") == SUCCEEDED and folders:
+                _retire_replaced(store, state, bid, folders, current, report, log)
     if conda_files:
         _publish_conda(config, day, state, conda_files, channel=channel, report=report, log=log)
-    if index and store is not None and pub.index and report.folders:
+    if index and store is not None and pub.index and (report.folders or report.removed):
         regenerate_index(config, store, report, channel=channel, log=log)
     return report
+
+
+def _package_type(entry: dict[str, Any], pkg: dict[str, Any]) -> str:
+    return str(entry.get("package") or pkg["path"].split("/")[1])
+
+
+def _store_keys(entry: dict[str, Any], channel: str) -> Iterator[tuple[str, str]]:
+    """(file name, store key) of a build's packages that go to the store (wheels, libtorch)."""
+    cuda = str(entry.get("cuda") or "")
+    for pkg in entry.get("packages", []):
+        cuda = cuda or pkg["path"].split("/")[2]
+        kind = kind_of(_package_type(entry, pkg), pkg["name"])
+        if kind in STORE_KINDS:
+            yield pkg["name"], f"{remote_folder(kind, channel, cuda)}/{pkg['name']}"
+
+
+def _publish_metadata(
+    store: Store, key: str, path: Path, sha256: str, uploaded: bool, log: Log
+) -> FileRecord:
+    """Store a wheel's core metadata beside it (PEP 658) before any page can point to it."""
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if uploaded else None
+    if not key.endswith(".whl"):
+        return FileRecord(sha256=sha256, upload_time=when)
+    try:
+        md = metadata.from_wheel(path)
+        mkey = key + metadata.METADATA_SUFFIX
+        info = None if uploaded else store.head(mkey)
+        if info is None or info.sha256 != md.sha256:
+            store.put_bytes(mkey, md.data, metadata.METADATA_TYPE)
+    except (PublishError, OSError) as e:
+        log(f"no core metadata for {store.url}/{key}: {e} (pages will not offer it)")
+        return FileRecord(sha256=sha256, upload_time=when)
+    return FileRecord(sha256, md.sha256, md.requires_python, when)
+
+
+def _retire_replaced(
+    store: Store,
+    state: State,
+    bid: str,
+    folders: set[str],
+    current: set[str],
+    report: UploadReport,
+    log: Log,
+) -> None:
+    """Delete what a build published before and no longer produces (a rebuild whose wheel has
+    another platform tag), so that one version never has two wheels of one build. Only files
+    in the folders the build publishes to now are candidates: what a promotion recorded in
+    another channel, or a conda channel, is never touched."""
+    published = dict(state.get(bid).get("published") or {})
+    prefix = store.url + "/"
+    for dest in sorted(published):
+        if not dest.startswith(prefix) or dest in current:
+            continue
+        key = dest[len(prefix) :]
+        folder, _, name = key.rpartition("/")
+        if folder not in folders or not name.endswith((".whl", ".zip")):
+            continue
+        try:
+            store.delete(key)
+            store.delete(key + metadata.METADATA_SUFFIX)
+        except PublishError as e:
+            log(f"could not delete the replaced {dest}: {e} (rerun `nightly upload`)")
+            continue
+        del published[dest]
+        state.update(bid, published=published)
+        report.removed.setdefault(folder, []).append(name)
+        log(f"deleted, replaced by its rebuild: {dest}")
+
+
+def index_options(config: Config) -> IndexOptions:
+    return IndexOptions(
+        find_links_name=config.publish.find_links_name,
+        shared=config.publish.index_shared,
+        aggregate=config.publish.index_aggregate,
+        versions=config.retention.index_versions,
+    )
 
 
 def regenerate_index(config: Config, store: Any, report: UploadReport, *, channel: str, log: Log) -> None:
@@ -105,18 +194,23 @@ def regenerate_index(config: Config, store: Any, report: UploadReport, *, channe
 
     # Only files that really are in the store go into the pages: a failed upload's file must
     # not be listed (pip would get a 404).
-    known = {
-        folder: {n: s for n, s in files.items() if f"{store.url}/{folder}/{n}" not in report.failed}
+    known: dict[str, dict[str, str | FileRecord]] = {
+        folder: {
+            n: report.records.get(folder, {}).get(n) or s
+            for n, s in files.items()
+            if f"{store.url}/{folder}/{n}" not in report.failed
+        }
         for folder, files in report.folders.items()
     }
-    for folder in sorted(known):
+    for folder in sorted(set(known) | set(report.removed)):
         try:
             idx.regenerate(
                 store,
                 [folder],
                 full=False,
-                known={folder: known[folder]},
-                find_links_name=config.publish.find_links_name(channel),
+                known={folder: known.get(folder, {})},
+                removed={folder: report.removed.get(folder, [])},
+                options=index_options(config),
             )
             log(f"index pages regenerated: {store.url}/{folder}/")
         except (PublishError, OSError) as e:

@@ -10,7 +10,9 @@ The cluster helpers (DaskCluster, make_project, check_night) are test_cluster's.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -22,6 +24,7 @@ import pytest
 from test_cluster import (
     ALL_BUILDS,
     DASK,
+    SUCCEEDED_FOOTER,
     DaskCluster,
     check_night,
     make_project,
@@ -229,3 +232,204 @@ def test_addresses_the_night_refuses(night_project, make_recipe, run_cli, cluste
     code, out, err = run_cli(run_args(p, "--cluster", "tcp://127.0.0.1:8786"), timeout=60)
     assert code == 2, (out, err)
     assert "require_encryption" in err
+
+
+# ---------------------------------------------------------------------------- verified staging
+
+VICTIM = "manywheel_3.7m_cu100"
+
+
+def _finished_in_staging(p, start_cli, wait_until, cluster) -> tuple[object, Path]:
+    """Start the night, freeze the orchestrator while VICTIM runs, let VICTIM finish on its
+    worker (packages and result.json in staging, not yet collected): (the night, its attempt)."""
+    night = start_cli(run_args(p))
+    wait_until(lambda: p.starts(VICTIM) == 1, timeout=60, what="the victim build to start")
+    os.kill(night.pid, signal.SIGSTOP)
+    p.go(VICTIM)
+    results = lambda: [f for f in staged_files(p)  # noqa: E731
+                       if f.name == "result.json" and f"/builds/{VICTIM}/" in str(f)]
+    wait_until(results, timeout=60, what="the victim's result in staging")
+    return night, results()[0].parent
+
+
+def _tamper_package(p, attempt: Path) -> tuple[str, bytes]:
+    """What a host of the build network with write access to staging can do: replace the
+    package through the store, metadata and all."""
+    import hashlib
+
+    from nightly.publish.stores.folder import FileStore
+
+    root = p.path / "staging"
+    (pkg,) = (attempt / "packages").iterdir()
+    evil = pkg.read_bytes() + b"\n# a backdoor\n"
+    tmp = p.path / "evil.whl"
+    tmp.write_bytes(evil)
+    key = str(pkg.relative_to(root))
+    FileStore(root).put(key, tmp, hashlib.sha256(evil).hexdigest())
+    assert pkg.read_bytes() == evil
+    return pkg.name, evil
+
+
+def test_a_package_changed_in_staging_is_caught_and_not_published(
+    night_project, make_recipe, start_cli, wait_until, cluster
+):
+    assert cluster.certs is not None
+    p = make_project(night_project, make_recipe, cluster, extra=_tls_toml(cluster.certs),
+                     behaviours={VICTIM: "go:60"}, default="sleep:0.2")
+    night, attempt = _finished_in_staging(p, start_cli, wait_until, cluster)
+    name, evil = _tamper_package(p, attempt)
+    log_txt = attempt / "log.txt"  # and its log, to hide what happened
+    log_txt.write_text("all fine\n")
+    os.kill(night.pid, signal.SIGCONT)
+    code, out, err = night.wait(timeout=120)
+    assert code == 1, (out, err)
+    state = p.state()["builds"]
+    e = state[VICTIM]
+    assert e["status"] == "failed"
+    assert e["reason"].startswith("verifying staging: a package is not the one its worker built")
+    assert f"{name}: staging holds {len(evil)} bytes" in e["reason"]
+    assert "the worker reported" in e["reason"]
+    assert "nothing of it is published" in e["reason"]
+    assert e["packages"] == []
+    assert not e.get("published")
+    # Nothing of it anywhere: not in packages/, not on the mirror; the others all went out.
+    assert not any(f.name == name for f in (p.day / "packages").rglob("*"))
+    published = mirror_files(p)
+    assert len(published) == len(ALL_BUILDS) - 1
+    assert all(evil not in f.read_bytes() for f in published)
+    assert name not in [f.name for f in published]
+    others = [b for b in ALL_BUILDS if b != VICTIM]
+    assert all(state[b]["status"] == "succeeded" for b in others)
+    log = (p.day / "logs" / "failed" / f"{VICTIM}.log").read_text()
+    assert e["reason"] in log
+    assert "all fine" in log
+    assert "warning: this log as found in staging" in log
+    assert "is not the one the worker recorded" in log
+    # The night's sealing key went to the workers inside their tasks only: in no log.
+    key = (p.day / "work" / "cluster" / "seal.key").read_bytes()
+    for f in [*cluster.base.rglob("*.log"), *p.path.rglob("*.log"), p.day / "state.json"]:
+        text = f.read_bytes()
+        assert key not in text, f
+        assert key.hex().encode() not in text, f
+    _assert_no_key_material(_key_bodies(cluster.certs), p.path, cluster.base, texts=(out, err))
+
+
+def test_a_forged_result_in_staging_is_not_adopted(
+    night_project, make_recipe, start_cli, run_cli, wait_until, cluster
+):
+    """The orchestrator was killed; meanwhile someone rewrote a finished attempt in staging,
+    package and result.json alike. The rerun does not adopt it: it builds that one again."""
+    assert cluster.certs is not None
+    p = make_project(night_project, make_recipe, cluster, extra=_tls_toml(cluster.certs),
+                     behaviours={VICTIM: "go:60"}, default="sleep:0.2")
+    night, attempt = _finished_in_staging(p, start_cli, wait_until, cluster)
+    os.kill(night.pid, signal.SIGKILL)
+    night.wait(timeout=10)
+    _, evil = _tamper_package(p, attempt)
+    import hashlib
+
+    result = json.loads((attempt / "result.json").read_text())
+    assert result["seal"]  # the worker sealed it
+    for rec in result["packages"]:
+        rec["sha256"], rec["size"] = hashlib.sha256(evil).hexdigest(), len(evil)
+    (attempt / "result.json").write_text(json.dumps(result))
+    p.go(VICTIM)  # (its rebuild need not wait)
+
+    code, out, err = run_cli(run_args(p), timeout=120)
+    assert code == 0, (out, err)
+    run_log = (p.day / "logs" / "master" / "run.log").read_text()
+    assert f"not adopted {VICTIM}" in run_log
+    assert "does not carry this night's seal" in run_log
+    assert f"adopt  {VICTIM}" not in run_log
+    assert p.starts(VICTIM) == 2  # built again
+    state = check_night(p, cluster, [b for b in ALL_BUILDS if b != VICTIM])
+    assert state[VICTIM]["status"] == "succeeded"
+    # Its log keeps the forged attempt's, marked as not used, above the one that counts.
+    text = (p.day / state[VICTIM]["log"]).read_text()
+    assert text.index("but its result was not used") < text.rindex(SUCCEEDED_FOOTER)
+    (pkg,) = state[VICTIM]["packages"]
+    got = (p.day / pkg["path"]).read_bytes()
+    assert got != evil
+    assert b"a backdoor" not in got
+    published = mirror_files(p)
+    assert len(published) == len(ALL_BUILDS)
+    assert all(b"a backdoor" not in f.read_bytes() for f in published)
+
+
+# ---------------------------------------------------------------------------- the demo
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_demo_night_on_a_tls_cluster(tmp_path, run_cli, cluster):
+    """The shipped demo configuration (nightly.toml: the demo project, its real recipes and
+    smoke test), one real build, run by the TLS cluster's workers and published."""
+    import hashlib
+
+    assert cluster.certs is not None
+    demo = (REPO / "nightly.toml").read_text()
+    demo = demo.replace('source = "examples/demo"', f'source = "{REPO / "examples" / "demo"}"')
+    text = f'recipes = "{REPO / "recipes"}"\n' + demo + f"""
+[cluster]
+address = "{cluster.address}"
+staging = "staging"
+log_flush = 0.5
+connect_timeout = "20s"
+require_encryption = true
+{_tls_toml(cluster.certs)}"""
+    config = tmp_path / "nightly.toml"
+    config.write_text(text)
+    bid = "manywheel_3.11_cpu"
+    code, out, err = run_cli(["run", "--config", str(config), "--date", "2024_05_01",
+                              "--select", bid], timeout=900)
+    assert code == 0, (out, err)
+    day = tmp_path / "nightlies" / "2024_05_01"
+    state = json.loads((day / "state.json").read_text())["builds"]
+    e = state[bid]
+    assert e["status"] == "succeeded", e
+    assert e["machine"].startswith("tls://127.0.0.1:")
+    assert e["worker_name"] in ("lin-a", "lin-b")
+    (pkg,) = e["packages"]
+    wheel = day / pkg["path"]
+    assert wheel.name.endswith(".whl")
+    assert "0.1.0.dev20240501" in wheel.name
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == pkg["sha256"]
+    published = [f for f in (tmp_path / "mirror").rglob("*.whl") if ".nightly-store" not in f.parts]
+    assert [f.name for f in published] == [wheel.name]
+    assert published[0].read_bytes() == wheel.read_bytes()
+    log = (day / "logs" / "succeeded" / f"{bid}.log").read_text()
+    assert log.count(SUCCEEDED_FOOTER) == 1
+    _assert_no_key_material(_key_bodies(cluster.certs), tmp_path, cluster.base, texts=(out, err))
+
+
+def test_a_rogue_scheduler_gets_nothing(night_project, make_recipe, run_cli, cluster, tmp_path):
+    """Someone on the network poses as the scheduler (with a CA of their own): the night's
+    orchestrator refuses it before sending anything (the tasks would carry the config and the
+    night's seal key)."""
+    assert cluster.certs is not None
+    rogue_certs = _certs(tmp_path / "rogue", "scheduler")
+    rogue = DaskCluster(tmp_path, certs=rogue_certs)
+    port = rogue.address.rsplit(":", 1)[1]
+    proc = rogue._spawn("scheduler", [
+        "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port", port,
+        "--no-dashboard", *rogue.tls_args("scheduler")])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # listening?
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", int(port))) == 0:
+                    break
+            time.sleep(0.2)
+        p = make_project(night_project, make_recipe, cluster, extra=_tls_toml(cluster.certs))
+        code, out, err = run_cli(run_args(p, "--cluster", rogue.address), timeout=120)
+        assert code == 1, (out, err)
+        assert f"cannot reach the Dask scheduler at {rogue.address}" in err
+        assert all(p.starts(b) == 0 for b in ALL_BUILDS)
+        log = (tmp_path / "scheduler.log").read_text()
+        assert "TLS handshake failed" in log
+        assert "Receive client connection" not in log  # (what it logs for a client)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        rogue.close()

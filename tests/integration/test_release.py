@@ -409,7 +409,7 @@ def test_release_candidate_promoted_and_installed(
         assert f'href="../{quoted}#sha256={sha}"' in s3.text("whl/cpu/nightlydemo/index.html")
         assert f"#sha256={sha}" in s3.text("whl/cpu/nightlydemo_release.html")
         manifest = json.loads(s3.text("whl/cpu/.index.json"))
-        assert manifest["files"] == {name: sha}
+        assert {n: r["sha256"] for n, r in manifest["files"].items()} == {name: sha}
         labels = anaconda.labels_of(OWNER, "nightlydemo", "1.2.0", f"linux-64/{conda_pkg['name']}")
         assert labels == ["test", "main"]
         assert [d.data for d in anaconda.find(conda_pkg["name"])] == [conda_file.read_bytes()]
@@ -504,7 +504,7 @@ def test_incomplete_candidate_refused_unless_allowed(
     assert code == 0, out + err
     assert f"promoting without (--allow-partial): {LIBTORCH_ID}" in out
     assert s3.keys("whl/cpu/") == sorted(
-        [f"whl/cpu/{name}", "whl/cpu/.index.json", "whl/cpu/index.html",
+        [f"whl/cpu/{name}", f"whl/cpu/{name}.metadata", "whl/cpu/.index.json", "whl/cpu/index.html",
          "whl/cpu/nightlydemo/index.html", "whl/cpu/nightlydemo_release.html"]
     )  # fmt: skip
     assert s3.keys("libtorch/") == []

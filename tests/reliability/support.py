@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -202,6 +201,7 @@ def check_tree(root: Path, expected: Mapping[str, str], *, find_links: str = FIN
     package objects `expected`, each whole, and per folder a manifest and pages that are
     the pages of exactly those files, parsed link by link."""
     from nightly.publish.index import project_of, render_folder
+    from nightly.publish.manifest import decode_manifest
 
     objects = store_objects(root)
     packages = {k: p for k, p in objects.items() if _is_package(k.rpartition("/")[2])}
@@ -213,9 +213,10 @@ def check_tree(root: Path, expected: Mapping[str, str], *, find_links: str = FIN
         folder, _, name = key.rpartition("/")
         folders.setdefault(folder, {})[name] = sha
     for folder, files in folders.items():
-        manifest = json.loads((root / folder / ".index.json").read_bytes())
-        assert manifest["files"] == files, f"{folder}/.index.json does not list the objects"
-        pages = render_folder(files, find_links_name=find_links)
+        manifest = decode_manifest((root / folder / ".index.json").read_bytes())
+        assert manifest is not None, f"{folder}/.index.json is unreadable"
+        assert manifest.digests() == files, f"{folder}/.index.json does not list the objects"
+        pages = render_folder(manifest.files or {}, find_links_name=find_links)
         for rel, content in pages.items():
             page = root / folder / rel
             assert page.read_bytes() == content, f"{folder}/{rel} is not the manifest's page"

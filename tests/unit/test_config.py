@@ -388,3 +388,26 @@ def test_modern_config(config_modern: Path) -> None:
     )
     # One libtorch variant per build: its estimate is one variant's, not four.
     assert c.estimate_for(by_id["libtorch_shared-with-deps_cu126"]) == 3600
+
+
+def test_index_keys_default_and_load(
+    minimal_config: Path, write_config: WriteConfig, minimal_config_text: str
+) -> None:
+    c = load(minimal_config)
+    assert (c.publish.index_shared, c.publish.index_aggregate, c.retention.index_versions) == ((), False, 0)
+    assert "[publish]" not in minimal_config_text
+    assert "[retention]" not in minimal_config_text
+    text = minimal_config_text + (
+        '\n[publish]\nindex_shared = ["whl/nightly/", "whl"]\nindex_aggregate = true\n'
+        "\n[retention]\nindex_versions = 30\n"
+    )
+    c = load(write_config(text))
+    assert c.publish.index_shared == ("whl/nightly", "whl")
+    assert c.publish.index_aggregate is True
+    assert c.retention.index_versions == 30
+    bad = text.replace('"whl/nightly/"', '"../whl/nightly"')
+    with pytest.raises(ConfigError, match="not a folder of the bucket layout") as exc:
+        load(write_config(bad))
+    assert exc.value.key == "publish.index_shared"
+    with pytest.raises(ConfigError, match="index_versions"):
+        load(write_config(text.replace("index_versions = 30", "index_versions = -1")))

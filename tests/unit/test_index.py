@@ -218,16 +218,20 @@ def test_full_then_incremental(store: FileStore, tmp_path: Path) -> None:
     digests = {wheel(n): put(store, tmp_path, wheel(n)) for n in range(1, 6)}
     [report] = regenerate(store, [FOLDER], full=True)
     assert (report.full, report.files, report.heads, report.rounds) == (True, 5, 5, 1)
-    assert read_manifest(store, FOLDER).files == digests
-    assert page(store, "demo/index.html") == render_folder(digests)["demo/index.html"]
+    assert read_manifest(store, FOLDER).digests() == digests
+    records = read_manifest(store, FOLDER).files or {}
+    assert page(store, "demo/index.html") == render_folder(records)["demo/index.html"]
 
     new = {wheel(n): put(store, tmp_path, wheel(n)) for n in (6, 7)}
     before = store.requests
     [report] = regenerate(store, [FOLDER], full=False, known={FOLDER: new})
-    # 1 GET + 1 manifest PUT + 3 page PUTs + 1 HEAD: nothing per object.
-    assert store.requests - before == 6
-    assert (report.full, report.files, report.heads) == (False, 7, 0)
-    assert page(store, "torch_nightly.html") == render_folder(digests | new)["torch_nightly.html"]
+    # 1 GET + 1 manifest PUT + 3 page PUTs + 1 HEAD: nothing per object but, for each new
+    # wheel known only by its sha256, one GET of its `.metadata` (none here).
+    assert store.requests - before == 6 + len(new)
+    assert (report.full, report.files, report.heads, report.metadata_reads) == (False, 7, 0, 2)
+    records = read_manifest(store, FOLDER).files or {}
+    assert records.keys() == digests.keys() | new.keys()
+    assert page(store, "torch_nightly.html") == render_folder(records)["torch_nightly.html"]
 
     # --full with the manifest in place asks nothing per object either.
     [report] = regenerate(store, [FOLDER], full=True)
@@ -252,7 +256,7 @@ def test_incremental_without_manifest_rebuilds_in_full(store: FileStore, tmp_pat
     [report] = regenerate(store, [FOLDER], full=False, known={FOLDER: new})
     assert report.full
     assert report.heads == 2  # only the two it had no record of
-    assert read_manifest(store, FOLDER).files == old | new
+    assert read_manifest(store, FOLDER).digests() == old | new
 
 
 def test_corrupt_manifest_is_rebuilt(store: FileStore, tmp_path: Path) -> None:
@@ -260,7 +264,7 @@ def test_corrupt_manifest_is_rebuilt(store: FileStore, tmp_path: Path) -> None:
     store.put_bytes(f"{FOLDER}/{MANIFEST_NAME}", b'{"format": 1, "files": [}', "application/json")
     [report] = regenerate(store, [FOLDER], full=False, known={})
     assert report.full
-    assert read_manifest(store, FOLDER).files == digests
+    assert read_manifest(store, FOLDER).digests() == digests
 
 
 def test_removed_files_leave_the_pages(store: FileStore, tmp_path: Path) -> None:
@@ -269,7 +273,9 @@ def test_removed_files_leave_the_pages(store: FileStore, tmp_path: Path) -> None
     store.delete(f"{FOLDER}/{wheel(1)}")
     regenerate(store, [FOLDER], full=False, removed={FOLDER: [wheel(1)]})
     del digests[wheel(1)]
-    assert page(store, "torch_nightly.html") == render_folder(digests)["torch_nightly.html"]
+    records = read_manifest(store, FOLDER).files or {}
+    assert records.keys() == digests.keys()
+    assert page(store, "torch_nightly.html") == render_folder(records)["torch_nightly.html"]
 
 
 class FlakyStore(FileStore):

@@ -361,7 +361,7 @@ def test_apply_remote_prune_updates_pages(tmp_path: Path) -> None:
     apply_remote_prune(store, doomed)
     assert store.head(doomed[0]) is None
     manifest = read_manifest(store, "whl/nightly/cpu")
-    assert manifest.files == {names[1]: sha, names[2]: sha}
+    assert manifest.digests() == {names[1]: sha, names[2]: sha}
     page = (tmp_path / "mirror" / "whl/nightly/cpu/demo/index.html").read_text()
     assert names[0] not in page
     assert names[2] in page

@@ -91,6 +91,10 @@ class Store(ABC):
         """Every object whose key starts with `prefix`, in key order (sha256 not filled in)."""
 
     @abstractmethod
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """`length` bytes of an object from offset `start` (fewer at its end)."""
+
+    @abstractmethod
     def get(self, key: str, local_path: Path) -> None:
         """Download one object to a file (atomically)."""
 

@@ -180,6 +180,16 @@ class FileStore(Store):
 
         self._io("download", key, run)
 
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        path = self._path(key)
+
+        def run() -> bytes:
+            with open(path, "rb") as f:
+                f.seek(start)
+                return f.read(length)
+
+        return self._io("get", key, run)
+
     def get_bytes(self, key: str) -> tuple[bytes, str] | None:
         path = self._path(key)
 

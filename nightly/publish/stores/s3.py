@@ -198,7 +198,7 @@ class S3Store(Store):
             )
         except ObjectNotFound:
             return None
-        sha = r.get("Metadata", {}).get("sha256") or _native_sha256(r)
+        sha = _recorded_sha256(r.get("Metadata") or {}) or _native_sha256(r)
         return ObjectInfo(
             key=key,
             size=int(r["ContentLength"]),
@@ -244,6 +244,16 @@ class S3Store(Store):
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        full = self._full(key)
+        rng = f"bytes={start}-{start + max(length, 1) - 1}"
+
+        def fetch() -> bytes:
+            data: bytes = self._client.get_object(Bucket=self.bucket, Key=full, Range=rng)["Body"].read()
+            return data
+
+        return self._call("get", key, fetch)
 
     def get_bytes(self, key: str) -> tuple[bytes, str] | None:
         full = self._full(key)
@@ -313,6 +323,27 @@ class S3Store(Store):
     def delete(self, key: str) -> None:
         full = self._full(key)
         self._call("delete", key, lambda: self._client.delete_object(Bucket=self.bucket, Key=full))
+
+
+# Where other tools record a file's sha256 in the object's user metadata (x-amz-meta-…):
+# nightly writes `sha256`; PyTorch's upload jobs and manage_v2.py write `checksum-sha256`.
+METADATA_SHA256_KEYS = ("sha256", "checksum-sha256", "x-amz-meta-checksum-sha256")
+
+
+def _recorded_sha256(metadata: dict[str, str]) -> str | None:
+    """The sha256 a writer recorded in the user metadata, as lowercase hex (hex or base64)."""
+    for name in METADATA_SHA256_KEYS:
+        value = (metadata.get(name) or "").strip()
+        if SHA256_RE.fullmatch(value.lower()):
+            return value.lower()
+        if len(value) == 44:
+            try:
+                raw = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                continue
+            if len(raw) == 32:
+                return raw.hex()
+    return None
 
 
 def _native_sha256(head: Any) -> str | None:

@@ -1,0 +1,37 @@
+"""`nightly index --full [--backfill-metadata]`: every folder's pages from one listing.
+
+The bucket is listed once (per index prefix); every folder that holds packages (and, with
+aggregate pages, every channel root above them) is rebuilt from that listing, so a full run
+costs one listing plus a request per object nothing has recorded yet (see `index`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from nightly.publish import index as idx
+from nightly.publish.backfill import backfill_metadata
+from nightly.publish.layout import channel_root
+from nightly.publish.manifest import FileRecord
+from nightly.publish.stores import Store
+
+
+def rebuild_all(
+    store: Store, options: idx.IndexOptions, *, backfill: bool, log: Callable[[str], None]
+) -> list[idx.FolderReport]:
+    listing = idx.list_index_prefixes(store)
+    known: dict[str, dict[str, FileRecord]] = {}
+    if backfill:
+        result = backfill_metadata(store, listing, log=log)
+        listing += result.objects
+        known = result.records
+    folders = idx.discover_folders(store, listing=listing)
+    if options.aggregate:
+        folders = sorted(set(folders) | {channel_root(f) for f in folders})
+    reports = idx.regenerate(
+        store, folders, full=True, known=known, options=options, listing=listing
+    )
+    for r in reports:
+        log(f"regenerated {store.url}/{r.folder}/ ({r.files} files, {r.heads} HEADs, "
+            f"{r.metadata_reads} metadata reads)")
+    return reports
