@@ -14,8 +14,9 @@ For each size, measured from outside (wall seconds of each tool's process, every
 counted at the server):
   full      the first run on the bucket (for nightly: adopting a bucket it did not write)
   rerun     the same again, nothing changed
-  +50       after 50 new wheels (with .metadata) in two accelerator folders; both tools find
-            them by listing (nightly's own `nightly upload` skips even that: see bench_index)
+  +50       after 50 new wheels (with .metadata) of the next night (its pytorch-triton and
+            wheels in several accelerator folders); both tools find them by listing (nightly's
+            own `nightly upload` skips even the listing: see bench_index)
 then pip and uv resolve `torch` from `whl/nightly/cpu/` with each tool's pages (served by a
 local HTTP server over the bucket; the peer's absolute links to download-r2.pytorch.org are
 pointed at it), counting what they GET. Populating the bucket is not measured (objects go
@@ -325,8 +326,10 @@ def bench_size(wheels: int, app: Counting, endpoint: str, work: Path) -> dict[st
     populate(backend, objects)
     print(f"\n== {len(objects)} wheels (+ as many .metadata) in moto in {time.perf_counter() - t0:.1f}s",
           flush=True)
-    new = layout(len(ACCELERATORS) * len(PROJECTS) * len(PYTHONS), first_day + timedelta(days=1))
-    new = [o for o in new if o[0].startswith(("whl/nightly/cpu/", "whl/nightly/cu126/"))][:50]
+    # The next night's first 50 wheels: its pytorch-triton, then cpu/, cu126/, cu128/...
+    new = layout(len(ACCELERATORS) * len(PROJECTS) * len(PYTHONS), first_day + timedelta(days=1))[:50]
+    assert len(new) == 50
+    assert not {k for k, _, _ in new} & {k for k, _, _ in objects}
 
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "R2_"))}, **CREDENTIALS,
            "AWS_ENDPOINT_URL": endpoint}

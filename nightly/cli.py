@@ -99,7 +99,9 @@ def plan(
     result = plan_night(
         ctx.config, machine=machine, selects=selects, estimate=planning_estimator(ctx.config)
     )
-    version = nightly_version(ctx.config.project.base_version, ctx.date)
+    version = nightly_version(
+        ctx.config.project.base_version, ctx.date, ctx.config.project.version_from
+    )
     if as_json:
         data = result.to_json(date=f"{ctx.date:%Y_%m_%d}", version=version)
         click.echo(json.dumps(data, indent=2))
@@ -263,7 +265,7 @@ def index(
     channel = str(state.meta.get("channel") or "nightly")
     report = UploadReport()
     for entry in state.builds.values():
-        for dest, sha in (entry.get("published") or {}).items():
+        for dest, sha in entry.published.items():
             if dest.startswith(store.url + "/"):
                 folder, _, name = dest[len(store.url) + 1:].rpartition("/")
                 report.folders.setdefault(folder, {})[name] = sha
@@ -282,15 +284,15 @@ def prune(
 ) -> int:
     """Delete old day folders locally; apply retention to the nightly channel remotely."""
     from nightly.publish import retention
-    from nightly.workspace import is_locked
+    from nightly.workspace import apply_local_prune, is_locked, plan_local_prune
 
     ctx = Ctx(config_path, root, date_text)
     cfg = ctx.config
-    doomed = retention.plan_local_prune(cfg.root, ctx.date, cfg.retention.local_days, is_locked)
+    doomed = plan_local_prune(cfg.root, ctx.date, cfg.retention.local_days, is_locked)
     for p in doomed:
         click.echo(f"{'would delete' if dry_run else 'delete'} {p}")
     if doomed and not dry_run:
-        click.echo(str(retention.apply_local_prune(cfg.root, doomed, is_locked)))
+        click.echo(str(apply_local_prune(cfg.root, doomed, is_locked)))
     if not doomed:
         click.echo(f"no day folder under {cfg.root} is older than {cfg.retention.local_days} days")
     rv, rd = cfg.retention.remote_versions, cfg.retention.remote_days

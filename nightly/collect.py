@@ -13,25 +13,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nightly.files import sha256_file
 from nightly.matrix import Build
-from nightly.workspace import FAILED, SUCCEEDED, Day, State
-
-
-@dataclass(frozen=True, kw_only=True)
-class PackageFile:
-    name: str
-    path: str  # relative to the day folder
-    size: int
-    sha256: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.path, "size": self.size, "sha256": self.sha256}
-
+from nightly.workspace import FAILED, SUCCEEDED, BuildEntry, Day, PackageFile, State
 
 # (ok, reason, the filed packages) -> where the build's log now is (in succeeded/ or failed/)
 LogFiler = Callable[[bool, "str | None", "list[PackageFile]"], Path]
@@ -81,7 +68,7 @@ def collect_build(
     infra: bool = False,
     infra_if_uncollected: bool = False,
     **fields: Any,
-) -> dict[str, Any]:
+) -> BuildEntry:
     """File a finished build: packages (when it succeeded), then its log, then its state
     entry (`fields` are the rest of the entry). A package that cannot be filed fails the build
     with `uncollected: <why>`. Returns the state entry as written."""
@@ -98,7 +85,7 @@ def collect_build(
         build.id,
         status=SUCCEEDED if ok else failed_status,
         reason=reason,
-        packages=[p.to_json() for p in packages],
+        packages=packages,
         infra=infra,
         log=str(log.relative_to(day.path)),
         **fields,

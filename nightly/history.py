@@ -36,6 +36,7 @@ from nightly.history_schema import (
     files_by_key,
     record_from_row,
 )
+from nightly.workspace import BuildEntry
 
 if TYPE_CHECKING:
     from nightly.config import Config
@@ -140,7 +141,7 @@ class History:
         self,
         day_name: str,
         build_id: str,
-        entry: Mapping[str, Any],
+        entry: BuildEntry | Mapping[str, Any],
         *,
         commit: str,
         channel: str = "nightly",
@@ -149,6 +150,8 @@ class History:
         writes it: status, reason, exit_status, started, ended, duration_s, attempts, machine,
         queue, executor, package, python, cuda, variant, packages=[{name,path,size,sha256}],
         log. The attempt is the entry's `attempts` (0 for a build that never started)."""
+        if not isinstance(entry, BuildEntry):
+            entry = BuildEntry.from_json(entry)
         row, files = entry_rows(
             day_name, build_id, entry, commit=commit, channel=channel, recorded=time.time()
         )
@@ -185,7 +188,7 @@ class History:
         n = 0
         for build_id in sorted(state.builds):
             entry = state.get(build_id)
-            if only_finished and entry.get("status") not in ("succeeded", "failed", "interrupted"):
+            if only_finished and not entry.finished:
                 continue
             self.record(day_name, build_id, entry, commit=commit, channel=channel)
             n += 1

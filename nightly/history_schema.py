@@ -3,9 +3,10 @@ schema, the records a query returns, and a state.json entry turned into the rows
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from nightly.workspace import BuildEntry
 
 SCHEMA_VERSION = 1
 SUCCEEDED = "succeeded"  # as nightly.workspace.SUCCEEDED (not imported: keep this module light)
@@ -100,44 +101,18 @@ class BuildRecord:
 
 
 def entry_rows(
-    day_name: str, build_id: str, entry: Mapping[str, Any], *, commit: str, channel: str, recorded: float
+    day_name: str, build_id: str, entry: BuildEntry, *, commit: str, channel: str, recorded: float
 ) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
     """The `builds` row and the `files` rows of one attempt, from its state.json entry."""
-    attempt = int(entry.get("attempts") or 0)
+    e = entry
     row = (
-        day_name,
-        build_id,
-        attempt,
-        commit or "",
-        channel or "",
-        str(entry.get("machine") or ""),
-        int_or_none(entry.get("queue")),
-        str(entry.get("executor") or ""),
-        str(entry.get("package") or ""),
-        str(entry.get("python") or ""),
-        str(entry.get("cuda") or ""),
-        str(entry.get("variant") or ""),
-        float_or_none(entry.get("started")),
-        float_or_none(entry.get("ended")),
-        float_or_none(entry.get("duration_s")),
-        str(entry.get("status") or "pending"),
-        str_or_none(entry.get("reason")),
-        int_or_none(entry.get("exit_status")),
-        str_or_none(entry.get("log")),
-        recorded,
+        day_name, build_id, e.attempts, commit or "", channel or "", e.machine, e.queue,
+        e.executor, e.package, e.python, e.cuda, e.variant, e.started, e.ended, e.duration_s,
+        e.status or "pending", e.reason, e.exit_status, e.log, recorded,
     )
     files = [
-        (
-            day_name,
-            build_id,
-            attempt,
-            str(p["name"]),
-            str(p.get("path") or ""),
-            int(p.get("size") or 0),
-            str(p.get("sha256") or ""),
-        )
-        for p in entry.get("packages") or []
-        if isinstance(p, Mapping) and p.get("name")
+        (day_name, build_id, e.attempts, p.name, p.path, p.size, p.sha256)
+        for p in e.packages if p.name
     ]
     return row, files
 

@@ -78,7 +78,11 @@ def python_number(python: str) -> str:
     return f"{m.group(1)}.{m.group(2)}"
 
 
-def nightly_version(base: str, date: dt.date) -> str:
+def nightly_version(base: str, date: dt.date, version_from: str = "env") -> str:
+    """The version tonight's packages carry: <base>.dev<YYYYMMDD>, or base itself for a
+    project that keeps its own version ([project] version_from = "keep")."""
+    if version_from == "keep":
+        return base
     return f"{base}.dev{date:%Y%m%d}"
 
 

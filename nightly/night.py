@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import functools
 import json
 import shutil
 import socket
@@ -33,13 +34,23 @@ from nightly.files import append_line
 from nightly.history import History, history_path, planning_estimator
 from nightly.matrix import Build, SpellingError, nightly_version, parse_spec
 from nightly.phase import BuildPhase, NightContext
-from nightly.publish import retention
+from nightly.publish import conda as conda_client
 from nightly.publish.upload import open_destination, publish_day
 from nightly.report import write_report
 from nightly.runner import LocalPhase, SmokeFactory
 from nightly.schedule import make_plan, select_cli
 from nightly.smoke import SmokeTester
-from nightly.workspace import INTERRUPTED, SUCCEEDED, Day, DayLock, State, is_locked, write_json
+from nightly.workspace import (
+    INTERRUPTED,
+    SUCCEEDED,
+    Day,
+    DayLock,
+    State,
+    apply_local_prune,
+    is_locked,
+    plan_local_prune,
+    write_json,
+)
 
 
 @dataclass(kw_only=True)
@@ -115,7 +126,9 @@ def run_night(
 ) -> int:
     """Lock the day, prepare it, run the build phase on what is not done yet, publish,
     record, report, prune, summarize, notify. The exit code of the night."""
-    version = opts.version or nightly_version(config.project.base_version, date)
+    version = opts.version or nightly_version(
+        config.project.base_version, date, config.project.version_from
+    )
     day = Day(config.root, date, name=opts.day_name)
     if opts.dry_run:
         return phase.dry_run(day, builds, version, opts.channel)
@@ -131,6 +144,11 @@ def run_night(
         todo = [b for b in builds
                 if state.status(b.id) != SUCCEEDED or _matches(b.id, opts.rebuild)]
         day_record.mark_manual(state, [b.id for b in todo], opts.manual)
+        if config.build.wheelhouse and todo:
+            from nightly import wheelhouse
+
+            wheelhouse.prepare(config, night.source_dir, day.path / "wheelhouse",
+                               [b.python for b in todo if b.package != "libtorch"], night.log)
         estimate_s = phase.run(night, todo)
         if not opts.no_upload:
             publish_step(night)
@@ -239,8 +257,11 @@ def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> int:
 
 
 def smoke_factory(config: Config) -> SmokeFactory | None:
-    """The smoke test the build phase runs on each build's packages, when enabled."""
-    return SmokeTester if config.smoke.enabled else None
+    """The smoke test the build phase runs on each build's packages, when enabled (conda
+    packages through nightly.publish.conda's client)."""
+    if not config.smoke.enabled:
+        return None
+    return functools.partial(SmokeTester, conda=conda_client)
 
 
 # ---------------------------------------------------------------------------- after the builds
@@ -294,11 +315,11 @@ def report_step(night: NightContext, history: History, *, publish: bool) -> None
 def prune_step(config: Config, today: dt.date, log: Callable[[str], None]) -> None:
     """Local retention at the end of a night. Never fatal."""
     try:
-        doomed = retention.plan_local_prune(
+        doomed = plan_local_prune(
             config.root, today, config.retention.local_days, is_locked
         )
         if doomed:
-            result = retention.apply_local_prune(config.root, doomed, is_locked)
+            result = apply_local_prune(config.root, doomed, is_locked)
             log(f"prune: {result}")
     except (NightlyError, OSError) as e:
         log(f"prune failed: {e}")
@@ -315,19 +336,19 @@ def write_summary(
     for b in night.builds:
         e = state.get(b.id)
         builds[b.id] = {
-            "outcome": e.get("status", "pending"),
-            "reason": e.get("reason"),
-            "duration_s": e.get("duration_s"),
+            "outcome": e.status,
+            "reason": e.reason,
+            "duration_s": e.duration_s,
             "estimate_s": estimates.get(b.id),
-            "attempts": e.get("attempts", 0),
-            "queue": e.get("queue"),
-            "packages": e.get("packages", []),
-            "published": e.get("published", {}),
-            "log": e.get("log"),
+            "attempts": e.attempts,
+            "queue": e.queue,
+            "packages": [p.to_json() for p in e.packages],
+            "published": dict(e.published),
+            "log": e.log,
         }
     ok = all(v["outcome"] == SUCCEEDED for v in builds.values())
     failed_uploads = [
-        bid for bid, e in state.builds.items() if e.get("upload_error") and bid in builds
+        bid for bid, e in state.builds.items() if e.upload_error and bid in builds
     ]
     publish_error = state.meta.get("publish_error")
     ended = time.time()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.errors import NightlyError, UsageError
-from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, Day
+from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, BuildEntry, Day
 
 if TYPE_CHECKING:
     from nightly.history import History
@@ -130,7 +130,8 @@ def load_night(
     if plan is None:
         plan = _read_json(day.master / "plan.json")
     meta = dict(state.get("meta") or {})
-    entries: dict[str, Any] = dict(state.get("builds") or {})
+    entries = {str(bid): BuildEntry.from_json(e)
+               for bid, e in dict(state.get("builds") or {}).items() if isinstance(e, Mapping)}
     planned = {
         str(b.get("id")): b for b in (plan or {}).get("builds", []) if isinstance(b, Mapping)
     }
@@ -150,7 +151,8 @@ def load_night(
             est = pb.get("estimate_s")
         views.append(
             _build_view(
-                day, str(bid), entries.get(bid) or {}, pb, _opt_float(est), str(summary.get("machine") or "")
+                day, str(bid), entries.get(bid) or BuildEntry(), pb, _opt_float(est),
+                str(summary.get("machine") or ""),
             )
         )
     if history is not None:
@@ -166,42 +168,36 @@ def load_night(
 
 
 def _build_view(
-    day: Day, bid: str, e: Mapping[str, Any], pb: Mapping[str, Any], est: float | None,
+    day: Day, bid: str, e: BuildEntry, pb: Mapping[str, Any], est: float | None,
     night_machine: str,
 ) -> BuildView:
     """One build from its state.json entry `e` and its plan entry `pb`."""
-    status = str(e.get("status") or PENDING)
-    started, ended = _opt_float(e.get("started")), _opt_float(e.get("ended"))
-    duration = _opt_float(e.get("duration_s"))
+    status = e.status or PENDING
+    started, ended, duration = e.started, e.ended, e.duration_s
     if started is not None and ended is None and status != RUNNING:
         # Left 'running' by a run that died (now interrupted): it ended when last heard of.
-        ended = started + duration if duration is not None else _opt_float(e.get("updated"))
+        ended = started + duration if duration is not None else e.updated
         if ended is not None and duration is None:
             duration = max(0.0, ended - started)
-    files = [
-        (str(p.get("name")), int(p.get("size") or 0))
-        for p in e.get("packages") or []
-        if isinstance(p, Mapping)
-    ]
     return BuildView(
         id=bid,
         status=status,
-        reason=_opt_str(e.get("reason")),
-        exit_status=_opt_int(e.get("exit_status")),
-        attempts=int(e.get("attempts") or 0),
-        machine=str(e.get("machine") or pb.get("machine") or night_machine or ""),
-        queue=_opt_int(e.get("queue") if e.get("queue") is not None else pb.get("queue")),
-        executor=str(e.get("executor") or ""),
+        reason=e.reason,
+        exit_status=e.exit_status,
+        attempts=e.attempts,
+        machine=e.machine or str(pb.get("machine") or night_machine or ""),
+        queue=e.queue if e.queue is not None else _opt_int(pb.get("queue")),
+        executor=e.executor,
         started=started,
         ended=ended,
         duration_s=duration,
         estimate_s=est,
-        files=files,
-        published=len(e.get("published") or {}),
-        upload_error=_opt_str(e.get("upload_error")),
-        manual=_manual(e.get("manual")),
-        log=find_log(day, bid, e.get("log")),
-        cache=dict(e["cache"]) if isinstance(e.get("cache"), Mapping) else None,
+        files=[(p.name, p.size) for p in e.packages],
+        published=len(e.published),
+        upload_error=e.upload_error,
+        manual=dict(e.manual) or None,
+        log=find_log(day, bid, e.log),
+        cache=dict(e.cache) if e.cache is not None else None,
     )
 
 

@@ -57,7 +57,7 @@ def completeness(
     refused: list[str] = []
     for b in config.builds:
         entry = state.get(b.id)
-        if entry.get("status") == SUCCEEDED and entry.get("packages"):
+        if entry.status == SUCCEEDED and entry.packages:
             continue
         (allowed if any(fnmatch.fnmatchcase(b.id, g) for g in allow_partial) else refused).append(
             b.id
@@ -121,11 +121,11 @@ def promote(
         conda_files: list[tuple[str, dict[str, Any]]] = []
         copies: list[_Copy] = []
         for bid, entry in sorted(state.builds.items()):
-            if entry.get("status") != SUCCEEDED:
+            if entry.status != SUCCEEDED:
                 continue
-            for pkg in entry.get("packages", []):
-                package_type = str(entry.get("package") or pkg["path"].split("/")[1])
-                cuda = str(entry.get("cuda") or pkg["path"].split("/")[2])
+            for pkg in (p.to_json() for p in entry.packages):
+                package_type = entry.package or pkg["path"].split("/")[1]
+                cuda = entry.cuda or pkg["path"].split("/")[2]
                 kind = kind_of(package_type, pkg["name"])
                 if kind == "conda":
                     conda_files.append((bid, pkg))
@@ -285,15 +285,13 @@ def _release_index(
 
 
 def _recorded(state: State, bid: str, dest: str, sha256: str) -> bool:
-    return bool((state.get(bid).get("promoted") or {}).get(dest) == sha256)
+    return state.get(bid).promoted.get(dest) == sha256
 
 
 def _record(state: State, bid: str, dest: str, sha256: str) -> None:
     if _recorded(state, bid, dest, sha256):
         return
-    promoted = dict(state.get(bid).get("promoted") or {})
-    promoted[dest] = sha256
-    state.update(bid, promoted=promoted)
+    state.add_promoted(bid, dest, sha256)
 
 
 def _safe(url: str) -> str:

@@ -78,6 +78,32 @@ def recipe_env(
     env["PYTORCH_BUILD_VERSION"] = version
     env["PYTORCH_BUILD_NUMBER"] = env["BUILD_NUMBER"]
     env["OVERRIDE_PACKAGE_VERSION"] = version
+    env.update(build_env(config))
+    return env
+
+
+def wheelhouse_env(ctx: RunContext) -> dict[str, str]:
+    """NIGHTLY_WHEELHOUSE: the night's wheelhouse on this host (executors that run builds
+    elsewhere map it: the container executor mounts it read-only)."""
+    if not ctx.config.build.wheelhouse:
+        return {}
+    return {"NIGHTLY_WHEELHOUSE": str(ctx.day.path / "wheelhouse")}
+
+
+def build_env(config: Config) -> dict[str, str]:
+    """How recipes build Python packages ([project] version_from, [build]): NIGHTLY_* for
+    the recipes, PIP_* for pip's PEP 517 front end (unset: the host's pip configuration)."""
+    b = config.build
+    env = {
+        "NIGHTLY_VERSION_FROM": config.project.version_from,
+        "NIGHTLY_BUILD_ISOLATION": "1" if b.isolation else "0",
+    }
+    if b.index_url:
+        env["PIP_INDEX_URL"] = b.index_url
+    if b.extra_index_urls:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(b.extra_index_urls)
+    if b.find_links:
+        env["PIP_FIND_LINKS"] = " ".join(b.find_links)
     return env
 
 
@@ -119,7 +145,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         cuda=build.cuda,
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ),
+        ) | wheelhouse_env(ctx),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",
@@ -170,7 +196,7 @@ class Runner:
     def _attempt(self, build: Build, queue: int) -> Outcome:
         ctx, day, state = self.ctx, self.ctx.day, self.ctx.state
         job = make_job(ctx, build, executor=self.executor.name)
-        attempt = int(state.get(build.id).get("attempts", 0)) + 1
+        attempt = state.get(build.id).attempts + 1
         self._reap(job)
         for d in (job.output_dir, job.work_dir):
             if d.exists():
@@ -244,22 +270,22 @@ class Runner:
                 failed_status=failed_status, infra=result.infra,
                 exit_status=result.exit_status, duration_s=round(duration, 3),
             )
-        ok, status = entry["status"] == SUCCEEDED, str(entry["status"])
+        ok, status = entry.status == SUCCEEDED, entry.status
         if ok or result.interrupted:
             remove_tree(day.work / build.id)
         outcome = Outcome(
             build_id=build.id,
             status=status,
-            reason=entry["reason"],
+            reason=entry.reason,
             exit_status=result.exit_status,
             duration_s=duration,
             attempts=attempt,
             queue=queue,
-            packages=[PackageFile(**p) for p in entry["packages"]],
-            log=str(day.path / entry["log"]),
+            packages=list(entry.packages),
+            log=str(day.path / (entry.log or "")),
             infra=result.infra,
         )
-        self.on_event("end", {"build": build.id, "status": status, "reason": entry["reason"],
+        self.on_event("end", {"build": build.id, "status": status, "reason": entry.reason,
                               "duration_s": duration, "queue": queue})
         return outcome
 
@@ -278,7 +304,7 @@ class Runner:
         instead of building again, so each build succeeds exactly once."""
         day, state = self.ctx.day, self.ctx.state
         entry = state.get(build.id)
-        if entry.get("status") not in (RUNNING, INTERRUPTED):
+        if entry.status not in (RUNNING, INTERRUPTED):
             return None
         log = day.final_log(build.id)
         if log is None or log.parent != day.succeeded:
@@ -314,7 +340,7 @@ class Runner:
                               "duration_s": duration, "queue": queue})
         return Outcome(
             build_id=build.id, status=SUCCEEDED, duration_s=duration,
-            attempts=int(entry.get("attempts", 0)), queue=queue, packages=packages,
+            attempts=entry.attempts, queue=queue, packages=packages,
             log=str(final), exit_status=0,
         )
 

@@ -3,8 +3,9 @@ the build counts as succeeded (and so before anything is uploaded).
 
 Wheels and libtorch zips are tested through the build's own executor (a fresh venv on the
 host, or a fresh container from the test image) with the scripts in `smoke_scripts/`; conda
-packages are installed from a temporary local channel with py-rattler (a real conda client)
-and imported with the build's interpreter.
+packages are installed from a temporary local channel with a conda client (py-rattler: the
+`CondaClient` the night injects, nightly.publish.conda) and imported with the build's
+interpreter.
 """
 
 from __future__ import annotations
@@ -13,14 +14,26 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
+from nightly.executors.local import NotFound, find_python
 from nightly.matrix import Build, python_number
 
 SCRIPTS = Path(__file__).with_name("smoke_scripts")
+
+
+class CondaClient(Protocol):
+    """What the smoke test needs of a conda client (nightly.publish.conda is one)."""
+
+    def publish_to_channel(self, channel: Path, files: Sequence[Path]) -> list[str]: ...
+
+    def install_from_channel(self, channel: Path, spec: str, prefix: Path) -> list[str]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,10 +51,18 @@ def expected_wheel_version(build: Build, version: str) -> str:
 
 
 class SmokeTester:
-    def __init__(self, config: Config, executor: Executor, source_dir: Path) -> None:
+    def __init__(
+        self,
+        config: Config,
+        executor: Executor,
+        source_dir: Path,
+        *,
+        conda: CondaClient | None = None,
+    ) -> None:
         self.config = config
         self.executor = executor
         self.source_dir = source_dir
+        self.conda = conda
 
     def __call__(
         self, build: Build, files: list[Path], job: Job, out: OutputSink, cancel: threading.Event
@@ -129,10 +150,10 @@ class SmokeTester:
     def _conda(self, build: Build, files: list[Path], job: Job, out: OutputSink) -> SmokeResult:
         """Install from a temporary local channel with py-rattler, then import with the
         build's interpreter (conda packages here carry no interpreter of their own)."""
-        try:
-            import nightly.publish.conda as conda
-        except ImportError as e:  # pragma: no cover - the conda extra is not installed
-            return SmokeResult(ok=False, reason=f"smoke test: conda client unavailable: {e}")
+        conda = self.conda
+        if conda is None:
+            return SmokeResult(ok=False, reason="smoke test: no conda client to install the "
+                               "conda package with (install nightly's conda extra)")
         with tempfile.TemporaryDirectory(prefix=f"smoke-{build.id}-", dir=job.work_dir.parent) as t:
             channel, prefix = Path(t) / "channel", Path(t) / "prefix"
             try:
@@ -150,8 +171,6 @@ class SmokeTester:
             if not site:
                 out(b"smoke: the conda package holds no Python modules; install checked only\n")
                 return SmokeResult(ok=True)
-            from nightly.executors.local import NotFound, find_python
-
             try:
                 py = find_python(build.python, self.config.local.pythons)
             except NotFound as e:
@@ -181,8 +200,6 @@ def _conda_name(path: Path) -> str:
 
 
 def _check_zip_layout(zips: list[Path], out: OutputSink) -> SmokeResult:
-    import zipfile
-
     for z in zips:
         try:
             names = zipfile.ZipFile(z).namelist()

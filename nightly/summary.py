@@ -56,7 +56,7 @@ def mark_manual(state: State, build_ids: Iterable[str], mark: Mapping[str, str] 
     """Before the builds run: a one-off build's are marked manual; a night's lose the mark a
     one-off build of the day left (the night made them its own again)."""
     for bid in build_ids:
-        if mark is not None or state.get(bid).get("manual"):
+        if mark is not None or state.get(bid).manual:
             state.update(bid, manual=dict(mark) if mark is not None else None)
 
 
@@ -92,15 +92,14 @@ def manual_builds(state: State) -> list[dict[str, Any]]:
     out = []
     for bid in sorted(state.builds):
         e = state.get(bid)
-        mark = e.get("manual")
-        if isinstance(mark, Mapping):
-            out.append({"id": bid, "outcome": e.get("status", "pending"), **mark})
+        if e.manual:
+            out.append({"id": bid, "outcome": e.status, **e.manual})
     return out
 
 
 def failed_uploads(state: State, build_ids: Iterable[str]) -> list[str]:
     """The builds among `build_ids` whose last upload failed."""
-    return [bid for bid in build_ids if state.get(bid).get("upload_error")]
+    return [bid for bid in build_ids if state.get(bid).upload_error]
 
 
 def exit_code(builds: Mapping[str, Mapping[str, Any]], failed: list[str], publish_error: object) -> int:
@@ -122,10 +121,11 @@ def refresh(day: Day, state: State, *, by: str) -> dict[str, Any] | None:
     night_ids = []
     for bid, b in builds.items():
         e = state.get(bid)
-        if not isinstance(b, dict) or _shas(e.get("packages")) != _shas(b.get("packages")):
+        if not isinstance(b, dict) or _shas([p.to_json() for p in e.packages]) != _shas(
+                b.get("packages")):
             continue  # rebuilt by hand since the night: the night's record of it stays
         night_ids.append(bid)
-        b["published"] = e.get("published") or {}
+        b["published"] = dict(e.published)
     failed = failed_uploads(state, night_ids)
     summary["failed_uploads"] = failed
     summary["publish_error"] = state.meta.get("publish_error")

@@ -18,6 +18,10 @@
 #   NIGHTLY_DEBIAN_MIRROR   Debian mirror for debootstrap (default: the host's, else
 #                           http://deb.debian.org/debian)
 #
+# The image built here is the plain builder of the tests (no CUDA toolkit, the system Python).
+# The builder images a configuration declares ([builders]: interpreters, tools, one image per
+# CUDA version) are built by `nightly images build` on this engine; see docs/images.md.
+#
 # Needs root (apt-get, rootful podman). Facts behind the configuration:
 # docs ../shared/notes/container-engine.md (crun refuses hybrid cgroups here, runc works;
 # podman's default open-files limit is above what this sandbox allows).

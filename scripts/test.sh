@@ -38,5 +38,11 @@ if ! command -v strace >/dev/null 2>&1; then
   apt-get install -y -q strace >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q strace >/dev/null; }
 fi
 
+# The corpus (tests/integration/test_corpus.py) builds pycairo against the system's cairo.
+if ! pkg-config --exists cairo 2>/dev/null; then
+  log "installing libcairo2-dev (the corpus's pycairo builds against it)"
+  apt-get install -y -q libcairo2-dev pkg-config >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q libcairo2-dev pkg-config >/dev/null; }
+fi
+
 log "pytest"
 exec .venv/bin/python -m pytest "$@"

@@ -24,7 +24,7 @@ from nightly.errors import PublishError
 from nightly.matrix import Build
 from nightly.phase import NightContext
 from nightly.progress import Progress
-from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED
+from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, BuildEntry
 
 
 class Collector:
@@ -122,10 +122,10 @@ class Collector:
                                      "queue": self._lane(str(msg.get("worker")), slot)})
         elif kind == "end":
             if msg.get("status") != SUCCEEDED:  # a local attempt that failed (maybe retried)
-                self._record({**state.get(bid), "status": msg.get("status"),
-                              "reason": msg.get("reason"), "ended": time.time(),
-                              "duration_s": msg.get("duration_s"),
-                              "attempts": msg.get("attempt")}, bid)
+                self._record(BuildEntry.from_json({
+                    **state.get(bid).to_json(), "status": msg.get("status"),
+                    "reason": msg.get("reason"), "ended": time.time(),
+                    "duration_s": msg.get("duration_s"), "attempts": msg.get("attempt")}), bid)
         elif kind == "retry":
             self.note(f"retry  {bid} on {msg.get('worker')}: {msg.get('reason')}")
         else:
@@ -134,11 +134,12 @@ class Collector:
     def _lost(self, build: Build, cur: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         reason = (f"attempt on {cur.get('worker')} ended without a result (its worker was lost); "
                   f"run again on {new.get('worker')}")
-        self._record({**self.night.state.get(build.id), "status": INTERRUPTED, "reason": reason,
-                      "ended": time.time(), "attempts": cur.get("attempt")}, build.id)
+        self._record(BuildEntry.from_json({
+            **self.night.state.get(build.id).to_json(), "status": INTERRUPTED, "reason": reason,
+            "ended": time.time(), "attempts": cur.get("attempt")}), build.id)
         self.note(f"lost   {build.id}: {reason}")
 
-    def _record(self, entry: Mapping[str, Any], build_id: str) -> None:
+    def _record(self, entry: BuildEntry, build_id: str) -> None:
         night = self.night
         try:
             night.history.record(self.day.name, build_id, entry, commit=night.commit,
@@ -215,7 +216,7 @@ class Collector:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         entry = self.night.state.get(build.id)
-        self._finish(build, str(entry.get("status")), entry.get("reason"),
+        self._finish(build, entry.status, entry.reason,
                      float(result.get("duration_s") or 0.0),
                      lane=self._lane(str(result.get("worker") or ""), int(result.get("slot") or 0)))
 

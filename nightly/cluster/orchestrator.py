@@ -123,7 +123,9 @@ class ClusterPhase:
         # Longest first: the order builds are submitted (and shown).
         self.builds = sorted(chosen, key=lambda b: (-self.estimates[b.id], b.id))
         self.by_id = {b.id: b for b in self.builds}
-        self.version = nightly_version(config.project.base_version, date)
+        self.version = nightly_version(
+            config.project.base_version, date, config.project.version_from
+        )
         self.day = Day(config.root, date)
         self.run_id = secrets.token_hex(4)
         self.topic = f"nightly-{self.day.name}-{self.run_id}"
@@ -284,7 +286,7 @@ class ClusterPhase:
             source_sha256=source_sha,
             recipes_key=inputs_key(self.day.name, "recipes", recipes_sha),
             recipes_sha256=recipes_sha,
-            attempts=int(self.night.state.get(b.id).get("attempts") or 0),
+            attempts=self.night.state.get(b.id).attempts,
             submission=hashlib.sha1(key.encode()).hexdigest(),
             topic=self.topic, log_flush_s=cc.log_flush_s, seal_key=self.seal_key,
         )

@@ -56,6 +56,7 @@ from nightly.executors.base import Job
 from nightly.files import process_alive, process_identity, sha256_file
 from nightly.matrix import Build
 from nightly.publish import Store
+from nightly.publish import conda as conda_client
 from nightly.runner import RunContext, Runner, make_job
 from nightly.smoke import SmokeTester
 from nightly.workspace import FAILED, PENDING, Day, State, write_json
@@ -403,7 +404,7 @@ def _run(
             except NightlyError as e:
                 _preflight_failed(day, ctx.state, build, str(e), att.about["attempt"])
             else:
-                smoke = (SmokeTester(ctx.config, ex, ctx.source_dir)
+                smoke = (SmokeTester(ctx.config, ex, ctx.source_dir, conda=conda_client)
                          if ctx.config.smoke.enabled else None)
                 runner = Runner(ctx, ex, on_event=att.events(emit), cancel=cancel, smoke=smoke)
                 runner.run_build(build, queue=att.slot)
@@ -424,25 +425,22 @@ def _put_result(
     if log_sha:
         att.store.put(f"{prefix}{LOG_TXT}", log, log_sha)
     packages = []
-    for p in entry.get("packages") or []:
-        key = f"{prefix}{PACKAGES}{p['name']}"
-        att.store.put(key, day.path / p["path"], p["sha256"])
-        packages.append({"name": p["name"], "size": p["size"], "sha256": p["sha256"],
-                         "key": key})
+    for p in entry.packages:
+        key = f"{prefix}{PACKAGES}{p.name}"
+        att.store.put(key, day.path / p.path, p.sha256)
+        packages.append({"name": p.name, "size": p.size, "sha256": p.sha256, "key": key})
     result: dict[str, Any] = {
         "build": build.id, "token": att.token, "submission": spec.submission,
         "worker": info.address, "worker_name": info.name, "host": att.ident["host"],
-        "slot": att.slot, "status": str(entry.get("status") or FAILED),
-        "reason": entry.get("reason"), "exit_status": entry.get("exit_status"),
-        "infra": bool(entry.get("infra")),
-        "attempts": int(entry.get("attempts") or att.about["attempt"]),
-        "started": entry.get("started") or att.started,
-        "ended": entry.get("ended") or time.time(),
-        "duration_s": entry.get("duration_s") or 0.0, "executor": executor_name,
+        "slot": att.slot, "status": entry.status or FAILED,
+        "reason": entry.reason, "exit_status": entry.exit_status, "infra": entry.infra,
+        "attempts": entry.attempts or att.about["attempt"],
+        "started": entry.started or att.started, "ended": entry.ended or time.time(),
+        "duration_s": entry.duration_s or 0.0, "executor": executor_name,
         "packages": packages, "log_key": f"{prefix}{LOG_TXT}" if log_sha else "",
         "log_sha256": log_sha, "log_chunks": chunks,
         "commit": spec.commit, "version": spec.version, "channel": spec.channel,
-        "cache": entry.get("cache"),  # the compiler cache's statistics (nightly.cache)
+        "cache": entry.cache,  # the compiler cache's statistics (nightly.cache)
     }
     if spec.seal_key:
         result[SEAL] = seal(spec.seal_key, result)

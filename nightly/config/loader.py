@@ -15,6 +15,7 @@ from nightly.config.builders import check_references, parse_builders
 from nightly.config.keys import check_keys, shape_of
 from nightly.config.machines import parse_executors, parse_images, parse_machines
 from nightly.config.project import (
+    parse_build,
     parse_matrix,
     parse_paths,
     parse_project,
@@ -87,6 +88,7 @@ def parse(
     publish = parse_publish(top, ctx, base, project.name)
     smoke = parse_smoke(top, project.name)
     cluster = parse_cluster(top, ctx, base)
+    build = parse_build(top, ctx)
     cache = parse_cache(top, ctx, base, publish)
     top.finish()
     builds = select_builds(matrices, include, exclude, machines, ctx)
@@ -115,6 +117,7 @@ def parse(
         publish=publish,
         smoke=smoke,
         cluster=cluster,
+        build=build,
         cache=cache,
         builds=tuple(builds),
         builders=builders,

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from nightly.config.reader import Ctx, Table, resolve_path, unique
-from nightly.config.schema import Machine, Project
+from nightly.config.schema import BuildSettings, Machine, Project
 from nightly.matrix import (
     LIBTORCH_ALL,
     LIBTORCH_VARIANTS,
@@ -32,6 +32,7 @@ def parse_project(top: Table, ctx: Ctx) -> Project:
         ref=proj.str("ref"),
         base_version=proj.str("base_version", required=True),
         build_number=proj.int("build_number", minimum=0),
+        version_from=proj.choice("version_from", VERSION_FROM),
     )
     proj.finish()
     if not re.match(r"^\d+(\.\d+)*$", project.base_version):
@@ -40,6 +41,31 @@ def parse_project(top: Table, ctx: Ctx) -> Project:
             "project.base_version",
         )
     return project
+
+
+VERSION_FROM = ("env", "setuptools-scm", "keep")
+
+
+def parse_build(top: Table, ctx: Ctx) -> BuildSettings:
+    bu = top.table("build")
+    settings = BuildSettings(
+        isolation=bu.bool("isolation"),
+        index_url=bu.str("index_url"),
+        extra_index_urls=tuple(bu.str_list("extra_index_urls")),
+        find_links=tuple(bu.str_list("find_links")),
+        wheelhouse=bu.bool("wheelhouse"),
+    )
+    bu.finish()
+    if settings.wheelhouse and not settings.isolation:
+        # Without isolation builds use the interpreter's own packages: a wheelhouse of
+        # build requirements would never be read.
+        ctx.fail(
+            "wheelhouse = true needs isolated builds (isolation = false builds with the "
+            "image's own packages)",
+            "build.wheelhouse",
+            hint="set [build] isolation = true, or wheelhouse = false",
+        )
+    return settings
 
 
 def parse_paths(top: Table, base: Path, root_override: str | None) -> tuple[Path, Path]:

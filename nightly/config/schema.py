@@ -26,6 +26,20 @@ class Project:
     ref: str
     base_version: str
     build_number: int
+    # How the project's build takes the version: env, setuptools-scm or keep.
+    version_from: str = "env"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSettings:
+    """[build]: how Python packages are built (pip's PEP 517 front end)."""
+
+    isolation: bool = True
+    index_url: str = ""  # "": the host's pip configuration
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    # Prepare a wheelhouse of build requirements once per night and build from it alone.
+    wheelhouse: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,6 +201,7 @@ class Config:
     publish: Publish
     smoke: Smoke
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    build: BuildSettings = field(default_factory=BuildSettings)
     cache: CacheConfig = field(default_factory=CacheConfig)
     builds: tuple[Build, ...] = field(default=())  # the matrix after the config's selectors
     # Declared builder images ([builders.NAME]); an [images] entry "@NAME" uses one.

@@ -49,6 +49,7 @@ from nightly.executors.container_engine import (
     OUTPUT_MOUNT,
     RECIPES_MOUNT,
     SOURCE_MOUNT,
+    WHEELHOUSE_MOUNT,
     WORK_DIR,
     WRAPPER,
     ClientFactory,
@@ -170,6 +171,8 @@ class ContainerExecutor(Executor):
             WORK_DIR=WORK_DIR,
             HOME=HOME_DIR,
         )
+        if "NIGHTLY_WHEELHOUSE" in env:
+            env["NIGHTLY_WHEELHOUSE"] = WHEELHOUSE_MOUNT
         if job.cache is not None:
             env.update(job.cache.env(container=True))
         return env
@@ -184,6 +187,9 @@ class ContainerExecutor(Executor):
         cuda = self.cuda_dir_for(job)
         if cuda is not None:
             mounts.append((str(cuda), CUDA_MOUNT, True))
+        # The night's wheelhouse of build requirements (offline builds), read-only.
+        if "NIGHTLY_WHEELHOUSE" in job.env:
+            mounts.append((job.env["NIGHTLY_WHEELHOUSE"], WHEELHOUSE_MOUNT, True))
         if job.cache is not None:
             mounts += job.cache.mounts()
         return mounts

@@ -27,6 +27,7 @@ SOURCE_MOUNT = "/nightly/source"
 RECIPES_MOUNT = "/nightly/recipes"
 OUTPUT_MOUNT = "/nightly/output"
 CUDA_MOUNT = "/usr/local/cuda"
+WHEELHOUSE_MOUNT = "/nightly/wheelhouse"
 # Scratch space lives in the container's own writable layer (on disk, not in memory, and gone
 # with the container); /tmp is writable by any uid in every image we know of.
 SCRATCH = "/tmp/nightly"

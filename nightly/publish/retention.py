@@ -1,10 +1,5 @@
-"""Retention: old day folders go locally, old nightly versions go remotely.
-
-Local pruning is deliberately paranoid because it runs `rm -rf` from cron: it only ever
-deletes real directories directly under ROOT whose name is a real calendar date older than
-the retention window, never today's or a future one, never a locked one, never through or
-at a symlink, never a mount point or anything on another file system. Every condition is
-checked again right before deleting.
+"""Remote retention: old nightly versions go from the nightly channel (local day folders
+are pruned by nightly.workspace.prune).
 
 Remote pruning only touches the nightly channel (`whl/nightly/…`, `libtorch/nightly/…`):
 test and release folders never match, whatever the arguments.
@@ -13,13 +8,8 @@ test and release folders never match, whatever the arguments.
 from __future__ import annotations
 
 import logging
-import os
-import re
-import stat
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
-from pathlib import Path
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta
 
 from packaging.version import Version
 
@@ -29,108 +19,8 @@ from nightly.publish.layout import NIGHTLY_KEY, NIGHTLY_PREFIXES
 from nightly.publish.metadata import METADATA_SUFFIX
 from nightly.publish.names import parse_package
 from nightly.publish.stores import ObjectInfo, Store
-from nightly.workspace import remove_tree
 
 log = logging.getLogger(__name__)
-
-_DAY = re.compile(r"([0-9]{4})_([0-9]{2})_([0-9]{2})")  # not \d: it matches "２"
-
-
-def parse_day(name: str) -> date | None:
-    """The date of a day folder name `YYYY_MM_DD`, or None (also for 2026_02_30)."""
-    m = _DAY.fullmatch(name)
-    if not m:
-        return None
-    try:
-        return date(int(m[1]), int(m[2]), int(m[3]))
-    except ValueError:
-        return None
-
-
-# --------------------------------------------------------------------------- local
-
-
-@dataclass
-class PruneResult:
-    deleted: list[Path] = field(default_factory=list)
-    skipped: list[tuple[Path, str]] = field(default_factory=list)  # (path, why)
-    failed: list[tuple[Path, str]] = field(default_factory=list)  # (path, error)
-
-
-def _unsafe_reason(real_root: Path, root_dev: int, path: Path) -> str | None:
-    """Why `path` must not be deleted, or None when it is a plain directory inside root."""
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        return f"cannot stat: {exc.strerror}"
-    if stat.S_ISLNK(st.st_mode):
-        return "symlink"
-    if not stat.S_ISDIR(st.st_mode):
-        return "not a directory"
-    if path.parent != real_root or path.resolve() != real_root / path.name:
-        return "outside root"
-    if st.st_dev != root_dev or os.path.ismount(path):
-        return "another file system"
-    return None
-
-
-def _locked(is_locked: Callable[[Path], bool], path: Path) -> bool:
-    try:
-        return is_locked(path)
-    except OSError:
-        return True  # cannot tell: keep it
-
-
-def plan_local_prune(
-    root: Path, today: date, keep_days: int, is_locked: Callable[[Path], bool]
-) -> list[Path]:
-    """Day folders under `root` that are more than `keep_days` days older than `today`."""
-    if keep_days < 0:
-        raise ConfigError(f"keep_days must be 0 or more, not {keep_days}", key="retention")
-    try:
-        real_root = root.resolve(strict=True)
-        root_dev = os.stat(real_root).st_dev
-        entries = sorted(os.listdir(real_root))
-    except FileNotFoundError:
-        return []
-    plan = []
-    for name in entries:
-        day = parse_day(name)
-        # (today - day) > keep_days >= 0 also rules out today and every future date.
-        if day is None or (today - day).days <= keep_days:
-            continue
-        path = real_root / name
-        if _unsafe_reason(real_root, root_dev, path) is None and not _locked(is_locked, path):
-            plan.append(path)
-    return plan
-
-
-def apply_local_prune(root: Path, paths: Iterable[Path], is_locked: Callable[[Path], bool]) -> PruneResult:
-    """Delete planned day folders, re-checking each one right before it goes."""
-    result = PruneResult()
-    real_root = root.resolve(strict=True)
-    root_dev = os.stat(real_root).st_dev
-    for path in paths:
-        candidate = real_root / path.name
-        if parse_day(path.name) is None:
-            reason: str | None = "not a day folder"
-        elif path.parent.resolve() != real_root:
-            reason = "outside root"
-        else:
-            reason = _unsafe_reason(real_root, root_dev, candidate)
-        if reason is None and _locked(is_locked, candidate):
-            reason = "locked"
-        if reason is not None:
-            result.skipped.append((path, reason))
-            continue
-        try:
-            remove_tree(candidate)
-        except OSError as exc:
-            result.failed.append((candidate, f"{type(exc).__name__}: {exc}"))
-        else:
-            result.deleted.append(candidate)
-    return result
-
 
 # --------------------------------------------------------------------------- remote
 

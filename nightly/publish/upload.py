@@ -22,7 +22,7 @@ from nightly.publish.index import IndexOptions
 from nightly.publish.layout import STORE_KINDS, conda_channel_dir, kind_of, remote_folder
 from nightly.publish.manifest import FileRecord
 from nightly.publish.stores import Store
-from nightly.workspace import SUCCEEDED, Day, State
+from nightly.workspace import SUCCEEDED, BuildEntry, Day, State
 
 Log = Callable[[str], None]
 
@@ -75,9 +75,9 @@ def publish_day(
     conda_files: list[tuple[str, dict[str, Any]]] = []
     keys = {bid: dict(_store_keys(entry, channel)) for bid, entry in sorted(state.builds.items())}
     for bid, entry in sorted(state.builds.items()):
-        if entry.get("status") != SUCCEEDED:
+        if entry.status != SUCCEEDED:
             continue
-        for pkg in entry.get("packages", []):
+        for pkg in (p.to_json() for p in entry.packages):
             key = keys[bid].get(pkg["name"])
             if key is None and kind_of(_package_type(entry, pkg), pkg["name"]) == "conda":
                 conda_files.append((bid, pkg))
@@ -95,16 +95,14 @@ def publish_day(
                 continue
             record = _publish_metadata(store, key, day.path / pkg["path"], pkg["sha256"], uploaded, log)
             report.records.setdefault(folder, {})[pkg["name"]] = record
-            published = dict(state.get(bid).get("published") or {})
-            published[dest] = pkg["sha256"]
-            state.update(bid, published=published, upload_error=None)
+            state.add_published(bid, dest, pkg["sha256"])
             (report.uploaded if uploaded else report.skipped).append(dest)
             log(f"{'uploaded' if uploaded else 'already there'}: {dest}")
     if store is not None:
         current = {f"{store.url}/{k}" for ks in keys.values() for k in ks.values()}
         for bid, entry in sorted(state.builds.items()):
             folders = {k.rpartition("/")[0] for k in keys[bid].values()}
-            if entry.get("status") == SUCCEEDED and folders:
+            if entry.status == SUCCEEDED and folders:
                 _retire_replaced(store, state, bid, folders, current, report, log)
     if conda_files:
         _publish_conda(config, day, state, conda_files, channel=channel, report=report, log=log)
@@ -113,14 +111,14 @@ def publish_day(
     return report
 
 
-def _package_type(entry: dict[str, Any], pkg: dict[str, Any]) -> str:
-    return str(entry.get("package") or pkg["path"].split("/")[1])
+def _package_type(entry: BuildEntry, pkg: dict[str, Any]) -> str:
+    return entry.package or str(pkg["path"].split("/")[1])
 
 
-def _store_keys(entry: dict[str, Any], channel: str) -> Iterator[tuple[str, str]]:
+def _store_keys(entry: BuildEntry, channel: str) -> Iterator[tuple[str, str]]:
     """(file name, store key) of a build's packages that go to the store (wheels, libtorch)."""
-    cuda = str(entry.get("cuda") or "")
-    for pkg in entry.get("packages", []):
+    cuda = entry.cuda
+    for pkg in (p.to_json() for p in entry.packages):
         cuda = cuda or pkg["path"].split("/")[2]
         kind = kind_of(_package_type(entry, pkg), pkg["name"])
         if kind in STORE_KINDS:
@@ -159,7 +157,7 @@ def _retire_replaced(
     another platform tag), so that one version never has two wheels of one build. Only files
     in the folders the build publishes to now are candidates: what a promotion recorded in
     another channel, or a conda channel, is never touched."""
-    published = dict(state.get(bid).get("published") or {})
+    published = dict(state.get(bid).published)
     prefix = store.url + "/"
     for dest in sorted(published):
         if not dest.startswith(prefix) or dest in current:
@@ -255,7 +253,7 @@ def _publish_conda(
             raise ConfigError(str(e), key="publish.conda") from e
         for bid, p in files:
             dest = f"anaconda:{pub.anaconda_user}/{label}/{p['name']}"
-            if (state.get(bid).get("published") or {}).get(dest) == p["sha256"]:
+            if state.get(bid).published.get(dest) == p["sha256"]:
                 report.skipped.append(dest)
                 continue
             try:
@@ -277,6 +275,4 @@ def _publish_conda(
 
 
 def _record(state: State, bid: str, dest: str, sha256: str) -> None:
-    published = dict(state.get(bid).get("published") or {})
-    published[dest] = sha256
-    state.update(bid, published=published, upload_error=None)
+    state.add_published(bid, dest, sha256)

@@ -11,13 +11,19 @@
 #                 /usr/local/cuda (whichever has an nvcc of release CUDA_VERSION).
 #   WORK_DIR      writable scratch folder for this build. Unset: a mktemp folder, removed
 #                 at exit.
-#   PIP_* (PIP_INDEX_URL, PIP_FIND_LINKS, ...)  pip's own settings, for installing missing
-#                 build requirements into the build venv.
+#   PIP_* (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, ...)  pip's own settings:
+#                 where isolated builds get their build requirements ([build] index_url, ...).
+#   NIGHTLY_BUILD_ISOLATION  0: build without isolation, with the interpreter's (image's)
+#                 packages, checked first by buildreqs.py ([build] isolation = false).
+#   NIGHTLY_WHEELHOUSE  a folder of build-requirement wheels: the only source of them
+#                 (PIP_NO_INDEX=1) ([build] wheelhouse = true).
+#   NIGHTLY_VERSION_FROM  env (default), setuptools-scm or keep ([project] version_from):
+#                 how the project takes the version, see set_project_version.
 #
-# Conventions for the project being built (the same as PyTorch's setup.py):
-#   - its build reads the version from BUILD_VERSION (aliases PYTORCH_BUILD_VERSION,
-#     OVERRIDE_PACKAGE_VERSION; SETUPTOOLS_SCM_PRETEND_VERSION for setuptools-scm
-#     projects), which the recipes set to the version the package must carry;
+# Conventions for the project being built:
+#   - it is built through pip's PEP 517 front end (any build backend: setuptools,
+#     scikit-build-core, meson-python, ...), isolated unless NIGHTLY_BUILD_ISOLATION=0;
+#   - its version comes as NIGHTLY_VERSION_FROM says (set_project_version);
 #   - it builds CUDA code when USE_CUDA=1, with the toolkit at CUDA_HOME (nvcc on PATH).
 # A recipe checks the version of what was built and fails when the project ignored it.
 
@@ -76,10 +82,36 @@ init_recipe() {
     log "source ${SOURCE_DIR}; output ${OUTPUT_DIR}; scratch ${WORK_DIR}"
 }
 
-# set_project_version VERSION : the version the project's build must give its package.
+# set_project_version VERSION : tells the project's build which version to give its package,
+# the way NIGHTLY_VERSION_FROM ([project] version_from) says the project reads it:
+#   env             BUILD_VERSION and its aliases PYTORCH_BUILD_VERSION and
+#                   OVERRIDE_PACKAGE_VERSION (PyTorch and its domain libraries read these)
+#   setuptools-scm  SETUPTOOLS_SCM_PRETEND_VERSION and the per-distribution
+#                   SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME> (NAME: PROJECT_NAME upper-cased,
+#                   runs of "-", "_" and "." as "_", as setuptools-scm spells it)
+#   keep            nothing: the project builds its own version (the orchestrator then
+#                   expects [project] base_version, and check_wheel_version checks it)
 set_project_version() {
-    export BUILD_VERSION="$1" PYTORCH_BUILD_VERSION="$1" OVERRIDE_PACKAGE_VERSION="$1"
-    export SETUPTOOLS_SCM_PRETEND_VERSION="$1"
+    local from="${NIGHTLY_VERSION_FROM:-env}" dist
+    case "$from" in
+        env)
+            export BUILD_VERSION="$1" PYTORCH_BUILD_VERSION="$1" OVERRIDE_PACKAGE_VERSION="$1"
+            ;;
+        setuptools-scm)
+            export SETUPTOOLS_SCM_PRETEND_VERSION="$1"
+            if [[ -n "${PROJECT_NAME:-}" ]]; then
+                dist="$(printf '%s' "$PROJECT_NAME" | tr '[:lower:]' '[:upper:]' | tr -s -- '-_.' '___')"
+                export "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_${dist}=$1"
+                log "version $1 through SETUPTOOLS_SCM_PRETEND_VERSION(_FOR_${dist})"
+            fi
+            ;;
+        keep)
+            # The aliases would change what a project that reads them builds: unset them.
+            unset PYTORCH_BUILD_VERSION OVERRIDE_PACKAGE_VERSION
+            log "version: the project's own (version_from = keep), expected $1"
+            ;;
+        *) die "NIGHTLY_VERSION_FROM=$from is none of env, setuptools-scm, keep ([project] version_from)" ;;
+    esac
 }
 
 # is_cuda_build : true unless DESIRED_CUDA=cpu.
@@ -206,23 +238,26 @@ copy_source() {
     rm -rf "$dest/build" "$dest/dist"
 }
 
-# setup_build_venv SRC : sets BUILD_PYTHON to a fresh venv of PYTHON in WORK_DIR that has
-# the project's build requirements (pyproject.toml [build-system] requires; setuptools and
-# wheel for a project without one), and BUILD_PIP to a command running pip for it (empty
-# when there is no pip at all).
+# build_isolated : true unless NIGHTLY_BUILD_ISOLATION=0 ([build] isolation = false).
+build_isolated() { [[ "${NIGHTLY_BUILD_ISOLATION:-1}" != 0 ]]; }
+
+# setup_build_venv SRC : sets BUILD_PYTHON to a fresh venv of PYTHON in WORK_DIR and BUILD_PIP
+# to a one-word command running pip for it (empty when there is no pip at all).
 #
-# Builds run with --no-build-isolation: container images carry their build tools and may
-# have no network. So the venv sees the interpreter's own packages (--system-site-packages)
-# when they include setuptools, and pip installs only what is missing.
+# Isolated builds (the default) get their build requirements from pip's PEP 517 front end,
+# which installs [build-system] requires (versions, extras, markers and all) into a
+# throw-away environment from the configured index (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL,
+# PIP_FIND_LINKS; a wheelhouse sets PIP_NO_INDEX too): the venv stays empty.
+# Builds without isolation (offline images) see the interpreter's own packages
+# (--system-site-packages), and buildreqs.py checks every requirement against them first,
+# failing with the list of what is missing or too old.
 #
 # The venv is made without its own pip (ensurepip costs seconds per build): pip comes from
 # the system site, or is the base interpreter's pip driving the venv (pip >= 22.3 has
 # --python), and only failing both does the venv get its own through ensurepip.
 setup_build_venv() {
-    local src="$1" venv="$WORK_DIR/build-venv" system_site=() missing pip_cmd=""
-    if "$PYTHON" -c 'import setuptools' >/dev/null 2>&1; then
-        system_site=(--system-site-packages)
-    fi
+    local src="$1" venv="$WORK_DIR/build-venv" system_site=() pip_cmd=""
+    build_isolated || system_site=(--system-site-packages)
     rm -rf "$venv"
     if "$PYTHON" -c 'import venv' >/dev/null 2>&1; then
         "$PYTHON" -m venv --without-pip ${system_site[@]+"${system_site[@]}"} "$venv" >"$WORK_DIR/venv.log" 2>&1 ||
@@ -254,33 +289,40 @@ setup_build_venv() {
         chmod +x "$BUILD_PIP"
     fi
     export BUILD_PYTHON BUILD_PIP
-    missing="$("$BUILD_PYTHON" "$PYHELPER" missing-build-requires "$src/pyproject.toml")"
-    if [[ -n "$missing" ]]; then
-        local reqs=() line
-        # (no mapfile: macOS still ships bash 3.2, and the wheel recipe runs there)
-        while IFS= read -r line; do reqs+=("$line"); done <<<"$missing"
-        log "installing build requirements into the build venv: ${reqs[*]}"
-        [[ -n "$BUILD_PIP" ]] || die "the build venv lacks ${reqs[*]} and there is no pip to install them ($PYTHON)"
-        local target=()
-        if [[ "$BUILD_PYTHON" == "$PYTHON" ]]; then
-            # No venv: never install into the machine's interpreter, but beside the build.
-            target=(--target "$WORK_DIR/build-site")
-            export PYTHONPATH="$WORK_DIR/build-site${PYTHONPATH:+:$PYTHONPATH}"
-        fi
-        "$BUILD_PIP" install ${target[@]+"${target[@]}"} "${reqs[@]}" >&2 ||
-            die "could not install the build requirements ${reqs[*]} (no network? install them in the image)"
+    if [[ -n "${NIGHTLY_WHEELHOUSE:-}" ]]; then
+        [[ -d "$NIGHTLY_WHEELHOUSE" ]] || die "NIGHTLY_WHEELHOUSE=$NIGHTLY_WHEELHOUSE is not a folder (the night's wheelhouse of build requirements)"
+        # The night's wheelhouse is the only source of build requirements: no index at all.
+        export PIP_NO_INDEX=1 PIP_FIND_LINKS="$NIGHTLY_WHEELHOUSE"
+        log "build requirements from the wheelhouse $NIGHTLY_WHEELHOUSE (no index)"
     fi
-    "$BUILD_PYTHON" "$PYHELPER" can-build-wheels ||
-        die "setuptools in $BUILD_PYTHON cannot build wheels (needs the wheel package or setuptools >= 70.1)"
+    if build_isolated; then
+        [[ -n "$BUILD_PIP" ]] || die "$PYTHON has no pip, which isolated builds need; install pip, or set [build] isolation = false"
+        local source="the index of the pip configuration"
+        [[ -n "${PIP_INDEX_URL:-}" ]] && source="$PIP_INDEX_URL"
+        [[ -n "${NIGHTLY_WHEELHOUSE:-}" ]] && source="the wheelhouse"
+        log "isolated build: pip installs the build requirements from $source"
+        return 0
+    fi
+    if "$BUILD_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null; then
+        local why
+        why="$(cd "$src" && "$BUILD_PYTHON" "$NIGHTLY_RECIPES_COMMON/buildreqs.py" check "$src" 2>&1)" ||
+            { printf '%s\n' "$why" >&2; die "build requirements not met without isolation (list above)"; }
+        log "$why"
+    else
+        warn "$BUILD_PYTHON is older than 3.8: its build requirements are not checked before the build"
+    fi
 }
 
-# build_wheel SRC DIST : builds SRC into a wheel in DIST with BUILD_PYTHON; prints its path.
+# build_wheel SRC DIST : builds SRC into a wheel in DIST through pip's PEP 517 front end
+# (isolated unless NIGHTLY_BUILD_ISOLATION=0); prints its path.
 build_wheel() {
-    local src="$1" dist="$2" wheels=()
+    local src="$1" dist="$2" wheels=() args
     mkdir -p "$dist"
     if [[ -n "$BUILD_PIP" ]]; then
-        (cd "$src" && "$BUILD_PIP" wheel --no-deps --no-build-isolation --no-index -w "$dist" -v .) >&2 ||
-            die "building the wheel failed (pip wheel, output above)"
+        args=(wheel --no-deps -w "$dist" -v)
+        build_isolated || args+=(--no-build-isolation --no-index)
+        (cd "$src" && "$BUILD_PIP" "${args[@]}" .) >&2 ||
+            die "building the wheel failed (pip ${args[*]}, output above)"
     else
         (cd "$src" && "$BUILD_PYTHON" setup.py bdist_wheel -d "$dist") >&2 ||
             die "building the wheel failed (setup.py bdist_wheel, output above)"
@@ -297,12 +339,19 @@ wheel_field() {
     "$BUILD_PYTHON" "$PYHELPER" wheel-info "$1" | sed -n "s/^$2=//p"
 }
 
-# check_wheel_version WHEEL EXPECTED : fail if the project did not take the version.
+# check_wheel_version WHEEL EXPECTED : fail if the wheel's version is not EXPECTED, naming
+# the setting that decides how the project gets its version.
 check_wheel_version() {
-    local got
+    local got from="${NIGHTLY_VERSION_FROM:-env}" fix
     got="$(wheel_field "$1" version)"
-    "$BUILD_PYTHON" "$PYHELPER" same-version "$got" "$2" ||
-        die "the wheel has version $got but $2 was asked for: the project's build must read BUILD_VERSION (or use setuptools-scm)"
+    # The base interpreter: it has pip (and so packaging), the isolated build venv has not.
+    "$PYTHON" "$PYHELPER" same-version "$got" "$2" && return 0
+    case "$from" in
+        env) fix="[project] version_from = \"env\": the project's build must read BUILD_VERSION (or PYTORCH_BUILD_VERSION). If it uses setuptools-scm, set version_from = \"setuptools-scm\"; if it sets its own version, set version_from = \"keep\" and base_version = \"${got%%+*}\"" ;;
+        setuptools-scm) fix="[project] version_from = \"setuptools-scm\": the project's build did not take SETUPTOOLS_SCM_PRETEND_VERSION; if it does not use setuptools-scm, set version_from = \"env\" or \"keep\"" ;;
+        *) fix="[project] version_from = \"keep\" expects [project] base_version to be the project's own version: set base_version = \"${got%%+*}\"" ;;
+    esac
+    die "the wheel has version $got but $2 was expected. $fix"
 }
 
 # build_python_wheel [--no-local-version] : the part manywheel, wheel and conda share.
@@ -314,6 +363,8 @@ build_python_wheel() {
     [[ "${1:-}" == --no-local-version ]] && local_version=0
     find_python
     setup_cuda
+    # A project that keeps its own version has no say in a +cuXYZ either.
+    [[ "${NIGHTLY_VERSION_FROM:-env}" == keep ]] && local_version=0
     if is_cuda_build && ((local_version)); then
         if [[ "$version" == *+* ]]; then
             log "BUILD_VERSION=$version already has a local version; not adding +$DESIRED_CUDA"

@@ -6,13 +6,12 @@ library, so this file sticks to syntax and modules all of them have. Commands:
   check-interp DESIRED_PYTHON      exit 0 if this interpreter is DESIRED_PYTHON (3.11, 3.6m,
                                    2.7mu, 3.13t), else print why not and exit 1
   describe                         one line: version, ABI and executable
-  missing-build-requires [FILE]    the requirements of FILE's [build-system] (a pyproject.toml;
-                                   setuptools and wheel when absent) not installed here, one a line
-  can-build-wheels                 exit 0 if setuptools can make wheels here (wheel installed,
-                                   or setuptools >= 70.1 which has bdist_wheel built in)
   wheel-info WHEEL                 name, version and tags of a wheel, one "key=value" a line
-  same-version A B                 exit 0 if A and B are the same version after light PEP 440
-                                   normalisation
+  same-version A B                 exit 0 if A and B are the same version (PEP 440, compared
+                                   with packaging; pip's vendored copy where it is not installed)
+
+Build requirements are not read here: builds go through pip's PEP 517 front end, and
+buildreqs.py checks them (with a TOML parser and packaging) for builds without isolation.
 """
 from __future__ import print_function
 
@@ -69,86 +68,6 @@ def describe():
     return 0
 
 
-def build_requires(pyproject):
-    """Requirement strings of [build-system] requires, read without a TOML library.
-
-    Only the part of TOML that this key uses in practice is understood: a (possibly
-    multi-line) array of quoted strings.
-    """
-    if not pyproject or not os.path.isfile(pyproject):
-        return ["setuptools", "wheel"]
-    with open(pyproject) as f:
-        text = f.read()
-    section = re.search(r"^\[build-system\][ \t]*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
-    if not section:
-        return ["setuptools", "wheel"]
-    body = re.sub(r"#[^\n\"']*$", "", section.group(1), flags=re.M)
-    array = re.search(r"^\s*requires\s*=\s*\[(.*?)\]", body, re.M | re.S)
-    if not array:
-        return ["setuptools", "wheel"]
-    return [a or b for a, b in re.findall(r"\"([^\"]+)\"|'([^']+)'", array.group(1))]
-
-
-def installed(name):
-    """True if a distribution called name is installed (version specifiers are not checked:
-    the interpreter's own setuptools is accepted as long as it can build, see can_build)."""
-    try:
-        from importlib import metadata  # Python 3.8+
-        try:
-            metadata.version(name)
-            return True
-        except metadata.PackageNotFoundError:
-            return False
-    except ImportError:
-        try:
-            import pkg_resources
-        except ImportError:
-            return False
-        try:
-            pkg_resources.get_distribution(name)
-            return True
-        except pkg_resources.DistributionNotFound:
-            return False
-
-
-def can_build_wheels():
-    try:
-        import setuptools
-    except ImportError:
-        return False
-    try:
-        import wheel  # noqa: F401
-        return True
-    except ImportError:
-        pass
-    try:
-        from setuptools.command import bdist_wheel  # noqa: F401  (setuptools >= 70.1)
-        return True
-    except ImportError:
-        return False
-
-
-def missing_build_requires(pyproject):
-    missing = []
-    for requirement in build_requires(pyproject):
-        # Environment markers (; python_version < "3") are honoured only crudely: a
-        # requirement with a marker is treated as needed, which at worst installs one
-        # package more.
-        name = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-        if name and not installed(name.group(1)):
-            missing.append(requirement.strip())
-    if not can_build_wheels():
-        # Old setuptools without the wheel package cannot make wheels, whatever the
-        # project declares.
-        names = ["wheel"] if installed("setuptools") else ["setuptools", "wheel"]
-        for name in names:
-            if not any(re.match(r"^\s*%s\b" % name, r) for r in missing):
-                missing.append(name)
-    for requirement in missing:
-        print(requirement)
-    return 0
-
-
 def wheel_info(path):
     base = os.path.basename(path)
     if not base.endswith(".whl"):
@@ -176,19 +95,20 @@ def wheel_info(path):
     return 0
 
 
-def normalize(version):
-    """Enough of PEP 440 normalisation to compare a requested version with a built one."""
-    v = version.strip().lower()
-    if v.startswith("v"):
-        v = v[1:]
-    public, _, local = v.partition("+")
-    public = re.sub(r"[-_]", ".", public)
-    public = re.sub(r"\.?(dev|post|a|b|rc)\.?(\d*)", lambda m: "." * (m.group(1) in ("dev", "post"))
-                    + m.group(1) + (m.group(2) or "0"), public)
-    public = re.sub(r"\.?(alpha|beta|c|pre|preview)\.?(\d*)", lambda m: {
-        "alpha": "a", "beta": "b", "c": "rc", "pre": "rc", "preview": "rc"}[m.group(1)] + (m.group(2) or "0"), public)
-    local = re.sub(r"[-_]", ".", local)
-    return public + ("+" + local if local else "")
+def same_version(a, b):
+    """True if a and b are the same version under PEP 440 (packaging's Version: 1.0 and
+    1.0.0, 1.0.dev1 and 1.0-dev1 are equal)."""
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:  # the interpreter has no packaging: pip vendors it
+        try:
+            from pip._vendor.packaging.version import InvalidVersion, Version
+        except ImportError:  # neither: only the exact spelling is the same version
+            return a.strip() == b.strip()
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a.strip() == b.strip()
 
 
 def main(argv):
@@ -200,14 +120,10 @@ def main(argv):
         return check_interp(args[0])
     if command == "describe":
         return describe()
-    if command == "missing-build-requires":
-        return missing_build_requires(args[0] if args else "")
-    if command == "can-build-wheels":
-        return 0 if can_build_wheels() else 1
     if command == "wheel-info" and len(args) == 1:
         return wheel_info(args[0])
     if command == "same-version" and len(args) == 2:
-        return 0 if normalize(args[0]) == normalize(args[1]) else 1
+        return 0 if same_version(args[0], args[1]) else 1
     print("pyhelper: unknown command or wrong arguments: %s" % " ".join(argv), file=sys.stderr)
     return 2
 

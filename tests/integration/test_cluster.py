@@ -212,6 +212,11 @@ enabled = {str(smoke).lower()}
 [publish]
 url = "mirror"
 
+# No compiler cache: its wrapper would start the recipe, and these tests check that the
+# worker process itself did (the recipe's parent).
+[cache]
+enabled = false
+
 [cluster]
 address = "{cluster.address}"
 staging = "staging"
@@ -460,91 +465,3 @@ def test_cluster_usage_errors(night_project, make_recipe, run_cli, cluster):
     code, _, err = run_cli(run_args(p, "--cluster", f"tcp://127.0.0.1:{_free_port()}"))
     assert code == 1
     assert "cannot reach the Dask scheduler" in err
-
-
-# ---------------------------------------------------------------------------- the pieces (no servers)
-
-
-def test_inputs_tarballs_are_reproducible_and_fetched_once(tmp_path):
-    from nightly.cluster.staging import ensure_input, make_tarball
-    from nightly.publish.stores import FileStore
-
-    src = tmp_path / "src"
-    (src / "pkg").mkdir(parents=True)
-    (src / "pkg" / "a.py").write_text("print('a')\n")
-    (src / "run.sh").write_text("echo hi\n")
-    (src / "run.sh").chmod(0o755)
-    (src / "link").symlink_to("pkg/a.py")
-    sha1 = make_tarball(src, tmp_path / "one.tar.gz")
-    sha2 = make_tarball(src, tmp_path / "two.tar.gz")
-    assert sha1 == sha2
-    store = FileStore(tmp_path / "staging")
-    store.put("d/inputs/src.tar.gz", tmp_path / "one.tar.gz", sha1)
-    got = ensure_input(store, "d/inputs/src.tar.gz", sha1, tmp_path / "host", "source")
-    assert (got / "pkg" / "a.py").read_text() == "print('a')\n"
-    assert os.access(got / "run.sh", os.X_OK)
-    assert (got / "link").is_symlink()
-    store.delete("d/inputs/src.tar.gz")  # a second build on this host does not fetch again
-    assert ensure_input(store, "d/inputs/src.tar.gz", sha1, tmp_path / "host", "source") == got
-
-
-def test_bounds_and_priorities():
-    from nightly.cluster.dispatch import capacity, cluster_bounds, lpt_priorities
-    from nightly.matrix import Build
-
-    workers = {
-        "tcp://a": {"resources": {"slots": 2, "platform-linux": 1}},
-        "tcp://b": {"resources": {"slots": 1, "platform-linux": 1, "gpu": 1}},
-        "tcp://m": {"resources": {"slots": 1, "platform-macos": 1}},
-    }
-    lin = {"slots": 1.0, "platform-linux": 0.0}
-    assert capacity(workers, lin) == 3
-    assert capacity(workers, {**lin, "gpu": 0.0}) == 1
-    assert capacity(workers, {"slots": 1.0, "platform-macos": 0.0}) == 1
-    est = {"l1": 70.0, "l2": 70.0, "l3": 15.0, "l4": 15.0, "m1": 30.0, "g1": 10.0}
-    res = {"l1": lin, "l2": lin, "l3": lin, "l4": lin, "m1": {"slots": 1.0, "platform-macos": 0.0},
-           "g1": {"slots": 1.0, "platform-windows": 0.0}}
-    b = cluster_bounds(est, res, workers)
-    assert b.lower_bound_s == 70.0  # the longest build; linux work 170 / 3 slots is less
-    assert b.makespan_s == 70.0
-    assert b.unplaceable == ("g1",)
-    builds = [Build(package="manywheel", python="3.7m", cuda=c) for c in ("cpu", "cu100")]
-    prio = lpt_priorities(builds, {"manywheel_3.7m_cpu": 900.0, "manywheel_3.7m_cu100": 4200.0})
-    assert prio["manywheel_3.7m_cu100"] > prio["manywheel_3.7m_cpu"]
-
-
-def test_the_log_streams_as_it_grows_and_survives_a_failing_store(tmp_path):
-    from nightly.cluster.staging import LogStreamer
-    from nightly.errors import PublishError
-
-    class Flaky:
-        def __init__(self) -> None:
-            self.objects: dict[str, bytes] = {}
-            self.fail = False
-
-        def put_bytes(self, key: str, data: bytes, content_type: str) -> str:
-            if self.fail:
-                raise PublishError("staging down")
-            self.objects[key] = data
-            return ""
-
-    store = Flaky()
-    log = tmp_path / "running.log"
-    final = tmp_path / "final.log"
-    s = LogStreamer(store, "b/t/log/", lambda: log if log.exists() else final, 0.05)  # type: ignore[arg-type]
-    s.flush()  # nothing yet
-    with log.open("ab") as f:
-        f.write(b"header\n")
-        f.flush()
-        s.flush()
-        store.fail = True
-        f.write(b"building\n")
-        f.flush()
-        s.flush()  # kept for the next flush
-        store.fail = False
-        os.replace(log, final)  # the runner files the log: the open file follows
-        f.write(b"footer\n")
-    s.start()
-    s.stop()
-    assert list(store.objects) == ["b/t/log/000001", "b/t/log/000002"]
-    assert b"".join(store.objects.values()) == b"header\nbuilding\nfooter\n"

@@ -146,3 +146,32 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
         assert report["runtime"] == EXPECTED_CUDART[cuda], (build_id, report)
         assert report["cuda"] is (cuda != "cpu")
         assert report["devices"] == 0  # no GPU here; importing and asking never crash
+
+
+def test_a_distro_interpreter_image_shares_the_base(engine: Engine, tmp_path: Path) -> None:
+    """`"3.11" = "distro"`: the suite's python3 as /opt/python/cp311-cp311 with setuptools and
+    wheel; the same base packages as the demo builder, so the base layer is the same image."""
+    text = demo_config(tmp_path).read_text()
+    start = text.index("[builders.demo.pythons]")
+    end = text.index("[timeouts]")
+    text = (text[:start] + '[builders.demo.pythons]\n"3.11" = "distro"\n\n' + text[end:])
+    text = text.replace('pythons = ["3.10", "3.11", "3.12", "3.13"]', 'pythons = ["3.11"]')
+    text = text.replace('cudas = ["cpu", "11.8", "12.4", "13.0"]\n\n[matrix.linux.conda]',
+                        'cudas = ["cpu"]\n\n[matrix.linux.conda]')
+    for table in ("[matrix.linux.conda]", "[matrix.linux.libtorch]"):
+        block_end = text.index("\n\n", text.index(table))
+        text = text[:text.index(table)] + text[block_end + 2:]
+    config = tmp_path / "distro.toml"
+    config.write_text(text)
+    spec = load(config).builders["demo"]
+    demo = load(demo_config(tmp_path)).builders["demo"]
+    assert spec.base_tag() == demo.base_tag()
+    built = nightly("images", "build", "--config", str(config), env=engine.env(), timeout=3600)
+    assert built.returncode == 0, built.stderr[-4000:]
+    assert built.stdout.split() == [spec.tag_for("cpu")]
+    out = engine.client.containers.run(
+        spec.tag_for("cpu"), remove=True,
+        command=["/opt/python/cp311-cp311/bin/python", "-c",
+                 "import sys, ssl, setuptools, wheel; print(sys.version_info[:2], sys.base_prefix)"],
+    )
+    assert out.decode().strip() == "(3, 11) /usr"

@@ -265,6 +265,41 @@ def test_second_run_skips_everything_and_rebuild_forces(night_project, run_cli):
         assert footers(p.day / "logs/succeeded" / f"{bid}.log") == n, bid
 
 
+def test_a_night_started_by_the_previous_version_resumes(night_project, run_cli):
+    """state.json as the previous version wrote it (a dict per build, compact, sorted keys,
+    with a key this version does not know): an upgrade between two runs of one night keeps
+    what succeeded, rebuilds what failed, and keeps the unknown keys."""
+    p = night_project(matrix=MATRIX_5)
+    code, out, err = run_cli(run_args(p))
+    assert code == 0, (out, err)
+    failed, kept = "manywheel_3.6m_cpu", "manywheel_3.7m_cpu"
+    data = p.state()
+    e = data["builds"][failed]
+    (p.day / e["packages"][0]["path"]).unlink()
+    os.replace(p.day / e["log"], p.day / "logs/failed" / f"{failed}.log")
+    data["builds"][failed] = {
+        "status": "failed", "attempts": 1, "reason": "recipe failed with exit status 2",
+        "exit_status": 2, "infra": False, "packages": [], "started": e["started"],
+        "ended": e["ended"], "duration_s": e["duration_s"], "machine": e["machine"],
+        "queue": e["queue"], "executor": "local", "package": "manywheel", "python": "3.6m",
+        "cuda": "cpu", "variant": "", "log": f"logs/failed/{failed}.log", "updated": e["updated"],
+    }
+    data["builds"][kept]["from_a_later_version"] = {"kept": True}
+    p.day.joinpath("state.json").write_text(
+        json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n")
+
+    code, out, err = run_cli(run_args(p))
+    assert code == 0, (out, err)
+    assert "1 to build, 4 already succeeded" in out
+    state = p.state()["builds"]
+    assert state[failed]["status"] == "succeeded"
+    assert state[failed]["attempts"] == 2
+    assert p.starts(failed) == 2
+    assert all(p.starts(b) == 1 for b in IDS_5 if b != failed)
+    assert state[kept]["from_a_later_version"] == {"kept": True}
+    assert footers(p.day / "logs/succeeded" / f"{failed}.log") == 2
+
+
 # Where to kill -9 the night: a predicate on the project, polled every 20 ms.
 def _started_any(p) -> bool:
     return any(p.starts(b) for b in IDS_5)
@@ -342,20 +377,26 @@ def test_kill9_then_rerun_completes_each_build_once(
 
 @pytest.mark.slow
 def test_kill9_repeatedly_at_random_moments(night_project, run_cli, start_cli, is_alive):
-    p = night_project(matrix=MATRIX_5, behaviours=dict.fromkeys(IDS_5, "child+bgsleep:0.4"))
+    # One build waits for the test's go, so no run can end before it is killed: each of the
+    # four kills lands on a live run (a run that had ended would make this a weaker test).
+    held = "manywheel_3.8_cpu"
+    behaviours = dict.fromkeys(IDS_5, "child+bgsleep:0.4")
+    behaviours[held] = "go:60+child+bgsleep:0.4"
+    p = night_project(matrix=MATRIX_5, behaviours=behaviours)
     rng = random.Random(5)
     before: dict = {}
-    for _ in range(4):
+    for i in range(4):
         run = start_cli(run_args(p))
         time.sleep(rng.uniform(0.2, 0.9))
-        if run.proc.poll() is not None:
-            break
+        assert run.proc.poll() is None, f"run {i + 1} ended before it was killed: {run.wait()}"
         os.kill(run.pid, signal.SIGKILL)
         run.wait(timeout=10)
         for bid, e in p.state()["builds"].items():
             if e.get("status") == "succeeded" and bid not in before:
                 before[bid] = {"status": "succeeded", "attempts": e["attempts"],
                                "starts": p.starts(bid)}
+    assert held not in before
+    p.go(held)
     code, out, err = run_cli(run_args(p))
     assert code == 0, (out, err)
     check_completed_once(p, before, is_alive)

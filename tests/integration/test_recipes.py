@@ -362,5 +362,7 @@ def test_project_that_ignores_build_version_fails(tmp_path: Path) -> None:
     )
     run = renv.run_recipe("manywheel", env)
     assert run.returncode == 1, run.describe()
-    assert f"the wheel has version 1.0 but {renv.BUILD_VERSION} was asked for" in run.output
+    assert f"the wheel has version 1.0 but {renv.BUILD_VERSION} was expected" in run.output
+    # The message names the setting to change.
+    assert 'version_from = "keep" and base_version = "1.0"' in run.output
     assert run.packages == []

@@ -162,6 +162,7 @@ class FakeImages:
         self.client = client
 
     def get(self, name: str) -> object:
+        self.client.looked_up.append(name)
         if name in self.client.missing:
             raise ImageNotFound(f"No such image: {name}")
         return object()
@@ -180,6 +181,7 @@ class FakeClient:
         self.created: list[FakeContainer] = []
         self.missing: set[str] = set()
         self.pullable: set[str] = set()
+        self.looked_up: list[str] = []  # images asked for (preflight checks each one)
         self.pulled: list[str] = []
         self.remove_error: BaseException | None = None
         self.containers = FakeContainers(self)
@@ -615,7 +617,10 @@ def test_preflight_pulls_when_allowed(client: FakeClient, make_job: Any) -> None
 
 
 def test_preflight_passes_when_everything_is_there(client: FakeClient, make_job: Any) -> None:
-    executor(client).preflight([make_job()])
+    job = make_job()
+    executor(client).preflight([job])  # raises nothing
+    assert job.image in client.looked_up  # the image was really checked
+    assert client.pulled == []  # and, being there, not pulled
 
 
 def test_preflight_unreachable_engine_says_what_to_do(make_job: Any) -> None:

@@ -271,3 +271,45 @@ def test_cuda_13_layout_and_links(tmp_path: Path) -> None:
     assert (prefix / "targets" / "x86_64-linux" / "include" / "cuda.h").exists()
     assert not (prefix / "__init__.py").exists()
     assert (prefix / "bin" / "nvcc").stat().st_mode & 0o111
+
+
+def _fake_cuda_wheels(cache: Path, members: dict[str, int]) -> None:
+    """A cached 'download' of CUDA 13.0 wheels holding `members` (path -> mode)."""
+    import zipfile
+
+    wheels = cache / "wheels" / "cuda-13.0"
+    wheels.mkdir(parents=True)
+    with zipfile.ZipFile(wheels / "nvidia_cuda_nvcc-13.0.88-py3-none-any.whl", "w") as zf:
+        for name, mode in members.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = mode << 16
+            zf.writestr(info, "#!/bin/sh\n")
+    (wheels / cuda.MARKER).write_text("13.0\n")
+
+
+def test_a_toolkit_is_assembled_once_and_never_left_half_made(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    # What an interrupted earlier run left behind.
+    stale = cache / "cuda" / "cuda-13.0.partial"
+    stale.mkdir(parents=True)
+    (stale / "junk").write_text("x")
+    _fake_cuda_wheels(cache, {"nvidia/cu13/bin/nvcc": 0o755, "nvidia/cu13/nvvm/bin/cicc": 0o755,
+                              "nvidia/cu13/lib/libcudart.so.13": 0o644})
+    lines: list[str] = []
+    prefix = cuda.assemble("13.0", cache, log=lines.append)
+    assert prefix == cache / "cuda" / "cuda-13.0"
+    assert not stale.exists()
+    assert not (prefix / "junk").exists()
+    assert (prefix / "bin" / "nvcc").stat().st_mode & 0o111  # modes survive the unzip
+    assert (prefix / "lib64" / "libcudart.so").exists()
+    assert "nvidia_cuda_nvcc-13.0.88-py3-none-any.whl" in (prefix / "nightly-sources.txt").read_text()
+    assert cuda.assemble("13.0", cache, log=lines.append) == prefix
+    assert lines[-1].endswith("toolkit cached in " + str(prefix))
+
+
+def test_an_incomplete_toolkit_is_an_error_and_not_cached(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    _fake_cuda_wheels(cache, {"nvidia/cu13/bin/nvcc": 0o755})  # no cicc
+    with pytest.raises(cuda.ToolkitError, match="no nvvm/bin/cicc"):
+        cuda.assemble("13.0", cache)
+    assert not (cache / "cuda" / "cuda-13.0").exists()

@@ -18,14 +18,9 @@ from hypothesis import strategies as st
 
 from nightly.errors import ConfigError, PublishError
 from nightly.publish.index import read_manifest, regenerate
-from nightly.publish.retention import (
-    apply_local_prune,
-    apply_remote_prune,
-    parse_day,
-    plan_local_prune,
-    plan_remote_prune,
-)
+from nightly.publish.retention import apply_remote_prune, plan_remote_prune
 from nightly.publish.stores import FileStore, ObjectInfo, file_sha256
+from nightly.workspace import apply_local_prune, parse_day, plan_local_prune
 
 TODAY = date(2026, 11, 21)
 
@@ -226,7 +221,7 @@ def test_read_only_tree_is_deleted_by_an_unprivileged_user() -> None:
         old.chmod(0o555)
         code = (
             "from datetime import date; from pathlib import Path\n"
-            "from nightly.publish.retention import plan_local_prune, apply_local_prune\n"
+            "from nightly.workspace import plan_local_prune, apply_local_prune\n"
             f"root = Path({str(root)!r}); free = lambda p: False\n"
             "plan = plan_local_prune(root, date(2026, 11, 21), 1, free)\n"
             "r = apply_local_prune(root, plan, free)\n"

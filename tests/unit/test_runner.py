@@ -228,9 +228,9 @@ def test_a_build_files_its_packages_and_log(env: Env) -> None:
     assert f"  {f.name}  {pkg.size} bytes  sha256 {pkg.sha256}" in log
     assert not (env.day.work / "manywheel_3.7m_cu100").exists()  # scratch cleaned up
     st = env.state.get("manywheel_3.7m_cu100")
-    assert st["status"] == SUCCEEDED
-    assert st["packages"] == [pkg.to_json()]
-    assert st["log"] == "logs/succeeded/manywheel_3.7m_cu100.log"
+    assert st.status == SUCCEEDED
+    assert st.packages == (pkg,)
+    assert st.log == "logs/succeeded/manywheel_3.7m_cu100.log"
     assert [k for k, _ in env.events] == ["start", "end"]
 
 
@@ -259,7 +259,7 @@ def test_timeout_is_retried_and_attempts_share_one_log(make_env: Callable[[str],
     assert out.infra
     assert out.reason == "timeout after 0.5 s"
     assert out.attempts == 2 == env.runs("manywheel_3.9_cpu")
-    assert env.state.get("manywheel_3.9_cpu")["attempts"] == 2
+    assert env.state.get("manywheel_3.9_cpu").attempts == 2
     log = (env.day.failed / "manywheel_3.9_cpu.log").read_text()
     assert log.index("(attempt 1)") < log.index("(attempt 2)")
     assert log.count("reason:      timeout after 0.5 s") == 2
@@ -297,8 +297,8 @@ def test_an_attempt_finished_before_a_kill_is_adopted(env: Env, where: str) -> N
     assert again.attempts == 1
     assert again.packages == first.packages
     st = env.state.get(bid)
-    assert st["status"] == SUCCEEDED
-    assert st["packages"] == [p.to_json() for p in first.packages]
+    assert st.status == SUCCEEDED
+    assert list(st.packages) == first.packages
     log = env.day.succeeded / f"{bid}.log"
     assert log.read_text().count("result:      SUCCEEDED") == 1
     assert not env.day.running_log(bid).exists()
@@ -426,6 +426,6 @@ def test_cancel_interrupts_running_builds_and_starts_no_more(env: Env) -> None:
         log = (env.day.failed / f"{o.build_id}.log").read_text()
         assert "result:      INTERRUPTED" in log
         assert "building manywheel 3.9" in log
-        assert env.state.get(o.build_id)["status"] == INTERRUPTED
+        assert env.state.get(o.build_id).status == INTERRUPTED
     assert env.runs(later.id) == 0
     assert env.state.status(later.id) == "pending"

@@ -15,12 +15,15 @@ import pytest
 
 from nightly.errors import LockHeld, NightlyError
 from nightly.workspace import (
+    FAILED,
     INTERRUPTED,
     PENDING,
     RUNNING,
     SUCCEEDED,
+    BuildEntry,
     Day,
     DayLock,
+    PackageFile,
     State,
     atomic_write,
     is_locked,
@@ -115,7 +118,7 @@ def test_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
 def test_state_updates_are_on_disk_at_once(day: Day) -> None:
     s = State(day.state_path)
     assert s.status("x") == PENDING
-    assert s.get("x") == {}
+    assert s.get("x") == BuildEntry()
     s.update("x", status=RUNNING, attempts=1)
     on_disk = json.loads(day.state_path.read_text())
     assert on_disk["builds"]["x"]["status"] == RUNNING
@@ -124,9 +127,62 @@ def test_state_updates_are_on_disk_at_once(day: Day) -> None:
     again = State(day.state_path)
     assert again.status("x") == RUNNING
     assert again.meta["commit"] == "abc"
-    # get() returns a copy: changing it changes nothing.
-    again.get("x")["status"] = "bogus"
+    # get() returns a frozen snapshot: a changed copy changes nothing.
+    assert again.get("x").replace(status="bogus").status == "bogus"
     assert again.status("x") == RUNNING
+
+
+# An entry exactly as the previous version (a dict per build) wrote it, cluster fields and a
+# key this version does not know included.
+OLD_ENTRY = {
+    "status": "succeeded", "attempts": 2, "reason": None, "exit_status": 0, "infra": False,
+    "started": 1714600000.5, "ended": 1714600100.25, "duration_s": 99.75, "updated": 1714600101.0,
+    "machine": "tcp://10.0.0.5:4000", "queue": 1, "executor": "container",
+    "package": "manywheel", "python": "3.12", "cuda": "cu126", "variant": "",
+    "packages": [{"name": "demo-1.0-py3-none-any.whl",
+                  "path": "packages/manywheel/cu126/demo-1.0-py3-none-any.whl",
+                  "size": 1234, "sha256": "ab" * 32}],
+    "log": "logs/succeeded/manywheel_3.12_cu126.log",
+    "published": {"s3://b/whl/nightly/cu126/demo-1.0-py3-none-any.whl": "ab" * 32},
+    "upload_error": None, "worker_name": "lin-1", "host": "h1", "token": "2024T-x",
+    "a_future_key": {"kept": True},
+}
+
+
+def test_build_entry_reads_the_previous_versions_entries() -> None:
+    e = BuildEntry.from_json(OLD_ENTRY)
+    assert (e.status, e.attempts, e.queue, e.exit_status) == (SUCCEEDED, 2, 1, 0)
+    assert (e.duration_s, e.machine) == (99.75, "tcp://10.0.0.5:4000")
+    assert e.packages == (PackageFile(name="demo-1.0-py3-none-any.whl",
+                                      path="packages/manywheel/cu126/demo-1.0-py3-none-any.whl",
+                                      size=1234, sha256="ab" * 32),)
+    assert dict(e.published) == OLD_ENTRY["published"]
+    assert e.extra == {"a_future_key": {"kept": True}}
+    # Written back, it is the same entry (unset fields left out, unknown keys kept).
+    assert e.to_json() == {k: v for k, v in OLD_ENTRY.items() if v not in (None, "")}
+    assert BuildEntry.from_json(e.to_json()) == e
+
+
+def test_build_entry_of_a_hand_edited_file_reads_bad_values_as_unset() -> None:
+    e = BuildEntry.from_json({"status": "failed", "attempts": "two", "queue": None,
+                              "packages": "not a list of packages"})
+    assert (e.status, e.attempts, e.queue, e.packages) == (FAILED, 0, None, ())
+
+
+def test_what_this_version_writes_reads_as_the_previous_version_read_it(day: Day) -> None:
+    """The previous version read entries as dicts: `.get("packages", [])` of dicts,
+    `.get("published") or {}`, `.get("attempts", 0)`. A state.json written now is read the
+    same way."""
+    s = State(day.state_path)
+    pkg = PackageFile(name="a.whl", path="packages/wheel/cpu/a.whl", size=3, sha256="cd" * 32)
+    s.update("b", status=SUCCEEDED, attempts=1, packages=[pkg], queue=0)
+    s.add_published("b", "file:///m/whl/a.whl", pkg.sha256)
+    old = json.loads(day.state_path.read_text())["builds"]["b"]
+    assert (old["status"], old.get("attempts", 0), old["queue"]) == (SUCCEEDED, 1, 0)
+    assert old.get("packages", []) == [{"name": "a.whl", "path": "packages/wheel/cpu/a.whl",
+                                        "size": 3, "sha256": "cd" * 32}]
+    assert (old.get("published") or {}) == {"file:///m/whl/a.whl": pkg.sha256}
+    assert old["upload_error"] is None
 
 
 def test_mark_stale_running(day: Day) -> None:
@@ -137,7 +193,7 @@ def test_mark_stale_running(day: Day) -> None:
     assert sorted(State(day.state_path).mark_stale_running()) == ["a", "c"]
     s2 = State(day.state_path)
     assert s2.status("a") == s2.status("c") == INTERRUPTED
-    assert "died" in s2.get("a")["reason"]
+    assert "died" in (s2.get("a").reason or "")
     assert s2.status("b") == SUCCEEDED
     assert s2.mark_stale_running() == []
 

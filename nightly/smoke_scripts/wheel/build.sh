@@ -26,6 +26,10 @@ expect = os.environ["EXPECT_VERSION"]
 mod = importlib.import_module(name)
 dist_versions = {d.metadata["Name"]: d.version for d in md.distributions()}
 ours = [v for n, v in dist_versions.items() if n.replace("-", "_").lower() == name.lower()]
+if not ours:  # import name != project name (pycairo installs cairo): who installed it?
+    top = name.split(".")[0]
+    ours = [d.version for d in md.distributions()
+            if any(f.parts and f.parts[0].split(".")[0] == top for f in d.files or [])]
 version = ours[0] if ours else None
 print(f"smoke: imported {name} from {mod.__file__}; installed version {version}; "
       f"__version__ {getattr(mod, '__version__', None)}")

@@ -1,0 +1,46 @@
+"""The day folder: its layout, the day's lock, the typed build state (state.json), log moves
+and local pruning.
+
+    day.py     ROOT/YYYY_MM_DD and its paths, atomic writes, log moves, tree removal
+    lock.py    the day's lock (an flock the kernel drops when its holder dies)
+    state.py   state.json: BuildEntry per build, for resume
+    prune.py   local retention of old day folders
+"""
+
+from nightly.workspace.day import Day, atomic_write, day_name, remove_tree, write_json
+from nightly.workspace.lock import DayLock, is_locked
+from nightly.workspace.prune import PruneResult, apply_local_prune, parse_day, plan_local_prune
+from nightly.workspace.state import (
+    FAILED,
+    FINISHED,
+    INTERRUPTED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    BuildEntry,
+    PackageFile,
+    State,
+)
+
+__all__ = [
+    "FAILED",
+    "FINISHED",
+    "INTERRUPTED",
+    "PENDING",
+    "RUNNING",
+    "SUCCEEDED",
+    "BuildEntry",
+    "Day",
+    "DayLock",
+    "PackageFile",
+    "PruneResult",
+    "State",
+    "apply_local_prune",
+    "atomic_write",
+    "day_name",
+    "is_locked",
+    "parse_day",
+    "plan_local_prune",
+    "remove_tree",
+    "write_json",
+]

@@ -1,0 +1,184 @@
+"""The day folder ROOT/YYYY_MM_DD and the paths of DESIGN's day-folder contract; atomic
+writes; robust tree removal.
+
+Crash safety rests on three rules: state.json is replaced atomically (write, fsync, rename);
+packages reach `packages/` only by rename from the build's own output folder; a build's log is
+only ever appended to or renamed, never rewritten, so kill -9 at any moment loses nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def day_name(date: dt.date) -> str:
+    return f"{date:%Y_%m_%d}"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write a file so readers see the old or the new content, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+
+class Day:
+    """ROOT/YYYY_MM_DD and the paths of DESIGN's day-folder contract."""
+
+    def __init__(self, root: Path, date: dt.date, *, name: str | None = None) -> None:
+        self.root = root
+        self.date = date
+        self.name = name or day_name(date)
+        self.path = root / self.name
+
+    @property
+    def source(self) -> Path:
+        return self.path / "source"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def master(self) -> Path:
+        return self.logs / "master"
+
+    @property
+    def succeeded(self) -> Path:
+        return self.logs / "succeeded"
+
+    @property
+    def failed(self) -> Path:
+        return self.logs / "failed"
+
+    @property
+    def packages(self) -> Path:
+        return self.path / "packages"
+
+    @property
+    def work(self) -> Path:
+        """Scratch and per-build output folders (not part of the contract; cleaned up)."""
+        return self.path / "work"
+
+    @property
+    def state_path(self) -> Path:
+        return self.path / "state.json"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / f"{self.name}.lock"
+
+    def create(self) -> None:
+        for p in (self.logs, self.master, self.succeeded, self.failed, self.packages, self.work):
+            p.mkdir(parents=True, exist_ok=True)
+
+    def package_dir(self, package: str, cuda: str) -> Path:
+        return self.packages / package / cuda
+
+    def running_log(self, build_id: str) -> Path:
+        return self.logs / f"{build_id}.log"
+
+    def final_log(self, build_id: str) -> Path | None:
+        for d in (self.succeeded, self.failed):
+            p = d / f"{build_id}.log"
+            if p.exists():
+                return p
+        return None
+
+    def reopen_log(self, build_id: str) -> Path:
+        """The log a new attempt appends to: earlier attempts' text is kept above it."""
+        running = self.running_log(build_id)
+        if not running.exists():
+            for d in (self.failed, self.succeeded):
+                old = d / f"{build_id}.log"
+                if old.exists():
+                    os.replace(old, running)
+                    break
+        return running
+
+    def file_log(self, build_id: str, ok: bool) -> Path:
+        """Move the finished log into succeeded/ or failed/ (one atomic rename)."""
+        dest = (self.succeeded if ok else self.failed) / f"{build_id}.log"
+        os.replace(self.running_log(build_id), dest)
+        return dest
+
+
+# ---------------------------------------------------------------------------- removal
+
+
+def remove_tree(path: Path) -> None:
+    """shutil.rmtree, also when the tree has read-only directories.
+
+    rmtree never follows symlinks (it refuses one at the top and unlinks those inside).
+    """
+
+    def retry(func: Callable[..., Any], p: str, exc: BaseException) -> None:
+        if isinstance(exc, FileNotFoundError):
+            return
+        if func in (os.unlink, os.remove, os.rmdir):
+            _add_owner_rwx(os.path.dirname(p))  # unlink needs a writable parent
+            func(p)
+            return
+        raise exc
+
+    def run() -> None:
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=retry)
+        else:
+            shutil.rmtree(path, onerror=lambda f, p, info: retry(f, p, info[1]))
+
+    try:
+        run()
+    except OSError:
+        # Unreadable directories cannot be walked: open the whole tree up, then go again.
+        _open_up(path)
+        run()
+
+
+def _add_owner_rwx(path: str) -> None:
+    try:
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+    except OSError:
+        pass
+
+
+def _open_up(path: Path) -> None:
+    _add_owner_rwx(str(path))
+    try:
+        with os.scandir(path) as entries:
+            children = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for child in children:
+        _open_up(Path(child))
+

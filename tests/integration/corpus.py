@@ -1,0 +1,298 @@
+"""The corpus: real open-source projects, built from their PyPI sdists by nightly.
+
+Each project has a nightly config in configs/corpus/<key>.toml whose `source` is the
+unpacked sdist under ~/.cache/nightly/corpus/src/. This module fetches the sdists (checked
+against their sha256), unpacks them there, runs a project's own test suite against an
+installed wheel, and records the figures docs/building.md's table shows.
+
+    python -m tests.integration.corpus fetch [KEY...]   download and unpack (all by default)
+    python -m tests.integration.corpus table            the results as docs/building.md's table
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import urllib.parse
+import urllib.request
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs" / "corpus"
+CACHE = Path.home() / ".cache" / "nightly" / "corpus"
+PYPI_JSON = "https://pypi.org/pypi/{name}/json"
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+DATE = "2026_11_21"
+DEV = ".dev20261121"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Project:
+    key: str  # configs/corpus/<key>.toml
+    dist: str
+    version: str
+    sha256: str
+    backend: str
+    import_name: str
+    # The version its wheels must carry on DATE (version_from decides).
+    wheel_version: str
+    test_paths: tuple[str, ...] = ("tests",)
+    test_requires: tuple[str, ...] = ()
+    pytest_args: tuple[str, ...] = ()
+    conda_check: str = ""  # code run after a py-rattler install; "" = no conda package
+    container: bool = False
+    apt: tuple[str, ...] = field(default=())  # Debian packages its build needs
+
+    @property
+    def config(self) -> Path:
+        return CONFIGS / f"{self.key}.toml"
+
+    @property
+    def sdist(self) -> str:
+        return f"{self.dist}-{self.version}.tar.gz"
+
+    @property
+    def source(self) -> Path:
+        return CACHE / "src" / f"{self.dist}-{self.version}"
+
+
+PROJECTS = (
+    Project(
+        key="markupsafe", dist="markupsafe", version="3.0.2",
+        sha256="ee55d3edf80167e48ea11a923c7386f4669df67d7994554387f84e7d8b0a2bf0",
+        backend="setuptools (C extension)", import_name="markupsafe", wheel_version="3.0.2",
+        conda_check="import markupsafe; assert str(markupsafe.escape('<a>')) == '&lt;a&gt;'",
+        container=True,
+    ),
+    Project(
+        key="ujson", dist="ujson", version="6.1.0",
+        sha256="aef7ea4cd9e2e9f8a35c4538a9780d58c80d76c5da66a8dad269b4cc6d930c29",
+        backend="setuptools + setuptools-scm (C/C++ extension)", import_name="ujson",
+        wheel_version="6.1.0" + DEV,
+        conda_check="import ujson; assert ujson.loads(ujson.dumps({'a': [1, 2.5]})) == {'a': [1, 2.5]}",
+    ),
+    Project(
+        key="frozenlist", dist="frozenlist", version="1.8.0",
+        sha256="3ede829ed8d842f6cd48fc7081d7a41001a56f1f38603f9d49bf3020d59a31ad",
+        backend="Cython (in-tree setuptools backend)", import_name="frozenlist",
+        wheel_version="1.8.0",
+    ),
+    Project(
+        key="mapbox-earcut", dist="mapbox_earcut", version="1.0.3",
+        sha256="b6bac5d519d9947a6321a699c15d58e0b5740da61b9210ed229e05ad207c1c04",
+        backend="scikit-build-core + pybind11 (CMake, C++)", import_name="mapbox_earcut",
+        wheel_version="1.0.3", test_requires=("numpy",),
+    ),
+    Project(
+        key="pycairo", dist="pycairo", version="1.29.0",
+        sha256="f3f7fde97325cae80224c09f12564ef58d0d0f655da0e3b040f5807bd5bd3142",
+        backend="meson-python (C extension, system cairo)", import_name="cairo",
+        wheel_version="1.29.0", apt=("libcairo2-dev", "pkg-config"),
+    ),
+    Project(
+        key="setproctitle", dist="setproctitle", version="1.3.8",
+        sha256="cafe209d064a6efb88cb45a03e97981ff8832802b2b5d009dde0197a3b7b41c8",
+        backend="setup.py only (PEP 517 fallback to setuptools)", import_name="setproctitle",
+        wheel_version="1.3.8",
+        # The `embedded` tests compile a C program against the interpreter's headers and
+        # libpython, which pyenv builds do not ship as a shared library.
+        pytest_args=("-m", "not embedded"),
+        container=True,
+    ),
+)
+BY_KEY = {p.key: p for p in PROJECTS}
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch(project: Project) -> Path:
+    """The project's sdist in the cache, downloaded from PyPI when missing. Raises on any
+    failure (a failed download fails the test that needs it)."""
+    dest = CACHE / "sdists" / project.sdist
+    if dest.is_file() and sha256_of(dest) == project.sha256:
+        return dest
+    url = PYPI_JSON.format(name=project.dist)
+    with urllib.request.urlopen(url, timeout=120) as r:
+        meta = json.load(r)
+    files = [f for f in meta["releases"].get(project.version, []) if f["packagetype"] == "sdist"]
+    if not files:
+        raise RuntimeError(f"PyPI has no sdist of {project.dist} {project.version}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_suffix(".part")
+    sdist_url = urllib.parse.urljoin(url, files[0]["url"])
+    with urllib.request.urlopen(sdist_url, timeout=300) as r, part.open("wb") as f:
+        shutil.copyfileobj(r, f)
+    got = sha256_of(part)
+    if got != project.sha256:
+        part.unlink()
+        raise RuntimeError(f"{project.sdist}: sha256 {got}, expected {project.sha256}")
+    part.replace(dest)
+    return dest
+
+
+def unpack(project: Project) -> Path:
+    """The unpacked sdist at project.source (the config's `source`), made once."""
+    archive = fetch(project)
+    marker = project.source / ".corpus-sha256"
+    if marker.is_file() and marker.read_text() == project.sha256:
+        return project.source
+    shutil.rmtree(project.source, ignore_errors=True)
+    tmp = project.source.with_name(project.source.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp, filter="data")
+    (tmp / project.source.name).replace(project.source)
+    tmp.rmdir()
+    marker.write_text(project.sha256)
+    return project.source
+
+
+@dataclass
+class TestRun:
+    python: str
+    passed: int
+    failed: int
+    errors: int
+    skipped: int
+    module_file: str
+    output: str
+
+
+def run_own_tests(project: Project, python: Path, index_url: str, work: Path) -> TestRun:
+    """Install the project's wheel from the index into a fresh venv of `python`, then run
+    the tests shipped in its sdist against it (from a copy, so only the installed package
+    can be imported)."""
+    work.mkdir(parents=True)
+    venv = work / "venv"
+    # No pip of its own (ensurepip costs seconds): the test runner's pip drives it. Not the
+    # interpreter's own: pyenv's 3.10 has pip 23.0.1, which rejects the mirror's PEP 658
+    # metadata files of projects whose metadata spells their name with capitals
+    # ("inconsistent Name: expected 'markupsafe', but metadata has 'MarkupSafe'").
+    subprocess.run([str(python), "-m", "venv", "--without-pip", str(venv)], check=True)
+    vpy = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", str(vpy), "install", "-q",
+           "--disable-pip-version-check"]
+    _check_run(
+        [*pip, "--no-deps", "--index-url", index_url, f"{project.dist}=={project.wheel_version}"]
+    )
+    wheels = test_wheels(python, ("pytest", *project.test_requires))
+    _check_run([*pip, "--no-index", "--find-links", str(wheels), "pytest",
+                *project.test_requires])
+    tests = work / "tests"
+    tests.mkdir()
+    for rel in project.test_paths:
+        src = project.source / rel
+        if src.is_dir():
+            shutil.copytree(src, tests / src.name)
+        else:
+            shutil.copy2(src, tests / src.name)
+    (work / "pytest.ini").write_text("[pytest]\n")
+    junit = work / "junit.xml"
+    proc = subprocess.run(
+        [str(vpy), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(work / "pytest.ini"),
+         "--rootdir", str(work), f"--junitxml={junit}", *project.pytest_args, str(tests)],
+        cwd=work, capture_output=True, text=True, env={**_clean_env(), "PYTHONHASHSEED": "0"},
+    )
+    where = subprocess.run(
+        [str(vpy), "-c", f"import {project.import_name} as m; print(m.__file__)"],
+        cwd=work, capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    suite = ET.parse(junit).getroot()
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    total, failed, errors, skipped = (
+        int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")
+    )
+    return TestRun(
+        python=python.name, passed=total - failed - errors - skipped, failed=failed,
+        errors=errors, skipped=skipped, module_file=where, output=proc.stdout + proc.stderr,
+    )
+
+
+def _check_run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+
+
+def test_wheels(python: Path, requirements: tuple[str, ...]) -> Path:
+    """A folder of wheels of the test tools for this interpreter, downloaded once (from
+    the host's pip configuration) and kept in the cache."""
+    xy = subprocess.run(
+        [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    key = hashlib.sha256(" ".join(sorted(requirements)).encode()).hexdigest()[:12]
+    dest = CACHE / "test-wheels" / f"py{xy}-{key}"
+    if (dest / ".complete").is_file():
+        return dest
+    _check_run([str(python), "-m", "pip", "download", "-q", "--disable-pip-version-check",
+                "--only-binary", ":all:", "-d", str(dest), *requirements])
+    (dest / ".complete").write_text("\n".join(requirements))
+    return dest
+
+
+def _clean_env() -> dict[str, str]:
+    keep = ("HOME", "LANG", "PATH", "PIP_CACHE_DIR")
+    return {k: os.environ[k] for k in keep if k in os.environ}
+
+
+def record(key: str, figures: dict[str, object]) -> None:
+    """Merge figures into CACHE/results.json (the source of docs/building.md's table)."""
+    path = CACHE / "results.json"
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data.setdefault(key, {}).update(figures)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+
+
+def table() -> str:
+    """results.json as a Markdown table: project, backend, Pythons, tags, tests, build time."""
+    data = json.loads((CACHE / "results.json").read_text())
+    rows = [
+        "| project | build backend | Pythons built | wheel tags | tests passed (skipped) "
+        "per Python | build time per wheel | night (wall) | also |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for p in PROJECTS:
+        r = data.get(p.key)
+        if not r:
+            rows.append(f"| {p.dist} {p.version} | {p.backend} | not run | | | | | |")
+            continue
+        tests = ", ".join(f"{xy}: {n} ({sk})" for xy, (n, sk) in sorted(r["tests"].items()))
+        wheel_s = [s for b, s in r["build_s"].items() if b.startswith("manywheel")]
+        also = []
+        if "conda" in r:
+            also.append("conda (py-rattler)")
+        if "container" in r:
+            c = r["container"]
+            also.append(f"container + wheelhouse: {c['tests'][0]} passed, {c['night_s']:.0f} s")
+        rows.append(
+            f"| {p.dist} {r['version']} | {p.backend} | {', '.join(r['pythons'])} | "
+            f"{'; '.join(r['wheel_tags'])} | {tests} | "
+            f"{min(wheel_s):.0f}-{max(wheel_s):.0f} s | {r['night_s']:.0f} s | {'; '.join(also)} |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "fetch":
+        for key in sys.argv[2:] or list(BY_KEY):
+            print(unpack(BY_KEY[key]))
+    elif sys.argv[1:] == ["table"]:
+        print(table())
+    else:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,211 @@
+"""The corpus: six open-source projects from their PyPI sdists, built by a real night.
+
+For each project (tests/integration/corpus.py, configs/corpus/): `nightly run` with its
+config builds manywheels for Python 3.10-3.13 (two queues, as a night runs them) through
+pip's PEP 517 front end with build isolation, smoke-tests and publishes them into a mirror
+folder; each wheel is then installed from that mirror with `pip install --index-url` into a
+fresh venv and the project's own test suite (shipped in its sdist) runs against it. Two
+projects also get a conda package, installed with py-rattler and imported.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+try:  # run from the repository root (python -m pytest): a namespace package
+    from tests.integration import corpus
+    from tests.integration import recipe_env as renv
+    from tests.integration.engine import Engine, engine
+except ImportError:  # run from elsewhere: pytest put this folder on sys.path
+    import corpus  # type: ignore[no-redef]
+    import recipe_env as renv  # type: ignore[no-redef]
+    from engine import Engine, engine  # type: ignore[no-redef]  # noqa: F401
+
+NIGHTLY = corpus.REPO / ".venv" / "bin" / "nightly"
+
+pytestmark = pytest.mark.slow
+
+
+def need_python(xy: str) -> Path:
+    python = renv.pyenv_python(xy)
+    if python is None:
+        pytest.fail(f"no Python {xy} interpreter on this machine (pyenv provides 3.10-3.13 here)")
+    return python
+
+
+def run_night(
+    project: corpus.Project, work: Path, config: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> float:
+    """`nightly run` of the project's config, copied into `work` (so the mirror and the
+    day folders land there); returns the wall time. Fails the test with the night's
+    summary and the failed builds' logs when the night fails."""
+    # Laid out as in the repository (configs/corpus/<key>.toml, recipes = "../../recipes"),
+    # so the config is used exactly as committed.
+    here = work / "configs" / "corpus"
+    here.mkdir(parents=True, exist_ok=True)
+    (work / "recipes").symlink_to(corpus.REPO / "recipes")
+    copy = here / "nightly.toml"
+    copy.write_text((config or project.config).read_text())
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(NIGHTLY), "run", "--config", str(copy), "--date", corpus.DATE],
+        cwd=work, capture_output=True, text=True, timeout=1800, env=env,
+    )
+    took = time.monotonic() - started
+    if proc.returncode != 0:
+        logs = sorted((here / "nightlies").glob("*/logs/failed/**/*.log"))
+        tails = "\n".join(f"--- {p}\n{p.read_text()[-4000:]}" for p in logs[:3])
+        pytest.fail(f"night of {project.key} failed ({proc.returncode}):\n{proc.stdout}\n"
+                    f"{proc.stderr}\n{tails}")
+    return took
+
+
+def build_durations(work: Path) -> dict[str, float]:
+    """Build id -> seconds, from the day's state."""
+    root = work / "configs" / "corpus" / "nightlies"
+    states = sorted(root.glob("*/state.json")) + sorted(root.glob("*/*/state.json"))
+    assert states, f"no state.json under {root}"
+    data = json.loads(states[0].read_text())
+    builds = data.get("builds", data)
+    return {
+        b: float(info.get("duration_s", 0.0))
+        for b, info in builds.items() if isinstance(info, dict) and "duration_s" in info
+    }
+
+
+@pytest.mark.parametrize("key", [p.key for p in corpus.PROJECTS])
+def test_corpus_project(key: str, tmp_path: Path) -> None:
+    project = corpus.BY_KEY[key]
+    for package in project.apt:
+        if shutil.which("dpkg") and subprocess.run(
+            ["dpkg", "-s", package], capture_output=True
+        ).returncode != 0:
+            pytest.fail(f"{key} builds against the Debian package {package}: "
+                        f"scripts/test.sh installs it (apt-get install -y {package})")
+    corpus.unpack(project)
+    pythons = {xy: need_python(xy) for xy in corpus.PYTHONS}
+
+    night_s = run_night(project, tmp_path / "night")
+    mirror = tmp_path / "night" / "configs" / "corpus" / "mirror"
+    wheels = sorted(p.name for p in mirror.glob("whl/nightly/cpu/**/*.whl"))
+    assert len(wheels) == len(corpus.PYTHONS), wheels
+    tags = set()
+    for xy in corpus.PYTHONS:
+        nodot = xy.replace(".", "")
+        mine = [w for w in wheels if f"-cp{nodot}-" in w]
+        assert len(mine) == 1, (xy, wheels)
+        assert mine[0].startswith(f"{project.dist}-{project.wheel_version}-"), mine[0]
+        assert "manylinux" in mine[0], mine[0]
+        tags.add(mine[0].rsplit("-", 3)[-1].removesuffix(".whl"))
+
+    index = (mirror / "whl" / "nightly" / "cpu").as_uri() + "/"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(
+            lambda xy: corpus.run_own_tests(project, pythons[xy], index, tmp_path / f"test-{xy}"),
+            corpus.PYTHONS,
+        ))
+    for xy, run in zip(corpus.PYTHONS, runs, strict=True):
+        assert run.failed == run.errors == 0, f"{key} on {xy}:\n{run.output[-6000:]}"
+        assert run.passed > 0, f"{key} on {xy}: no test ran\n{run.output[-3000:]}"
+        # The installed wheel answered, not the sdist.
+        assert str(tmp_path / f"test-{xy}" / "venv") in run.module_file, run.module_file
+
+    durations = build_durations(tmp_path / "night")
+    corpus.record(key, {
+        "backend": project.backend,
+        "version": project.wheel_version,
+        "pythons": list(corpus.PYTHONS),
+        "wheel_tags": sorted(tags),
+        "tests": {xy: [r.passed, r.skipped] for xy, r in zip(corpus.PYTHONS, runs, strict=True)},
+        "build_s": {b: round(s, 1) for b, s in durations.items()},
+        "night_s": round(night_s, 1),
+    })
+
+    if project.conda_check:
+        check_conda(project, mirror, pythons["3.12"], tmp_path / "conda")
+
+
+def check_conda(project: corpus.Project, mirror: Path, python: Path, work: Path) -> None:
+    """Install the project's conda package from the mirror's channel with py-rattler and
+    import it with the interpreter it was built for."""
+    from nightly.publish.conda import install_from_channel
+
+    channel = mirror / "conda" / "nightly"
+    prefix = work / "env"
+    installed = install_from_channel(channel, project.dist.replace("_", "-"), prefix)
+    assert project.dist.replace("_", "-") in installed, installed
+    site = sorted(prefix.glob("lib/python3.12/site-packages"))
+    assert site, sorted(str(p) for p in prefix.rglob("*"))[:20]
+    got = subprocess.run(
+        [str(python), "-c", f"{project.conda_check}; import {project.import_name} as m; "
+         "print(m.__file__)"],
+        env={"PYTHONPATH": str(site[0]), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"},
+        cwd=work, capture_output=True, text=True,
+    )
+    assert got.returncode == 0, got.stderr
+    assert str(prefix) in got.stdout
+    corpus.record(project.key, {"conda": "installed with py-rattler and imported"})
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("key", [p.key for p in corpus.PROJECTS if p.container])
+def test_corpus_offline_container(key: str, engine: Engine, tmp_path: Path) -> None:
+    """The offline-image path: builds in containers of the builder image, their build
+    requirements from the night's wheelhouse (mounted read-only, no index), the wheel then
+    installed from the mirror and the project's tests run against it."""
+    project = corpus.BY_KEY[key]
+    corpus.unpack(project)
+    config = corpus.CONFIGS / f"{key}-offline.toml"
+    night_s = run_night(project, tmp_path / "night", config, env=engine.env())
+    here = tmp_path / "night" / "configs" / "corpus"
+    wheelhouse = here / "nightlies" / corpus.DATE / "wheelhouse"
+    have = sorted(p.name for p in wheelhouse.glob("*.whl"))
+    assert any(w.startswith("setuptools-") for w in have), have
+    logs = "\n".join(p.read_text() for p in (here / "nightlies").glob("*/logs/succeeded/**/*.log"))
+    assert "build requirements from the wheelhouse /nightly/wheelhouse (no index)" in logs
+    assert "isolated build: pip installs the build requirements from the wheelhouse" in logs
+    wheels = sorted((here / "mirror").glob("whl/nightly/cpu/**/*.whl"))
+    assert [w.name.split("-")[2] for w in wheels] == ["cp311"], wheels
+    index = (here / "mirror" / "whl" / "nightly" / "cpu").as_uri() + "/"
+    run = corpus.run_own_tests(project, need_python("3.11"), index, tmp_path / "test")
+    assert run.failed == run.errors == 0, run.output[-6000:]
+    assert run.passed > 0, run.output[-3000:]
+    corpus.record(key, {
+        "container": {"night_s": round(night_s, 1), "wheel": wheels[0].name,
+                      "tests": [run.passed, run.skipped], "wheelhouse": have},
+    })
+
+
+def test_without_isolation_missing_build_requirements_are_named(tmp_path: Path) -> None:
+    """[build] isolation = false on an interpreter that lacks the project's build
+    requirements: the build stops before compiling, naming each requirement that is missing
+    or too old with the version installed (ujson wants setuptools>=80 and
+    setuptools-scm[simple]>=9.2)."""
+    project = corpus.BY_KEY["ujson"]
+    source = corpus.unpack(project)
+    python = need_python("3.11")
+    have = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('setuptools'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    env = renv.contract_env(
+        package_type="manywheel", source_dir=source, output_dir=tmp_path / "out",
+        work_dir=tmp_path / "work", desired_python="3.11", python=python,
+        extra={"NIGHTLY_BUILD_ISOLATION": "0", "NIGHTLY_VERSION_FROM": "setuptools-scm",
+               "PROJECT_NAME": "ujson"},
+    )
+    run = renv.run_recipe("manywheel", env)
+    assert run.returncode == 1, run.describe()
+    assert f"setuptools>=80 ([build-system] requires; installed: {have})" in run.output
+    assert "setuptools-scm[simple]>=9.2 ([build-system] requires; not installed)" in run.output
+    assert "[build] isolation = true" in run.output
+    assert "Building wheel" not in run.output  # stopped before pip ran the build
+    assert run.packages == []

@@ -1,0 +1,73 @@
+"""Publishing a day's packages (nightly.publish.upload) into a folder mirror: what goes, what
+is recorded in state.json, what a rerun skips, what a failure leaves. No server involved."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from pathlib import Path
+
+from nightly import config as cfg
+from nightly.publish.upload import publish_day
+from nightly.workspace import FAILED, SUCCEEDED, Day, PackageFile, State
+
+WHEEL = "demo-1.0.0.dev20240501-py3-none-any.whl"
+
+
+def _night(tmp_path: Path, text: str, url: str) -> tuple[cfg.Config, Day, State]:
+    path = tmp_path / "nightly.toml"
+    path.write_text(text + f'\n[publish]\nurl = "{url}"\n')
+    config = cfg.load(path, root_override=str(tmp_path / "root"))
+    day = Day(config.root, dt.date(2024, 5, 1))
+    day.create()
+    state = State(day.state_path)
+    for bid, status, name in (("manywheel_3.7m_cpu", SUCCEEDED, WHEEL),
+                              ("manywheel_3.6m_cpu", FAILED, "broken-1.0-py3-none-any.whl")):
+        f = day.package_dir("manywheel", "cpu") / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(name.encode())
+        pkg = PackageFile(name=name, path=str(f.relative_to(day.path)), size=f.stat().st_size,
+                          sha256=hashlib.sha256(f.read_bytes()).hexdigest())
+        state.update(bid, status=status, package="manywheel", python="3.7m", cuda="cpu",
+                     packages=[pkg] if status == SUCCEEDED else [])
+    return config, day, state
+
+
+def test_succeeded_packages_are_published_once_and_recorded(tmp_path: Path, minimal_config_text: str) -> None:
+    mirror = tmp_path / "mirror"
+    config, day, state = _night(tmp_path, minimal_config_text, mirror.as_uri())
+    lines: list[str] = []
+    report = publish_day(config, day, state, channel="nightly", log=lines.append)
+    dest = f"{mirror.as_uri()}/whl/nightly/cpu/{WHEEL}"
+    assert report.ok
+    assert report.uploaded == [dest]
+    assert (mirror / "whl/nightly/cpu" / WHEEL).read_bytes() == WHEEL.encode()
+    assert not (mirror / "whl/nightly/cpu/broken-1.0-py3-none-any.whl").exists()
+    entry = State(day.state_path).get("manywheel_3.7m_cpu")
+    assert dict(entry.published) == {dest: entry.packages[0].sha256}
+    assert entry.upload_error is None
+    assert (mirror / "whl/nightly/cpu/index.html").exists()  # the folder's index page
+    again = publish_day(config, day, State(day.state_path), channel="nightly", log=lines.append)
+    assert (again.uploaded, again.skipped) == ([], [dest])
+
+
+def test_the_test_channel_goes_to_its_own_folder(tmp_path: Path, minimal_config_text: str) -> None:
+    mirror = tmp_path / "mirror"
+    config, day, state = _night(tmp_path, minimal_config_text, mirror.as_uri())
+    publish_day(config, day, state, channel="test", log=lambda _: None)
+    assert (mirror / "whl/test/cpu" / WHEEL).exists()
+    assert not (mirror / "whl/nightly").exists()
+
+
+def test_a_failed_upload_is_recorded_and_the_package_stays(tmp_path: Path, minimal_config_text: str) -> None:
+    blocker = tmp_path / "mirror"
+    config, day, state = _night(tmp_path, minimal_config_text, blocker.as_uri())
+    (blocker / "whl/nightly").mkdir(parents=True)
+    (blocker / "whl/nightly/cpu").write_text("a file where the folder should be")
+    report = publish_day(config, day, state, channel="nightly", log=lambda _: None)
+    assert not report.ok
+    entry = State(day.state_path).get("manywheel_3.7m_cpu")
+    assert entry.upload_error is not None
+    assert WHEEL in entry.upload_error
+    assert dict(entry.published) == {}
+    assert (day.path / entry.packages[0].path).exists()
