@@ -233,16 +233,13 @@ class Runner:
             log.write(header(job, self.executor.describe(job), attempt=attempt, queue=queue,
                              started=started, machine=ctx.machine,
                              executor=self.executor.name).encode())
-            if cache_note:
-                log.write(f"[nightly] {cache_note}\n".encode())
+            log.write(f"[nightly] {cache_note}\n".encode() if cache_note else b"")
             try:
                 result = self.executor.run(job, sink, self.cancel)
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
-            cache_stats = compiler_cache.read_stats(job)
-            if cache_stats is not None:
-                state.update(build.id, cache=cache_stats.to_json())
+            cache_notes = compiler_cache.finish(job, lambda **f: state.update(build.id, **f))
             produced = _files(job.output_dir)
             reason = result.reason
             if reason is None and result.exit_status != 0:
@@ -250,9 +247,7 @@ class Runner:
             if reason is None and not produced:
                 reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
             ok = reason is None
-            notes = list(result.notes)
-            if cache_stats is not None:
-                notes.append(f"compiler cache: {cache_stats.footer()}")
+            notes = [*result.notes, *cache_notes]
             if ok and self.smoke is not None:
                 # Before the build counts as succeeded (and so before any upload).
                 try:
