@@ -30,7 +30,7 @@ import re
 import secrets
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,8 +78,9 @@ class BuildCache:
     where: str  # for the log: "local disk /x/host-cu130" or "s3://bucket/prefix/host-cu130"
     idle_timeout_s: int
     socket: str  # the server's unix socket on the host (local executor)
-    # The build's scratch folder on the host: its path differs every night, so it is
-    # stripped from cache keys (sccache's basedirs) or no night would hit the last one's.
+    # The build's scratch folder and the day's source on the host (":"-separated): their
+    # paths differ every night and every build, so they are stripped from cache keys
+    # (sccache's basedirs), or no build would hit another's objects.
     basedir: str = ""
     settings: Mapping[str, str] = field(default_factory=dict)  # SCCACHE_* of the backend
     credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -215,7 +216,7 @@ def attach(settings: CacheSettings, job: Job) -> tuple[Job, str | None]:
         idle_timeout_s=int(job.timeout_s) + 600,
         # Short and unique: a unix socket path has a 108-byte limit.
         socket=f"/tmp/nightly-sccache-{secrets.token_hex(6)}.sock",
-        basedir=str(job.work_dir),
+        basedir=f"{job.work_dir}:{job.source_dir}",
         settings=backend, credentials=credentials,
     )
     return replace(job, cache=cache), None
@@ -251,6 +252,16 @@ def s3_credentials(settings: CacheSettings) -> dict[str, str]:
     if frozen.token:
         out["AWS_SESSION_TOKEN"] = str(frozen.token)
     return out
+
+
+def finish(job: Job, record: Callable[..., object]) -> list[str]:
+    """After the build: its statistics recorded (`record(cache=...)`, the state entry), and
+    the note for its log footer."""
+    stats = read_stats(job)
+    if stats is None:
+        return []
+    record(cache=stats.to_json())
+    return [f"compiler cache: {stats.footer()}"]
 
 
 def read_stats(job: Job) -> CacheStats | None:

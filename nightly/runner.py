@@ -127,8 +127,7 @@ class Runner:
             log.write(header(job, self.executor.describe(job), attempt=attempt, queue=queue,
                              started=started, machine=ctx.machine,
                              executor=self.executor.name).encode())
-            if cache_note:
-                log.write(f"[nightly] {cache_note}\n".encode())
+            log.write(f"[nightly] {cache_note}\n".encode() if cache_note else b"")
             try:
                 result = self.executor.run(job, sink, self.cancel)
             except Exception as e:  # an executor bug must not stop the other builds
@@ -188,17 +187,14 @@ class Runner:
     ) -> tuple[bool, str | None, list[str]]:
         """Did the attempt succeed: the recipe's verdict, a package produced, the smoke test
         (before the build counts as succeeded, so before any upload). (ok, reason, notes)"""
-        cache_stats = compiler_cache.read_stats(job)
-        if cache_stats is not None:
-            self.ctx.state.update(build.id, cache=cache_stats.to_json())
+        state = self.ctx.state
+        cache_notes = compiler_cache.finish(job, lambda **f: state.update(build.id, **f))
         reason = result.reason
         if reason is None and result.exit_status != 0:
             reason = f"recipe failed with exit status {result.exit_status}"
         if reason is None and not produced:
             reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
-        notes = list(result.notes)
-        if cache_stats is not None:
-            notes.append(f"compiler cache: {cache_stats.footer()}")
+        notes = [*result.notes, *cache_notes]
         if reason is None and self.smoke is not None:
             try:
                 smoke = self.smoke(build, produced, job, sink, self.cancel)

@@ -185,20 +185,28 @@ class LocalExecutor(Executor):
         out(f"[nightly] interpreter {env['PYTHON']}\n".encode())
         if "CUDA_HOME" in env:
             out(f"[nightly] CUDA toolkit {env['CUDA_HOME']}\n".encode())
+        gate_r, gate_w = os.pipe()
         try:
             proc = subprocess.Popen(
-                _command(job),
+                _gated(_command(job), gate_r),
                 cwd=job.work_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: killed as a whole
+                pass_fds=(gate_r,),
             )
         except OSError as e:
+            os.close(gate_w)
             return ExecResult(exit_status=None, reason=f"executor error: {e}", infra=True)
-
-        record = _record_group(job, proc.pid)
+        finally:
+            os.close(gate_r)
+        try:
+            record = _record_group(job, proc.pid)
+            os.write(gate_w, b"go\n")
+        finally:
+            os.close(gate_w)  # closed without a "go": the gate exits, the recipe never runs
         assert proc.stdout is not None
         stdout = proc.stdout
 
@@ -277,6 +285,15 @@ def _command(job: Job) -> list[str]:
     if job.cache is not None:  # the compiler cache's `run` starts the recipe
         return job.cache.command(str(job.recipe), container=False)
     return ["bash", str(job.recipe)]
+
+
+def _gated(command: list[str], fd: int) -> list[str]:
+    """`command`, started only once the parent says "go" on pipe `fd`: the parent records
+    the new process group first, so a run killed (kill -9) between the start of a recipe and
+    that record cannot leave a group its rerun would not find and reap. A parent that dies
+    before the "go" closes the pipe, and the gate exits without running anything."""
+    gate = f'read -r go <&{fd} && [ "$go" = go ] || exit 125; exec {fd}<&-; exec "$@"'
+    return ["bash", "-c", gate, "nightly-gate", *command]
 
 
 # The record of a running recipe's process group, beside (not inside) its scratch folder.

@@ -256,10 +256,12 @@ def ppid(p, build_id: str) -> list[int]:
     return [int(x) for x in f.read_text().split()] if f.exists() else []
 
 
-def check_night(p, cluster: DaskCluster, builds: list[str]) -> dict:  # type: ignore[type-arg]
-    """Every build succeeded once, on a worker of its platform, its packages and log filed."""
+def check_night(p, cluster: DaskCluster, builds: list[str],
+                names: dict[str, str] | None = None) -> dict:  # type: ignore[type-arg]
+    """Every build succeeded once, on a worker of its platform, its packages and log filed.
+    `names`: the workers' addresses by name (default: the workers the scheduler knows now)."""
     state = p.state()["builds"]
-    names = cluster.workers()
+    names = names or cluster.workers()
     for bid in builds:
         e = state[bid]
         assert e["status"] == "succeeded", (bid, e)
@@ -350,19 +352,33 @@ def test_a_worker_killed_mid_build_is_rerun_elsewhere(
                    for f in staged_files(p))
 
     wait_until(streamed, timeout=30, what="the victim's log in staging")
+    # ...and until every other build is collected, so the kill lands while the victim is
+    # the only build running: a build that finished on the host just before the kill (its
+    # result not yet collected) would be rerun too, legitimately, and blur what is checked.
+    others = [b for b in ALL_BUILDS if b != victim]
+
+    def others_collected() -> bool:
+        builds = p.state()["builds"]
+        return all(builds.get(b, {}).get("status") == "succeeded" for b in others)
+
+    wait_until(others_collected, timeout=60, what="every other build to succeed")
+    names = cluster.workers()  # the killed host's included: builds ran there
     os.kill(worker_pid, signal.SIGKILL)
     wait_until(lambda: not is_alive(worker_pid), timeout=10)
     p.go(victim)
     code, out, err = night.wait(timeout=120)
     assert code == 0, (out, err)
 
-    state = check_night(p, cluster, ALL_BUILDS)
+    state = check_night(p, cluster, ALL_BUILDS, names)
     e = state[victim]
     assert e["worker_name"] != killed
     assert e["worker_name"] in LINUX
     assert e["attempts"] == 2
     assert p.starts(victim) == 2  # once on the dead host, once elsewhere
     assert ppid(p, victim) == [worker_pid, cluster.pid(e["worker_name"])]
+    for bid in others:  # done before the kill: built once, never again
+        assert state[bid]["attempts"] == 1, bid
+        assert p.starts(bid) == 1, bid
     # The dead attempt's partial log is kept, marked, above the attempt that succeeded.
     text = (p.day / e["log"]).read_text()
     assert text.count("[nightly] cluster attempt ") == 2
@@ -394,15 +410,15 @@ def test_kill9_of_the_orchestrator_then_rerun_completes(
     wait_until(succeeded_and_running, timeout=60, what="a build done and one running")
     # Frozen, then killed: builds running meanwhile finish in staging without being collected.
     os.kill(night.pid, signal.SIGSTOP)
-    before = {b: e["status"] for b, e in p.state()["builds"].items()}  # frozen from here
+    # state.json as the frozen run left it. A result of a build it calls succeeded may still
+    # sit in staging (collected, not yet dropped): wait for one it has not collected.
+    before = {b: e["status"] for b, e in p.state()["builds"].items()}
 
     def uncollected_result() -> bool:
-        # A build not succeeded in state.json with a result in staging (a build the frozen
-        # run had filed but not yet dropped from staging does not count).
         return any(f.name == "result.json" and before.get(f.parent.parent.name) != "succeeded"
                    for f in staged_files(p))
 
-    wait_until(uncollected_result, timeout=30, what="a result left in staging, uncollected")
+    wait_until(uncollected_result, timeout=30, what="an uncollected result in staging")
     os.kill(night.pid, signal.SIGKILL)
     night.wait(timeout=10)
     finished_uncollected = {f.parent.parent.name for f in staged_files(p) if f.name == "result.json"}

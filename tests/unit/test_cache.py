@@ -95,7 +95,7 @@ def test_local_cache_on_the_host_and_in_a_container(tmp_path: Path) -> None:
     host = c.env(container=False)
     assert host["SCCACHE_DIR"] == str(c.storage)
     assert host["SCCACHE_CACHE_SIZE"] == "2G"
-    assert host["SCCACHE_BASEDIRS"] == str(j.work_dir)
+    assert host["SCCACHE_BASEDIRS"] == f"{j.work_dir}:{j.source_dir}"
     assert len(host["SCCACHE_SERVER_UDS"]) < 100  # a unix socket path's limit
     assert c.command("/r/build.sh", container=False) == ["bash", f"{c.tools}/run", "/r/build.sh"]
     inside = c.env(container=True)
@@ -174,6 +174,11 @@ def test_read_stats_says_why_a_build_had_no_cache(tmp_path: Path) -> None:
     assert "not written" in stats.off
     (j.cache.tools / "stats.json").write_text('{"stats": {"compile_requests": 2}}')
     assert cc.read_stats(j) == cc.CacheStats(requests=2, where=j.cache.where)
+    recorded: dict[str, Any] = {}
+    assert cc.finish(j, recorded.update) == [
+        f"compiler cache: 0 hits, 0 misses, 2 compile requests (- hit rate); {j.cache.where}"]
+    assert recorded["cache"]["requests"] == 2
+    assert cc.finish(job(tmp_path / "no-cache"), recorded.update) == []
     assert cc.read_stats(job(tmp_path / "none")) is None
 
 

@@ -354,6 +354,28 @@ def test_reap_kills_a_dead_runs_process_group_only(env: Env) -> None:
                 p.wait()
 
 
+def test_a_recipe_starts_only_once_its_process_group_is_recorded(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run killed (kill -9) after starting a recipe but before recording its process group
+    # would leave a group no rerun can find: the recipe waits for the record.
+    from nightly.executors import local
+
+    job = make_job(env.ctx, env.build("manywheel_3.7m_cpu"), executor="local")
+    started_before_record: list[bool] = []
+
+    def slow_record(job: object, pid: int) -> Path:
+        time.sleep(0.5)  # the orchestrator descheduled right after the spawn
+        started_before_record.append(env.runs("manywheel_3.7m_cpu") > 0)
+        return _record_group(job, pid)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(local, "_record_group", slow_record)
+    result = env.executor.run(job, lambda chunk: None, threading.Event())
+    assert result.exit_status == 0, result
+    assert started_before_record == [False]
+    assert env.runs("manywheel_3.7m_cpu") == 1
+
+
 # ---------------------------------------------------------------------------- queues
 
 
