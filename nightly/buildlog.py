@@ -31,6 +31,7 @@ def header(
         "=" * 78,
         f"nightly build {job.build_id}  (attempt {attempt})",
         f"where:    {desc.get('where') or desc.get('image') or executor}",
+        *([f"toolkit:  {desc['toolkit']}"] if desc.get("toolkit") else []),
         f"machine:  {machine or '-'}  queue {queue}",
         f"command:  {_command_text(desc.get('command'))}",
         f"timeout:  {job.timeout_s:g} s",

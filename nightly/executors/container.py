@@ -46,6 +46,7 @@ from nightly.executors.container_engine import (
     LABEL_BUILD_ID,
     LABEL_JOB,
     LABEL_MANAGED,
+    NVCC_LABEL,
     OUTPUT_MOUNT,
     RECIPES_MOUNT,
     SOURCE_MOUNT,
@@ -102,6 +103,9 @@ class ContainerExecutor(Executor):
         self._lock = threading.Lock()
         self._live: dict[str, Container] = {}
         self._engine_cli: str | None = None
+        # The toolkit each image was built with (its nvcc label), read when preflight looks
+        # the image up, so each build's log header says which nvcc compiled it.
+        self._toolkits: dict[str, str] = {}
 
     # -- engine -----------------------------------------------------------------------------
 
@@ -260,6 +264,7 @@ class ContainerExecutor(Executor):
             "memory_limit": self.memory_for(job),
             "gpu": job.gpu or self.settings.gpu,
             "keep_container": self.settings.keep_container,
+            "toolkit": self._toolkits.get(job.image or "", ""),
         }
 
     # -- before the night -------------------------------------------------------------------
@@ -284,7 +289,10 @@ class ContainerExecutor(Executor):
                 needed.setdefault(job.image, []).append(job.build_id)
         for image, build_ids in needed.items():
             try:
-                client.images.get(image)
+                found = client.images.get(image)
+                labels = getattr(found, "labels", None) or {}
+                if labels.get(NVCC_LABEL):
+                    self._toolkits[image] = str(labels[NVCC_LABEL])
                 continue
             except ImageNotFound:
                 pass

@@ -37,6 +37,8 @@ STARTED_MARKER = f"{SCRATCH}/.started"
 
 # Labels on every container this executor creates.
 LABEL_MANAGED = "nightly.managed"
+# A builder image's toolkit (nvcc's "release" line), set by nightly.images when it builds one.
+NVCC_LABEL = "org.nightly.nvcc"
 LABEL_BUILD_ID = "nightly.build-id"
 # The job's own output folder on the host: unique per day and build, so reaping after a
 # killed run never touches a container another day's live run has for the same build id.

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.errors import NightlyError
+from nightly.executors.container_engine import NVCC_LABEL
 from nightly.images import context, cuda, rootfs
 from nightly.images.spec import BuilderSpec
 from nightly.matrix import cuda_version
@@ -37,7 +38,7 @@ LABEL_HASH = "org.nightly.spec-hash"
 LABEL_CUDA = "org.nightly.cuda"
 LABEL_MANYLINUX = "org.nightly.manylinux"
 LABEL_PYTHONS = "org.nightly.pythons"
-LABEL_NVCC = "org.nightly.nvcc"
+LABEL_NVCC = NVCC_LABEL  # read back by the container executor for each build's log header
 LABEL_TOOLKIT = "org.nightly.cuda-sources"
 
 

@@ -134,6 +134,13 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
         # Each build's log names the exact image (its spec hash) it ran in.
         log = (day / "logs" / "succeeded" / f"{build_id}.log").read_text()
         assert f"where:    {tags[cuda]}" in log
+        # ... and the nvcc of that image, read from its label (none in the cpu image).
+        head = log.split("environment:")[0]
+        if cuda == "cpu":
+            assert "toolkit:" not in head
+        else:
+            release = {"cu118": "11.8", "cu124": "12.4", "cu130": "13.0"}[cuda]
+            assert f"Cuda compilation tools, release {release}" in head.split("toolkit:")[1], head
         assert "/usr/local/cuda" not in log.split("environment:")[0]  # no host toolkit mount
         (wheel,) = (day / "packages" / "manywheel" / cuda).glob("*.whl")
         # Repaired by auditwheel in the image: a manylinux wheel.

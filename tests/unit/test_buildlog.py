@@ -1,0 +1,30 @@
+"""The log header names the toolkit of the image a build ran in (issue 16)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nightly import buildlog
+from nightly.executors.base import Job
+
+
+def _job() -> Job:
+    here = Path(".")
+    return Job(build_id="manywheel_3.12_cu118", package="manywheel", python="3.12", cuda="cu118",
+               env={}, recipes_dir=here, source_dir=here, output_dir=here, work_dir=here,
+               timeout_s=60.0, image="nightly-builder:cu118-abc")
+
+
+def test_the_header_names_the_images_nvcc_when_the_executor_knows_it() -> None:
+    release = "Cuda compilation tools, release 11.8, V11.8.89"
+    desc = {"image": "nightly-builder:cu118-abc", "command": ["true"], "env": {}, "toolkit": release}
+    text = buildlog.header(_job(), desc, attempt=1, queue=0, started=0.0, machine="m", executor="container")
+    head = text.split("environment:")[0]
+    assert f"toolkit:  {release}" in head
+    assert "where:    nightly-builder:cu118-abc" in head
+
+
+def test_no_toolkit_line_without_one() -> None:
+    desc = {"image": "nightly-builder:cpu-abc", "command": ["true"], "env": {}}
+    text = buildlog.header(_job(), desc, attempt=1, queue=0, started=0.0, machine="m", executor="container")
+    assert "toolkit:" not in text
