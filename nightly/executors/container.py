@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 from nightly.errors import ExecutorError
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.executors.container_engine import (
+    CA_ENV,
+    CA_MOUNT,
     CUDA_MOUNT,
     HOME_DIR,
     KILL_WAIT_S,
@@ -59,6 +61,7 @@ from nightly.executors.container_engine import (
     default_client_factory,
     engine_errors,
     first_line,
+    host_ca_bundle,
     infra,
     kill,
 )
@@ -179,6 +182,8 @@ class ContainerExecutor(Executor):
             env["NIGHTLY_WHEELHOUSE"] = WHEELHOUSE_MOUNT
         if job.cache is not None:
             env.update(job.cache.env(container=True))
+        if host_ca_bundle():
+            env.update(dict.fromkeys(CA_ENV, CA_MOUNT))
         return env
 
     def mounts_for(self, job: Job) -> list[tuple[str, str, bool]]:
@@ -196,6 +201,9 @@ class ContainerExecutor(Executor):
             mounts.append((job.env["NIGHTLY_WHEELHOUSE"], WHEELHOUSE_MOUNT, True))
         if job.cache is not None:
             mounts += job.cache.mounts()
+        ca = host_ca_bundle()
+        if ca:
+            mounts.append((ca, CA_MOUNT, True))
         return mounts
 
     def create_kwargs(self, job: Job) -> dict[str, Any]:

@@ -7,6 +7,7 @@ The docker SDK is imported only where it is used, so `nightly --help` stays fast
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from collections.abc import Callable, Mapping
@@ -28,6 +29,10 @@ RECIPES_MOUNT = "/nightly/recipes"
 OUTPUT_MOUNT = "/nightly/output"
 CUDA_MOUNT = "/usr/local/cuda"
 WHEELHOUSE_MOUNT = "/nightly/wheelhouse"
+# The host's CA bundle, so pip in a build reaches the index the host reaches (a site whose
+# egress goes through a TLS-inspecting proxy trusts that proxy's CA on the host only).
+CA_MOUNT = "/nightly/ca-certificates.crt"
+CA_ENV = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 # Scratch space lives in the container's own writable layer (on disk, not in memory, and gone
 # with the container); /tmp is writable by any uid in every image we know of.
 SCRATCH = "/tmp/nightly"
@@ -153,3 +158,15 @@ def kill(container: Container) -> None:
         container.kill()
     except engine_errors():
         pass  # already stopped, or gone: removal follows anyway
+
+
+def host_ca_bundle() -> str | None:
+    """The CA bundle pip trusts on this host (PIP_CERT, then the TLS variables, then Debian's
+    bundle), or None: mounted into builds so isolated builds use the host's trust."""
+    for var in CA_ENV:
+        value = os.environ.get(var, "")
+        if value and os.path.isfile(value):
+            return value
+    default = "/etc/ssl/certs/ca-certificates.crt"
+    return default if os.path.isfile(default) else None
+

@@ -32,6 +32,7 @@ from nightly.executors.container import (
     ContainerExecutor,
     ContainerSettings,
 )
+from nightly.executors.container_engine import CA_ENV, CA_MOUNT, host_ca_bundle
 
 try:  # run from the repository root (python -m pytest): a namespace package
     from tests.integration.engine import Engine, engine
@@ -225,6 +226,9 @@ def test_environment_has_no_host_variable(box: Box, monkeypatch: pytest.MonkeyPa
     env = dict(item.split("=", 1) for item in raw.decode().split("\0") if item)
     ours = {**job_env, "SOURCE_DIR": SOURCE_MOUNT, "OUTPUT_DIR": OUTPUT_MOUNT,
             "WORK_DIR": WORK_DIR, "HOME": HOME_DIR}  # fmt: skip
+    ca = host_ca_bundle()
+    if ca:  # the host's CA bundle, named by its container path (a public file, no secret)
+        ours.update(dict.fromkeys(CA_ENV, CA_MOUNT))
     assert {k: env[k] for k in ours} == ours
     assert set(env) - set(ours) <= ENGINE_KEYS | SHELL_KEYS, sorted(set(env) - set(ours))
     assert env["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -232,7 +236,7 @@ def test_environment_has_no_host_variable(box: Box, monkeypatch: pytest.MonkeyPa
     for host_value in ("/root/host-home", "host-user", "host-proxy", "cfg-proxy", "/etc/nightly.toml"):
         assert host_value.encode() not in raw
 
-    # Nothing of the host is mounted but the three folders (and the engine's own
+    # Nothing of the host is mounted but the three folders, the host CA bundle (and the engine's own
     # hostname/hosts/resolv.conf/.containerenv files).
     host_dev = os.stat(job.output_dir).st_dev
     targets = set()
@@ -242,7 +246,8 @@ def test_environment_has_no_host_variable(box: Box, monkeypatch: pytest.MonkeyPa
         if os.makedev(major, minor) == host_dev:
             targets.add(fields[4])
     engine_files = {"/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/run/.containerenv"}
-    assert targets - engine_files == {SOURCE_MOUNT, RECIPES_MOUNT, OUTPUT_MOUNT}
+    expected = {SOURCE_MOUNT, RECIPES_MOUNT, OUTPUT_MOUNT} | ({CA_MOUNT} if ca else set())
+    assert targets - engine_files == expected
 
 
 def test_output_is_streamed_while_the_build_runs(box: Box) -> None:

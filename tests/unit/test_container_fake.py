@@ -18,8 +18,10 @@ import pytest
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from nightly.errors import ExecutorError
+from nightly.executors import container as container_module
 from nightly.executors.base import Job
 from nightly.executors.container import (
+    CA_MOUNT,
     CUDA_MOUNT,
     HOME_DIR,
     LABEL_BUILD_ID,
@@ -261,6 +263,7 @@ def run(ex: ContainerExecutor, job: Job, cancel: threading.Event | None = None) 
 def test_environment_is_the_job_env_plus_paths_and_nothing_of_the_host(
     client: FakeClient, make_job: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(container_module, "host_ca_bundle", lambda: None)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")
     monkeypatch.setenv("HOME", "/root/private")
     monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
@@ -281,8 +284,9 @@ def test_environment_is_the_job_env_plus_paths_and_nothing_of_the_host(
 
 
 def test_mounts_are_source_and_recipes_read_only_and_output_read_write(
-    client: FakeClient, make_job: Any
+    client: FakeClient, make_job: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(container_module, "host_ca_bundle", lambda: None)
     job = make_job()
     run(executor(client), job)
     mounts = {(m["Source"], m["Target"], m["ReadOnly"], m["Type"]) for m in client.last.kwargs["mounts"]}
@@ -363,7 +367,28 @@ def test_gpu_requested_when_configured(client: FakeClient, make_job: Any) -> Non
     assert "device_requests" in client.last.kwargs
 
 
-def test_describe_for_dry_run(client: FakeClient, make_job: Any) -> None:
+def test_host_ca_bundle_is_mounted_read_only_and_named_to_pip(
+    client: FakeClient, make_job: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Isolated builds in a container reach the index the host reaches: the host's CA bundle
+    (pip's PIP_CERT first) is mounted read-only and pip/requests/ssl are pointed at it."""
+    bundle = tmp_path / "site-ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    for var in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PIP_CERT", str(bundle))
+    job = make_job()
+    run(executor(client), job)
+    mounts = {(m["Source"], m["Target"], m["ReadOnly"]) for m in client.last.kwargs["mounts"]}
+    assert (str(bundle), CA_MOUNT, True) in mounts
+    env = client.last.kwargs["environment"]
+    assert {k: env[k] for k in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")} == dict.fromkeys(
+        ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"), CA_MOUNT)
+    assert str(bundle) not in repr(env)  # the container sees its own path, not the host's
+
+
+def test_describe_for_dry_run(client: FakeClient, make_job: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(container_module, "host_ca_bundle", lambda: None)
     job = make_job()
     d = executor(client).describe(job)
     assert d["image"] == IMAGE
