@@ -343,5 +343,5 @@ def test_a_rebuild_with_another_platform_tag_replaces_the_first(tmp_path: Path) 
     assert first.name not in page
     assert second.name in page
     assert other.name in page
-    published = set(state.get("manywheel_3.11_cpu")["published"])
+    published = set(state.get("manywheel_3.11_cpu").published)
     assert published == {f"{root.as_uri()}/whl/nightly/cpu/{second.name}"}
