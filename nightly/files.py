@@ -51,7 +51,9 @@ def boot_id() -> str:
         return ""
 
 
-def _start_time(pid: int) -> int | None:
+def proc_stat(pid: int) -> list[int] | None:
+    """Fields 3.. of /proc/PID/stat as ints after the state (index 0 = ppid, 1 = pgrp,
+    2 = session, 18 = starttime), or None for a process that is gone or a zombie."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -59,7 +61,15 @@ def _start_time(pid: int) -> int | None:
     fields = raw.rsplit(")", 1)[1].split()
     if fields[0] in ("Z", "X"):
         return None
-    return int(fields[19])
+    try:
+        return [int(x) for x in fields[1:21]]
+    except ValueError:
+        return None
+
+
+def _start_time(pid: int) -> int | None:
+    stat = proc_stat(pid)
+    return None if stat is None else stat[18]
 
 
 def process_identity() -> dict[str, Any]:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
-from nightly.files import boot_id
+from nightly.files import boot_id, proc_stat
 from nightly.matrix import cuda_version, python_number
 
 # Variables passed through from the caller: harmless, and needed for a sane build.
@@ -303,28 +303,12 @@ def _group_record_path(job: Job) -> Path:
 
 def _record_group(job: Job, pid: int) -> Path:
     path = _group_record_path(job)
-    stat = _proc_stat(pid)
+    stat = proc_stat(pid)
     info = {"pgid": pid, "start": stat[18] if stat else 0, "boot": boot_id()}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(info))
     os.replace(tmp, path)
     return path
-
-
-def _proc_stat(pid: int) -> list[int] | None:
-    """Fields 3.. of /proc/PID/stat as ints after the state (index 0 = ppid, 1 = pgrp,
-    2 = session, 18 = starttime), or None for a process that is gone or a zombie."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    try:
-        return [int(x) for x in fields[1:21]]
-    except ValueError:
-        return None
 
 
 def _group_members(pgid: int, start: int) -> list[int]:
@@ -333,7 +317,7 @@ def _group_members(pgid: int, start: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        stat = _proc_stat(int(entry))
+        stat = proc_stat(int(entry))
         if stat and stat[1] == pgid and stat[2] == pgid and stat[18] >= start:
             out.append(int(entry))
     return out

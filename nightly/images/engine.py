@@ -141,6 +141,21 @@ def _build(client: DockerClient, ctx: Path, tag: str, logfile: Path, log: Log) -
     log(f"{tag}: built in {time.monotonic() - t0:.0f} s")
 
 
+def _build_from_context(
+    client: DockerClient, ctx: Path, tag: str, logfile: Path, log: Log,
+    write: Callable[[Path], object],
+) -> str:
+    """Write a build context tarball with `write`, build `tag` from it, always remove it."""
+    ctx.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        write(ctx)
+        log(f"{tag}: building (context {ctx.stat().st_size / 1e6:.0f} MB)")
+        _build(client, ctx, tag, logfile, log)
+    finally:
+        ctx.unlink(missing_ok=True)
+    return tag
+
+
 def _header(logfile: Path, tag: str, spec: BuilderSpec, lines: list[str]) -> None:
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     head = ["=" * 78, f"nightly image build {tag}", f"builder:  {spec.name}",
@@ -210,15 +225,9 @@ def ensure_cpu(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) -
                                  *(f"python:   {p.version} <- {p.describe()} at {p.dest}"
                                    for p in spec.pythons),
                                  f"tools:    {' '.join(spec.tools)}"])
-    ctx = cache / "tmp" / f"ctx-{spec.cpu_hash()}.tar"
-    ctx.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        context.write_cpu_context(spec, labels, cache, ctx, log)
-        log(f"{tag}: building (context {ctx.stat().st_size / 1e6:.0f} MB)")
-        _build(client, ctx, tag, logfile, log)
-    finally:
-        ctx.unlink(missing_ok=True)
-    return tag
+    return _build_from_context(
+        client, cache / "tmp" / f"ctx-{spec.cpu_hash()}.tar", tag, logfile, log,
+        lambda ctx: context.write_cpu_context(spec, labels, cache, ctx, log))
 
 
 def nvcc_version(prefix: Path) -> str:
@@ -253,15 +262,9 @@ def ensure_cuda(client: DockerClient, spec: BuilderSpec, cuda_id: str, cache: Pa
                                  f"/usr/local/cuda-{version} (/usr/local/cuda -> it)",
                                  *(f"from:     {s}" for s in sources),
                                  "nvcc --version:", *(f"  {line}" for line in nvcc.splitlines())])
-    ctx = cache / "tmp" / f"ctx-{spec.hash_for(cuda_id)}.tar"
-    ctx.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        context.write_cuda_context(parent, version, prefix, labels, ctx)
-        log(f"{tag}: building (context {ctx.stat().st_size / 1e6:.0f} MB)")
-        _build(client, ctx, tag, logfile, log)
-    finally:
-        ctx.unlink(missing_ok=True)
-    return tag
+    return _build_from_context(
+        client, cache / "tmp" / f"ctx-{spec.hash_for(cuda_id)}.tar", tag, logfile, log,
+        lambda ctx: context.write_cuda_context(parent, version, prefix, labels, ctx))
 
 
 def build(client: DockerClient, spec: BuilderSpec, cudas: list[str], cache: Path,
