@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,13 +37,9 @@ sys.path.insert(0, str(REPO))
 
 from common import format_table, median, write_results  # noqa: E402
 
+from tests.support.net import free_port  # noqa: E402
+
 DASK = Path(sys.executable).with_name("dask")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:
@@ -52,7 +47,7 @@ class Cluster:
 
     def __init__(self, base: Path, certs: Path | None) -> None:
         self.base, self.certs = base, certs
-        self.address = f"{'tls' if certs else 'tcp'}://127.0.0.1:{_free_port()}"
+        self.address = f"{'tls' if certs else 'tcp'}://127.0.0.1:{free_port()}"
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def tls(self, name: str) -> list[str]:

@@ -18,12 +18,11 @@ PUTs a second; the HTTP PUT rate is measured on a sample and reported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
-import logging
 import os
 import platform
-import socket
 import sys
 import tempfile
 import time
@@ -56,12 +55,6 @@ def wheel_names(n: int, folders: int) -> list[tuple[str, str]]:
         out.append((f"whl/nightly/{cuda}", name))
         i += 1
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def measure(store: Any, fn: Callable[[], object]) -> dict[str, Any]:
@@ -101,30 +94,17 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
 
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        os.environ[name] = value
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-
     import boto3
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.s3.models import s3_backends
-    from moto.server import ThreadedMotoServer
 
     import nightly.publish.index as index
     from nightly.publish.index import read_manifest, regenerate, render_folder
     from nightly.publish.stores import S3Store
+    from tests.support.s3 import moto_server
 
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
+    servers = contextlib.ExitStack()  # closed once the measurements are done
+    endpoint = servers.enter_context(moto_server("bench", "bench")).endpoint
     bucket = "nightly-bench"
     boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
     index.HEAD_THREADS = args.threads
@@ -187,7 +167,7 @@ def main() -> int:
             got = store.get_bytes(f"{folder}/{rel}")
             assert got is not None
             assert got[0] == page, f"{folder}/{rel}"
-    server.stop()
+    servers.close()
 
     base = phases["naive"]
     rows = []

@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,8 +48,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
 
 from common import format_table, write_results  # noqa: E402
+
+from tests.support.net import free_port  # noqa: E402
 
 PEER = Path("/work/shared/peers/test-infra")
 BUCKET = "pytorch"
@@ -151,12 +153,6 @@ def start_moto(port: int) -> Counting:
     server = make_server("127.0.0.1", port, app, True, request_handler=MotoRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return app
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---------------------------------------------------------------------------- the tools

@@ -9,7 +9,6 @@ version are never used for another, and a cache that cannot be reached never fai
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -23,7 +22,9 @@ from typing import Any
 import pytest
 
 from tests.integration.cuda_prefix import make_cuda_prefix
-from tests.integration.engine import Engine, engine  # noqa: F401 - the session fixture
+from tests.support.engine import Engine
+from tests.support.net import free_port
+from tests.support.s3 import moto_server
 
 REPO = Path(__file__).resolve().parents[2]
 NVCC_13_0 = Path("/usr/local/cuda-13.0")
@@ -323,7 +324,7 @@ cudas = ["cpu"]
 
 
 def test_container_builds_use_a_cache_per_image(
-    tmp_path: Path, run_cli: RunCli, engine: Engine  # noqa: F811
+    tmp_path: Path, run_cli: RunCli, engine: Engine
 ) -> None:
     src = tmp_path / "src"
     write_sources(src)
@@ -368,30 +369,11 @@ dir = "{cache_dir}"
 
 
 @pytest.fixture
-def moto_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
+def moto_s3() -> Iterator[tuple[str, str]]:
     """moto's S3 server on loopback, a bucket, and credentials in this process's environment
     (which the nightly subprocess inherits). Yields (endpoint, bucket)."""
-    import socket
-
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    for name, value in {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
-                        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-                        "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        monkeypatch.setenv(name, value)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    bucket = f"cache-{uuid.uuid4().hex[:10]}"
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
-    yield endpoint, bucket
-    server.stop()
+    with moto_server(ACCESS_KEY, SECRET_KEY) as m:
+        yield m.endpoint, m.new_bucket("cache-")
 
 
 def s3_keys(endpoint: str, bucket: str) -> list[str]:
@@ -446,14 +428,11 @@ url = "s3://{bucket}/sccache"
 def s3_cluster(moto_s3: tuple[str, str], tmp_path: Path) -> Iterator[str]:
     """A Dask scheduler and two one-slot linux workers on loopback, started with the S3
     credentials in their environment (a build host's own credentials: they never travel)."""
-    import socket
     import time
 
     from distributed import Client
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     dask = str(REPO / ".venv" / "bin" / "dask")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}

@@ -4,7 +4,7 @@ A `dask scheduler` and three `dask worker` processes (no nanny, so a worker's pi
 process that runs the builds), each with its own --local-directory standing in for a build
 host and its resources: two "linux" workers (slots=2,platform-linux=1) and one "macos"
 (slots=1,platform-macos=1). The orchestrator is the real `nightly` command, as cron runs it.
-Recipes are small bash scripts (conftest's, plus a marker of the worker process that ran
+Recipes are small bash scripts (tests/support/projects.py's, plus a marker of the worker process that ran
 them: the recipe's parent), so a night takes seconds.
 """
 
@@ -15,7 +15,6 @@ import json
 import os
 import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import time
@@ -23,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DASK = REPO / ".venv" / "bin" / "dask"
@@ -62,12 +63,6 @@ ALL_BUILDS = LINUX_BUILDS + MAC_BUILDS
 # ---------------------------------------------------------------------------- the cluster
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _slots(resources: str) -> str:
     return dict(r.split("=") for r in resources.split(","))["slots"]
 
@@ -79,7 +74,7 @@ class DaskCluster:
         self.base = base
         # With `certs` (nightly cluster certs DIR --hosts scheduler,<workers>): mutual TLS.
         self.certs = certs
-        self.address = f"{'tls' if certs else 'tcp'}://127.0.0.1:{_free_port()}"
+        self.address = f"{'tls' if certs else 'tcp'}://127.0.0.1:{free_port()}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[object] = []
 
@@ -185,7 +180,7 @@ def cluster(dask_cluster: DaskCluster) -> DaskCluster:
 
 
 def cluster_recipe(make_recipe, signals: Path, behaviours: dict[str, str], default: str) -> str:
-    """conftest's recipe, plus: the pid of the process that started it (the worker) in
+    """projects.recipe_text's recipe, plus: the pid of the process that started it (the worker) in
     <id>.ppid, and a file named like a wheel (so it is published) instead of a tarball."""
     text = make_recipe(signals, behaviours, default=default)
     text = text.replace('env > "$SIG/$ID.env"', 'env > "$SIG/$ID.env"\necho "$PPID" >> "$SIG/$ID.ppid"')
@@ -484,6 +479,6 @@ def test_cluster_usage_errors(night_project, make_recipe, run_cli, cluster):
     # An unreachable scheduler is an error of the night (exit 1), with what to check.
     p.config.write_text(p.config.read_text().replace('staging = ""', 'staging = "staging"')
                         .replace('connect_timeout = "20s"', "connect_timeout = 1"))
-    code, _, err = run_cli(run_args(p, "--cluster", f"tcp://127.0.0.1:{_free_port()}"))
+    code, _, err = run_cli(run_args(p, "--cluster", f"tcp://127.0.0.1:{free_port()}"))
     assert code == 1
     assert "cannot reach the Dask scheduler" in err

@@ -1,5 +1,5 @@
 """Conda publishing against real clients: anaconda-client uploading to a loopback stand-in of
-the anaconda.org API (fake_anaconda.py), and a self-hosted channel folder indexed, solved and
+the anaconda.org API (tests/support/fake_anaconda.py), and a self-hosted channel folder indexed, solved and
 installed with py-rattler.
 
 The packages are made in the test with rattler-build's `assemble_package` (offline, no
@@ -30,11 +30,8 @@ from nightly.publish.conda import (
     publish_to_channel,
     publish_to_store_channel,
 )
-
-try:
-    from tests.integration.fake_anaconda import FakeAnaconda
-except ImportError:  # pragma: no cover - rootdir not importable as a package
-    from fake_anaconda import FakeAnaconda  # type: ignore[no-redef]
+from tests.support.fake_anaconda import FakeAnaconda
+from tests.support.s3 import moto_server
 
 TOKEN = "nightly-anaconda-token-7c1e9a0b-DO-NOT-LEAK"
 OWNER = "nightly-owner"
@@ -439,37 +436,9 @@ def test_store_channel_file_mirror_publish_and_install(tmp_path: Path, packages:
 
 
 @pytest.fixture
-def moto_bucket(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    import logging
-    import socket
-    import uuid
-
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "AKIANIGHTLYCONDATEST",
-            "AWS_SECRET_ACCESS_KEY": "nightly-conda-test-secret",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }.items():
-            mp.setenv(name, value)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        try:
-            endpoint = f"http://127.0.0.1:{port}"
-            bucket = f"nightly-{uuid.uuid4().hex[:12]}"
-            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
-            yield endpoint, bucket
-        finally:
-            server.stop()
+def moto_bucket() -> Iterator[tuple[str, str]]:
+    with moto_server("AKIANIGHTLYCONDATEST", "nightly-conda-test-secret") as m:
+        yield m.endpoint, m.new_bucket()
 
 
 def test_store_channel_s3_concurrent_publishers(moto_bucket: tuple[str, str], tmp_path: Path) -> None:

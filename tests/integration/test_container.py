@@ -33,11 +33,7 @@ from nightly.executors.container import (
     ContainerSettings,
 )
 from nightly.executors.container_engine import CA_ENV, CA_MOUNT, host_ca_bundle
-
-try:  # run from the repository root (python -m pytest): a namespace package
-    from tests.integration.engine import Engine, engine
-except ImportError:  # run from elsewhere: pytest put this folder on sys.path
-    from engine import Engine, engine  # type: ignore[no-redef]  # noqa: F401
+from tests.support.engine import Engine
 
 pytestmark = pytest.mark.engine
 

@@ -19,16 +19,10 @@ from pathlib import Path
 
 import pytest
 
-try:  # run from the repository root (python -m pytest): a namespace package
-    from tests.integration import corpus
-    from tests.integration import recipe_env as renv
-    from tests.integration.engine import Engine, engine
-except ImportError:  # run from elsewhere: pytest put this folder on sys.path
-    import corpus  # type: ignore[no-redef]
-    import recipe_env as renv  # type: ignore[no-redef]
-    from engine import Engine, engine  # type: ignore[no-redef]  # noqa: F401
-
-NIGHTLY = corpus.REPO / ".venv" / "bin" / "nightly"
+from tests.integration import corpus
+from tests.integration import recipe_env as renv
+from tests.support.cli import nightly_cmd
+from tests.support.engine import Engine
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +50,7 @@ def run_night(
     copy.write_text((config or project.config).read_text())
     started = time.monotonic()
     proc = subprocess.run(
-        [str(NIGHTLY), "run", "--config", str(copy), "--date", corpus.DATE],
+        [*nightly_cmd(), "run", "--config", str(copy), "--date", corpus.DATE],
         cwd=work, capture_output=True, text=True, timeout=1800, env=env,
     )
     took = time.monotonic() - started

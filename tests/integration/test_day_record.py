@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.reliability.support import DATE, publish_toml, run_args, wheel_name, wheel_recipe
+from tests.support.projects import DATE, run_args
+from tests.support.wheels import publish_toml, wheel_name, wheel_recipe
 
 MATRIX = """
 [matrix.linux.manywheel]

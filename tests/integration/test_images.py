@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -20,24 +19,20 @@ import pytest
 
 from nightly.config import load
 from nightly.images import engine as images_engine
-
-try:
-    from tests.integration.engine import Engine, engine
-except ImportError:  # pragma: no cover - run from inside tests/integration
-    from engine import Engine, engine  # type: ignore[no-redef]  # noqa: F401
+from tests.support.cli import nightly_cmd
+from tests.support.day import find_day
+from tests.support.engine import Engine
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-NIGHTLY = REPO / ".venv" / "bin" / "nightly"
 DEMO_CUDA = REPO / "configs" / "demo-cuda.toml"
 SUBSET = ["manywheel_3.12_cpu", "manywheel_3.12_cu118", "manywheel_3.12_cu130"]
 EXPECTED_CUDART = {"cpu": None, "cu118": 11080, "cu130": 13000}
 
 
 def nightly(*args: str, env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    cmd = [str(NIGHTLY)] if NIGHTLY.exists() else [sys.executable, "-m", "nightly"]
-    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True,
+    return subprocess.run([*nightly_cmd(), *args], env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
 
 
@@ -123,7 +118,8 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
 
     selects = [a for b in SUBSET for a in ("--select", b)]
     run = nightly("run", "--config", str(config), "--no-upload", *selects, env=env, timeout=3600)
-    day = next((tmp_path / "nightlies").iterdir())
+    # The night ran for today (no --date): the day folder nightly made, beside its lock file.
+    day = find_day(tmp_path / "nightlies").path
     assert run.returncode == 0, run.stderr[-3000:] + "\n" + "\n".join(
         p.read_text()[-3000:] for p in day.glob("logs/failed/*.log"))
     summary = json.loads((day / "summary.json").read_text())

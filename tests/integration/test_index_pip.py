@@ -7,28 +7,26 @@ installs from it into fresh virtual environments with `--index-url` and with `-f
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
 import urllib.request
 import uuid
-import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import unquote, urljoin
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from nightly.publish.index import read_manifest, regenerate, render_folder
 from nightly.publish.stores import FileStore, Store, file_sha256, open_store
+from tests.support.s3 import moto_server
+from tests.support.servers import download_tree
+from tests.support.wheels import make_wheel
 
 FOLDER = "whl/nightly/cpu"
 NEWEST = "1.0.0.dev20261121+cpu"
@@ -39,30 +37,10 @@ VERSIONS = ["0.9.0", "1.0.0.dev20261119+cpu", "1.0.0.dev20261120", NEWEST]
 # --------------------------------------------------------------------------- fixtures
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def moto_endpoint() -> Iterator[str]:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "AKIANIGHTLYPIPTEST00",
-            "AWS_SECRET_ACCESS_KEY": "pip-test-secret",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }.items():
-            mp.setenv(name, value)
-        port = free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        yield f"http://127.0.0.1:{port}"
-        server.stop()
+    with moto_server("AKIANIGHTLYPIPTEST00", "pip-test-secret") as m:
+        yield m.endpoint
 
 
 @pytest.fixture
@@ -70,30 +48,6 @@ def s3_store(moto_endpoint: str) -> Store:
     bucket = f"pip-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
     return open_store(f"s3://{bucket}/mirror", endpoint_url=moto_endpoint, acl="public-read")
-
-
-def make_wheel(out: Path, dist: str, version: str, filename: str | None = None) -> Path:
-    """A valid pure-Python wheel written by hand: a module, METADATA, WHEEL and RECORD."""
-    module = dist.lower().replace("-", "_").replace(".", "_")
-    dist_info = f"{re.sub(r'[-.]+', '_', dist)}-{version}.dist-info"
-    files = {
-        f"{module}/__init__.py": f"VERSION = {version!r}\n".encode(),
-        f"{dist_info}/METADATA": (f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n").encode(),
-        f"{dist_info}/WHEEL": (
-            b"Wheel-Version: 1.0\nGenerator: nightly-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        ),
-    }
-    record = []
-    for name, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(data)}")
-    record.append(f"{dist_info}/RECORD,,")
-    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    path = out / (filename or f"{re.sub(r'[-.]+', '_', dist)}-{version}-py3-none-any.whl")
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-    return path
 
 
 NASTY = 'demo_pkg-0.0.1 <b>"&" x.whl'
@@ -117,38 +71,6 @@ def publish(store: Store, wheels: list[Path]) -> dict[str, str]:
         known[path.name] = digest
     regenerate(store, [FOLDER], full=False, known={FOLDER: known})
     return known
-
-
-def download_tree(store: Store, dest: Path) -> None:
-    for obj in store.list(""):
-        store.get(obj.key, dest / obj.key)
-
-
-@pytest.fixture
-def http_server() -> Iterator[Serve]:
-    procs: list[subprocess.Popen[str]] = []
-
-    def serve(directory: Path) -> str:
-        proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
-             "--directory", str(directory)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )  # fmt: skip
-        procs.append(proc)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        m = re.search(r"port (\d+)", line)
-        assert m, line
-        # Keep draining stdout so the server never blocks on a full pipe.
-        threading.Thread(target=proc.stdout.read, daemon=True).start()
-        return f"http://127.0.0.1:{m[1]}/"
-
-    yield serve
-    for proc in procs:
-        proc.terminate()
-        proc.wait(10)
 
 
 def pip_install(tmp_path: Path, *args: str) -> str:

@@ -1,5 +1,5 @@
 """`nightly run` for real, as cron runs it: a subprocess, not on a terminal, with small bash
-recipes (tests/integration/conftest.py) so a night takes seconds.
+recipes (tests/support/projects.py) so a night takes seconds.
 
 What a night leaves (DESIGN: day folder, recipe environment; issue 3: logs; issue 5: the
 night, resume, lock, retries) is checked from the outside: files, exit codes, processes.

@@ -8,12 +8,13 @@ from __future__ import annotations
 import email
 import email.policy
 import json
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
 from aiosmtpd.controller import Controller
+
+from tests.support.net import free_port
 
 MATRIX = """
 [matrix.linux.manywheel]
@@ -21,12 +22,6 @@ pythons = ["3.6m", "3.7m"]
 cudas = ["cpu", "cu100"]
 """
 FAILING = {"manywheel_3.6m_cpu": "fail", "manywheel_3.7m_cu100": "nopkg"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -21,10 +21,7 @@ from pathlib import Path
 
 import pytest
 
-try:  # run from the repository root (python -m pytest): a namespace package
-    from tests.integration import recipe_env as renv
-except ImportError:  # run from elsewhere: pytest put this folder on sys.path
-    import recipe_env as renv  # type: ignore[no-redef]
+from tests.integration import recipe_env as renv
 
 pytestmark = [
     pytest.mark.slow,

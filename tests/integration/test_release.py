@@ -2,7 +2,7 @@
 
 The demo project (examples/demo, built by the real recipes/) is released as a candidate with
 `nightly release`, published to the test channel on moto's S3 server (boto3 over HTTP), to
-the test label of the stand-in anaconda.org API (fake_anaconda.py, driven by the real
+the test label of the stand-in anaconda.org API (tests/support/fake_anaconda.py, driven by the real
 anaconda-client), and promoted with `nightly promote`: S3 server-side copies to the release
 folders, the release index pages, a label copy on the anaconda server and a twine upload to
 pypiserver. pip then installs the release from a plain HTTP mirror of the bucket and from
@@ -36,35 +36,20 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-try:  # run from the repository root: tests/ is a namespace package
-    from tests.integration.fake_anaconda import FakeAnaconda
-    from tests.integration.test_index_pip import download_tree, http_server
-    from tests.integration.test_pypi_publish import (
-        PASSWORD,
-        USER,
-        PypiServer,
-        _fresh_venv,
-        _pip_install,
-        pypiserver,
-    )
-    from tests.integration.test_store_s3 import Moto, bucket, moto
-except ImportError:  # pragma: no cover - pytest put this folder on sys.path instead
-    from fake_anaconda import FakeAnaconda  # type: ignore[no-redef]
-    from test_index_pip import download_tree, http_server  # type: ignore[no-redef]  # noqa: F401
-    from test_pypi_publish import (  # type: ignore[no-redef]  # noqa: F401
-        PASSWORD,
-        USER,
-        PypiServer,
-        _fresh_venv,
-        _pip_install,
-        pypiserver,
-    )
-    from test_store_s3 import Moto, bucket, moto  # type: ignore[no-redef]  # noqa: F401
-
 from nightly.publish.stores import file_sha256, open_store
+from tests.support.fake_anaconda import FakeAnaconda
+from tests.support.s3 import Moto
+from tests.support.servers import (
+    PYPI_PASSWORD,
+    PYPI_USER,
+    PypiServer,
+    download_tree,
+    fresh_venv,
+    pip_install,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-RunCli = Callable[..., tuple[int, str, str]]  # the run_cli fixture of conftest.py
+RunCli = Callable[..., tuple[int, str, str]]  # the run_cli fixture (tests/support/fixtures.py)
 
 pytestmark = [
     pytest.mark.slow,
@@ -83,7 +68,7 @@ OWNER = "nightly-owner"
 ANACONDA_TOKEN = "release-test-anaconda-token-5e2d-DO-NOT-LEAK"
 TOKEN_ENV = "NIGHTLY_TEST_ANACONDA_TOKEN"
 PYPI_PASSWORD_ENV = "NIGHTLY_TEST_PYPI_PASSWORD"
-SECRETS = {TOKEN_ENV: ANACONDA_TOKEN, PYPI_PASSWORD_ENV: PASSWORD}
+SECRETS = {TOKEN_ENV: ANACONDA_TOKEN, PYPI_PASSWORD_ENV: PYPI_PASSWORD}
 WRITES = ("PUT", "POST", "DELETE")
 
 
@@ -165,7 +150,7 @@ def demo_config(
     if pypi_url:
         publish["pypi"] = {
             "repository_url": pypi_url,
-            "username": USER,
+            "username": PYPI_USER,
             "password_env": PYPI_PASSWORD_ENV,
         }
     doc["publish"] = publish
@@ -417,7 +402,7 @@ def test_release_candidate_promoted_and_installed(
         for r in anaconda.requests:
             assert ANACONDA_TOKEN not in r.path
         assert ANACONDA_TOKEN not in out + err
-        assert PASSWORD not in out + err
+        assert PYPI_PASSWORD not in out + err
 
         # -- pip installs the release from the bucket's release index and from pypiserver
         mirror = tmp_path / "mirror"
@@ -425,8 +410,8 @@ def test_release_candidate_promoted_and_installed(
         base = http_server(mirror)
         for n, index in enumerate([urljoin(base, "whl/cpu/"), pypiserver.simple]):
             venv = tmp_path / f"venv{n}"
-            python = _fresh_venv(venv)
-            proc = _pip_install(python, index, "nightlydemo==1.2.0", tmp_path)
+            python = fresh_venv(venv)
+            proc = pip_install(python, index, "nightlydemo==1.2.0", tmp_path)
             assert proc.returncode == 0, proc.stdout + proc.stderr
             dist_version, module_version, where = installed(python, tmp_path)
             assert (dist_version, module_version) == ("1.2.0", "1.2.0"), index

@@ -160,7 +160,7 @@ def earlier_nights(history: History, ids: list[str], date: dt.date) -> None:
 
 @pytest.fixture
 def date() -> str:
-    """The day every integration night runs for (see conftest.DATE)."""
+    """The day every integration night runs for (see tests/support/projects.py DATE)."""
     return "2024_05_01"
 
 

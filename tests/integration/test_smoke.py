@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.integration.conftest import DATE
+from tests.support.projects import DATE
 
 # A recipe that writes a real (pure) wheel by hand. The 3.12 build's module raises on
 # import: it builds fine, and only a smoke test can tell. Build tags (311/312) keep the two

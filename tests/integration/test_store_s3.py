@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import logging
 import os
-import socket
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from nightly.errors import ConfigError, PublishError
 from nightly.publish.stores import (
@@ -30,55 +24,13 @@ from nightly.publish.stores import (
     file_sha256,
     open_store,
 )
+from tests.support.fixtures import MOTO_ACCESS_KEY, MOTO_SECRET_KEY
+from tests.support.net import free_port
+from tests.support.s3 import Moto
 
-ACCESS_KEY = "AKIANIGHTLYTESTKEY42"
-SECRET_KEY = "nightly-test-secret-DO-NOT-PRINT"
+ACCESS_KEY = MOTO_ACCESS_KEY  # the `moto` fixture's server takes these
+SECRET_KEY = MOTO_SECRET_KEY
 MB = 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Moto:
-    endpoint: str
-    port: int
-    server: ThreadedMotoServer
-
-    def restart(self) -> None:
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self.server.start()
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[Moto]:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }.items():
-            mp.setenv(name, value)
-        port = free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        m = Moto(f"http://127.0.0.1:{port}", port, server)
-        yield m
-        m.server.stop()
-
-
-@pytest.fixture
-def bucket(moto: Moto) -> str:
-    name = f"nightly-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=moto.endpoint).create_bucket(Bucket=name)
-    return name
 
 
 def s3(moto: Moto, bucket: str, **kw: Any) -> S3Store:

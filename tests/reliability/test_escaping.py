@@ -20,8 +20,8 @@ import pytest
 
 from nightly.publish.index import project_of
 from nightly.publish.stores import FileStore
-from tests.integration.test_index_pip import make_wheel
-from tests.reliability.support import check_tree, html_problems, page_links, sha256_of
+from tests.support.published import check_tree, html_problems, page_links, sha256_of
+from tests.support.wheels import make_wheel
 
 FOLDER = "whl/nightly/cpu"
 ODD = [

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import alive
-from tests.reliability.support import DATE, run_args
+from tests.support.cli import alive
+from tests.support.projects import DATE, run_args
 
 MATRIX_3 = """
 [matrix.linux.manywheel]

@@ -27,17 +27,11 @@ from typing import Any
 import pytest
 
 from nightly.workspace import is_locked
-from tests.integration.conftest import alive
-from tests.reliability.support import (
-    check_published,
-    expected_objects,
-    publish_toml,
-    run_args,
-    sha256_of,
-    start_traced,
-    wheel_name,
-    wheel_recipe,
-)
+from tests.support.cli import alive
+from tests.support.projects import run_args
+from tests.support.published import check_published, expected_objects, sha256_of
+from tests.support.traced import start_traced
+from tests.support.wheels import publish_toml, wheel_name, wheel_recipe
 
 MATRIX = """
 [matrix.linux.manywheel]
@@ -65,7 +59,7 @@ def stripe(key: str) -> str:
 
 @dataclass
 class Night:
-    p: Any  # tests.integration.conftest.Project
+    p: Any  # tests.support.projects.Project
     store: Path
     tmp: Path
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.reliability.support import FIND_LINKS, check_tree, sha256_of
+from tests.support.published import FIND_LINKS, check_tree, sha256_of
 
 DATE = "2024_05_01"  # "today" for local retention; local_days = 5
 DOOMED = ["2023_06_15", "2023_12_31", "2024_01_01", "2024_01_12", "2024_04_25"]

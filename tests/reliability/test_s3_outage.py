@@ -18,17 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.reliability.support import (
-    DATE,
-    StoppableS3,
-    check_tree,
-    run_args,
-    s3_env,
-    s3_objects,
-    sha256_of,
-    wheel_name,
-    wheel_recipe,
-)
+from tests.support.projects import DATE, run_args
+from tests.support.published import check_tree, sha256_of
+from tests.support.s3 import StoppableS3, s3_env, s3_objects
+from tests.support.wheels import wheel_name, wheel_recipe
 
 MATRIX = """
 [matrix.linux.manywheel]

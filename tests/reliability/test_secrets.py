@@ -22,15 +22,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.fake_anaconda import FakeAnaconda
-from tests.reliability.support import (
-    DATE,
-    StoppableS3,
-    leaks_in_text,
-    s3_env,
-    s3_objects,
-    scan_for,
-)
+from tests.support.fake_anaconda import FakeAnaconda
+from tests.support.leaks import leaks_in_text, scan_for
+from tests.support.net import free_port
+from tests.support.projects import DATE
+from tests.support.s3 import StoppableS3, s3_env, s3_objects
 
 OWNER = "nightly-owner"
 
@@ -173,7 +169,7 @@ def test_no_credential_in_anything_a_night_writes(
     signals.mkdir(parents=True)
     recipe = WHEEL_RECIPE.replace("@SIGNALS@", str(signals))
     p = night_project(matrix=MATRIX, recipes={"manywheel": recipe, "conda": CONDA_RECIPE})
-    dead_pypi = f"http://127.0.0.1:{_closed_port()}/legacy/"
+    dead_pypi = f"http://127.0.0.1:{free_port()}/legacy/"  # nothing listens there
     outputs: list[str] = []
 
     with FakeAnaconda(token=creds["ANACONDA_API_TOKEN"], users=(OWNER,)) as anaconda, \
@@ -255,11 +251,3 @@ def test_no_credential_in_a_build_containers_environment(
     problems = scan_for(p.path, creds)
     problems += [f"command output: {n}" for n in leaks_in_text(out + err, creds)]
     assert not problems, "\n".join(problems)
-
-
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

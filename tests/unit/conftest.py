@@ -6,16 +6,15 @@ go through.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from nightly.cli import main
+from tests.support.cli import run_process
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_2019 = REPO / "configs" / "pytorch-2019.toml"
@@ -458,31 +457,7 @@ def nightly(capsys: pytest.CaptureFixture[str]) -> RunCli:
 RunProcess = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
-def _nightly_command() -> list[str]:
-    """The installed console script beside this interpreter, else `python -m nightly`."""
-    script = Path(sys.executable).with_name("nightly")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "nightly"]
-
-
-def _run_process(
-    args: Sequence[str],
-    *,
-    env: dict[str, str] | None = None,
-    cwd: Path | None = None,
-    command: Sequence[str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*(command if command is not None else _nightly_command()), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-        timeout=60,
-        check=False,
-    )
-
-
 @pytest.fixture
 def nightly_process() -> RunProcess:
     """nightly_process(["plan", ...], env=..., cwd=..., command=...) runs a real process."""
-    return _run_process
+    return run_process

@@ -1,9 +1,6 @@
-"""Shared fixtures for the integration tests: small projects with bash recipes, the real
-`nightly` command run as a subprocess, and checks on the processes a night leaves behind.
+"""Small projects with bash recipes for `nightly` to build, and the recipes' traces.
 
-Test modules take everything through fixtures (no `import conftest`).
-
-A project made by `night_project` has:
+A project made by `write_project` has:
   nightly.toml        root = "nightlies", the given matrix, one local machine, interpreters
                       mapped to this host's python3 (except the ones listed as missing) and
                       CUDA versions mapped to a fake toolkit whose bin/nvcc is a stub
@@ -15,18 +12,11 @@ A project made by `night_project` has:
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-NIGHTLY = REPO / ".venv" / "bin" / "nightly"
 DATE = "2024_05_01"  # every test night runs for this date
 VERSION = "1.0.0.dev20240501"
 # Interpreter spellings mapped to this host's python3 in a test project; "3.5" is left out
@@ -37,28 +27,18 @@ MAPPED_PYTHONS = (
     "3.10", "3.11", "3.12", "3.13", "3.14",
 )  # fmt: skip
 FAKE_CUDAS = ("cu80", "cu90", "cu100", "cu126", "cu128", "cu130")
-SECRET_NAME = "AWS_SECRET_ACCESS_KEY"
-SECRET_VALUE = "s3cr3t-value-that-must-never-be-written-9f2c"
 
 
-def _nightly_cmd() -> list[str]:
-    return [str(NIGHTLY)] if NIGHTLY.exists() else [sys.executable, "-m", "nightly"]
-
-
-def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The caller's environment for a `nightly` process: this one, plus a secret that no
-    recipe or file may ever see, minus anything that makes output a terminal's."""
-    env = {k: v for k, v in os.environ.items() if k not in ("NIGHTLY_CONFIG", "COLUMNS")}
-    env[SECRET_NAME] = SECRET_VALUE
-    env.update(extra or {})
-    return env
+def run_args(config: Path, *extra: str, command: str = "run") -> list[str]:
+    """`COMMAND --config CONFIG --date DATE EXTRA...`: a command on the test nights' day."""
+    return [command, "--config", str(config), "--date", DATE, *extra]
 
 
 # ---------------------------------------------------------------------------- recipes
 
 
 RECIPE_HEAD = r"""#!/usr/bin/env bash
-# A test recipe: behaves as told per build (see tests/integration/conftest.py).
+# A test recipe: behaves as told per build (see tests/support/projects.py).
 set -euo pipefail
 SIG=@SIGNALS@
 if [ "$PACKAGE_TYPE" = libtorch ]; then ID="${PACKAGE_TYPE}_${LIBTORCH_VARIANT}_${DESIRED_CUDA}";
@@ -231,164 +211,3 @@ executor = "local"
     return Project(path=base, config=config, signals=signals, day=base / "nightlies" / DATE)
 
 
-@pytest.fixture
-def night_project(tmp_path: Path) -> Iterator[MakeProject]:
-    """night_project(matrix=TOML, behaviours={build_id: spec}, queues=2, extra=TOML,
-    recipes={package: bash text}, missing_pythons=(), name="p") -> Project in tmp_path.
-
-    `extra` is appended to nightly.toml (e.g. "[retries]\\ninfra = 1"). At teardown every
-    process a recipe recorded is killed (the test's own assertions come first)."""
-    made: list[Project] = []
-
-    def make(name: str = "p", **kwargs: object) -> Project:
-        p = write_project(tmp_path / name, **kwargs)  # type: ignore[arg-type]
-        made.append(p)
-        return p
-
-    yield make
-    for p in made:
-        for pid in p.pids():
-            if alive(pid):
-                with _suppress():
-                    os.kill(pid, signal.SIGKILL)
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return exc[0] is not None and issubclass(exc[0], OSError)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def make_recipe() -> Callable[..., str]:
-    """make_recipe(signals, behaviours, default="ok") -> the text of a configurable recipe."""
-    return recipe_text
-
-
-@pytest.fixture
-def caller_secret() -> tuple[str, str]:
-    """(name, value) of the secret in the environment of every `nightly` these tests run."""
-    return SECRET_NAME, SECRET_VALUE
-
-
-# ---------------------------------------------------------------------------- the CLI
-
-
-RunCli = Callable[..., "tuple[int, str, str]"]
-
-
-def run_cli_fn(
-    args: Sequence[str],
-    cwd: Path | None = None,
-    *,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 90,
-) -> tuple[int, str, str]:
-    """Run `nightly ARGS` as a subprocess (not on a terminal): (exit code, stdout, stderr)."""
-    proc = subprocess.run(
-        [*_nightly_cmd(), *args],
-        cwd=cwd,
-        env=child_env(env),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-@pytest.fixture
-def run_cli() -> RunCli:
-    """run_cli(args, cwd=None, env=None, timeout=90) -> (code, stdout, stderr)."""
-    return run_cli_fn
-
-
-@dataclass
-class Started:
-    proc: subprocess.Popen[str]
-    out_path: Path
-    err_path: Path
-    _files: list[object] = field(default_factory=list)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def wait(self, timeout: float = 90) -> tuple[int, str, str]:
-        code = self.proc.wait(timeout=timeout)
-        for f in self._files:
-            f.close()  # type: ignore[attr-defined]
-        return code, self.out_path.read_text(), self.err_path.read_text()
-
-
-StartCli = Callable[..., Started]
-
-
-@pytest.fixture
-def start_cli(tmp_path: Path) -> Iterator[StartCli]:
-    """start_cli(args, cwd=None, env=None) -> Started: `nightly ARGS` running in the
-    background (for kill -9, SIGINT and lock tests). Killed at teardown if still running."""
-    started: list[Started] = []
-
-    def start(
-        args: Sequence[str], cwd: Path | None = None, *, env: Mapping[str, str] | None = None
-    ) -> Started:
-        n = len(started)
-        out_path, err_path = tmp_path / f"cli-{n}.out", tmp_path / f"cli-{n}.err"
-        out, err = out_path.open("w"), err_path.open("w")
-        proc = subprocess.Popen(
-            [*_nightly_cmd(), *args],
-            cwd=cwd,
-            env=child_env(env),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            text=True,
-        )
-        s = Started(proc, out_path, err_path, [out, err])
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        if s.proc.poll() is None:
-            s.proc.kill()
-            s.proc.wait()
-        for f in s._files:
-            f.close()  # type: ignore[attr-defined]
-
-
-# ---------------------------------------------------------------------------- processes
-
-
-def alive(pid: int) -> bool:
-    """True when `pid` is a live process (a zombie is not alive)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def wait_for(pred: Callable[[], object], timeout: float = 30, what: str = "") -> None:
-    """Poll `pred` every 20 ms until it is true; fail the test after `timeout` s."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what or pred}")
-
-
-@pytest.fixture
-def wait_until() -> Callable[..., None]:
-    """wait_until(pred, timeout=30, what="") polls pred until true, else fails."""
-    return wait_for
-
-
-@pytest.fixture
-def is_alive() -> Callable[[int], bool]:
-    return alive

@@ -2,8 +2,8 @@
 installed, configured and started by scripts/container-engine.sh (which also builds the
 builder image once; later runs take well under a second).
 
-Use it through the session fixture `engine` (import it into a test module, or list this
-module in `pytest_plugins`). It starts the engine when it is not running and never skips: a
+Use it through the session fixture `engine` (tests/support/fixtures.py registers it for
+every test folder). It starts the engine when it is not running and never skips: a
 machine that cannot run it fails the tests that need it, with the script's output.
 """
 

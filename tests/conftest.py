@@ -1,0 +1,7 @@
+"""Registers tests/support's fixtures for every test folder (unit, integration, reliability).
+
+The helpers themselves are in tests/support/ and imported as `tests.support.<module>`
+(pyproject's pytest `pythonpath` puts the repository on sys.path).
+"""
+
+from tests.support.fixtures import *  # noqa: F403

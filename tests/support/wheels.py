@@ -1,0 +1,75 @@
+"""Wheel makers: real tiny wheels written by hand (pip and twine take them), and a recipe
+that delivers wheel-named packages so that a night publishes them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from tests.support.projects import VERSION, recipe_text
+
+
+def make_wheel(
+    out: Path,
+    dist: str,
+    version: str,
+    filename: str | None = None,
+    *,
+    body: str | None = None,
+    summary: str | None = None,
+) -> Path:
+    """A valid pure-Python py3-none-any wheel: one module (`body`, by default a VERSION
+    constant), METADATA (with `summary` when given), WHEEL and RECORD with hashes."""
+    module = dist.lower().replace("-", "_").replace(".", "_")
+    dist_info = f"{re.sub(r'[-.]+', '_', dist)}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+    if summary is not None:
+        metadata += f"Summary: {summary}\n"
+    files = {
+        f"{module}/__init__.py": (f"VERSION = {version!r}\n" if body is None else body).encode(),
+        f"{dist_info}/METADATA": metadata.encode(),
+        f"{dist_info}/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: nightly-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = out / (filename or f"{re.sub(r'[-.]+', '_', dist)}-{version}-py3-none-any.whl")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+
+_TARBALL = 'f="$OUTPUT_DIR/${ID}-${BUILD_VERSION}.tar.gz"'
+_WHEEL = 'f="$OUTPUT_DIR/$(printf %s "$ID" | tr . _)-${BUILD_VERSION}+${DESIRED_CUDA}-py3-none-any.whl"'
+_DONE = 'echo "done $ID"\n'
+# `<signals>/<id>.big` holds a byte count: the package is padded with that much random data.
+_PAD = 'if [ -e "$SIG/$ID.big" ]; then head -c "$(cat "$SIG/$ID.big")" /dev/urandom >> "$f"; fi\n'
+
+
+def wheel_recipe(signals: Path, behaviours: Mapping[str, str] | None = None, default: str = "ok") -> str:
+    """projects.recipe_text's recipe, delivering `<id with _>-VERSION+CUDA-py3-none-any.whl`
+    (not a real wheel: these nights run without smoke tests)."""
+    text = recipe_text(signals, behaviours, default)
+    assert _TARBALL in text, "recipe_text changed"
+    assert _DONE in text, "recipe_text changed"
+    return text.replace(_TARBALL, _WHEEL).replace(_DONE, _PAD + _DONE)
+
+
+def wheel_name(build_id: str, cuda: str) -> str:
+    return f"{build_id.replace('.', '_')}-{VERSION}+{cuda}-py3-none-any.whl"
+
+
+def publish_toml(store: Path, *, smoke: bool = False) -> str:
+    return f'[publish]\nurl = "{store.as_uri()}"\n\n[smoke]\nenabled = {str(smoke).lower()}\n'
