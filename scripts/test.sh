@@ -2,7 +2,7 @@
 # The whole test suite on a fresh machine: creates .venv, installs nightly with its test
 # dependencies, starts the real servers the tests need (Podman's API through
 # scripts/container-engine.sh; moto, pypiserver, SMTP and Dask are started by the tests
-# themselves), then runs ruff, mypy --strict and pytest. Extra arguments go to pytest.
+# themselves), then runs ruff, shellcheck, mypy --strict and pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +18,16 @@ log "installing nightly[test]"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 
 log "ruff"
-.venv/bin/ruff check nightly tests benchmarks
+.venv/bin/ruff check nightly tests benchmarks recipes
+
+# Every shell script of the project: the recipes (with the common/lib.sh they source), the
+# smoke scripts, these scripts and CI's entry point.
+if ! command -v shellcheck >/dev/null 2>&1; then
+  log "installing shellcheck"
+  apt-get install -y -q shellcheck >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q shellcheck >/dev/null; }
+fi
+log "shellcheck"
+git ls-files -z -- '*.sh' .ci/run | xargs -0 shellcheck -x
 log "mypy --strict"
 .venv/bin/mypy
 

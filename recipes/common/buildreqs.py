@@ -66,7 +66,7 @@ def build_system(src):
         return list(DEFAULT_REQUIRES), DEFAULT_BACKEND, []
     requires = table.get("requires")
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
-        raise SystemExit("%s: [build-system] requires must be a list of strings" % path)
+        raise SystemExit(f"{path}: [build-system] requires must be a list of strings")
     backend = table.get("build-backend") or DEFAULT_BACKEND
     return requires, backend, list(table.get("backend-path") or [])
 
@@ -142,12 +142,12 @@ def dynamic_requires(src, backend, backend_path):
 
 def report(problems, what):
     print(
-        "the build runs without isolation ([build] isolation = false), so %s must provide "
-        "the project's build requirements; these are not met:" % sys.executable
+        f"the build runs without isolation ([build] isolation = false), so {sys.executable} must provide "
+        "the project's build requirements; these are not met:"
     )
     for text, have in problems:
-        state = "not installed" if have is None else "installed: %s" % have
-        print("  - %s (%s; %s)" % (text, what, state))
+        state = "not installed" if have is None else f"installed: {have}"
+        print(f"  - {text} ({what}; {state})")
     print(
         "Install them in the image (pip install these requirements), or build with "
         "isolation ([build] isolation = true) or from a wheelhouse ([build] wheelhouse = true)."
@@ -163,13 +163,13 @@ def check(src):
     try:
         dynamic = dynamic_requires(src, backend, backend_path)
     except Exception as e:  # the backend itself failed: the build would fail the same way
-        print("the build backend %s failed in get_requires_for_build_wheel: %s" % (backend, e))
+        print(f"the build backend {backend} failed in get_requires_for_build_wheel: {e}")
         return 1
     problems = unmet(dynamic)
     if problems:
-        report(problems, "asked for by %s" % backend)
+        report(problems, f"asked for by {backend}")
         return 1
-    print("build requirements met by %s: %s" % (sys.executable, ", ".join(requires + dynamic)))
+    print("build requirements met by {}: {}".format(sys.executable, ", ".join(requires + dynamic)))
     return 0
 
 

@@ -29,7 +29,9 @@ for info in z.infolist():
 PY
   fi
   root=$(dirname "$(find "$dir" -type d -name include | head -n 1)")
-  [ -d "$root/include" ] && [ -d "$root/lib" ] || { echo "smoke: $name has no include/ and lib/"; exit 1; }
+  if [ ! -d "$root/include" ] || [ ! -d "$root/lib" ]; then
+    echo "smoke: $name has no include/ and lib/"; exit 1
+  fi
   libs=""
   for l in ${SMOKE_LIBS:-}; do libs="$libs -l$l"; done
   extra=""
@@ -41,6 +43,9 @@ PY
     fi
   fi
   echo "smoke: $name: $cxx program.cpp -I include -L lib $libs $extra"
+  # $libs and $extra are lists of single-word flags, split on purpose (an array would need
+  # bash 4.4 under set -u, and macOS has 3.2).
+  # shellcheck disable=SC2086
   "$cxx" -std=c++17 "$SOURCE_DIR/program.cpp" -I "$root/include" -L "$root/lib" $libs $extra \
     -Wl,-rpath,"$root/lib" -o "$dir/program"
   "$dir/program"
