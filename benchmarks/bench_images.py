@@ -45,6 +45,7 @@ from nightly.config import load  # noqa: E402
 from nightly.images import engine  # noqa: E402
 from nightly.images.spec import BuilderSpec  # noqa: E402
 from nightly.matrix import cuda_version  # noqa: E402
+from tests.support.day import find_day  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "container-engine.sh"
 
@@ -157,7 +158,7 @@ def night(config: Path, base_url: str) -> dict[str, Any]:
         summaries = list(Path(root).glob("*/summary.json"))
         if not summaries:
             sys.exit(f"the night wrote no summary (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-        data = json.loads(summaries[0].read_text())
+        data = json.loads(find_day(Path(root)).summary_path.read_text())
     builds = data["builds"]
     durations = {k: v.get("duration_s") or 0.0 for k, v in builds.items()}
     total = sum(durations.values())

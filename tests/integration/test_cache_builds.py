@@ -140,8 +140,9 @@ dir = "{cache_dir}"
     log = (day2 / second["log"]).read_text()
     assert "smoke: passed" in log
     assert "compiler cache: 1 hits, 1 misses, 2 compile requests (50% hit rate)" in log
-    wheels = [next((d / "packages" / "manywheel" / "cu130").glob("*.whl")) for d in (day1, day2)]
-    assert extension_bytes(wheels[0]) != extension_bytes(wheels[1])
+    (wheel1,) = (day1 / "packages" / "manywheel" / "cu130").glob("*.whl")
+    (wheel2,) = (day2 / "packages" / "manywheel" / "cu130").glob("*.whl")
+    assert extension_bytes(wheel1) != extension_bytes(wheel2)
 
 
 @pytest.fixture(scope="session")
@@ -184,7 +185,7 @@ dir = "{cache_dir}"
         e = cache_entries(day2)[f"manywheel_3.11_{cuda}"]
         assert (e["cache"]["hits"], e["cache"]["misses"]) == (2, 0), (cuda, e["cache"])
         assert e["cache"]["where"] == f"local disk {cache_dir / ('host-' + cuda)}"
-        wheel = next((day2 / "packages" / "manywheel" / cuda).glob("*.whl"))
+        (wheel,) = (day2 / "packages" / "manywheel" / cuda).glob("*.whl")
         unpacked = tmp_path / f"unpacked-{cuda}"
         with zipfile.ZipFile(wheel) as z:
             z.extractall(unpacked)

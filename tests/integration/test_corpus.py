@@ -22,6 +22,7 @@ import pytest
 from tests.integration import corpus
 from tests.integration import recipe_env as renv
 from tests.support.cli import nightly_cmd
+from tests.support.day import find_day
 from tests.support.engine import Engine
 
 pytestmark = pytest.mark.slow
@@ -64,10 +65,8 @@ def run_night(
 
 def build_durations(work: Path) -> dict[str, float]:
     """Build id -> seconds, from the day's state."""
-    root = work / "configs" / "corpus" / "nightlies"
-    states = sorted(root.glob("*/state.json")) + sorted(root.glob("*/*/state.json"))
-    assert states, f"no state.json under {root}"
-    data = json.loads(states[0].read_text())
+    day = find_day(work / "configs" / "corpus" / "nightlies", corpus.DATE)
+    data = json.loads(day.state_path.read_text())
     builds = data.get("builds", data)
     return {
         b: float(info.get("duration_s", 0.0))
@@ -160,10 +159,10 @@ def test_corpus_offline_container(key: str, engine: Engine, tmp_path: Path) -> N
     config = corpus.CONFIGS / f"{key}-offline.toml"
     night_s = run_night(project, tmp_path / "night", config, env=engine.env())
     here = tmp_path / "night" / "configs" / "corpus"
-    wheelhouse = here / "nightlies" / corpus.DATE / "wheelhouse"
-    have = sorted(p.name for p in wheelhouse.glob("*.whl"))
+    day = find_day(here / "nightlies", corpus.DATE)
+    have = sorted(p.name for p in (day.path / "wheelhouse").glob("*.whl"))
     assert any(w.startswith("setuptools-") for w in have), have
-    logs = "\n".join(p.read_text() for p in (here / "nightlies").glob("*/logs/succeeded/**/*.log"))
+    logs = "\n".join(p.read_text() for p in sorted(day.succeeded.glob("**/*.log")))
     assert "build requirements from the wheelhouse /nightly/wheelhouse (no index)" in logs
     assert "isolated build: pip installs the build requirements from the wheelhouse" in logs
     wheels = sorted((here / "mirror").glob("whl/nightly/cpu/**/*.whl"))
