@@ -10,7 +10,6 @@ The cluster helpers (DaskCluster, make_project, check_night) are test_cluster's.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -20,27 +19,20 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-
-def _cluster_helpers() -> Any:
-    """test_cluster.py beside this file, loaded by path under a name of its own: another
-    folder's test_cluster module (tests/unit) may be the one `import test_cluster` finds."""
-    spec = importlib.util.spec_from_file_location(
-        "integration_cluster_helpers", Path(__file__).with_name("test_cluster.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_h = _cluster_helpers()
-ALL_BUILDS, DASK, SUCCEEDED_FOOTER = _h.ALL_BUILDS, _h.DASK, _h.SUCCEEDED_FOOTER
-DaskCluster, check_night, make_project = _h.DaskCluster, _h.check_night, _h.make_project
-mirror_files, run_args, staged_files = _h.mirror_files, _h.run_args, _h.staged_files
+from tests.support.cluster import (
+    ALL_BUILDS,
+    DASK,
+    SUCCEEDED_FOOTER,
+    DaskCluster,
+    check_night,
+    make_project,
+    mirror_files,
+    run_args,
+    staged_files,
+)
 
 HOSTS = "scheduler,lin-a,lin-b,mac"
 

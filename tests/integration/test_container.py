@@ -529,10 +529,7 @@ def demo_env(package: str, *, python: str = "", variant: str = "") -> dict[str, 
 def demo_box(box: Box) -> Iterator[Box]:
     """A box whose source is a read-only copy of examples/demo and whose recipes are the
     repository's."""
-    try:
-        from tests.integration import recipe_env as renv
-    except ImportError:
-        import recipe_env as renv  # type: ignore[no-redef]
+    from tests.integration import recipe_env as renv
     src = renv.readonly_copy_of_demo(box.root / "demo")
     box.demo_source = src
     yield box

@@ -34,13 +34,7 @@ from nightly.publish.rebuild import rebuild_all
 from nightly.publish.stores import FileStore, S3Store, file_sha256, open_store
 from nightly.publish.upload import publish_day
 from nightly.workspace import SUCCEEDED, Day, State
-
-try:
-    from tests.integration.test_index_pip import make_wheel, moto_endpoint
-except ImportError:  # pragma: no cover - rootdir not importable as a package
-    from test_index_pip import make_wheel, moto_endpoint  # type: ignore[no-redef]
-
-__all__ = ["moto_endpoint"]  # the moto server fixture, shared with test_index_pip
+from tests.support.wheels import make_wheel
 
 VENV_BIN = Path(sys.executable).parent
 TORCH = "torchlike-2.6.0.dev20261121+cpu-py3-none-any.whl"

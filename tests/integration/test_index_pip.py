@@ -15,7 +15,7 @@ import sys
 import threading
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urljoin
 
@@ -24,7 +24,6 @@ import pytest
 
 from nightly.publish.index import read_manifest, regenerate, render_folder
 from nightly.publish.stores import FileStore, Store, file_sha256, open_store
-from tests.support.s3 import moto_server
 from tests.support.servers import download_tree
 from tests.support.wheels import make_wheel
 
@@ -35,12 +34,6 @@ VERSIONS = ["0.9.0", "1.0.0.dev20261119+cpu", "1.0.0.dev20261120", NEWEST]
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with moto_server("AKIANIGHTLYPIPTEST00", "pip-test-secret") as m:
-        yield m.endpoint
 
 
 @pytest.fixture

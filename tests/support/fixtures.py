@@ -41,6 +41,7 @@ __all__ = [
     "is_alive",
     "make_recipe",
     "moto",
+    "moto_endpoint",
     "night_project",
     "pypiserver",
     "run_cli",
@@ -121,6 +122,12 @@ def moto() -> Iterator[Moto]:
     """moto's S3 server for a test module, MOTO_ACCESS_KEY/MOTO_SECRET_KEY in the environment."""
     with moto_server(MOTO_ACCESS_KEY, MOTO_SECRET_KEY) as m:
         yield m
+
+
+@pytest.fixture
+def moto_endpoint(moto: Moto) -> str:
+    """The endpoint URL of the `moto` fixture's server."""
+    return moto.endpoint
 
 
 @pytest.fixture
