@@ -118,6 +118,7 @@ class Box:
         return ContainerExecutor(ContainerSettings(base_url=self.engine.base_url, labels=labels, **settings))
 
     def containers(self) -> list[Any]:
+        # Filtered by this test's label, so only its own containers are listed (and inspected).
         return self.engine.client.containers.list(  # type: ignore[no-any-return]
             all=True, filters={"label": f"{TEST_LABEL}={self.label}"}
         )
@@ -417,7 +418,9 @@ def test_reap_removes_what_a_killed_run_left(box: Box) -> None:
         left.append(c)
     try:
         lines = ex.reap(job)
-        names = {c.name for c in client.containers.list(all=True)}
+        # The low-level listing inspects nothing: other sessions' containers on the shared
+        # engine may go between a listing and an inspection.
+        names = {n.lstrip("/") for c in client.api.containers(all=True) for n in c.get("Names") or []}
         assert left[0].name not in names
         assert left[1].name in names
         assert any(left[0].name in line for line in lines)

@@ -102,8 +102,12 @@ def engine_toml(base_url: str, *, memory: str = "", infra: int = 0) -> str:
 
 
 def our_containers(engine: Any, day: Path) -> list[Any]:
-    return [c for c in engine.client.containers.list(all=True, filters={"label": "nightly.managed=true"})
-            if c.labels.get("nightly.job", "").startswith(str(day))]
+    """This night's containers. Only ours are inspected: the engine is shared with other tests
+    and sessions, and a container of theirs listed here may be gone by the time
+    `containers.list` (which inspects every one it lists) asks about it."""
+    listed = engine.client.api.containers(all=True, filters={"label": "nightly.managed=true"})
+    ours = [c["Id"] for c in listed if (c.get("Labels") or {}).get("nightly.job", "").startswith(str(day))]
+    return [engine.client.containers.get(i) for i in ours]
 
 
 @pytest.mark.engine
