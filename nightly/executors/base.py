@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nightly.cache import BuildCache
+    from nightly.builds.cache import BuildCache
 
 # Called with each chunk of the build's output as it arrives. Thread-safe per build.
 OutputSink = Callable[[bytes], None]
@@ -41,7 +41,7 @@ class Job:
     image: str | None = None  # container image, when the executor uses one
     memory_limit: str | None = None  # e.g. "8g", container executor
     gpu: bool = False  # request GPU access (smoke tests on GPU hosts only)
-    cache: BuildCache | None = None  # the compiler cache (nightly.cache.attach)
+    cache: BuildCache | None = None  # the compiler cache (nightly.builds.cache.attach)
 
     @property
     def recipe(self) -> Path:

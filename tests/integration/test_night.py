@@ -130,7 +130,7 @@ def test_full_night(night_project, run_cli, caller_secret, is_alive):
         text = (day / "logs" / where / f"{bid}.log").read_text()
         assert f"nightly build {bid}  (attempt 1)" in text
         assert "where:    host (local executor)" in text
-        # The recipe, started by the compiler cache's `run` (nightly.cache).
+        # The recipe, started by the compiler cache's `run` (nightly.builds.cache).
         assert re.search(rf"^command:  bash \S+/cache/run {p.path / 'recipes'}/", text, re.M)
         if bid in FULL_OK:
             assert "note:        compiler cache: 0 hits, 0 misses, 0 compile requests" in text

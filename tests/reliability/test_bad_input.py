@@ -2,7 +2,7 @@
 bad command lines. Each must end with exit 2 and a one-line message naming the file (for a
 configuration) — never a traceback, never exit 0.
 
-`nightly.cli.main` is called in this process (a `nightly plan`, which only reads the
+`nightly.cli.main.main` is called in this process (a `nightly plan`, which only reads the
 configuration), so well over a thousand configurations take seconds.
 """
 
@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nightly import cli
+from nightly.cli import main as cli
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -54,8 +54,8 @@ def test_help_does_not_import_heavy_modules(nightly_process: Run) -> None:
     p = nightly_process(["--help"], command=[sys.executable, "-X", "importtime", "-m", "nightly"])
     assert p.returncode == 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()}
-    assert "nightly.cli" in imported
-    for heavy in ("rich", "boto3", "docker", "dask", "nightly.config", "nightly.schedule"):
+    assert "nightly.cli.main" in imported
+    for heavy in ("rich", "boto3", "docker", "dask", "nightly.config", "nightly.plan.schedule"):
         assert heavy not in imported
 
 

@@ -63,7 +63,7 @@ def test_a_held_lock_is_exit_4_with_one_error_line(
 def test_builds_failed_is_printed_unless_the_command_showed_it(
     reported: bool, shown: bool, nightly: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nightly import cli
+    from nightly.cli import main as cli
 
     @cli.cli.command(name="fail-for-test")
     def fail() -> None:

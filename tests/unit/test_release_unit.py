@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from nightly import config as cfg
-from nightly import release as rel
 from nightly.errors import UsageError
+from nightly.night import release as rel
 from nightly.workspace import FAILED, SUCCEEDED, PackageFile, State
 
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from nightly.config import Config, Machine, load
 from nightly.errors import ConfigError, NothingSelected, UsageError
-from nightly.matrix import Build
-from nightly.schedule import Plan, filter_plan, lower_bound, make_plan, plan_night, select_cli
+from nightly.plan.matrix import Build
+from nightly.plan.schedule import Plan, filter_plan, lower_bound, make_plan, plan_night, select_cli
 
 WriteConfig = Callable[..., Path]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from nightly.config import Config
 from nightly.executors.base import Job
-from nightly.matrix import Build
+from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 
 

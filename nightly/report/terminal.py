@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nightly.nightview import human_size
-from nightly.schedule import Plan
+from nightly.plan.schedule import Plan
+from nightly.report.view import human_size
 
 console = Console()
 
@@ -113,7 +113,7 @@ def print_destinations(summary: dict[str, Any], day_path: Path, *, not_published
     """Where each package of the summary's builds went: its file in the day folder, and every
     destination it was published to, else why it was not (`not_published`, or the build's
     failure or failed upload)."""
-    from nightly.summary import package_destinations
+    from nightly.workspace.summary import package_destinations
 
     rows = package_destinations(summary)
     if not rows:

@@ -11,8 +11,8 @@ import statistics
 import urllib.parse
 from collections.abc import Sequence
 
-from nightly.cache import night_total
-from nightly.nightview import (
+from nightly.builds.cache import night_total
+from nightly.report.view import (
     TREND_NIGHTS,
     BuildView,
     NightView,

@@ -3,8 +3,8 @@ report -> prune -> summary -> notify.
 
 `nightly run`, `nightly build`, `nightly release` and `nightly run --cluster` all go through
 `run_night`; they differ only in which builds (the plan's share of this machine, the command
-line, the whole matrix) and in the build phase (nightly.phase.BuildPhase): this machine's
-queues (nightly.runner.LocalPhase) or a Dask cluster (nightly.cluster.orchestrator).
+line, the whole matrix) and in the build phase (nightly.builds.phase.BuildPhase): this machine's
+queues (nightly.builds.runner.LocalPhase) or a Dask cluster (nightly.cluster.orchestrator).
 docs/architecture.md draws the whole picture.
 """
 
@@ -24,22 +24,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nightly import display, notify, wheelhouse
-from nightly import source as src
-from nightly import summary as day_record
+from nightly.builds.phase import BuildPhase, NightContext
+from nightly.builds.runner import LocalPhase, SmokeFactory
+from nightly.builds.smoke import SmokeTester
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError
 from nightly.files import append_line
-from nightly.history import History, history_path, planning_estimator
-from nightly.matrix import Build, SpellingError, nightly_version, parse_spec
-from nightly.phase import BuildPhase, NightContext
+from nightly.history.db import History, history_path, planning_estimator
+from nightly.night import notify, wheelhouse
+from nightly.night import source as src
+from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spec
+from nightly.plan.schedule import make_plan, select_cli
 from nightly.publish import conda as conda_client
 from nightly.publish.upload import open_destination, publish_day
-from nightly.report import write_report
-from nightly.runner import LocalPhase, SmokeFactory
-from nightly.schedule import make_plan, select_cli
-from nightly.smoke import SmokeTester
+from nightly.report import terminal as display
+from nightly.report.html import write_report
 from nightly.workspace import (
     INTERRUPTED,
     SUCCEEDED,
@@ -51,6 +51,7 @@ from nightly.workspace import (
     plan_local_prune,
     write_json,
 )
+from nightly.workspace import summary as day_record
 
 
 @dataclass(kw_only=True)
@@ -341,7 +342,7 @@ def write_summary(
     manual: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], Path]:
     """summary.json for a night; a one-off build's (`manual`) own summary (then summary.json,
-    if the day has a night, is only refreshed: see nightly/summary.py). (summary, its path)"""
+    if the day has a night, is only refreshed: see nightly/workspace/summary.py). (summary, its path)"""
     state = night.state
     builds: dict[str, Any] = {}
     for b in night.builds:

@@ -17,19 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from nightly import cache as compiler_cache
-from nightly.buildlog import footer, header, last_footer
-from nightly.collect import PackageFile, collect_build
+from nightly.builds import cache as compiler_cache
+from nightly.builds.buildlog import footer, header, last_footer
+from nightly.builds.collect import PackageFile, collect_build
+from nightly.builds.jobs import RunContext, make_job
+from nightly.builds.phase import NightContext
+from nightly.builds.progress import Progress
 from nightly.config import Config, Machine
 from nightly.executors import make_executor
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
-from nightly.history import recorder
+from nightly.history.db import recorder
 from nightly.images.commands import preflight as images_preflight
-from nightly.jobs import RunContext, make_job
-from nightly.matrix import Build
-from nightly.phase import NightContext
-from nightly.progress import Progress
+from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State, remove_tree
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
@@ -44,7 +44,7 @@ class SmokeOutcome(Protocol):
     def notes(self) -> tuple[str, ...]: ...
 
 
-# (build, produced files, job, log sink, cancel) -> outcome; see nightly.smoke.SmokeTester.
+# (build, produced files, job, log sink, cancel) -> outcome; see nightly.builds.smoke.SmokeTester.
 SmokeHook = Callable[[Build, list[Path], Job, Callable[[bytes], None], threading.Event], SmokeOutcome]
 
 
@@ -315,12 +315,12 @@ class Runner:
         return results
 
 
-# (config, executor, source dir) -> the smoke hook of a night; see nightly.smoke.SmokeTester.
+# (config, executor, source dir) -> the smoke hook of a night; see nightly.builds.smoke.SmokeTester.
 SmokeFactory = Callable[[Config, Executor, Path], SmokeHook]
 
 
 class LocalPhase:
-    """The build phase on this machine (nightly.phase.BuildPhase): its queues, in parallel,
+    """The build phase on this machine (nightly.builds.phase.BuildPhase): its queues, in parallel,
     each serially, work-conserving (Runner.run_queues)."""
 
     def __init__(

@@ -23,7 +23,7 @@ from nightly.errors import NightlyError, UsageError
 from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, BuildEntry, Day
 
 if TYPE_CHECKING:
-    from nightly.history import History
+    from nightly.history.db import History
 
 TREND_NIGHTS = 30
 REGRESSION = 0.20  # more than 20% slower or larger than the build's median is a regression
@@ -61,7 +61,7 @@ class BuildView:
     # A one-off `nightly build` (not the night): who ran it, when (ISO), the command.
     manual: dict[str, str] | None = None
     log: Path | None = None  # absolute
-    # The compiler cache's statistics of the build (nightly.cache.CacheStats.to_json) or None.
+    # The compiler cache's statistics of the build (nightly.builds.cache.CacheStats.to_json) or None.
     cache: dict[str, Any] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
     past_durations: list[float] = field(default_factory=list)
