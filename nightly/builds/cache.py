@@ -267,7 +267,7 @@ def finish(job: Job, record: Callable[..., object]) -> list[str]:
 def read_stats(job: Job) -> CacheStats | None:
     """The statistics `run` left for this build (None when the build had no cache)."""
     cache = job.cache
-    if cache is None:
+    if not isinstance(cache, BuildCache):  # no cache, or not one this module attached
         return None
     # A server that was killed with its build leaves its socket file behind.
     Path(cache.socket).unlink(missing_ok=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from nightly.report.terminal import hms
+from nightly.format import hms
 
 
 class Progress:

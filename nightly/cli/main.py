@@ -155,9 +155,9 @@ def run(
 @common_options
 def upload(config_path: str | None, root: str | None, date_text: str | None, debug: bool) -> None:
     """Publish the day's succeeded packages that are not yet published (idempotent)."""
-    from nightly.publish.upload import publish_day
+    from nightly.publish.upload import publish_day, record_publication
     from nightly.workspace import DayLock, State
-    from nightly.workspace.summary import record_publication, refresh
+    from nightly.workspace.summary import refresh
 
     ctx = Ctx(config_path, root, date_text)
     day = existing_day(ctx)

@@ -13,10 +13,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from nightly.builds.cache import BuildCache
+
+class CompilerCache(Protocol):
+    """What an executor needs of a build's compiler cache (nightly.builds.cache.BuildCache is
+    the one implementation; the executors sit below the build layer and only see this)."""
+
+    def env(self, *, container: bool) -> dict[str, str]: ...
+
+    def command(self, recipe: str, *, container: bool) -> list[str]: ...
+
+    def mounts(self) -> list[tuple[str, str, bool]]: ...
 
 # Called with each chunk of the build's output as it arrives. Thread-safe per build.
 OutputSink = Callable[[bytes], None]
@@ -41,7 +49,7 @@ class Job:
     image: str | None = None  # container image, when the executor uses one
     memory_limit: str | None = None  # e.g. "8g", container executor
     gpu: bool = False  # request GPU access (smoke tests on GPU hosts only)
-    cache: BuildCache | None = None  # the compiler cache (nightly.builds.cache.attach)
+    cache: CompilerCache | None = None  # the compiler cache (nightly.builds.cache.attach)
 
     @property
     def recipe(self) -> Path:

@@ -37,7 +37,7 @@ from nightly.night import source as src
 from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spec
 from nightly.plan.schedule import make_plan, select_cli
 from nightly.publish import conda as conda_client
-from nightly.publish.upload import open_destination, publish_day
+from nightly.publish.upload import open_destination, publish_day, record_publication
 from nightly.report import terminal as display
 from nightly.report.html import write_report
 from nightly.workspace import (
@@ -293,7 +293,7 @@ def publish_step(night: NightContext) -> None:
         night.log(f"publish failed: {e}")
         night.state.set_meta(publish_error=str(e))
         return
-    day_record.record_publication(night.state, report)
+    record_publication(night.state, report)
     night.log(
         f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed"

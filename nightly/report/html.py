@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nightly.format import clock, took
 from nightly.report.sections import builds_table, esc, failures, timeline
-from nightly.report.view import MIN_SLOWER_S, REGRESSION, TREND_NIGHTS, NightView, clock, load_night, took
+from nightly.report.view import MIN_SLOWER_S, REGRESSION, TREND_NIGHTS, NightView, load_night
 from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, Day, atomic_write
 
 if TYPE_CHECKING:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nightly.format import human_size, took
 from nightly.report.view import (
     NightView,
-    human_size,
     load_night,
     log_tail,
     manual_text,
     outcome_text,
-    took,
 )
 from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, Day
 
