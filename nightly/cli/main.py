@@ -289,21 +289,11 @@ def release(
     rebuild: tuple[str, ...],
 ) -> None:
     """Build the whole matrix as VERSION and publish it to the test channel. Resumable."""
-    from nightly.night import pipeline as night
-    from nightly.night import release as rel
+    from nightly.night.release import run_release
 
     ctx = Ctx(config_path, root, date_text)
-    rel.check_version(version)
-    m = night.pick_machine(ctx.config, machine)
-    order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m)
-    opts = night.NightOptions(
-        machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
-        channel="test", version=version, day_name=rel.candidate_name(version, rc),
-    )
-    night.run_builds(
-        ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
-        estimate_s=makespan, estimates=estimates,
-    )
+    run_release(ctx.config, ctx.date, version, rc, machine=machine, dry_run=dry_run,
+                no_upload=no_upload, rebuild=rebuild)
 
 
 @cli.command()
@@ -324,12 +314,13 @@ def promote(
     dry_run: bool,
 ) -> None:
     """Copy exactly the test channel's files of VERSION to the release channel."""
-    from nightly.night import release as rel
+    from nightly.publish.promote import promote as promote_candidate
+    from nightly.workspace.candidate import check_version
 
     ctx = Ctx(config_path, root, date_text)
-    rel.check_version(version)
-    rel.promote(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
-                       log=click.echo)
+    check_version(version)
+    promote_candidate(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
+                      log=click.echo)
 
 
 @cli.command()

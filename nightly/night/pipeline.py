@@ -4,7 +4,7 @@ report -> prune -> summary -> notify.
 `nightly run`, `nightly build`, `nightly release` and `nightly run --cluster` all go through
 `run_night`; they differ only in which builds (the plan's share of this machine, the command
 line, the whole matrix) and in the build phase (nightly.builds.phase.BuildPhase): this machine's
-queues (nightly.builds.runner.LocalPhase) or a Dask cluster (nightly.cluster.orchestrator).
+queues (nightly.builds.local_phase.LocalPhase) or a Dask cluster (nightly.cluster.orchestrator).
 docs/architecture.md draws the whole picture.
 """
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nightly.builds.local_phase import LocalPhase, SmokeFactory
 from nightly.builds.phase import BuildPhase, NightContext
-from nightly.builds.runner import LocalPhase, SmokeFactory
 from nightly.builds.smoke import SmokeTester
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
