@@ -38,7 +38,7 @@ class Job:
     package: str
     python: str
     cuda: str
-    # The recipe environment of DESIGN *without* the path variables (SOURCE_DIR, OUTPUT_DIR):
+    # The recipe environment (docs/recipes.md) *without* the path variables (SOURCE_DIR, OUTPUT_DIR):
     # those differ between host and container, so each executor adds them itself.
     env: Mapping[str, str]
     recipes_dir: Path  # recipes/; the recipe is recipes_dir / package / "build.sh"

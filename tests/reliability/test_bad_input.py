@@ -173,7 +173,7 @@ def test_the_base_config_is_valid(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------- mutations
 
-PY_OK = re.compile(r"^(2|3)\.([0-9]{1,2})(m|mu|dm|t)?$")  # DESIGN's spellings, ASCII digits
+PY_OK = re.compile(r"^(2|3)\.([0-9]{1,2})(m|mu|dm|t)?$")  # the identifiers' spellings, ASCII digits
 CUDA_DOT = re.compile(r"^(?:cuda)?([0-9]{1,2})\.([0-9])$")
 CUDA_CU = re.compile(r"^(?:cu|cuda)([1-9][0-9]{1,3})$")
 

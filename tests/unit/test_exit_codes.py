@@ -1,5 +1,5 @@
 """One exit-code path: commands raise the errors of nightly.errors, cli.main alone maps them
-to exit codes (DESIGN: 0 ok, 1 builds or uploads failed, 2 bad usage, 3 nothing selected,
+to exit codes (README: 0 ok, 1 builds or uploads failed, 2 bad usage, 3 nothing selected,
 4 lock held)."""
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from nightly.plan.schedule import Plan, filter_plan, lower_bound, make_plan, pla
 
 WriteConfig = Callable[..., Path]
 
-# The January 2019 schedule (../shared/reference/README.md), written out build by build:
+# The January 2019 schedule of PyTorch's old scripts (configs/pytorch-2019.toml), written out
+# build by build:
 # machine -> queues -> build ids in the order they ran.
 EXPECTED_2019: dict[str, list[list[str]]] = {
     "0": [
