@@ -140,14 +140,14 @@ def run(
         ))
         return
     m = night.pick_machine(ctx.config, machine)
-    order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m, selects)
+    share = night.plan_share(ctx.config, m, selects)
     opts = night.NightOptions(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
         keep_container=keep_container, notify=True, prune=True,
     )
     night.run_builds(
-        ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
-        estimate_s=makespan, estimates=estimates,
+        ctx.config, ctx.date, share.order, opts, queues=share.queues, plan_json=share.plan_json,
+        estimate_s=share.makespan_s, estimates=share.estimates,
     )
 
 

@@ -251,7 +251,11 @@ def run_build_task(spec: TaskSpec) -> dict[str, Any]:
             try:
                 ts = worker.state.tasks.get(key)
                 gone = ts is None or ts.state == "cancelled"
-            except Exception:
+            except Exception as e:  # distributed's internals moved under us
+                # Without the task's state no cancel can be seen: say so in the build's
+                # events rather than watch silently for nothing.
+                emit("note", {"build": spec.build.id,
+                              "note": f"cancel watch stopped: {type(e).__name__}: {e}"})
                 return
             strikes = strikes + 1 if gone else 0
             if strikes >= CANCEL_STRIKES:

@@ -398,11 +398,19 @@ def write_summary(
 # ---------------------------------------------------------------------------- what to build
 
 
-def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) -> tuple[
-    list[Build], list[list[Build]], dict[str, Any], float, dict[str, float]
-]:
-    """This machine's builds, its queues in plan order, the plan JSON, its estimated makespan
-    and per-build estimates."""
+@dataclass(frozen=True, kw_only=True)
+class Share:
+    """This machine's part of the night's plan."""
+
+    order: list[Build]  # its builds, in plan order
+    queues: list[list[Build]]  # its queues, each in plan order
+    plan_json: dict[str, Any]  # the whole plan, for logs/master/plan.json
+    makespan_s: float  # its estimated makespan
+    estimates: dict[str, float]  # build id -> estimated seconds
+
+
+def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) -> Share:
+    """This machine's builds and queues (only the selected ones, when selectors are given)."""
     full = make_plan(config, estimate=planning_estimator(config))
     chosen = {b.id for b in select_cli(config, selects)} if selects else None
     mp = full.machine(machine.name)
@@ -411,8 +419,9 @@ def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) ->
     order = [pb.build for pb in mp.in_order() if chosen is None or pb.build.id in chosen]
     if not order:
         raise NothingSelected(f"nothing selected for machine '{machine.name}'")
-    estimates = {pb.build.id: pb.estimate_s for pb in mp.builds}
-    return order, queues, full.to_json(), mp.makespan_s, estimates
+    return Share(order=order, queues=queues, plan_json=full.to_json(),
+                 makespan_s=mp.makespan_s,
+                 estimates={pb.build.id: pb.estimate_s for pb in mp.builds})
 
 
 def builds_from_cli(config: Config, package: str, pythons: str, cudas: str) -> list[Build]:
@@ -435,6 +444,7 @@ def builds_from_cli(config: Config, package: str, pythons: str, cudas: str) -> l
 __all__ = [
     "ClusterOptions",
     "NightOptions",
+    "Share",
     "builds_from_cli",
     "pick_machine",
     "plan_share",

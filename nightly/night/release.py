@@ -26,12 +26,12 @@ def run_release(
     """Build the whole matrix (this machine's share) as VERSION into the candidate's folder."""
     check_version(version)
     m = night.pick_machine(config, machine)
-    order, queues, plan_json, makespan, estimates = night.plan_share(config, m)
+    share = night.plan_share(config, m)
     opts = night.NightOptions(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=tuple(rebuild),
         channel="test", version=version, day_name=candidate_name(version, rc),
     )
     night.run_builds(
-        config, date, order, opts, queues=queues, plan_json=plan_json,
-        estimate_s=makespan, estimates=estimates,
+        config, date, share.order, opts, queues=share.queues, plan_json=share.plan_json,
+        estimate_s=share.makespan_s, estimates=share.estimates,
     )
