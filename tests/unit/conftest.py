@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly.cli import main
+from nightly.cli.main import main
 from tests.support.cli import run_process
 
 REPO = Path(__file__).resolve().parents[2]
