@@ -408,9 +408,11 @@ def cluster_certs(folder: str, hosts: str, days: int) -> None:
 
 
 def _register_groups() -> None:
+    from nightly.bisect_cli import bisect_command
     from nightly.images.cli import images
 
     cli.add_command(images)
+    cli.add_command(bisect_command)
 
 
 _register_groups()

@@ -40,6 +40,7 @@ from nightly.report import write_report
 from nightly.runner import LocalPhase, SmokeFactory
 from nightly.schedule import make_plan, select_cli
 from nightly.smoke import SmokeTester
+from nightly.triage import summary_for_day
 from nightly.workspace import (
     INTERRUPTED,
     SUCCEEDED,
@@ -385,6 +386,7 @@ def write_summary(
         "builds": builds,
         "exit_code": 0 if ok and not failed_uploads and not publish_error else 1,
         "manual": manual if manual is not None else day_record.manual_builds(state),
+        "failures": summary_for_day(night.day, night.history),  # new / still failing, groups
     }
     path = night.day.summary_path if manual is None else day_record.manual_summary_path(night.day, started)
     write_json(path, summary)

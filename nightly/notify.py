@@ -15,7 +15,13 @@ from nightly.config import Notify
 
 def subject(summary: dict[str, Any]) -> str:
     """Names the failures (the first few), so a mail client's list says what broke."""
+    from nightly.triage import subject_counts
+
     c = summary["counts"]
+    counts = subject_counts(summary)
+    if counts:  # "nightly 2026_11_24: 3 new failures, 2 still failing"
+        return (f"nightly {summary['date']}: {counts} ({c['succeeded']}/{c['total']} "
+                f"succeeded on machine {summary['machine']})")
     failed = sorted(k for k, v in summary["builds"].items() if v["outcome"] != "succeeded")
     if failed:
         names = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
@@ -38,6 +44,8 @@ def body(summary: dict[str, Any]) -> str:
         lines.append("Failed builds:")
         for bid, b in sorted(failed.items()):
             lines.append(f"  {bid}: {b.get('reason') or b['outcome']}  (log: {b.get('log') or '-'})")
+        for g in (summary.get("failures") or {}).get("groups") or []:
+            lines.append(f"  {len(g['builds'])} build(s): {g['signature']}")
     if summary.get("failed_uploads"):
         lines += ["", "Failed uploads (retry with `nightly upload`): "
                   + ", ".join(summary["failed_uploads"])]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from nightly.nightview import MIN_SLOWER_S, REGRESSION, TREND_NIGHTS, NightView, clock, load_night, took
 from nightly.report_parts import builds_table, esc, failures, timeline
+from nightly.report_triage import report_section as failure_groups
 from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, Day, atomic_write
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ def render_html(
             )
     out.append("</div></header>")
 
+    out += failure_groups(night, history, link_base)  # failures first, grouped by signature
     out += timeline(night, now)
     out += failures(night, link_base, tail)
     out += builds_table(night, link_base, history is not None)

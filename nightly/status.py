@@ -42,6 +42,11 @@ def show(
     con.print(_heading(night))
     con.print(_counts_line(c))
     con.print(_table(night))
+    from nightly.report_triage import status_lines
+    from nightly.triage import facts_for_day
+
+    for line in status_lines(facts_for_day(day, history)):
+        con.print(line, markup=False, highlight=False)
     from nightly.display import print_packages
 
     print_packages(con, [(b.id, name, size) for b in night.builds for name, size in b.files])
