@@ -166,24 +166,24 @@ def _search(config: Config, day: Day, t: Target, folder: Path, opts: BisectOptio
                           signature=t.signature)
     builder: StepBuilder | None = None
     n = 0
+    for step in done.values():  # replayed, in the order they were built
+        n += 1
+        say(f"step {n}: {step.commit[:12]} {step.verdict} (finished earlier: {step.log})")
+        result.steps.append(step)
     while (commit := next_commit(t.candidates, verdicts)) is not None:
         n += 1
-        if commit in done:
-            step = done[commit]
-            say(f"step {n}: {commit[:12]} {step.verdict} (finished earlier: {step.log})")
-        elif opts.deadline is not None and time.time() > opts.deadline:
+        if opts.deadline is not None and time.time() > opts.deadline:
             result.status = "budget spent"
             break
-        else:
-            builder = builder or StepBuilder(config, day, t, folder, machine)
-            subject = git(day.source, "log", "-1", "--format=%s", commit)
-            say(f"step {n}: building {commit[:12]} {subject!r} ...")
-            step = builder.run(commit)
-            append_step(folder, step)
-            result.builds += 1
-            say(f"step {n}: {commit[:12]} {step.verdict}"
-                + (f" (fails differently: {step.signature})" if step.verdict == SKIP else "")
-                + f", {step.duration_s:.1f} s, log {step.log}")
+        builder = builder or StepBuilder(config, day, t, folder, machine)
+        subject = git(day.source, "log", "-1", "--format=%s", commit)
+        say(f"step {n}: building {commit[:12]} {subject!r} ...")
+        step = builder.run(commit)
+        append_step(folder, step)
+        result.builds += 1
+        say(f"step {n}: {commit[:12]} {step.verdict}"
+            + (f" (fails differently: {step.signature})" if step.verdict == SKIP else "")
+            + f", {step.duration_s:.1f} s, log {step.log}")
         result.steps.append(step)
         verdicts[commit] = step.verdict
     _conclude(day.source, t, verdicts, result)
