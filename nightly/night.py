@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import functools
-import json
 import shutil
 import socket
 import sqlite3
@@ -313,14 +312,11 @@ def report_step(night: NightContext, history: History, *, publish: bool) -> None
     if not publish or not pub.url:
         return
     try:
-        store = open_destination(night.config)
-        base = "whl" if night.channel == "release" else f"whl/{night.channel}"
-        stem = f"{night.day.name.replace('/', '_')}_{night.machine.name}"
-        store.put_bytes(f"{base}/reports/{stem}.html", path.read_bytes(), "text/html; charset=utf-8")
-        sizes = json.dumps(history.sizes_json(night.day.name), indent=1, sort_keys=True)
-        store.put_bytes(f"{base}/sizes/{stem}.json", sizes.encode(), "application/json")
-        night.log(f"report and sizes published under {store.url}/{base}/")
-    except (NightlyError, OSError, sqlite3.Error) as e:
+        from nightly.publish.reports import publish_report
+
+        publish_report(open_destination(night.config), night.day, history,
+                       channel=night.channel, machine=night.machine.name, log=night.log)
+    except (NightlyError, OSError, ValueError, sqlite3.Error) as e:
         night.log(f"publishing the report failed: {e}")
 
 

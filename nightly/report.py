@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +102,7 @@ def render_html(
     link_base: str = "",
     tail: int = HTML_TAIL,
     now: float | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The night as one self-contained HTML page. Links to logs are relative to `link_base`
     (the day folder as seen from where the page is written: "" for ROOT/DAY/report.html)."""
@@ -125,6 +127,7 @@ def render_html(
         f"<h1>Night {esc(day.name)}</h1>",
     ]
     out += _facts(night, now)
+    out += [f'<p class="meta published-note">{esc(n)}</p>' for n in notes]  # the published copy's
     out.append('<div class="counts" id="counts">')
     for key, label in (("total", "builds"), (SUCCEEDED, "succeeded"), (FAILED, "failed"),
                        (INTERRUPTED, "interrupted"), (RUNNING, "running"), (PENDING, "pending"),

@@ -8,11 +8,21 @@ recipe is a cheap stand-in (a few C files through the host compiler), the nights
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import json
 import os
 import shutil
 import signal
 import sqlite3
+import subprocess
+import threading
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
 
 from tests.integration.bisect_history import (
     BREAK,
@@ -40,9 +50,9 @@ def project(night_project, name: str = "p"):
     return p, make_history(p.path)
 
 
-def night(run_cli, p, date: str) -> tuple[int, dict]:
-    code, out, err = run_cli(["run", "--config", str(p.config), "--date", date, "--no-upload"],
-                             timeout=300)
+def night(run_cli, p, date: str, *, upload: bool = False) -> tuple[int, dict]:
+    code, out, err = run_cli(["run", "--config", str(p.config), "--date", date,
+                              *([] if upload else ["--no-upload"])], timeout=300)
     assert code in (0, 1), (out, err)
     day = p.path / "nightlies" / date
     return code, json.loads((day / "summary.json").read_text())
@@ -184,3 +194,111 @@ def test_bad_input_exits_2_with_one_line(night_project, run_cli):
     assert "is a plain folder" in err
     assert len(err.strip().splitlines()) == 1
 
+
+
+# ---------------------------------------------------------------------------- in Chromium
+
+CHROMIUM = Path("/usr/bin/chromium")
+REPO = Path(__file__).resolve().parents[2]
+# A page of the static server that fetches every link of the published report and writes
+# each one's HTTP status into the DOM (the report itself runs no script: its CSP forbids it).
+CHECKER = """<!DOCTYPE html><html><body><pre id="out">running</pre><script>
+(async () => {
+  const page = new URL(location.hash.slice(1), location.href);
+  const doc = new DOMParser().parseFromString(await (await fetch(page)).text(), "text/html");
+  const lines = [];
+  for (const a of doc.querySelectorAll("a[href]")) {
+    if (a.getAttribute("href").startsWith("#")) continue;
+    const url = new URL(a.getAttribute("href"), page);
+    const r = await fetch(url, {cache: "no-store"});
+    const text = await r.text();
+    lines.push(r.status + " " + url.pathname + " " + (text.includes("nightly build") ? "log" : "-"));
+  }
+  document.getElementById("out").textContent = lines.join("\\n") + "\\ndone";
+})();
+</script></body></html>
+"""
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Path:
+    """Debian's Chromium, installed now if it is missing (never skipped)."""
+    if not os.access(CHROMIUM, os.X_OK):
+        proc = subprocess.run(["bash", str(REPO / "scripts" / "browser.sh")], capture_output=True,
+                              text=True, timeout=900, check=False)
+        assert proc.returncode == 0, proc.stderr
+    return CHROMIUM
+
+
+def dump_dom(chromium: Path, profile: Path, url: str, *extra: str) -> str:
+    proc = subprocess.run(
+        [str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", f"--user-data-dir={profile}", *extra, "--dump-dom", url],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "HOME": str(profile)})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@contextlib.contextmanager
+def static_server(folder: Path) -> Iterator[str]:
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_report_shows_groups_and_bisect_and_published_log_links_answer(
+        night_project, run_cli, chromium, tmp_path):
+    p, h = project(night_project)
+    with (p.config).open("a") as f:
+        f.write('\n[publish]\nurl = "mirror"\n')
+    night(run_cli, p, DAY1)
+    night(run_cli, p, DAY2, upload=True)
+    code, _, err = run_cli(bisect_args(p, DAY2), timeout=600)
+    assert code == 0, err
+    code, _, err = run_cli(["report", "--config", str(p.config), "--date", DAY2])
+    assert code == 0, err
+    page = p.path / "nightlies" / DAY2 / "report.html"
+    dom = dump_dom(chromium, tmp_path / "profile1", page.as_uri())
+    groups = Dom(dom)
+    (group,) = groups.having("data-signature")
+    assert group["data-signature"] == CUDA_SIGNATURE
+    (item,) = [a for a in groups.having("data-build") if a.get("class") == "failed-build"]
+    assert (item["data-build"], item["data-new"]) == (CUDA, "true")
+    assert "1 build: <code>" in dom
+    assert f"bisect: first bad commit {h.commits[BREAK][:12]}" in dom
+    # the copy published into the mirror by night 2, served over HTTP
+    mirror = p.path / "mirror"
+    (mirror / "check.html").write_text(CHECKER)
+    with static_server(mirror) as base:
+        report = f"/whl/nightly/reports/{DAY2}_m.html"
+        dom = dump_dom(chromium, tmp_path / "profile2", f"{base}/check.html#{report}",
+                       "--virtual-time-budget=10000")
+    text = dom[dom.index('<pre id="out">') + 14: dom.index("</pre>")]
+    assert text.rstrip().endswith("done"), text
+    links = text.split("\n")[:-1]
+    assert len(links) >= 3, text  # the failure's full log, and one per build in the table
+    assert all(line.startswith("200 ") and line.endswith(" log") for line in links), text
+    assert any(f"/logs/failed/{CUDA}.log" in line for line in links), text
+    failed_log = mirror / "whl/nightly/reports" / f"{DAY2}_m" / "logs/failed" / f"{CUDA}.log"
+    assert CUDA_SIGNATURE in failed_log.read_text()
+
+
+class Dom(HTMLParser):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.elements: list[dict[str, str | None]] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append(dict(attrs))
+
+    def having(self, attr: str) -> list[dict[str, str | None]]:
+        return [a for a in self.elements if attr in a]
