@@ -151,6 +151,10 @@ def run_night(
                                [b.python for b in todo if b.package != "libtorch"], night.log)
         estimate_s = phase.run(night, todo)
         _after_builds(night, phase, opts, date)
+        if opts.notify and config.notify.bisect:  # before the summary: it carries the results
+            from nightly.bisect_auto import bisect_new_failures
+
+            bisect_new_failures(config, day, night.machine.name, night.log)
         summary, summary_path = write_summary(night, started=started, estimate_s=estimate_s,
                                               estimates=dict(estimates or {}), manual=opts.manual)
         if opts.notify:

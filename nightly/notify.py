@@ -44,8 +44,16 @@ def body(summary: dict[str, Any]) -> str:
         lines.append("Failed builds:")
         for bid, b in sorted(failed.items()):
             lines.append(f"  {bid}: {b.get('reason') or b['outcome']}  (log: {b.get('log') or '-'})")
+        facts = (summary.get("failures") or {}).get("builds") or {}
         for g in (summary.get("failures") or {}).get("groups") or []:
             lines.append(f"  {len(g['builds'])} build(s): {g['signature']}")
+            for bid in g["builds"]:
+                f = facts.get(bid) or {}
+                lines.append(f"    {bid}: {f.get('headline', '')}")
+                if f.get("bisect"):
+                    from nightly.report_triage import bisect_line
+
+                    lines.append(f"      bisect: {bisect_line(f['bisect'])}")
     if summary.get("failed_uploads"):
         lines += ["", "Failed uploads (retry with `nightly upload`): "
                   + ", ".join(summary["failed_uploads"])]

@@ -93,6 +93,8 @@ class Notify:
     smtp_to: tuple[str, ...]
     smtp_user: str
     smtp_password_env: str
+    bisect: bool = False  # bisect each new failure group after the night, before notifying
+    bisect_budget_s: float = 7200.0
 
 
 @dataclass(frozen=True, kw_only=True)

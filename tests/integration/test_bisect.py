@@ -302,3 +302,22 @@ class Dom(HTMLParser):
 
     def having(self, attr: str) -> list[dict[str, str | None]]:
         return [a for a in self.elements if attr in a]
+
+
+def test_notify_bisect_bisects_new_failures_before_notifying(night_project, run_cli):
+    p, h = project(night_project)
+    sent = p.path / "notification.json"
+    with (p.config).open("a") as f:
+        f.write(f'\n[notify]\ncommand = "tee {sent}"\nbisect = true\nbisect_budget = "30m"\n')
+    night(run_cli, p, DAY1)
+    code, summary = night(run_cli, p, DAY2)
+    assert code == 1
+    bisected = summary["failures"]["builds"][CUDA]["bisect"]
+    assert bisected["first_bad"] == h.commits[BREAK]
+    assert len(bisected["steps"]) <= MOST_BUILDS
+    notified = json.loads(sent.read_text())
+    assert notified["failures"]["builds"][CUDA]["bisect"]["first_bad"] == h.commits[BREAK]
+    # a failure still failing the next night is not bisected again
+    code, summary = night(run_cli, p, DAY3)
+    assert summary["failures"]["builds"][CUDA]["bisect"] is None
+    assert summary["failures"]["builds"][CPU]["bisect"]["first_bad"] == h.commits[UNRELATED]
