@@ -20,6 +20,8 @@ Runs one after another (so they do not compete for the machine), each in its own
               night's wall time against the sum of its builds (--quick: warm only, no night)
   cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
               through `nightly run`: warm / cold night, four Pythons with / without cache
+  bisect      bench_bisect.py: `nightly bisect` over a 64-commit demo history with the
+              compiler cache against without it
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
               tool of the same kind), or `python -m pip --version` when cibuildwheel is not
               installed (the table says which)
@@ -84,6 +86,8 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
         "cache": ([py, str(HERE / "bench_cache.py"),
                    *(["--cpp", "4", "--cuda", "2", "--templates", "4"] if quick else [])],
                   "cache.json"),
+        "bisect": ([py, str(HERE / "bench_bisect.py"), *(["--gen", "8"] if quick else [])],
+                   "bisect.json"),
     }  # fmt: skip
 
 
@@ -294,10 +298,18 @@ def rows_cache(d: dict[str, Any]) -> list[Row]:
     ]
 
 
+def rows_bisect(d: dict[str, Any]) -> list[Row]:
+    return [["bisect", "bisect of 64 commits: with cache / without (s)",
+             _num(_get(d, "cache", "wall_s"), 1), _num(_get(d, "no_cache", "wall_s"), 1),
+             _num(d.get("cache_over_no_cache")),
+             f"lower is better; {_get(d, 'cache', 'builds')} builds, hit rate "
+             f"{_num(_get(d, 'cache', 'hit_rate'), 2)}"]]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
     "cluster": rows_cluster, "cache": rows_cache, "cli": rows_cli, "images": rows_images,
-    "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls,
+    "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls, "bisect": rows_bisect,
 }
 
 

@@ -12,6 +12,7 @@ and packages/ are never touched: only the result is recorded, in the history.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import time
 from collections.abc import Callable
@@ -206,11 +207,29 @@ def _conclude(repo: Path, t: Target, verdicts: dict[str, str], result: BisectRes
             result.status = "narrowed"
 
 
+def step_config(config: Config, build_id: str) -> Config:
+    """The configuration of a bisect's steps: the night's, with a compiler cache of the
+    bisect's own (a folder or prefix beside the machine's). Why: sccache's preprocessor cache
+    mode checks the headers a cached compile read at the paths they had then; with the
+    nights' source folders stripped from keys (basedirs), an entry of an earlier night whose
+    headers are still on disk at that night's path answers for a commit whose headers differ
+    (a stale object: a bad commit judged good). The steps all build in one checkout, so the
+    entries of the bisect's own cache check the headers of the commit being built."""
+    c = config.cache
+    if not c.enabled:
+        return config
+    own = f"bisect-{build_id}"
+    cache = (dataclasses.replace(c, url=f"{c.url.rstrip('/')}/{own}") if c.url
+             else dataclasses.replace(c, dir=c.dir / own))
+    return dataclasses.replace(config, cache=cache)
+
+
 class StepBuilder:
     """Builds the target at one commit in DAY/bisect/<build-id>/<commit>/ with the Runner."""
 
     def __init__(self, config: Config, day: Day, t: Target, folder: Path,
                  machine: str | None) -> None:
+        config = step_config(config, t.build.id)
         self.config, self.day, self.t, self.folder = config, day, t, folder
         self.machine = machine or ""
         self.source = folder / "source"

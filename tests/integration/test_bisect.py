@@ -321,3 +321,26 @@ def test_notify_bisect_bisects_new_failures_before_notifying(night_project, run_
     code, summary = night(run_cli, p, DAY3)
     assert summary["failures"]["builds"][CUDA]["bisect"] is None
     assert summary["failures"]["builds"][CPU]["bisect"]["first_bad"] == h.commits[UNRELATED]
+
+
+def test_bisect_with_the_compiler_cache_is_not_fooled_by_the_nights_entries(
+        night_project, run_cli):
+    """Night 1 fills the compiler cache from its source folder; the bisect's steps must not
+    be served those objects for commits whose header changed (see bisect_run.step_config)."""
+    p, h = project(night_project)
+    text = p.config.read_text()
+    cached = text.replace("[cache]\nenabled = false\n",
+                          f'[cache]\nenabled = true\ndir = "{p.path / "sccache"}"\n')
+    assert cached != text
+    p.config.write_text(cached)
+    night(run_cli, p, DAY1)
+    p.config.write_text(text)  # night 2 without the cache, so that it fails as it must
+    assert night(run_cli, p, DAY2)[0] == 1
+    p.config.write_text(cached)
+    code, out, err = run_cli(bisect_args(p, DAY2), timeout=600)
+    assert code == 0, (out, err)
+    result = json.loads((p.path / "nightlies" / DAY2 / "bisect" / CUDA / "result.json").read_text())
+    assert result["first_bad"] == h.commits[BREAK]
+    state = json.loads((p.path / "nightlies" / DAY2 / "bisect" / CUDA / h.commits[BREAK]
+                        / "state.json").read_text())
+    assert state["builds"][CUDA]["cache"]  # the steps did build through the cache
