@@ -18,10 +18,6 @@ def subject(summary: dict[str, Any]) -> str:
     from nightly.triage import subject_counts
 
     c = summary["counts"]
-    counts = subject_counts(summary)
-    if counts:  # "nightly 2026_11_24: 3 new failures, 2 still failing"
-        return (f"nightly {summary['date']}: {counts} ({c['succeeded']}/{c['total']} "
-                f"succeeded on machine {summary['machine']})")
     failed = sorted(k for k, v in summary["builds"].items() if v["outcome"] != "succeeded")
     if failed:
         names = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
@@ -31,6 +27,10 @@ def subject(summary: dict[str, Any]) -> str:
     uploads = summary.get("failed_uploads") or []
     if uploads:
         state += f"; {len(uploads)} upload(s) failed"
+    counts = subject_counts(summary)
+    if counts:  # first, so the list of a mail client shows it: "3 new failures, 2 still failing"
+        return (f"nightly {summary['date']}: {counts} ({state}; {c['succeeded']}/{c['total']} "
+                f"succeeded on machine {summary['machine']})")
     return (
         f"nightly {summary['date']} on machine {summary['machine']}: {state} "
         f"({c['succeeded']}/{c['total']} succeeded)"
