@@ -8,7 +8,7 @@ is skipped), with `--gen` generated C files that every build compiles (-O2), so 
 costs what compiling costs. Two nights (good, bad), then the same bisect of the CUDA failure
 on the same day folder (its bisect folder removed in between): with `[cache] enabled = false`
 (the baseline), with the cache (the bisect's own cache folder, cold at its start: see
-nightly.bisect_run.step_config), and with that cache warm (the same bisect again). Each must
+nightly.bisect.run.step_config), and with that cache warm (the same bisect again). Each must
 name the breaking commit.
 
 The nights run without the cache: with it, night 2's CUDA build is served night 1's object

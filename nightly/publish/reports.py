@@ -22,7 +22,7 @@ from nightly.redact import SECRET_RE, mask, safe_url
 from nightly.workspace import Day
 
 if TYPE_CHECKING:
-    from nightly.history import History
+    from nightly.history.db import History
     from nightly.publish.stores import Store
 
 TAIL_BYTES = 64 * 1024  # a succeeded build's log: its end is what anyone looks at
@@ -93,15 +93,19 @@ def notes(logs: list[PublishedLog]) -> list[str]:
     return [line]
 
 
-def publish_report(store: Store, day: Day, history: History | None, *, channel: str,
-                   machine: str, log: Callable[[str], None]) -> str:
-    """Publish the logs, the report linking them and the sizes JSON. Returns the page's key."""
-    from nightly.report import render_html
+# (link base, notes) -> the page: the report as seen from where it is published (rendered by
+# nightly.report.html.render_html, a layer above this one, so passed in).
+Render = Callable[[str, list[str]], str]
 
+
+def publish_report(store: Store, day: Day, history: History | None, render: Render, *,
+                   channel: str, machine: str, log: Callable[[str], None]) -> str:
+    """Publish the logs, then the report linking them (so the page never links a log not
+    there yet), then the sizes JSON. Returns the page's key."""
     base, stem = base_of(channel), stem_of(day, machine)
     cache_control = caching.for_channel(channel)
     logs = publish_logs(store, f"{base}/reports/{stem}", day, cache_control)
-    page = render_html(day, history, link_base=stem, notes=notes(logs))
+    page = render(stem, notes(logs))
     key = f"{base}/reports/{stem}.html"
     store.put_bytes(key, page.encode("utf-8"), "text/html; charset=utf-8",
                     cache_control=cache_control)

@@ -93,7 +93,7 @@ def test_three_nights_give_the_facts_and_bisect_names_the_commit(night_project, 
     assert any(line.endswith("Break the CPU-only code") for line in cpu["commits"])
     assert cpu["signature"] == 'error: #error "cpu_only.c: unsupported platform"'
     assert {g["signature"] for g in f3["groups"]} == {CUDA_SIGNATURE, cpu["signature"]}
-    from nightly.notify import subject
+    from nightly.night.notify import subject
 
     assert subject(s3).startswith(f"nightly {DAY3}: 1 new failure, 1 still failing")
 
@@ -326,7 +326,7 @@ def test_notify_bisect_bisects_new_failures_before_notifying(night_project, run_
 def test_bisect_with_the_compiler_cache_is_not_fooled_by_the_nights_entries(
         night_project, run_cli):
     """Night 1 fills the compiler cache from its source folder; the bisect's steps must not
-    be served those objects for commits whose header changed (see bisect_run.step_config)."""
+    be served those objects for commits whose header changed (see nightly.bisect.run.step_config)."""
     p, h = project(night_project)
     text = p.config.read_text()
     cached = text.replace("[cache]\nenabled = false\n",

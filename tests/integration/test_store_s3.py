@@ -334,6 +334,7 @@ def test_published_pages_reports_and_logs_carry_cache_control(
 
     from nightly.publish.index import regenerate
     from nightly.publish.reports import TAIL_BYTES, publish_report
+    from nightly.report.html import render_html
     from nightly.workspace import Day, write_json
 
     store = s3(moto, bucket)
@@ -349,7 +350,9 @@ def test_published_pages_reports_and_logs_carry_cache_control(
     (day.failed / "a.log").write_text("nightly build a\nerror: broke\n")
     (day.succeeded / "b.log").write_text("nightly build b\n" + ("x" * 80 + "\n") * (TAIL_BYTES // 40))
     for channel in ("nightly", "release"):
-        publish_report(store, day, None, channel=channel, machine="m", log=lambda _: None)
+        publish_report(store, day, None,
+                       lambda base, notes: render_html(day, None, link_base=base, notes=notes),
+                       channel=channel, machine="m", log=lambda _: None)
 
     def cache_control(key: str) -> str:
         return str(raw(moto).head_object(Bucket=bucket, Key=f"pub/{key}").get("CacheControl"))

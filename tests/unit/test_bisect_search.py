@@ -6,7 +6,17 @@ import math
 
 import pytest
 
-from nightly.bisect import BAD, GOOD, SKIP, Step, append_step, most_builds, narrow, next_commit, read_steps
+from nightly.bisect.search import (
+    BAD,
+    GOOD,
+    SKIP,
+    Step,
+    append_step,
+    most_builds,
+    narrow,
+    next_commit,
+    read_steps,
+)
 
 
 def run(n: int, first_bad: int, skips: set[int] = frozenset()) -> tuple[int | None, list[int]]:  # type: ignore[assignment]

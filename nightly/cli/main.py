@@ -1,0 +1,419 @@
+"""The `nightly` command: parse, call the core, map errors to exit codes. Thin on purpose.
+
+The core (config, night, runner, executors, publish) and heavy libraries (rich, boto3,
+docker, dask) are imported inside the commands, so `nightly --help` loads none of them
+(tests/unit/test_cli_plan.py checks): the one place nightly's own modules are imported in
+functions without a cycle to avoid.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from nightly.cli.context import Ctx, Shared, common_options, existing_day
+from nightly.errors import BuildsFailed, NightlyError, UsageError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="nightly")
+def cli() -> None:
+    """Nightly and release builds of a project's compiled binaries.
+
+    Exit codes: 0 success; 1 some builds or uploads failed; 2 bad usage or configuration;
+    3 nothing selected; 4 another run holds this day's lock.
+    """
+
+
+@cli.command()
+@common_options
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--machine", metavar="N", help="Only this machine (name or index).")
+@click.option("--select", "selects", metavar="GLOB", multiple=True, help="Only builds matching.")
+def plan(
+    as_json: bool,
+    machine: str | None,
+    selects: tuple[str, ...],
+) -> None:
+    """The night's builds, their machines and queues, estimates and lower bound."""
+    from nightly.history.db import planning_estimator
+    from nightly.plan.matrix import nightly_version
+    from nightly.plan.schedule import plan_night
+
+    ctx = Ctx()
+    result = plan_night(
+        ctx.config, machine=machine, selects=selects, estimate=planning_estimator(ctx.config)
+    )
+    version = nightly_version(
+        ctx.config.project.base_version, ctx.date, ctx.config.project.version_from
+    )
+    if as_json:
+        data = result.to_json(date=f"{ctx.date:%Y_%m_%d}", version=version)
+        click.echo(json.dumps(data, indent=2))
+    else:
+        from nightly.report import terminal as display
+
+        display.print_plan(result, date=ctx.date, version=version)
+
+
+@cli.command()
+@common_options
+@click.argument("package")
+@click.argument("pythons")
+@click.argument("cudas")
+@click.option("--executor", type=click.Choice(["local", "container"]), help="Override the machine's.")
+@click.option("--machine", metavar="N", help="Take queues/executor from this machine.")
+@click.option("--dry-run", is_flag=True, help="Show where and how each build would run.")
+@click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
+@click.option("--no-upload", is_flag=True, help="Keep the packages here; `nightly upload` publishes them.")
+def build(
+    package: str,
+    pythons: str,
+    cudas: str,
+    executor: str | None,
+    machine: str | None,
+    dry_run: bool,
+    keep_container: bool,
+    no_upload: bool,
+) -> None:
+    """Build PACKAGE for the PYTHONS x CUDAS listed (comma lists), now, on this machine: a
+    one-off build of the day, published to the nightly channel unless --no-upload, recorded
+    as manual with its own summary (the night's summary.json stays the night's).
+
+    Example: nightly build manywheel 3.9,3.12 cpu,cu130
+    """
+    import shlex
+
+    from nightly.night import pipeline as night
+    from nightly.workspace.summary import manual_mark
+
+    ctx = Ctx()
+    builds = night.builds_from_cli(ctx.config, package, pythons, cudas)
+    opts = night.NightOptions(
+        machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
+        rebuild=tuple(b.id for b in builds), no_upload=no_upload,
+        manual=manual_mark(shlex.join(["nightly", *sys.argv[1:]])),
+    )
+    night.run_builds(ctx.config, ctx.date, builds, opts)
+
+
+@cli.command()
+@common_options
+@click.option("--machine", metavar="N", help="This machine's name or index in the config.")
+@click.option("--cluster", metavar="ADDRESS", help="Run the night on a Dask cluster.")
+@click.option("--dry-run", is_flag=True, help="Show the night's builds; change nothing.")
+@click.option("--no-upload", is_flag=True, help="Build only: no smoke test upload or index.")
+@click.option("--rebuild", metavar="GLOB", multiple=True, help="Rebuild even if succeeded.")
+@click.option("--select", "selects", metavar="GLOB", multiple=True, help="Only builds matching.")
+@click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
+def run(
+    machine: str | None,
+    cluster: str | None,
+    dry_run: bool,
+    no_upload: bool,
+    rebuild: tuple[str, ...],
+    selects: tuple[str, ...],
+    keep_container: bool,
+) -> None:
+    """The whole night for this machine: build, publish, index, prune, summarize. Resumable."""
+    from nightly.night import pipeline as night
+
+    ctx = Ctx()
+    if cluster or (machine is None and ctx.config.cluster.address):
+        night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
+            address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
+            rebuild=rebuild, selects=selects, keep_container=keep_container,
+        ))
+        return
+    m = night.pick_machine(ctx.config, machine)
+    share = night.plan_share(ctx.config, m, selects)
+    opts = night.NightOptions(
+        machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
+        keep_container=keep_container, notify=True, prune=True,
+    )
+    night.run_builds(
+        ctx.config, ctx.date, share.order, opts, queues=share.queues, plan_json=share.plan_json,
+        estimate_s=share.makespan_s, estimates=share.estimates,
+    )
+
+
+@cli.command()
+@common_options
+def upload() -> None:
+    """Publish the day's succeeded packages that are not yet published (idempotent)."""
+    from nightly.publish.upload import publish_day, record_publication
+    from nightly.workspace import DayLock, State
+    from nightly.workspace.summary import refresh
+
+    ctx = Ctx()
+    day = existing_day(ctx)
+    if not (ctx.config.publish.url or ctx.config.publish.conda_channel
+            or ctx.config.publish.anaconda_user):
+        raise UsageError(f"{ctx.config.path}: [publish] url is empty: nothing to publish to")
+    with DayLock(day.lock_path).acquire("upload"):
+        state = State(day.state_path)
+        channel = str(state.meta.get("channel") or "nightly")
+        try:
+            report = publish_day(ctx.config, day, state, channel=channel, log=click.echo)
+        except NightlyError as e:
+            state.set_meta(publish_error=str(e))
+            refresh(day, state, by="nightly upload")
+            raise
+        # summary.json's failed uploads and publish error say what is true after this upload.
+        record_publication(state, report)
+        refresh(day, state, by="nightly upload")
+    click.echo(
+        f"{len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
+        f"{len(report.failed)} failed, {len(report.index_errors)} index errors"
+    )
+    if not report.ok:
+        raise BuildsFailed("some uploads or index pages failed", reported=True)
+
+
+@cli.command()
+@common_options
+@click.option("--full", is_flag=True, help="Rebuild every folder's pages from a listing.")
+@click.option("--backfill-metadata", is_flag=True,
+              help="First store <wheel>.metadata (PEP 658) for wheels without one; implies --full.")
+def index(
+    full: bool,
+    backfill_metadata: bool,
+) -> None:
+    """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
+    from nightly.publish.rebuild import rebuild_all
+    from nightly.publish.upload import (
+        UploadReport,
+        index_options,
+        open_destination,
+        regenerate_index,
+    )
+    from nightly.workspace import State
+
+    ctx = Ctx()
+    if not ctx.config.publish.url:
+        raise UsageError(f"{ctx.config.path}: [publish] url is empty: no index to regenerate")
+    store = open_destination(ctx.config)
+    if full or backfill_metadata:
+        reports = rebuild_all(store, index_options(ctx.config), backfill=backfill_metadata,
+                              log=click.echo)
+        click.echo(f"{len(reports)} folder(s) regenerated in full")
+        return
+    day = existing_day(ctx)
+    state = State(day.state_path)
+    channel = str(state.meta.get("channel") or "nightly")
+    report = UploadReport()
+    for entry in state.builds.values():
+        for dest, sha in entry.published.items():
+            if dest.startswith(store.url + "/"):
+                folder, _, name = dest[len(store.url) + 1:].rpartition("/")
+                report.folders.setdefault(folder, {})[name] = sha
+    if not report.folders:
+        click.echo("nothing published on this day: no folder to regenerate (try --full)")
+        return
+    regenerate_index(ctx.config, store, report, channel=channel, log=click.echo)
+    if not report.ok:
+        raise BuildsFailed("; ".join(report.index_errors) or "index pages failed",
+                           reported=True)
+
+
+@cli.command()
+@common_options
+@click.option("--dry-run", is_flag=True, help="List what would be deleted.")
+def prune(dry_run: bool) -> None:
+    """Delete old day folders locally; apply retention to the nightly channel remotely."""
+    from nightly.publish import retention
+    from nightly.workspace import apply_local_prune, is_locked, plan_local_prune
+
+    ctx = Ctx()
+    cfg = ctx.config
+    doomed = plan_local_prune(cfg.root, ctx.date, cfg.retention.local_days, is_locked)
+    for p in doomed:
+        click.echo(f"{'would delete' if dry_run else 'delete'} {p}")
+    if doomed and not dry_run:
+        click.echo(str(apply_local_prune(cfg.root, doomed, is_locked)))
+    if not doomed:
+        click.echo(f"no day folder under {cfg.root} is older than {cfg.retention.local_days} days")
+    rv, rd = cfg.retention.remote_versions, cfg.retention.remote_days
+    if cfg.publish.url and (rv or rd):
+        import datetime as _dt
+
+        from nightly.publish.upload import open_destination
+
+        store = open_destination(cfg)
+        keys = retention.plan_remote_prune(  # remote_versions = 0: keep every version
+            retention.list_nightly(store), rv or sys.maxsize, rd or None,
+            _dt.datetime.now(_dt.timezone.utc),
+        )
+        for k in keys:
+            click.echo(f"{'would delete' if dry_run else 'delete'} {store.url}/{k}")
+        if keys and not dry_run:
+            from nightly.publish.upload import index_options
+
+            retention.apply_remote_prune(store, keys, options=index_options(cfg))
+
+
+@cli.command()
+@common_options
+@click.argument("version")
+@click.option("--rc", type=click.IntRange(min=0), help="Release candidate number (recorded).")
+@click.option("--machine", metavar="N", help="This machine's name or index in the config.")
+@click.option("--dry-run", is_flag=True, help="Show what would be built; change nothing.")
+@click.option("--no-upload", is_flag=True, help="Build only; publish later with `nightly upload`.")
+@click.option("--rebuild", metavar="GLOB", multiple=True, help="Rebuild even if succeeded.")
+def release(
+    version: str,
+    rc: int | None,
+    machine: str | None,
+    dry_run: bool,
+    no_upload: bool,
+    rebuild: tuple[str, ...],
+) -> None:
+    """Build the whole matrix as VERSION and publish it to the test channel. Resumable."""
+    from nightly.night.release import run_release
+
+    ctx = Ctx()
+    run_release(ctx.config, ctx.date, version, rc, machine=machine, dry_run=dry_run,
+                no_upload=no_upload, rebuild=rebuild)
+
+
+@cli.command()
+@common_options
+@click.argument("version")
+@click.option("--rc", type=click.IntRange(min=0), help="The release candidate to promote.")
+@click.option("--allow-partial", metavar="GLOB", multiple=True,
+              help="Promote although these builds are missing or failed.")
+@click.option("--dry-run", is_flag=True, help="Show what would be copied and uploaded.")
+def promote(
+    version: str,
+    rc: int | None,
+    allow_partial: tuple[str, ...],
+    dry_run: bool,
+) -> None:
+    """Copy exactly the test channel's files of VERSION to the release channel."""
+    from nightly.publish.promote import promote as promote_candidate
+    from nightly.workspace.candidate import check_version
+
+    ctx = Ctx()
+    check_version(version)
+    promote_candidate(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
+                      log=click.echo)
+
+
+@cli.command()
+@common_options
+@click.option("--tail", default=15, show_default=True, metavar="N",
+              help="Log lines shown per failed (or running) build.")
+def status(tail: int) -> None:
+    """The day in the terminal: each build's state, outcome, duration and size, failures
+    first with the tail of their logs. Exit status 1 when a build failed."""
+    from nightly.history.db import History, history_path
+    from nightly.report import status as status_view
+
+    ctx = Ctx()
+    day = existing_day(ctx)
+    hp = history_path(ctx.config.root)
+    if status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None):
+        raise BuildsFailed("a build failed or was interrupted", reported=True)
+
+
+@cli.command(name="report")
+@common_options
+@click.option("--out", "out_path", metavar="FILE",
+              help="Also write the page here (its log links made relative to FILE).")
+def report_command(
+    out_path: str | None,
+) -> None:
+    """The day as one static, self-contained HTML page: ROOT/DAY/report.html (and --out)."""
+    from pathlib import Path
+
+    from nightly.history.db import History, history_path
+    from nightly.report import html as report
+
+    ctx = Ctx()
+    day = existing_day(ctx)
+    hp = history_path(ctx.config.root)
+    out = Path(out_path) if out_path else None
+    written = report.write_report(day, History(hp) if hp.exists() else None, out)
+    click.echo(str(written))
+    if out is not None:
+        click.echo(str(out))
+
+
+@cli.group(name="cluster")
+def cluster_group() -> None:
+    """Cluster mode's set-up (docs/cluster.md)."""
+
+
+@cluster_group.command(name="certs")
+@click.argument("folder", metavar="DIR")
+@click.option("--hosts", required=True, metavar="A,B,C", help="The build hosts (names or IPs).")
+@click.option("--days", default=825, show_default=True, type=click.IntRange(min=1),
+              help="How long the host certificates are valid.")
+def cluster_certs(folder: str, hosts: str, days: int) -> None:
+    """A CA for the cluster, and a certificate and key for each host and the orchestrator.
+
+    DIR gets ca.pem, ca-key.pem (keep it off the build network) and HOST.pem, HOST-key.pem per
+    host plus orchestrator.pem, orchestrator-key.pem. With a CA already in DIR, it issues
+    certificates for the new hosts only. Keys are written mode 0600 and never printed."""
+    from pathlib import Path
+
+    from nightly.cluster import tls
+
+    made = tls.make_certs(Path(folder), tls.parse_hosts(hosts), days=days)
+    click.echo(f"{'created' if made.ca_created else 'reused'} the CA: {made.ca_cert} "
+               f"(its key {made.ca_key}: keep it off the build hosts)")
+    for i in made.issued:
+        if i.name == tls.ORCHESTRATOR:
+            click.echo(f"the orchestrator: [cluster] tls_ca_file = {str(made.ca_cert)!r}, "
+                       f"tls_cert = {str(i.cert)!r}, tls_key = {str(i.key)!r}")
+        else:
+            click.echo(f"{i.name}: copy {made.ca_cert.name}, {i.cert.name} and {i.key.name} to it "
+                       "(the key readable only by the user running dask there)")
+
+
+def _register_groups() -> None:
+    from nightly.cli.bisect import bisect_command
+    from nightly.cli.images import images
+
+    cli.add_command(images)
+    cli.add_command(bisect_command)
+
+
+_register_groups()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    opts = Shared()  # the command's --debug lands here (cli.context.common_options)
+    # cron's `timeout`, systemd and kill send SIGTERM: stop like Ctrl-C (builds marked
+    # interrupted, logs kept, containers removed) instead of dying mid-write.
+    import signal
+
+    def _term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _term)
+    try:
+        cli.main(args=args, prog_name="nightly", standalone_mode=False, obj=opts)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except NightlyError as e:
+        if opts.debug:
+            import traceback
+
+            traceback.print_exc()
+        if not (isinstance(e, BuildsFailed) and e.reported):
+            click.echo(f"nightly: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("nightly: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(0)

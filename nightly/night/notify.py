@@ -1,0 +1,109 @@
+"""Tell people how the night went: a configured command gets summary.json on stdin, and/or
+an email goes out through a configured SMTP server. A notification failure is reported in the
+master log; it never changes the night's outcome."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from typing import Any
+
+from nightly.config import Notify
+
+
+def subject(summary: dict[str, Any]) -> str:
+    """Names the failures (the first few), so a mail client's list says what broke."""
+    from nightly.history.triage import subject_counts
+
+    c = summary["counts"]
+    failed = sorted(k for k, v in summary["builds"].items() if v["outcome"] != "succeeded")
+    if failed:
+        names = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
+        state = f"{len(failed)} failed: {names}"
+    else:
+        state = "all succeeded"
+    uploads = summary.get("failed_uploads") or []
+    if uploads:
+        state += f"; {len(uploads)} upload(s) failed"
+    counts = subject_counts(summary)
+    if counts:  # first, so the list of a mail client shows it: "3 new failures, 2 still failing"
+        return (f"nightly {summary['date']}: {counts} ({state}; {c['succeeded']}/{c['total']} "
+                f"succeeded on machine {summary['machine']})")
+    return (
+        f"nightly {summary['date']} on machine {summary['machine']}: {state} "
+        f"({c['succeeded']}/{c['total']} succeeded)"
+    )
+
+
+def body(summary: dict[str, Any]) -> str:
+    lines = [subject(summary), "", f"source: {summary.get('source', '-')}", ""]
+    failed = {k: v for k, v in summary["builds"].items() if v["outcome"] != "succeeded"}
+    if failed:
+        lines.append("Failed builds:")
+        for bid, b in sorted(failed.items()):
+            lines.append(f"  {bid}: {b.get('reason') or b['outcome']}  (log: {b.get('log') or '-'})")
+        facts = (summary.get("failures") or {}).get("builds") or {}
+        for g in (summary.get("failures") or {}).get("groups") or []:
+            lines.append(f"  {len(g['builds'])} build(s): {g['signature']}")
+            for bid in g["builds"]:
+                f = facts.get(bid) or {}
+                lines.append(f"    {bid}: {f.get('headline', '')}")
+                if f.get("bisect"):
+                    from nightly.report.triage import bisect_line
+
+                    lines.append(f"      bisect: {bisect_line(f['bisect'])}")
+    if summary.get("failed_uploads"):
+        lines += ["", "Failed uploads (retry with `nightly upload`): "
+                  + ", ".join(summary["failed_uploads"])]
+    return "\n".join(lines) + "\n"
+
+
+def send(cfg: Notify, summary: dict[str, Any]) -> list[str]:
+    """Send what is configured. Returns messages for the master log (errors included)."""
+    if summary["exit_code"] == 0 and not cfg.always:
+        return []
+    out: list[str] = []
+    payload = json.dumps(summary, indent=2, sort_keys=True)
+    if cfg.command:
+        try:
+            proc = subprocess.run(
+                shlex.split(cfg.command), input=payload, text=True, capture_output=True,
+                timeout=120,
+            )
+            if proc.returncode == 0:
+                out.append(f"notified: {cfg.command}")
+            else:
+                out.append(
+                    f"notification command exited {proc.returncode}: {proc.stderr.strip()[-500:]}"
+                )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            out.append(f"notification command failed: {e}")
+    if cfg.smtp_host and cfg.smtp_to:
+        out.append(_mail(cfg, summary, payload))
+    return out
+
+
+def _mail(cfg: Notify, summary: dict[str, Any], payload: str) -> str:
+    import smtplib
+    from email.message import EmailMessage
+
+    msg = EmailMessage()
+    msg["Subject"] = subject(summary)
+    msg["From"] = cfg.smtp_from or "nightly@localhost"
+    msg["To"] = ", ".join(cfg.smtp_to)
+    msg.set_content(body(summary))
+    msg.add_attachment(payload.encode(), maintype="application", subtype="json",
+                       filename="summary.json")
+    try:
+        with smtplib.SMTP(cfg.smtp_host, cfg.smtp_port, timeout=60) as smtp:
+            if cfg.smtp_user:
+                password = os.environ.get(cfg.smtp_password_env, "") if cfg.smtp_password_env else ""
+                smtp.starttls()
+                smtp.login(cfg.smtp_user, password)
+            smtp.send_message(msg)
+    except (OSError, smtplib.SMTPException) as e:
+        # The exception text of smtplib never holds the password; the user name is fine.
+        return f"email to {', '.join(cfg.smtp_to)} via {cfg.smtp_host}:{cfg.smtp_port} failed: {e}"
+    return f"emailed {', '.join(cfg.smtp_to)}"

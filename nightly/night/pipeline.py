@@ -1,0 +1,460 @@
+"""THE night, written once: lock -> source -> plan -> build phase -> publish -> history ->
+report -> prune -> summary -> notify.
+
+`nightly run`, `nightly build`, `nightly release` and `nightly run --cluster` all go through
+`run_night`; they differ only in which builds (the plan's share of this machine, the command
+line, the whole matrix) and in the build phase (nightly.builds.phase.BuildPhase): this machine's
+queues (nightly.builds.local_phase.LocalPhase) or a Dask cluster (nightly.cluster.orchestrator).
+docs/architecture.md draws the whole picture.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import functools
+import shutil
+import socket
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nightly.builds.local_phase import LocalPhase, SmokeFactory
+from nightly.builds.phase import BuildPhase, NightContext
+from nightly.builds.smoke import SmokeTester
+from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
+from nightly.config import Config, Machine
+from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError
+from nightly.files import append_line
+from nightly.history.db import History, history_path, planning_estimator
+from nightly.history.triage import summary_for_day
+from nightly.night import notify, wheelhouse
+from nightly.night import source as src
+from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spec
+from nightly.plan.schedule import make_plan, select_cli
+from nightly.publish import conda as conda_client
+from nightly.publish.upload import open_destination, publish_day, record_publication
+from nightly.report import terminal as display
+from nightly.report.html import write_report
+from nightly.workspace import (
+    INTERRUPTED,
+    SUCCEEDED,
+    Day,
+    DayLock,
+    State,
+    apply_local_prune,
+    is_locked,
+    plan_local_prune,
+    write_json,
+)
+from nightly.workspace import summary as day_record
+
+
+@dataclass(kw_only=True)
+class NightOptions:
+    machine: str | None = None
+    executor: str | None = None
+    dry_run: bool = False
+    no_upload: bool = False
+    rebuild: tuple[str, ...] = ()
+    keep_container: bool = False
+    channel: str = "nightly"
+    version: str | None = None  # default: the nightly version of the date
+    day_name: str | None = None  # default: YYYY_MM_DD (release folders differ)
+    live: bool | None = None  # None: live view when stdout is a terminal
+    notify: bool = False  # send the configured notifications (the night does; a build doesn't)
+    prune: bool = False  # local retention at the end (a nightly `run` does)
+    # A one-off `nightly build` (summary.manual_mark: who, when, the command): its builds are
+    # marked manual and it writes its own summary, leaving the night's summary.json the night's.
+    manual: dict[str, str] | None = None
+
+
+def this_platform() -> str:
+    return "macos" if sys.platform == "darwin" else "linux"
+
+
+def pick_machine(config: Config, key: str | None, *, strict: bool = True) -> Machine:
+    """--machine, else the only machine, else the one whose hostname is this host; when not
+    strict (a one-off build), else the first machine of this platform."""
+    if key is not None:
+        return config.machine(key)
+    if len(config.machines) == 1:
+        return config.machines[0]
+    host = socket.gethostname()
+    for m in config.machines:
+        if m.hostname and m.hostname == host:
+            return m
+    if not strict:
+        for m in config.machines:
+            if m.platform == this_platform():
+                return m
+    names = ", ".join(m.name for m in config.machines)
+    raise UsageError(
+        f"this config has several machines ({names}) and none has hostname = \"{host}\": "
+        "pass --machine NAME or set hostname in the machine's entry"
+    )
+
+
+def check_free_space(config: Config) -> None:
+    if config.min_free_gb <= 0:
+        return
+    config.root.mkdir(parents=True, exist_ok=True)
+    free_gb = shutil.disk_usage(config.root).free / 1e9
+    if free_gb < config.min_free_gb:
+        raise NightlyError(
+            f"only {free_gb:.1f} GB free under {config.root}, below run.min_free_gb = "
+            f"{config.min_free_gb:g}: free space (nightly prune) before starting the night"
+        )
+
+
+
+# ---------------------------------------------------------------------------- the pipeline
+
+
+def run_night(
+    config: Config,
+    date: dt.date,
+    phase: BuildPhase,
+    builds: Sequence[Build],
+    opts: NightOptions,
+    *,
+    plan_json: dict[str, Any] | None = None,
+    estimates: Mapping[str, float] | None = None,
+) -> dict[str, Any] | None:
+    """Lock the day, prepare it, run the build phase on what is not done yet, publish,
+    record, report, prune, summarize, notify. Returns the summary (None for a dry run);
+    raises BuildsFailed when a build or an upload failed."""
+    version = opts.version or nightly_version(
+        config.project.base_version, date, config.project.version_from
+    )
+    day = Day(config.root, date, name=opts.day_name)
+    if opts.dry_run:
+        phase.dry_run(day, builds, version, opts.channel)
+        return None
+    check_free_space(config)
+    lock = DayLock(day.lock_path).acquire("run")
+    try:
+        day.create()
+        started = time.time()
+        night = _prepare(config, date, day, phase, builds, opts, version, lock.taken_over)
+        if plan_json is not None:
+            write_json(day.master / "plan.json", plan_json)
+        state = night.state
+        todo = [b for b in builds
+                if state.status(b.id) != SUCCEEDED or _matches(b.id, opts.rebuild)]
+        day_record.mark_manual(state, [b.id for b in todo], opts.manual)
+        if config.build.wheelhouse and todo:
+            wheelhouse.prepare(config, night.source_dir, day.path / "wheelhouse",
+                               [b.python for b in todo if b.package != "libtorch"], night.log)
+        estimate_s = phase.run(night, todo)
+        _after_builds(night, phase, opts, date)
+        if opts.notify and config.notify.bisect:  # before the summary: it carries the results
+            from nightly.bisect.auto import bisect_new_failures
+
+            bisect_new_failures(config, day, night.machine.name, night.log)
+        summary, summary_path = write_summary(night, started=started, estimate_s=estimate_s,
+                                              estimates=dict(estimates or {}), manual=opts.manual)
+        if opts.notify:
+            for line in notify.send(config.notify, summary):
+                night.log(line)
+        display.print_summary(summary, path=summary_path)
+        if opts.manual is not None:
+            why = day_record.why_not_published(config, no_upload=opts.no_upload, day=day)
+            display.print_destinations(summary, day.path, not_published=why)
+        if summary["exit_code"]:
+            c = summary["counts"]
+            raise BuildsFailed(
+                f"{c['total'] - c['succeeded']} of {c['total']} build(s) did not succeed, "
+                f"{len(summary['failed_uploads'])} upload(s) failed", reported=True)
+        return summary
+    except KeyboardInterrupt:
+        append_line(day.master / "run.log", "interrupted by the user (Ctrl-C)")
+        raise
+    finally:
+        lock.release()
+
+
+def _after_builds(night: NightContext, phase: BuildPhase, opts: NightOptions,
+                  date: dt.date) -> None:
+    """Publish, record, report, prune, let the phase clean up: each step never fatal."""
+    if not opts.no_upload:
+        publish_step(night)
+    try:
+        night.history.record_state(night.day.name, night.state, commit=night.commit,
+                                   channel=opts.channel)
+    except (sqlite3.Error, OSError) as e:
+        night.log(f"history: could not record the night in {night.history.path}: {e}")
+    report_step(night, night.history, publish=not opts.no_upload)
+    if opts.prune:
+        prune_step(night.config, date, night.log)
+    phase.finish(night)
+
+
+def _prepare(
+    config: Config,
+    date: dt.date,
+    day: Day,
+    phase: BuildPhase,
+    builds: Sequence[Build],
+    opts: NightOptions,
+    version: str,
+    taken_over: Mapping[str, Any] | None,
+) -> NightContext:
+    """The locked day made ready: the source checked out, state.json loaded (builds a dead
+    run left running marked interrupted), its meta written."""
+
+    def note(line: str) -> None:
+        append_line(day.master / "run.log", line)
+
+    if taken_over:
+        h = taken_over
+        msg = (f"warning: took over a stale lock of host {h.get('host')}, pid {h.get('pid')}, "
+               f"started {h.get('started')} (that run is gone)")
+        print(msg, file=sys.stderr)
+        note(msg)
+    checkout = src.prepare(config.project, day.source, date, config_dir=config.path.parent)
+    state = State(day.state_path)
+    history = History(history_path(config.root))
+    stale = state.mark_stale_running()
+    if stale:
+        note(f"resuming: {len(stale)} build(s) left running by a dead run: {', '.join(stale)}")
+    state.set_meta(commit=checkout.commit, source=checkout.describe, version=version,
+                   channel=opts.channel, date=day.name, **phase.meta())
+    return NightContext(
+        config=config, day=day, state=state, history=history, machine=phase.machine,
+        version=version, channel=opts.channel, commit=checkout.commit,
+        source_describe=checkout.describe, source_dir=checkout.path, log=note,
+        builds=list(builds), live=opts.live,
+    )
+
+
+def _matches(build_id: str, globs: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(build_id, g) for g in globs)
+
+
+def run_builds(
+    config: Config,
+    date: dt.date,
+    builds: Sequence[Build],
+    opts: NightOptions,
+    *,
+    queues: Sequence[Sequence[Build]] | None = None,
+    plan_json: dict[str, Any] | None = None,
+    estimate_s: float = 0.0,
+    estimates: dict[str, float] | None = None,
+) -> dict[str, Any] | None:
+    """The night on this machine: `builds` in `queues` (the plan's), else in the machine's
+    number of queues (`nightly build`). The summary, as run_night."""
+    machine = pick_machine(config, opts.machine, strict=queues is not None)
+    if not builds:
+        raise NothingSelected("nothing to build")
+    phase = LocalPhase(
+        config, machine, opts.executor or machine.executor, queues=queues,
+        estimate_s=estimate_s, keep_container=opts.keep_container,
+        smoke=smoke_factory(config),
+    )
+    return run_night(config, date, phase, builds, opts, plan_json=plan_json,
+                     estimates=estimates)
+
+
+def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> dict[str, Any] | None:
+    """`nightly run --cluster`: every machine's builds of the night on a Dask cluster."""
+    phase = ClusterPhase(config, date, copts)
+    opts = NightOptions(
+        dry_run=copts.dry_run, no_upload=copts.no_upload, rebuild=copts.rebuild,
+        keep_container=copts.keep_container, live=copts.live, notify=copts.notify, prune=True,
+    )
+    return run_night(config, date, phase, phase.builds, opts, plan_json=phase.plan_json,
+                     estimates=phase.estimates)
+
+
+def smoke_factory(config: Config) -> SmokeFactory | None:
+    """The smoke test the build phase runs on each build's packages, when enabled (conda
+    packages through nightly.publish.conda's client)."""
+    if not config.smoke.enabled:
+        return None
+    return functools.partial(SmokeTester, conda=conda_client)
+
+
+# ---------------------------------------------------------------------------- after the builds
+
+
+def publish_step(night: NightContext) -> None:
+    """Upload the day's good packages and refresh the index; failures are recorded per build
+    (upload_error) and reported in the summary, never fatal to the night."""
+    pub = night.config.publish
+    if not (pub.url or pub.conda_channel or pub.anaconda_user):
+        night.log("publish: no destination configured ([publish] url), nothing uploaded")
+        return
+    try:
+        report = publish_day(night.config, night.day, night.state, channel=night.channel,
+                             log=night.log)
+    except NightlyError as e:
+        night.log(f"publish failed: {e}")
+        night.state.set_meta(publish_error=str(e))
+        return
+    record_publication(night.state, report)
+    night.log(
+        f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
+        f"{len(report.failed)} failed"
+    )
+
+
+def report_step(night: NightContext, history: History, *, publish: bool) -> None:
+    """Write ROOT/DAY/report.html; publish it and the night's binary sizes beside the index
+    pages (`<channel folder>/reports/` and `/sizes/`). Never fatal."""
+    try:
+        path = write_report(night.day, history)
+        night.log(f"report: {path}")
+    except (OSError, ValueError, sqlite3.Error) as e:
+        night.log(f"report failed: {e}")
+        return
+    pub = night.config.publish
+    if not publish or not pub.url:
+        return
+    try:
+        from nightly.publish.reports import publish_report
+        from nightly.report.html import render_html
+
+        def render(link_base: str, notes: list[str]) -> str:
+            return render_html(night.day, history, link_base=link_base, notes=notes)
+
+        publish_report(open_destination(night.config), night.day, history, render,
+                       channel=night.channel, machine=night.machine.name, log=night.log)
+    except (NightlyError, OSError, ValueError, sqlite3.Error) as e:
+        night.log(f"publishing the report failed: {e}")
+
+
+def prune_step(config: Config, today: dt.date, log: Callable[[str], None]) -> None:
+    """Local retention at the end of a night. Never fatal."""
+    try:
+        doomed = plan_local_prune(
+            config.root, today, config.retention.local_days, is_locked
+        )
+        if doomed:
+            result = apply_local_prune(config.root, doomed, is_locked)
+            log(f"prune: {result}")
+    except (NightlyError, OSError) as e:
+        log(f"prune failed: {e}")
+
+
+def write_summary(
+    night: NightContext, *, started: float, estimate_s: float, estimates: dict[str, float],
+    manual: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], Path]:
+    """summary.json for a night; a one-off build's (`manual`) own summary (then summary.json,
+    if the day has a night, is only refreshed: see nightly/workspace/summary.py). (summary, its path)"""
+    state = night.state
+    builds: dict[str, Any] = {}
+    for b in night.builds:
+        e = state.get(b.id)
+        builds[b.id] = {
+            "outcome": e.status,
+            "reason": e.reason,
+            "duration_s": e.duration_s,
+            "estimate_s": estimates.get(b.id),
+            "attempts": e.attempts,
+            "queue": e.queue,
+            "packages": [p.to_json() for p in e.packages],
+            "published": dict(e.published),
+            "log": e.log,
+        }
+    ok = all(v["outcome"] == SUCCEEDED for v in builds.values())
+    failed_uploads = [
+        bid for bid, e in state.builds.items() if e.upload_error and bid in builds
+    ]
+    publish_error = state.meta.get("publish_error")
+    ended = time.time()
+    summary = {
+        "date": night.day.name,
+        "machine": night.machine.name,
+        "version": night.version,
+        "channel": night.channel,
+        "commit": night.commit,
+        "source": night.source_describe,
+        "started": dt.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+        "ended": dt.datetime.fromtimestamp(ended).isoformat(timespec="seconds"),
+        "duration_s": round(ended - started, 3),
+        "estimated_makespan_s": estimate_s,
+        "counts": {
+            "total": len(builds),
+            "succeeded": sum(v["outcome"] == SUCCEEDED for v in builds.values()),
+            "failed": sum(v["outcome"] not in (SUCCEEDED,) for v in builds.values()),
+            "interrupted": sum(v["outcome"] == INTERRUPTED for v in builds.values()),
+        },
+        "failed_uploads": failed_uploads,
+        "publish_error": publish_error,
+        "builds": builds,
+        "exit_code": 0 if ok and not failed_uploads and not publish_error else 1,
+        "manual": manual if manual is not None else day_record.manual_builds(state),
+        "failures": summary_for_day(night.day, night.history),  # new / still failing, groups
+    }
+    path = night.day.summary_path if manual is None else day_record.manual_summary_path(night.day, started)
+    write_json(path, summary)
+    if manual is not None:
+        day_record.refresh(night.day, state, by=manual["command"])
+    return summary, path
+
+
+
+# ---------------------------------------------------------------------------- what to build
+
+
+@dataclass(frozen=True, kw_only=True)
+class Share:
+    """This machine's part of the night's plan."""
+
+    order: list[Build]  # its builds, in plan order
+    queues: list[list[Build]]  # its queues, each in plan order
+    plan_json: dict[str, Any]  # the whole plan, for logs/master/plan.json
+    makespan_s: float  # its estimated makespan
+    estimates: dict[str, float]  # build id -> estimated seconds
+
+
+def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) -> Share:
+    """This machine's builds and queues (only the selected ones, when selectors are given)."""
+    full = make_plan(config, estimate=planning_estimator(config))
+    chosen = {b.id for b in select_cli(config, selects)} if selects else None
+    mp = full.machine(machine.name)
+    queues = [[pb.build for pb in q.builds if chosen is None or pb.build.id in chosen]
+              for q in mp.queues]
+    order = [pb.build for pb in mp.in_order() if chosen is None or pb.build.id in chosen]
+    if not order:
+        raise NothingSelected(f"nothing selected for machine '{machine.name}'")
+    return Share(order=order, queues=queues, plan_json=full.to_json(),
+                 makespan_s=mp.makespan_s,
+                 estimates={pb.build.id: pb.estimate_s for pb in mp.builds})
+
+
+def builds_from_cli(config: Config, package: str, pythons: str, cudas: str) -> list[Build]:
+    platform = this_platform()
+    lt = config.libtorch_matrix(platform)
+    try:
+        builds = parse_spec(
+            package, pythons, cudas, platform=platform,
+            libtorch_python=lt.python if lt else "3",
+            libtorch_variants=lt.variants if lt else ("shared-with-deps",),
+        )
+    except SpellingError as e:
+        raise UsageError(str(e)) from e
+    # Keep the matrix's own Build (it carries devtoolset etc.) when the build is in it.
+    known = {b.id: b for b in config.builds}
+    return [known.get(b.id, b) for b in builds]
+
+
+
+__all__ = [
+    "ClusterOptions",
+    "NightOptions",
+    "Share",
+    "builds_from_cli",
+    "pick_machine",
+    "plan_share",
+    "run_builds",
+    "run_cluster",
+    "run_night",
+]

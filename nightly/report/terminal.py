@@ -1,0 +1,152 @@
+"""Terminal output with rich: plans, build tables. rich is imported inside the functions, so
+that importing the night's pipeline (and with it this module) does not load it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nightly.format import hms, human_size
+from nightly.plan.schedule import Plan
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+console: Console | None = None  # made on first use; a test may put its own
+
+
+def _console() -> Console:
+    global console
+    if console is None:
+        from rich.console import Console
+
+        console = Console()
+    return console
+
+
+def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
+    from rich.table import Table
+    console = _console()
+
+    console.print(f"[bold]Plan for {date:%Y_%m_%d}[/bold]  version {version}")
+    for m in plan.machines:
+        if not m.builds:
+            continue
+        t = Table(
+            title=f"machine {m.name} ({m.platform}, {len(m.queues)} queues, {m.executor})",
+            title_justify="left",
+        )
+        t.add_column("queue", justify="right")
+        t.add_column("builds (estimate)")
+        t.add_column("finish", justify="right")
+        for q in m.queues:
+            names = ", ".join(
+                f"{pb.build.id} ({hms(pb.estimate_s)}){'' if pb.explicit else '*'}"
+                for pb in q.builds
+            )
+            t.add_row(str(q.index), names or "-", hms(q.finish_s))
+        console.print(t)
+        console.print(
+            f"  makespan {hms(m.makespan_s)}  lower bound {hms(m.lower_bound_s)}  "
+            f"ratio {m.makespan_s / m.lower_bound_s if m.lower_bound_s else 1:.3f}"
+        )
+    console.print(
+        f"[bold]{len(plan.builds)} builds[/bold]; estimated finish {hms(plan.makespan_s)} "
+        f"after start; lower bound {hms(plan.lower_bound_s)}  (* placed automatically)"
+    )
+
+
+def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json") -> None:
+    """The night's (or the build command's) outcome as a table, failures first, then every
+    package in full, one per line (never cut to the terminal's width: a package's name is what
+    a person looks for, and cron's mail has no width at all)."""
+    from rich.markup import escape
+    from rich.table import Table
+    console = _console()
+
+    title = f"{summary['date']} on machine {summary['machine']}"
+    manual = summary.get("manual")
+    if isinstance(manual, dict):  # a one-off build's own summary
+        title += f", one-off build by {manual.get('by', '?')}"
+    t = Table(title=escape(title), title_justify="left")
+    # Fold, never cut: an identifier with an ellipsis is no identifier.
+    t.add_column("build", overflow="fold")
+    t.add_column("outcome", overflow="fold", min_width=12, ratio=1)
+    t.add_column("duration", justify="right", no_wrap=True)
+    t.add_column("packages", justify="right", no_wrap=True)
+    rows = sorted(summary["builds"].items(), key=lambda kv: (kv[1]["outcome"] == "succeeded", kv[0]))
+    packages: list[tuple[str, str, int]] = []
+    for bid, b in rows:
+        style = "green" if b["outcome"] == "succeeded" else "red"
+        pk = [p for p in b.get("packages") or [] if isinstance(p, dict)]
+        packages += [(bid, str(p.get("name")), int(p.get("size") or 0)) for p in pk]
+        reason = str(b.get("reason") or "")
+        if len(reason) > 90:  # the whole reason is in the log and summary.json
+            reason = reason[:87] + "..."
+        outcome = escape(b["outcome"] + (f": {reason}" if reason else ""))
+        t.add_row(
+            escape(bid),
+            f"[{style}]{outcome}[/{style}]",
+            hms(b["duration_s"]) if b.get("duration_s") is not None else "-",
+            f"{len(pk)}, {human_size(sum(p.get('size') or 0 for p in pk))}" if pk else "-",
+        )
+    console.print(t)
+    print_packages(console, packages)
+    c = summary["counts"]
+    console.print(
+        f"{c['succeeded']} succeeded, {c['failed']} failed of {c['total']}; "
+        f"source {escape(str(summary.get('source', '-')))}; "
+        f"summary: {escape(str(path))}",
+        soft_wrap=True,
+    )
+
+
+def print_packages(con: Console, packages: Sequence[tuple[str, str, int]]) -> None:
+    """`build  package  size`, one package a line, whole: soft-wrapped (a terminal folds the
+    line on screen, a copy of it is the whole name; a file gets it on one line)."""
+    from rich.markup import escape
+
+    if not packages:
+        return
+    con.print(f"packages ({len(packages)}):")
+    width = max(len(bid) for bid, _, _ in packages)
+    for bid, name, size in packages:
+        con.print(
+            f"  {escape(bid.ljust(width))}  {escape(name)}  [dim]{human_size(size)}[/dim]",
+            soft_wrap=True,
+            highlight=False,
+        )
+
+
+def print_destinations(summary: dict[str, Any], day_path: Path, *, not_published: str) -> None:
+    """Where each package of the summary's builds went: its file in the day folder, and every
+    destination it was published to, else why it was not (`not_published`, or the build's
+    failure or failed upload)."""
+    from rich.markup import escape
+    console = _console()
+
+    from nightly.workspace.summary import package_destinations
+
+    rows = package_destinations(summary)
+    if not rows:
+        console.print("no package was made", highlight=False)
+        return
+    failed_uploads = set(summary.get("failed_uploads") or ())
+    console.print("where the packages went:", highlight=False)
+    for bid, _name, path, dests in rows:
+        console.print(f"  {escape(str(day_path / path))}", soft_wrap=True, highlight=False)
+        for dest in dests:
+            console.print(f"    published: {escape(dest)}", soft_wrap=True, highlight=False)
+        if dests:
+            continue
+        outcome = (summary["builds"].get(bid) or {}).get("outcome")
+        if outcome != "succeeded":
+            why = f"the build {outcome}"
+        elif bid in failed_uploads:
+            why = "the upload failed (see `nightly status`; `nightly upload` retries)"
+        else:
+            why = not_published
+        console.print(f"    not published: {escape(why)}", soft_wrap=True, highlight=False)

@@ -1,0 +1,334 @@
+"""The day folder read as one view: what `nightly status` (status.py) and `nightly report`
+(report.py) show.
+
+Reads state.json, summary.json, logs/master/plan.json and the logs of the day folder and, for
+trends, the history database; writes nothing. Also the tail of a build's log (formatting of
+durations, sizes and times is nightly/format.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import statistics
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nightly.errors import NightlyError, UsageError
+from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, BuildEntry, Day
+
+if TYPE_CHECKING:
+    from nightly.history.db import History
+
+TREND_NIGHTS = 30
+REGRESSION = 0.20  # more than 20% slower or larger than the build's median is a regression
+# A duration regression must also be this many seconds: a 2 s build taking 3 s is noise.
+MIN_SLOWER_S = 10.0
+
+# Failures first, then what is still going on, then the good ones.
+_ORDER = {FAILED: 0, INTERRUPTED: 1, RUNNING: 2, PENDING: 3, SUCCEEDED: 4}
+_FOOTER_SEP = "=" * 78
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|\x1b\[[0-9;?]*[A-Za-z]")
+
+
+# ---------------------------------------------------------------------------- the day's data
+
+
+@dataclass(kw_only=True)
+class BuildView:
+    """One build of the day as the status and the report show it."""
+
+    id: str
+    status: str
+    reason: str | None = None
+    exit_status: int | None = None
+    attempts: int = 0
+    machine: str = ""
+    queue: int | None = None
+    executor: str = ""
+    started: float | None = None
+    ended: float | None = None
+    duration_s: float | None = None
+    estimate_s: float | None = None
+    files: list[tuple[str, int]] = field(default_factory=list)
+    published: int = 0
+    upload_error: str | None = None
+    # A one-off `nightly build` (not the night): who ran it, when (ISO), the command.
+    manual: dict[str, str] | None = None
+    log: Path | None = None  # absolute
+    # The compiler cache's statistics of the build (nightly.builds.cache.CacheStats.to_json) or None.
+    cache: dict[str, Any] | None = None
+    # trends (previous nights, oldest first) and the verdicts against their medians
+    past_durations: list[float] = field(default_factory=list)
+    past_sizes: list[int] = field(default_factory=list)
+    slower: float | None = None  # tonight / median - 1, when a regression
+    larger: float | None = None
+
+    @property
+    def size(self) -> int:
+        return sum(s for _, s in self.files)
+
+    @property
+    def bad(self) -> bool:
+        return self.status in (FAILED, INTERRUPTED)
+
+    @property
+    def elapsed_s(self) -> float | None:
+        if self.duration_s is not None and self.status != RUNNING:
+            return self.duration_s
+        if self.started is not None:
+            return (self.ended or time.time()) - self.started
+        return None
+
+    @property
+    def median_duration(self) -> float | None:
+        return statistics.median(self.past_durations) if self.past_durations else None
+
+    @property
+    def median_size(self) -> float | None:
+        return statistics.median(self.past_sizes) if self.past_sizes else None
+
+
+@dataclass(kw_only=True)
+class NightView:
+    day: Day
+    meta: dict[str, Any]
+    summary: dict[str, Any]
+    builds: list[BuildView]
+
+    def counts(self) -> dict[str, int]:
+        c = {s: 0 for s in (SUCCEEDED, FAILED, INTERRUPTED, RUNNING, PENDING)}
+        for b in self.builds:
+            c[b.status] = c.get(b.status, 0) + 1
+        c["total"] = len(self.builds)
+        c["regressions"] = sum(1 for b in self.builds if b.slower or b.larger)
+        c["manual"] = sum(1 for b in self.builds if b.manual)
+        return c
+
+
+def load_night(
+    day: Day,
+    history: History | None = None,
+    *,
+    plan: Mapping[str, Any] | None = None,
+    nights: int = TREND_NIGHTS,
+) -> NightView:
+    """The day folder (and the history's previous nights) as one view. Raises UsageError when
+    the day has no state.json."""
+    if not day.state_path.exists():
+        raise UsageError(f"no night in {day.path} (no state.json): pass --date, or run the night")
+    try:
+        state = json.loads(day.state_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise NightlyError(f"{day.state_path} is unreadable: {err}") from err
+    summary = _read_json(day.summary_path)
+    if plan is None:
+        plan = _read_json(day.master / "plan.json")
+    meta = dict(state.get("meta") or {})
+    entries = {str(bid): BuildEntry.from_json(e)
+               for bid, e in dict(state.get("builds") or {}).items() if isinstance(e, Mapping)}
+    planned = {
+        str(b.get("id")): b for b in (plan or {}).get("builds", []) if isinstance(b, Mapping)
+    }
+    est_summary = {
+        bid: b.get("estimate_s")
+        for bid, b in (summary.get("builds") or {}).items()
+        if isinstance(b, Mapping)
+    }
+    # The night's builds: what state.json knows, plus what summary.json lists (never started).
+    ids = list(entries)
+    ids += [i for i in (summary.get("builds") or {}) if i not in entries]
+    views = []
+    for bid in ids:
+        pb: Mapping[str, Any] = planned.get(bid) or {}
+        est = est_summary.get(bid)
+        if est is None:
+            est = pb.get("estimate_s")
+        views.append(
+            _build_view(
+                day, str(bid), entries.get(bid) or BuildEntry(), pb, _opt_float(est),
+                str(summary.get("machine") or ""),
+            )
+        )
+    if history is not None:
+        starts = [v.started for v in views if v.started is not None]
+        until = min(starts) if starts else None
+        for v in views:
+            past = history.trend(v.id, nights, before=day.name, until=until)
+            v.past_durations = [d for _, d, _ in past]
+            v.past_sizes = [s for _, _, s in past if s]
+            _judge(v)
+    views.sort(key=lambda v: (_ORDER.get(v.status, 5), v.id))
+    return NightView(day=day, meta=meta, summary=summary, builds=views)
+
+
+def _build_view(
+    day: Day, bid: str, e: BuildEntry, pb: Mapping[str, Any], est: float | None,
+    night_machine: str,
+) -> BuildView:
+    """One build from its state.json entry `e` and its plan entry `pb`."""
+    status = e.status or PENDING
+    started, ended, duration = e.started, e.ended, e.duration_s
+    if started is not None and ended is None and status != RUNNING:
+        # Left 'running' by a run that died (now interrupted): it ended when last heard of.
+        ended = started + duration if duration is not None else e.updated
+        if ended is not None and duration is None:
+            duration = max(0.0, ended - started)
+    return BuildView(
+        id=bid,
+        status=status,
+        reason=e.reason,
+        exit_status=e.exit_status,
+        attempts=e.attempts,
+        machine=e.machine or str(pb.get("machine") or night_machine or ""),
+        queue=e.queue if e.queue is not None else _opt_int(pb.get("queue")),
+        executor=e.executor,
+        started=started,
+        ended=ended,
+        duration_s=duration,
+        estimate_s=est,
+        files=[(p.name, p.size) for p in e.packages],
+        published=len(e.published),
+        upload_error=e.upload_error,
+        manual=dict(e.manual) or None,
+        log=find_log(day, bid, e.log),
+        cache=dict(e.cache) if e.cache is not None else None,
+    )
+
+
+def _judge(v: BuildView) -> None:
+    """Mark tonight's duration and size against the median of the previous nights."""
+    if v.status != SUCCEEDED:
+        return
+    med = v.median_duration
+    if med and v.duration_s is not None:
+        ratio = v.duration_s / med - 1
+        if ratio > REGRESSION and v.duration_s - med >= MIN_SLOWER_S:
+            v.slower = ratio
+    med_size = v.median_size
+    if med_size and v.size:
+        ratio = v.size / med_size - 1
+        if ratio > REGRESSION:
+            v.larger = ratio
+
+
+def find_log(day: Day, build_id: str, recorded: object = None) -> Path | None:
+    """The build's log: where state.json says, else failed/, succeeded/, the running log."""
+    candidates = []
+    if isinstance(recorded, str) and recorded:
+        p = Path(recorded)
+        candidates.append(p if p.is_absolute() else day.path / p)
+    candidates += [
+        day.failed / f"{build_id}.log",
+        day.succeeded / f"{build_id}.log",
+        day.running_log(build_id),
+    ]
+    for p in candidates:
+        if p.is_file():
+            return p
+    return None
+
+
+def log_tail(path: Path | None, lines: int, *, max_bytes: int = 256 * 1024) -> list[str]:
+    """The last `lines` lines of a build's output: after nightly's header of the last attempt
+    (where, command, environment) and before its closing block (result, exit status, reason:
+    shown beside it anyway), with terminal control sequences removed."""
+    if path is None or lines <= 0:
+        return []
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    out = text.splitlines()
+    if size > max_bytes and out:
+        out = out[1:]  # a partial first line
+    while out and not out[-1].strip():
+        out.pop()
+    # Drop the runner's footer: "", SEP, "result: ...", ..., SEP.
+    if out and out[-1] == _FOOTER_SEP:
+        for j in range(len(out) - 2, -1, -1):
+            if out[j] == _FOOTER_SEP:
+                if j + 1 < len(out) and out[j + 1].startswith("result:"):
+                    out = out[:j]
+                break
+    # Only the last attempt's output: after the last header (SEP, "nightly build ...", SEP).
+    for i in range(len(out) - 2, -1, -1):
+        if out[i] == _FOOTER_SEP and out[i + 1].startswith("nightly build "):
+            end = next((j for j in range(i + 2, len(out)) if out[j] == _FOOTER_SEP), None)
+            if end is not None:
+                out = out[end + 1 :]
+            break
+    while out and not out[0].strip():
+        out.pop(0)
+    while out and not out[-1].strip():
+        out.pop()
+    cleaned = [_CONTROL_RE.sub("", line.rsplit("\r", 1)[-1]) for line in out]
+    return cleaned[-lines:]
+
+
+# ---------------------------------------------------------------------------- formatting
+
+
+def manual_text(b: BuildView) -> str:
+    """'manual build by alice, 2026-11-22 14:02' for a one-off build, else ''."""
+    if not b.manual:
+        return ""
+    text = "manual build"
+    if b.manual.get("by"):
+        text += f" by {b.manual['by']}"
+    at = b.manual.get("at", "")
+    try:
+        text += ", " + dt.datetime.fromisoformat(at).strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        text += f", {at}" if at else ""
+    return text
+
+
+def outcome_text(b: BuildView) -> str:
+    return b.status + (f": {b.reason}" if b.reason and b.status != SUCCEEDED else "")
+
+
+
+# ---------------------------------------------------------------------------- reading JSON
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _manual(v: object) -> dict[str, str] | None:
+    if not isinstance(v, Mapping):
+        return None
+    return {str(k): str(x) for k, x in v.items() if x is not None}
+
+
+def _opt_str(v: object) -> str | None:
+    return None if v is None else str(v)
+
+
+def _opt_int(v: object) -> int | None:
+    try:
+        return None if v is None or v == "" else int(v)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+
+
+def _opt_float(v: object) -> float | None:
+    try:
+        return None if v is None or v == "" else float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
