@@ -184,12 +184,17 @@ def test_bad_input_exits_2_with_one_line(night_project, run_cli):
     plain = night_project(name="plain", matrix=MATRIX, queues=1, extra=EXTRA, recipes={})
     write_recipes(plain.path)
     (plain.path / "src" / "cuda").mkdir()
-    (plain.path / "src" / "cuda" / "host.c").write_text("#include <cuda_fp8.h>\n")
+    (plain.path / "src" / "cuda" / "host.c").write_text("int x;\n")
     for f in ("common_extra.c", "cpu_only.c"):
         (plain.path / "src" / "src").mkdir(exist_ok=True)
         (plain.path / "src" / "src" / f).write_text("int x;\n")
-    night(run_cli, plain, DAY1)
-    code, out, err = run_cli(["bisect", CUDA, "--config", str(plain.config), "--date", DAY1])
+    assert night(run_cli, plain, DAY1)[0] == 0
+    (plain.path / "src" / "cuda" / "host.c").write_text("#include <cuda_fp8.h>\n")
+    code, summary = night(run_cli, plain, DAY2)
+    facts = summary["failures"]["builds"][CUDA]
+    assert facts["last_good"] == {"day": DAY1, "commit": ""}
+    assert facts["commits"] == "unknown"  # a plain folder has no history
+    code, out, err = run_cli(["bisect", CUDA, "--config", str(plain.config), "--date", DAY2])
     assert code == 2, (out, err)
     assert "is a plain folder" in err
     assert len(err.strip().splitlines()) == 1
