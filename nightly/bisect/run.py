@@ -55,7 +55,7 @@ class Target:
 
     build: Build
     executor: str
-    signature: str
+    signature: str  # "" when any failure counts as bad
     good: str
     bad: str
     candidates: tuple[str, ...]  # oldest first; the last is BAD
@@ -114,7 +114,8 @@ def target_of(config: Config, day: Day, build_id: str, opts: BisectOptions) -> T
     if not listed:
         raise UsageError(f"no commit between --good {good[:12]} and --bad {bad[:12]}: pass a "
                          "good commit older than the bad one")
-    sig = facts.signature if facts else _signature_of(day, build_id)
+    # A build that did not fail that night (bisected with --good and --bad): any failure is bad.
+    sig = facts.signature if facts else (_signature_of(day, build_id) if entry.status == FAILED else "")
     return Target(build=_build_of(config, build_id, entry.package, entry.python, entry.cuda,
                                   entry.variant),
                   executor=entry.executor or "", signature=sig, good=good, bad=bad,
@@ -147,7 +148,8 @@ def bisect(config: Config, day: Day, build_id: str, opts: BisectOptions, say: Sa
     cands = t.candidates
     say(f"bisecting {build_id} of {day.name}: {len(cands)} commits {t.good[:12]}..{t.bad[:12]}"
         f" ({'every commit' if opts.all_commits else 'first parents'}), at most "
-        f"{most_builds(len(cands))} builds without skips; bad = fails with: {t.signature}")
+        f"{most_builds(len(cands))} builds without skips; bad = fails with: "
+        f"{t.signature or 'any error'}")
     if opts.dry_run:
         first = next_commit(cands, {})
         for c in cands:
@@ -292,7 +294,8 @@ class StepBuilder:
             return Step(commit=sandbox.name, verdict=GOOD, log=rel,
                         duration_s=entry.duration_s or 0.0)
         sig = signature(log.read_text(errors="replace"), self.t.build.id) if log.exists() else ""
-        return Step(commit=sandbox.name, verdict=BAD if sig == self.t.signature else SKIP,
+        same = not self.t.signature or sig == self.t.signature
+        return Step(commit=sandbox.name, verdict=BAD if same else SKIP,
                     signature=sig, log=rel, duration_s=entry.duration_s or 0.0)
 
 

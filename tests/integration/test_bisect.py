@@ -161,6 +161,12 @@ def test_bisect_resumes_after_kill9_without_repeating_a_step(night_project, run_
     result = json.loads((folder / "result.json").read_text())
     assert result["first_bad"] == h.commits[BREAK]
     assert len(result["steps"]) <= MOST_BUILDS
+    # The good night's build, bisected anyway (--good, --bad): any failure counts as bad, so
+    # the first commit that breaks it in any way is named.
+    code, out, err = run_cli(bisect_args(p, DAY1, "--good", h.good, "--bad", h.bad), timeout=600)
+    assert code == 0, (out, err)
+    assert "bad = fails with: any error" in out
+    assert f"first bad commit {h.commits[SKIP][:12]}" in out
 
 
 def test_bad_input_exits_2_with_one_line(night_project, run_cli):
