@@ -303,6 +303,31 @@ def promote(
 
 @cli.command()
 @common_options
+@click.option("--channel", type=click.Choice(["nightly", "test", "release"]), default=None,
+              help="The channel whose day it is (default: the day's own).")
+def validate(channel: str | None) -> None:
+    """Check what users get: each published package of the day resolved through the published
+    index (pip, with the build's Python), compared with what was built, installed and
+    imported. Exit status 1 when any is missing, unreachable, different or failing."""
+    from nightly.publish.validate import validate_day
+    from nightly.workspace import State
+
+    ctx = Ctx()
+    day = existing_day(ctx)
+    state = State(day.state_path)
+    if channel is not None and state.meta.get("channel", "nightly") != channel:
+        raise UsageError(f"{day.path} is a {state.meta.get('channel', 'nightly')} day, "
+                         f"not {channel}: pass its --date (or no --channel)")
+    checks = validate_day(ctx.config, day, state, log=click.echo)
+    bad = [c for c in checks if not c.ok]
+    click.echo(f"validate: {len(checks) - len(bad)} of {len(checks)} published package(s) as built")
+    if bad:
+        raise BuildsFailed(f"{len(bad)} published package(s) are not what users should get: "
+                           + ", ".join(c.package for c in bad))
+
+
+@cli.command()
+@common_options
 @click.option("--tail", default=15, show_default=True, metavar="N",
               help="Log lines shown per failed (or running) build.")
 def status(tail: int) -> None:

@@ -131,6 +131,8 @@ class Publish:
     pypi_username: str
     pypi_password_env: str
     project: str  # [project] name, for {project} in find_links
+    public_url: str = ""  # where users read the store (nightly validate); "" = the file:// url
+    validate: bool = False  # validate what was published at the end of the night
 
     def find_links_name(self, channel: str) -> str:
         """The flat find-links page of a folder of `channel` (nightly, test, release)."""

@@ -38,6 +38,7 @@ from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spe
 from nightly.plan.schedule import make_plan, select_cli
 from nightly.publish import conda as conda_client
 from nightly.publish.upload import open_destination, publish_day, record_publication
+from nightly.publish.validate import validate_day
 from nightly.report import terminal as display
 from nightly.report.html import write_report
 from nightly.workspace import (
@@ -299,6 +300,24 @@ def publish_step(night: NightContext) -> None:
         f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed"
     )
+    if pub.validate:
+        validate_step(night)
+
+
+def validate_step(night: NightContext) -> None:
+    """[publish] validate: what users get, checked from the published side; a failed check
+    is the night's publish error (exit 1), named in the summary and the report."""
+    try:
+        checks = validate_day(night.config, night.day, night.state, log=night.log)
+    except NightlyError as e:
+        night.log(f"validate failed: {e}")
+        night.state.set_meta(publish_error=f"validate: {e}")
+        return
+    bad = [f"{c.package}: {c.reason}" for c in checks if not c.ok]
+    if bad:
+        previous = night.state.meta.get("publish_error")
+        night.state.set_meta(publish_error="; ".join(
+            [*([str(previous)] if previous else []), f"validate: {'; '.join(bad)}"])[:2000])
 
 
 def report_step(night: NightContext, history: History, *, publish: bool) -> None:
