@@ -93,7 +93,11 @@ class UnsafeEntry(PublishError):
 
 class ObjectTooLarge(PublishError):
     """An object is larger than the size it was expected to have (what its writer reported,
-    or a documented limit): it is not read past that size."""
+    or a documented limit): it is not read past that size. `size`: what it holds (at least)."""
+
+    def __init__(self, message: str, *, size: int = 0) -> None:
+        super().__init__(message)
+        self.size = size
 
 
 def did_you_mean(word: str, choices: Iterable[str], *, quote: bool = True) -> str | None:

@@ -3,17 +3,27 @@
 - `mask_env`: an environment shown in a build log's header, with the values of variables
   whose names look secret replaced by `****`;
 - `safe_url`: any text with every `scheme://user:password@` reduced to `scheme://***@`;
-- `mask`: a text with every occurrence of the given secrets (also URL-quoted) as `***`.
+- `mask`: a text with every occurrence of the given secrets (also URL-quoted) as `***`;
+- `scrub_staged`: text another host wrote (a build log read back from the cluster's staging
+  store) made fit for logs and reports: PEM blocks and private-key lines replaced by a line
+  saying so, `NAME=value` lines of secret-looking names masked as `mask_env` does, URL
+  credentials and the given secrets masked.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from urllib.parse import quote
 
 SECRET_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|AUTH)", re.I)
 _USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/@\s]+@")
+# `NAME=value` (also `export NAME=value`, `declare -x NAME="value"`) as `env` and shells print
+_ASSIGN = re.compile(r"(?m)^(\s*(?:export\s+|declare\s+-x\s+)?([A-Za-z_][A-Za-z0-9_]*)=)(.*)$")
+# What may follow a PEM header until its END line: base64, RFC 1421 headers, blank lines.
+_PEM_BODY = re.compile(r"^\s*(?:[A-Za-z0-9+/=]*|[A-Za-z-]+:.*)\s*$")
+PEM_REMOVED = ("[nightly] a PEM block ({}) was here: removed (key material never goes into "
+               "nightly's logs or reports)")
 
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -35,4 +45,53 @@ def mask(text: str, *secrets: str) -> str:
     return text
 
 
-__all__ = ["SECRET_RE", "mask", "mask_env", "safe_url"]
+def _drop_pem(text: str) -> str:
+    """Each PEM block (BEGIN to END, or to the first line that cannot be part of it) and
+    each other line naming a private key, replaced by one line saying so."""
+    out: list[str] = []
+    inside = False
+    for line in text.splitlines(keepends=True):
+        if inside:
+            if "-----END " in line:
+                inside = False
+                continue
+            if _PEM_BODY.match(line):
+                continue
+            inside = False
+        if "-----BEGIN " in line:
+            what = line.split("-----BEGIN ", 1)[1].split("-----", 1)[0].strip()[:40]
+            out.append(PEM_REMOVED.format(f"BEGIN {what}") + "\n")
+            inside = "-----END " not in line.split("-----BEGIN ", 1)[1]
+        elif "PRIVATE KEY" in line:
+            out.append(PEM_REMOVED.format("a private key line") + "\n")
+        else:
+            out.append(line)
+    return "".join(out)
+
+
+def scrub_staged(data: bytes, secrets: Sequence[str] = ()) -> bytes:
+    """Bytes another host wrote, fit for nightly's logs and reports (see the module's doc).
+    Undecodable bytes pass through unchanged."""
+    text = data.decode("utf-8", "surrogateescape")
+    if "-----BEGIN " in text or "PRIVATE KEY" in text:
+        text = _drop_pem(text)
+    text = _ASSIGN.sub(
+        lambda m: m.group(1) + "****" if SECRET_RE.search(m.group(2)) else m.group(0), text)
+    text = mask(safe_url(text), *(s for s in secrets if len(s) >= 6))
+    return text.encode("utf-8", "surrogateescape")
+
+
+def environment_secrets(env: Mapping[str, str]) -> list[str]:
+    """The values of the variables whose names look secret (what mask_env hides)."""
+    return [v for k, v in env.items() if SECRET_RE.search(k) and v]
+
+
+__all__ = [
+    "PEM_REMOVED",
+    "SECRET_RE",
+    "environment_secrets",
+    "mask",
+    "mask_env",
+    "safe_url",
+    "scrub_staged",
+]

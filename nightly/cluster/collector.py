@@ -20,11 +20,14 @@ from nightly.cluster.dispatch import TaskItem
 from nightly.cluster.staging import RESULT_JSON, StagingDay, attempt_prefix
 from nightly.cluster.verify import check_packages, sealed
 from nightly.collect import collect_build
-from nightly.errors import PublishError
+from nightly.errors import ObjectTooLarge, PublishError
 from nightly.matrix import Build
 from nightly.phase import NightContext
 from nightly.progress import Progress
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, BuildEntry
+
+UNCOLLECTED = ("verifying staging: a package is not the one its worker built (it was changed in "
+               "staging after the build); nothing of it is published")
 
 
 class Collector:
@@ -187,23 +190,27 @@ class Collector:
         files: list[Path] = []
         expected: dict[str, tuple[int, str]] = {}
         infra = bool(result.get("infra"))
+        unsafe = self.staging.unsafe(build.id, token)
+        if unsafe:  # a symlink or a FIFO among its files: nothing of this attempt is used
+            ok, reason, infra = False, f"{unsafe}; nothing of this attempt is used", True
         try:
             if ok:
                 try:
                     files, expected = self.fetch_packages(result, tmp)
+                except ObjectTooLarge as e:  # as a package whose sha256 is not the worker's
+                    ok, reason, infra = False, f"{UNCOLLECTED}: {e}", True
                 except (PublishError, OSError, ValueError) as e:
                     ok, reason, infra = False, f"fetching its packages from staging failed: {e}", True
             collect_build(
                 day, self.night.state, build, ok=ok, reason=reason, files=files,
                 expected=expected, failed_status=FAILED if status == SUCCEEDED else status,
-                uncollected=("verifying staging: a package is not the one its worker built (it "
-                             "was changed in staging after the build); nothing of it is "
-                             "published"),
+                uncollected=UNCOLLECTED,
                 infra=infra, infra_if_uncollected=True,
                 # A build that failed only in collection: its log says why at the end.
                 file_log=lambda filed, why, _packages: self.staging.assemble_log(
                     day, build.id, token, filed, result,
-                    reason=str(why or "") if status == SUCCEEDED and not filed else ""),
+                    reason=str(why or "") if (status == SUCCEEDED or unsafe) and not filed
+                    else ""),
                 exit_status=result.get("exit_status"),
                 attempts=int(result.get("attempts") or 1), started=result.get("started"),
                 ended=result.get("ended") or time.time(), duration_s=result.get("duration_s"),
@@ -251,7 +258,12 @@ class Collector:
                                 str(result.get("token") or ""))
         for p in check_packages(result, prefix):  # names, keys under the attempt, sha256s
             name = p["name"]
-            self.staging.get(p["key"], tmp / name)
+            try:
+                self.staging.get(p["key"], tmp / name, p["size"])
+            except ObjectTooLarge as e:  # never read past what the worker reported
+                raise ObjectTooLarge(
+                    f"{name}: staging holds {e.size} bytes, the worker reported {p['size']} "
+                    f"bytes sha256 {p['sha256']} (not read past them)", size=e.size) from e
             files.append(tmp / name)
             expected[name] = (p["size"], p["sha256"])
         return files, expected

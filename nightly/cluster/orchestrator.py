@@ -25,6 +25,7 @@ import datetime as dt
 import fnmatch
 import hashlib
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -58,6 +59,7 @@ from nightly.history import estimator as history_estimator
 from nightly.matrix import Build, nightly_version
 from nightly.phase import NightContext
 from nightly.progress import Progress
+from nightly.redact import environment_secrets
 from nightly.schedule import make_plan, select_cli
 from nightly.tls import client_security
 from nightly.workspace import INTERRUPTED, PENDING, RUNNING, Day, write_json
@@ -224,6 +226,8 @@ class ClusterPhase:
         cc = self.config.cluster
         # Made once per day (a rerun adopts with it); kept in the day folder, never in staging.
         self.seal_key = self.collector.seal_key = night_key(self.day.work / "cluster" / "seal.key")
+        # Masked in every log read back from staging (no worker has a reason to print them).
+        self.staging.secrets = (self.seal_key.hex(), *environment_secrets(os.environ))
         source_sha, recipes_sha = self.stage_inputs()
         client = connect(self.address, cc.connect_timeout_s, self.security)
         try:

@@ -157,7 +157,7 @@ class Tree:
     def too_large(self, key: str, size: int, limit: int) -> ObjectTooLarge:
         return ObjectTooLarge(
             f"{self.label} {self.root}/{key} holds {size} bytes or more, more than the {limit} "
-            "expected: not read")
+            "expected: not read", size=size)
 
     def read(self, key: str, limit: int | None = None) -> bytes:
         """A regular file's bytes; ObjectTooLarge past `limit` (checked before reading, and
@@ -215,9 +215,11 @@ class Tree:
     # ------------------------------------------------------------------ walking
 
     def walk(self, parts: Sequence[str], skip_top: str = "") -> Iterator[tuple[str, os.stat_result]]:
-        """(key, stat) of every regular file below root/parts, folders opened with O_NOFOLLOW;
-        a symlink, FIFO or device anywhere below raises UnsafeEntry (nothing is followed).
-        `skip_top`: a name not to descend into at the root (the store's own metadata)."""
+        """(key, lstat) of every entry below root/parts but folders, which are descended
+        into, opened with O_NOFOLLOW: a symlink (to a file or a folder), a FIFO or a device
+        is listed as itself, never followed, so that reading it fails and deleting it
+        removes it alone. A symlink among `parts` raises UnsafeEntry. `skip_top`: a name not
+        to descend into at the root (the store's own metadata)."""
         try:
             with self.folder(parts) as fd:
                 base = "".join(f"{p}/" for p in parts)
@@ -233,22 +235,21 @@ class Tree:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue  # deleted while we walked
-            if stat.S_ISREG(st.st_mode):
+            if not stat.S_ISDIR(st.st_mode):
                 yield rel + name, st
-            elif stat.S_ISDIR(st.st_mode):
-                try:
-                    sub = os.open(name, _DIR, dir_fd=fd)
-                except FileNotFoundError:
-                    continue
-                except OSError as e:
-                    self._refuse(fd, name, rel + name, e)
-                    raise
-                try:
-                    yield from self._walk(sub, f"{rel}{name}/", "")
-                finally:
-                    os.close(sub)
-            else:
-                raise self.unsafe(rel + name, st.st_mode)
+                continue
+            try:
+                sub = os.open(name, _DIR, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError:  # swapped for a symlink since the stat: list the link itself
+                with contextlib.suppress(OSError):
+                    yield rel + name, os.stat(name, dir_fd=fd, follow_symlinks=False)
+                continue
+            try:
+                yield from self._walk(sub, f"{rel}{name}/", "")
+            finally:
+                os.close(sub)
 
 
 def write_all(fd: int, data: bytes) -> None:

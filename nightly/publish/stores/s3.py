@@ -235,7 +235,7 @@ class S3Store(Store):
             info = self.head(key)
             if info is not None and info.size > max_bytes:
                 raise ObjectTooLarge(f"{self.url}/{key} holds {info.size} bytes, more than the "
-                                     f"{max_bytes} expected: not downloaded")
+                                     f"{max_bytes} expected: not downloaded", size=info.size)
         local_path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".download-", dir=local_path.parent)
         os.close(fd)
@@ -248,7 +248,7 @@ class S3Store(Store):
             size = os.path.getsize(tmp)
             if max_bytes is not None and size > max_bytes:  # replaced since the head
                 raise ObjectTooLarge(f"{self.url}/{key} holds {size} bytes, more than the "
-                                     f"{max_bytes} expected")
+                                     f"{max_bytes} expected", size=size)
             os.replace(tmp, local_path)
         finally:
             if os.path.exists(tmp):
@@ -293,7 +293,7 @@ class S3Store(Store):
                 body.close()
             if max_bytes is not None and len(data) > max_bytes:
                 raise ObjectTooLarge(f"{self.url}/{key} holds more than the {max_bytes} bytes "
-                                     "expected: not read")
+                                     "expected: not read", size=len(data))
             return data, r["ETag"]
 
         try:
