@@ -289,6 +289,8 @@ class ClusterPhase:
             source_sha256=source_sha,
             recipes_key=inputs_key(self.day.name, "recipes", recipes_sha),
             recipes_sha256=recipes_sha,
+            source_size=self._input_size("source.tar.gz"),
+            recipes_size=self._input_size("recipes.tar.gz"),
             attempts=self.night.state.get(b.id).attempts,
             submission=hashlib.sha1(key.encode()).hexdigest(),
             topic=self.topic, log_flush_s=cc.log_flush_s, seal_key=self.seal_key,
@@ -312,6 +314,12 @@ class ClusterPhase:
                     state.update(bid, status=INTERRUPTED,
                                  reason="interrupted by the user (Ctrl-C)")
             raise
+
+    def _input_size(self, name: str) -> int:
+        try:
+            return (self.day.work / "cluster" / name).stat().st_size
+        except OSError:
+            return 0  # not capped
 
     def stage_inputs(self) -> tuple[str, str]:
         """The day's source and the recipes, as tarballs in staging (each host fetches them

@@ -164,9 +164,12 @@ def _extract(archive: Path, dest: Path) -> None:
             tar.extractall(dest)
 
 
-def ensure_input(store: Store, key: str, sha256: str, folder: Path, kind: str) -> Path:
-    """The day's source or recipes on this host: fetched from staging and unpacked once per
-    content (several builds of one host share it; an flock makes them wait for one fetch)."""
+def ensure_input(
+    store: Store, key: str, sha256: str, folder: Path, kind: str, *, size: int = 0
+) -> Path:
+    """The day's source or recipes on this host: fetched from staging (never more than the
+    `size` the orchestrator staged, when known) and unpacked once per content (several builds
+    of one host share it; an flock makes them wait for one fetch)."""
     folder.mkdir(parents=True, exist_ok=True)
     name = f"{kind}-{sha256[:16]}"
     dest, done = folder / name, folder / f"{name}.ok"
@@ -177,7 +180,7 @@ def ensure_input(store: Store, key: str, sha256: str, folder: Path, kind: str) -
             done.touch()  # its time of last use, for prune_inputs
             return dest
         archive = folder / f"{name}.tar.gz"
-        store.get(key, archive)
+        store.get(key, archive, max_bytes=size or None)
         got = sha256_file(archive)
         if got != sha256:
             raise NightlyError(f"staging {key}: sha256 {got} is not the expected {sha256}")
