@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nightly.errors import PublishError
+from nightly.errors import ObjectTooLarge, PublishError
 from nightly.publish.stores.base import ObjectInfo, PreconditionFailed, Store, check_key
-from nightly.publish.stores.nofollow import Tree, read_fd, write_all
+from nightly.publish.stores.nofollow import Tree, copy_fd, read_fd, write_all
 
 T = TypeVar("T")
 
@@ -145,9 +145,8 @@ class FileStore(Store):
         self._path(key)
 
         def fill(fd: int) -> None:
-            with open(local_path, "rb") as src:
-                while buf := src.read(1 << 20):
-                    write_all(fd, buf)
+            with open(local_path, "rb") as src:  # the caller's own file
+                copy_fd(src.fileno(), fd, None, lambda n: ObjectTooLarge(str(n)))
 
         def run() -> None:
             tmp = self._write_tmp(fill)

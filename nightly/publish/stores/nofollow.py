@@ -20,7 +20,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from nightly.errors import ObjectTooLarge, UnsafeEntry
@@ -175,16 +175,7 @@ class Tree:
         with self.open(key) as (fd, st):
             if limit is not None and st.st_size > limit:
                 raise self.too_large(key, st.st_size, limit)
-            done = 0
-            while True:
-                want = _CHUNK if limit is None else min(_CHUNK, limit + 1 - done)
-                buf = os.read(fd, want) if want > 0 else b""
-                if not buf:
-                    return done
-                done += len(buf)
-                if limit is not None and done > limit:
-                    raise self.too_large(key, done, limit)
-                write_all(dest_fd, buf)
+            return copy_fd(fd, dest_fd, limit, lambda n: self.too_large(key, n, limit or 0))
 
     # ------------------------------------------------------------------ writing
 
@@ -252,6 +243,32 @@ class Tree:
                 os.close(sub)
 
 
+def copy_fd(src: int, dest: int, limit: int | None,
+             too_large: Callable[[int], ObjectTooLarge]) -> int:
+    """Copy `src` to `dest` (in the kernel where it can: copy_file_range), never more than
+    `limit` bytes plus one (ObjectTooLarge then): the file may grow while it is copied."""
+    done, kernel = 0, hasattr(os, "copy_file_range")
+    while True:
+        want = _CHUNK * 8 if limit is None else min(_CHUNK * 8, limit + 1 - done)
+        if want <= 0:
+            raise too_large(done)
+        n = 0
+        if kernel:
+            try:
+                n = os.copy_file_range(src, dest, want)
+            except OSError:  # not on this file system (or kernel): copy through user space
+                kernel = False
+        if not kernel:
+            buf = os.read(src, min(want, _CHUNK))
+            write_all(dest, buf)
+            n = len(buf)
+        if n == 0:
+            return done
+        done += n
+        if limit is not None and done > limit:
+            raise too_large(done)
+
+
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -270,4 +287,4 @@ def read_fd(fd: int, limit: int, *, until_eof: bool = False) -> bytes:
     return b"".join(parts)
 
 
-__all__ = ["Tree", "read_fd", "write_all"]
+__all__ = ["Tree", "copy_fd", "read_fd", "write_all"]
