@@ -184,7 +184,9 @@ class Tree:
         with self.folder(parts, create=True) as dfd:
             name = f"tmp-{secrets.token_hex(8)}"
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            return os.open(name, flags, 0o644, dir_fd=dfd), name
+            fd = os.open(name, flags, 0o644, dir_fd=dfd)
+            os.fchmod(fd, 0o644)  # whatever the umask: a mirror or a channel is served to others
+            return fd, name
 
     def rename_in(self, src_parts: Sequence[str], src: str, key: str) -> os.stat_result:
         """Move root/src_parts/src to `key` (folders made as needed); the new file's stat."""
