@@ -148,8 +148,10 @@ class Tree:
                 raise
         try:
             got = os.fstat(fd)
-            if not stat.S_ISREG(got.st_mode) or (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
-                raise self.unsafe(key, got.st_mode if not stat.S_ISREG(got.st_mode) else 0)
+            # Another file than the one checked (a writer's atomic replace in between) is fine
+            # if it too is a regular file: it was opened below the same folder, O_NOFOLLOW.
+            if not stat.S_ISREG(got.st_mode):
+                raise self.unsafe(key, got.st_mode)
             yield fd, got
         finally:
             os.close(fd)
