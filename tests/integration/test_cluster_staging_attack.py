@@ -153,6 +153,10 @@ with open({str(attempts[BIG] / "log.txt")!r}, "wb") as f:
     log = (p.day / "logs" / "failed" / f"{KEY_THIEF}.log").read_text()
     assert "this attempt's log was not read: symlink in staging" in log
     assert key_file.read_bytes() == key_before
+    # The clean-up removed the attacker's symlinks and FIFOs themselves, never their targets.
+    left = [f for f in (p.path / "staging").rglob("*")
+            if not f.is_dir() and ".nightly-store" not in f.parts]
+    assert left == []
     # (c) A FIFO, or /dev/zero behind a symlink: refused at once, the night went on.
     for bid, what in ((FIFO, "is a FIFO"), (ZERO, "is a symbolic link")):
         e = state[bid]
