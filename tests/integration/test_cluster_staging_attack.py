@@ -238,3 +238,34 @@ def test_addresses_a_url_parser_reads_differently_are_refused(
     assert code == 2, (out, err)
     assert f"refusing the unencrypted cluster address {address}" in err
     assert not p.day.exists()
+
+
+def _listening(pid: int) -> list[str]:
+    """The local addresses (hex, as /proc/net/tcp* writes them) of the process's listening
+    TCP sockets."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    out = []
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            f = row.split()
+            if f[3] == "0A" and f[9] in inodes:  # LISTEN
+                out.append(f[1].split(":")[0])
+    return out
+
+
+def test_the_documented_commands_listen_on_loopback_only(cluster):
+    """The scheduler and the workers, started with the flags docs/cluster.md gives for one
+    machine (--host 127.0.0.1, --dashboard-address 127.0.0.1:...): every port they listen
+    on, Dask's and the HTTP server's (which runs even with --no-dashboard), is on loopback."""
+    loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1
+    for name, proc in cluster.procs.items():
+        addresses = _listening(proc.pid)
+        assert len(addresses) >= 2, (name, addresses)  # the comm port and the HTTP server
+        assert set(addresses) <= loopback, (name, addresses)
