@@ -23,9 +23,12 @@ from nightly.cluster.dispatch import TaskItem
 from nightly.cluster.messages import AttemptResult, WorkerEvent
 from nightly.cluster.staging import RESULT_JSON, StagingDay, attempt_prefix
 from nightly.cluster.verify import check_packages, sealed
-from nightly.errors import PublishError
+from nightly.errors import ObjectTooLarge, PublishError
 from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, BuildEntry
+
+UNCOLLECTED = ("verifying staging: a package is not the one its worker built (it was changed in "
+               "staging after the build); nothing of it is published")
 
 
 class Collector:
@@ -186,23 +189,27 @@ class Collector:
         files: list[Path] = []
         expected: dict[str, tuple[int, str]] = {}
         infra = result.infra
+        unsafe = self.staging.unsafe(build.id, token)
+        if unsafe:  # a symlink or a FIFO among its files: nothing of this attempt is used
+            ok, reason, infra = False, f"{unsafe}; nothing of this attempt is used", True
         try:
             if ok:
                 try:
                     files, expected = self.fetch_packages(result, tmp)
+                except ObjectTooLarge as e:  # as a package whose sha256 is not the worker's
+                    ok, reason, infra = False, f"{UNCOLLECTED}: {e}", True
                 except (PublishError, OSError, ValueError) as e:
                     ok, reason, infra = False, f"fetching its packages from staging failed: {e}", True
             collect_build(
                 day, self.night.state, build, ok=ok, reason=reason, files=files,
                 expected=expected, failed_status=FAILED if status == SUCCEEDED else status,
-                uncollected=("verifying staging: a package is not the one its worker built (it "
-                             "was changed in staging after the build); nothing of it is "
-                             "published"),
+                uncollected=UNCOLLECTED,
                 infra=infra, infra_if_uncollected=True,
                 # A build that failed only in collection: its log says why at the end.
                 file_log=lambda filed, why, _packages: self.staging.assemble_log(
                     day, build.id, token, filed, result.to_json(),
-                    reason=str(why or "") if status == SUCCEEDED and not filed else ""),
+                    reason=str(why or "") if (status == SUCCEEDED or unsafe) and not filed
+                    else ""),
                 exit_status=result.exit_status,
                 attempts=result.attempts, started=result.started,
                 ended=result.ended or time.time(), duration_s=result.duration_s,
@@ -247,7 +254,12 @@ class Collector:
         files, expected = [], {}
         prefix = attempt_prefix(self.day.name, result.build, result.token)
         for p in check_packages(result.packages, prefix):  # names, keys under the attempt, sha256s
-            self.staging.get(p.key, tmp / p.name)
+            try:
+                self.staging.get(p.key, tmp / p.name, p.size)
+            except ObjectTooLarge as e:  # never read past what the worker reported
+                raise ObjectTooLarge(
+                    f"{p.name}: staging holds {e.size} bytes, the worker reported {p.size} "
+                    f"bytes sha256 {p.sha256} (not read past them)", size=e.size) from e
             files.append(tmp / p.name)
             expected[p.name] = (p.size, p.sha256)
         return files, expected

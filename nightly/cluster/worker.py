@@ -106,6 +106,9 @@ class TaskSpec:
     # The night's key sealing result.json (nightly.cluster.verify); travels only inside the
     # task, over TLS, and never in a repr (Dask logs a failed task's arguments).
     seal_key: bytes = field(default=b"", repr=False)
+    # The inputs' sizes: a worker never reads more of them from staging (0: not capped).
+    source_size: int = 0
+    recipes_size: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -370,8 +373,10 @@ def run_on_host(
         reap_orphans(info.folder, spec.config, spec.executor, emit)
         inputs = info.folder / "inputs"
         prune_inputs(inputs)
-        source = ensure_input(store, spec.source_key, spec.source_sha256, inputs, "source")
-        recipes = ensure_input(store, spec.recipes_key, spec.recipes_sha256, inputs, "recipes")
+        source = ensure_input(store, spec.source_key, spec.source_sha256, inputs, "source",
+                              size=spec.source_size)
+        recipes = ensure_input(store, spec.recipes_key, spec.recipes_sha256, inputs, "recipes",
+                               size=spec.recipes_size)
         config = worker_config(spec.config, recipes, info.folder, info.gpu)
         day = Day(info.folder / "attempts", spec.date, name=token)
         day.create()
