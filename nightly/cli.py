@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -46,20 +47,38 @@ def plan(
     from nightly.matrix import nightly_version
     from nightly.schedule import plan_night
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx(config_path, root, date_text, builds=True)
     result = plan_night(
         ctx.config, machine=machine, selects=selects, estimate=planning_estimator(ctx.config)
     )
     version = nightly_version(
         ctx.config.project.base_version, ctx.date, ctx.config.project.version_from
     )
+    strategy, why = _version_strategy(ctx.config)
     if as_json:
         data = result.to_json(date=f"{ctx.date:%Y_%m_%d}", version=version)
+        data["version_from"] = {"strategy": strategy, "reason": why}
         click.echo(json.dumps(data, indent=2))
     else:
         from nightly import display
 
         display.print_plan(result, date=ctx.date, version=version)
+        click.echo(f"version strategy: {strategy} ({why})")
+
+
+def _version_strategy(config: Any) -> tuple[str, str]:
+    """The version strategy `nightly plan` shows: detected from a local source now; from a
+    git URL only once the night has checked it out."""
+    import os
+
+    from nightly.config.detect import resolve_version_from
+
+    source, configured = config.project.source, config.project.version_from
+    if configured == "auto" and ("://" in source or source.startswith("git@")):
+        return "auto", "decided from the night's checkout of the source"
+    path = (config.path.resolve().parent / os.path.expanduser(source)).resolve()
+    choice = resolve_version_from(configured, path)
+    return choice.strategy, choice.reason
 
 
 @cli.command()
@@ -97,7 +116,7 @@ def build(
     from nightly import night
     from nightly.summary import manual_mark
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx(config_path, root, date_text, builds=True)
     builds = night.builds_from_cli(ctx.config, package, pythons, cudas)
     opts = night.NightOptions(
         machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
@@ -132,7 +151,7 @@ def run(
     """The whole night for this machine: build, publish, index, prune, summarize. Resumable."""
     from nightly import night
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx(config_path, root, date_text, builds=True)
     if cluster or (machine is None and ctx.config.cluster.address):
         night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
             address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
@@ -292,7 +311,7 @@ def release(
     from nightly import night
     from nightly import release as rel
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx(config_path, root, date_text, builds=True)
     rel.check_version(version)
     m = night.pick_machine(ctx.config, machine)
     order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m)

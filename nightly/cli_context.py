@@ -54,11 +54,20 @@ def common_options(f: F) -> F:
 class Ctx:
     """What every command needs: the loaded config and the day."""
 
-    def __init__(self, config_path: str | None, root: str | None, date_text: str | None) -> None:
+    def __init__(
+        self, config_path: str | None, root: str | None, date_text: str | None,
+        *, builds: bool = False,
+    ) -> None:
         from nightly import config as cfg
 
         self.date = parse_date(date_text)
         self.config = cfg.load(cfg.find_config_path(config_path), root_override=root)
+        if builds:
+            # Commands that plan builds (plan, run, build, release) need every recipe of the
+            # matrix: checked before anything of the night is created on disk.
+            from nightly.config.recipes import check_recipes
+
+            check_recipes(self.config)
 
 
 def existing_day(ctx: Ctx) -> Any:

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from nightly.config.reader import Ctx, Table, resolve_path, unique
+from nightly.config.recipes import installed_recipes
 from nightly.config.schema import BuildSettings, Machine, Project
 from nightly.matrix import (
     LIBTORCH_ALL,
@@ -43,7 +44,7 @@ def parse_project(top: Table, ctx: Ctx) -> Project:
     return project
 
 
-VERSION_FROM = ("env", "setuptools-scm", "keep")
+VERSION_FROM = ("auto", "env", "setuptools-scm", "rewrite", "keep")
 
 
 def parse_build(top: Table, ctx: Ctx) -> BuildSettings:
@@ -74,7 +75,8 @@ def parse_paths(top: Table, base: Path, root_override: str | None) -> tuple[Path
     if root_override:
         top.str("root")
     recipes_s = top.str("recipes")
-    recipes = resolve_path(recipes_s, base) if recipes_s else base / "recipes"
+    # Empty: the recipes installed with nightly (a project's own folder overrides them).
+    recipes = resolve_path(recipes_s, base) if recipes_s else installed_recipes()
     return root, recipes
 
 
