@@ -82,6 +82,23 @@ def _version_strategy(config: Any) -> tuple[str, str]:
 
 
 @cli.command()
+@click.argument("target", default=".", metavar="[PATH | SDIST]")
+@click.option("--config", "config_path", metavar="FILE", default="nightly.toml",
+              help="The file to write (default ./nightly.toml; never overwritten).")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def init(target: str, config_path: str, debug: bool) -> None:
+    """Write a commented nightly.toml for the project in PATH (default: here), or for an
+    sdist (unpacked beside the file): its name, version strategy, Pythons, builder image,
+    smoke import and a local mirror. Never overwrites a file."""
+    from pathlib import Path
+
+    from nightly.config.scaffold import init_project
+
+    for line in init_project(Path(target), Path(config_path)).lines():
+        click.echo(line)
+
+
+@cli.command()
 @common_options
 @click.argument("package")
 @click.argument("pythons")

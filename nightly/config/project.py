@@ -75,8 +75,14 @@ def parse_paths(top: Table, base: Path, root_override: str | None) -> tuple[Path
     if root_override:
         top.str("root")
     recipes_s = top.str("recipes")
-    # Empty: the recipes installed with nightly (a project's own folder overrides them).
-    recipes = resolve_path(recipes_s, base) if recipes_s else installed_recipes()
+    if recipes_s:
+        recipes = resolve_path(recipes_s, base)
+    else:
+        # Empty: a `recipes/` beside the config that holds recipes (<package>/build.sh), a
+        # project's own; else the recipes installed with nightly.
+        beside = base / "recipes"
+        own = any((beside / p / "build.sh").is_file() for p in PACKAGES)
+        recipes = beside if own else installed_recipes()
     return root, recipes
 
 

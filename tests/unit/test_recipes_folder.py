@@ -29,6 +29,13 @@ def test_default_is_the_installed_recipes_and_a_project_folder_overrides(
     assert installed_recipes() == REPO / "recipes"
     own = write_config('recipes = "my-recipes"\n' + minimal_config_text)
     assert load(own).recipes == tmp_path / "my-recipes"
+    # A recipes/ beside the config is the project's own once it holds a recipe; an empty
+    # one (or another project's folder of that name) is not.
+    (tmp_path / "recipes" / "notes").mkdir(parents=True)
+    assert load(write_config(minimal_config_text)).recipes == installed_recipes()
+    (tmp_path / "recipes" / "conda").mkdir()
+    (tmp_path / "recipes" / "conda" / "build.sh").write_text("exit 0\n")
+    assert load(write_config(minimal_config_text)).recipes == tmp_path / "recipes"
 
 
 @pytest.mark.parametrize(
