@@ -356,7 +356,7 @@ check_wheel_version() {
     # The base interpreter: it has pip (and so packaging), the isolated build venv has not.
     "$PYTHON" "$PYHELPER" same-version "$got" "$2" && return 0
     case "$from" in
-        env) fix="[project] version_from = \"env\": the project's build must read BUILD_VERSION (or PYTORCH_BUILD_VERSION). If it uses setuptools-scm, set version_from = \"setuptools-scm\"; if it sets its own version, set version_from = \"keep\" and base_version = \"${got%%+*}\"" ;;
+        env) fix="[project] version_from = \"env\": the project's build must read BUILD_VERSION (or PYTORCH_BUILD_VERSION). If it uses setuptools-scm, set version_from = \"setuptools-scm\"; if it sets its own version, set version_from = \"rewrite\" (or \"auto\", which detects both)" ;;
         setuptools-scm) fix="[project] version_from = \"setuptools-scm\": the project's build did not take SETUPTOOLS_SCM_PRETEND_VERSION; if it does not use setuptools-scm, set version_from = \"env\" or \"keep\"" ;;
         *) fix="[project] version_from = \"keep\" expects [project] base_version to be the project's own version: set base_version = \"${got%%+*}\"" ;;
     esac
