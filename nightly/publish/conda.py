@@ -20,6 +20,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -258,11 +259,6 @@ def publish_to_store_channel(
     from the store are not removed here (that is retention's job). Returns the keys (relative
     to `prefix`) of the package files uploaded by this call.
     """
-    import random
-    import time
-
-    from nightly.publish.stores import PreconditionFailed
-
     base = prefix.strip("/")
     items: list[tuple[Path, str, str]] = []
     for f in files:
@@ -284,42 +280,37 @@ def publish_to_store_channel(
 
     for subdir in sorted(records):
         repodata_key = key(f"{subdir}/repodata.json")
-        for attempt in range(attempts):
-            current = store.get_bytes(repodata_key)
-            if current is None:
-                doc: dict[str, Any] = {"info": {"subdir": subdir}, "packages": {}, "packages.conda": {}}
-                doc["repodata_version"] = 1
-            else:
-                try:
-                    doc = json.loads(current[0])
-                    if not isinstance(doc, dict):
-                        raise ValueError("not an object")
-                except ValueError as e:
-                    raise PublishError(
-                        f"{store.url}/{repodata_key} is not valid JSON ({e}); not touching it"
-                    ) from None
-            changed = current is None
-            for section, entries in records[subdir].items():
-                have = doc.setdefault(section, {})
-                for name, entry in entries.items():
-                    old = have.get(name)
-                    if not isinstance(old, dict) or old.get("sha256") != entry["sha256"]:
-                        have[name] = entry
-                        changed = True
-            if not changed:
-                break
-            data = json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
-            try:
-                if current is None:
-                    store.put_bytes(repodata_key, data, "application/json", if_none_match=True)
-                else:
-                    store.put_bytes(repodata_key, data, "application/json", if_match=current[1])
-                break
-            except PreconditionFailed:
-                time.sleep(random.uniform(0, min(2.0, 0.05 * 2**attempt)))
-        else:
-            raise PublishError(f"{store.url}/{repodata_key}: gave up after {attempts} conflicting updates")
+        store.update(
+            repodata_key, functools.partial(_merge_repodata, subdir, records[subdir],
+                                            f"{store.url}/{repodata_key}"),
+            "application/json", what=f"{store.url}/{repodata_key}", rounds=attempts,
+        )
     return written
+
+
+def _merge_repodata(
+    subdir: str, entries_by_section: dict[str, dict[str, Any]], where: str, current: bytes | None
+) -> bytes | None:
+    """repodata.json with these entries merged in; None when it has them all already."""
+    if current is None:
+        doc: dict[str, Any] = {"info": {"subdir": subdir}, "packages": {}, "packages.conda": {}}
+        doc["repodata_version"] = 1
+    else:
+        try:
+            doc = json.loads(current)
+            if not isinstance(doc, dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            raise PublishError(f"{where} is not valid JSON ({e}); not touching it") from None
+    changed = current is None
+    for section, entries in entries_by_section.items():
+        have = doc.setdefault(section, {})
+        for name, entry in entries.items():
+            old = have.get(name)
+            if not isinstance(old, dict) or old.get("sha256") != entry["sha256"]:
+                have[name] = entry
+                changed = True
+    return json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n" if changed else None
 
 
 def install_from_channel(

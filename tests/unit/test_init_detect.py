@@ -1,4 +1,4 @@
-"""version_from = "auto" (nightly.config.detect) and `nightly init` (nightly.config.scaffold):
+"""version_from = "auto" (nightly.config.detect) and `nightly init` (nightly.cli.scaffold):
 what is read from a project's source, and the file written from it."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from nightly.cli.scaffold import allowed_pythons, read_facts
 from nightly.config import load
 from nightly.config.detect import detect_version_strategy, resolve_version_from
-from nightly.config.scaffold import allowed_pythons, read_facts
 
 Run = Callable[..., Any]
 

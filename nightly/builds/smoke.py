@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from nightly.buildlog import ErrorLine
+from nightly.builds.buildlog import ErrorLine
 from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
 from nightly.executors.local import NotFound, find_python
-from nightly.matrix import Build, python_number
+from nightly.plan.matrix import Build, python_number
 
 SCRIPTS = Path(__file__).with_name("smoke_scripts")
 
