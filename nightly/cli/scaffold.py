@@ -155,6 +155,20 @@ def _walk(source: Path, depth: int = 4) -> list[Path]:
     return out
 
 
+def _top_level(source: Path) -> str:
+    """The first top-level module an sdist made by setuptools lists (egg-info/top_level.txt:
+    pyahocorasick installs `ahocorasick`), else the first extension module setup.py names."""
+    for listing in sorted(source.glob("*.egg-info/top_level.txt")) + sorted(
+        source.glob("src/*.egg-info/top_level.txt")
+    ):
+        names = [n.strip() for n in _text(listing).splitlines() if n.strip()]
+        public = [n for n in names if not n.startswith("_")]
+        if public or names:
+            return (public or names)[0]
+    m = re.search(r"""\bExtension\s*\(\s*(?:name\s*=\s*)?['"]([\w.]+)['"]""", _text(source / "setup.py"))
+    return m.group(1).split(".")[0] if m else ""
+
+
 def _import_dir(source: Path, name: str, files: list[Path]) -> Path | None:
     """The package folder the project installs: the one named like the project, else the
     shallowest folder with an __init__.py."""
@@ -197,7 +211,8 @@ def read_facts(source: Path) -> ProjectFacts:
     return ProjectFacts(
         source=source, name=name, version=version, base_version=_base_version(version),
         requires_python=requires.strip(), compiled=compiled, compiled_why=why,
-        import_name=import_dir.name if import_dir else canonicalize_name(name).replace("-", "_"),
+        import_name=(_top_level(source) or (import_dir.name if import_dir else "")
+                     or canonicalize_name(name).replace("-", "_")),
         strategy=detect_version_strategy(source),
     )
 

@@ -126,3 +126,18 @@ def test_init_of_nothing_is_a_usage_error(nightly: Run, tmp_path: Path) -> None:
     assert out.code == 2
     assert "does not exist" in out.err
     assert not (tmp_path / "n.toml").exists()
+
+
+def test_the_import_name_comes_from_what_the_project_installs(tmp_path: Path) -> None:
+    # pyahocorasick's sdist: a C extension `ahocorasick`, no package folder.
+    _project(tmp_path / "a", {
+        "setup.py": "setup(name='pyahocorasick', version='2.3.1',\n"
+                    "      ext_modules=[Extension('ahocorasick', sources=['src/x.c'])])\n",
+        "pyahocorasick.egg-info/top_level.txt": "ahocorasick\n",
+    })
+    assert read_facts(tmp_path / "a").import_name == "ahocorasick"
+    # No egg-info: the extension's name.
+    _project(tmp_path / "b", {
+        "setup.py": "setup(name='py-thing', ext_modules=[Extension(name='thing.core', sources=[])])\n",
+    })
+    assert read_facts(tmp_path / "b").import_name == "thing"
