@@ -76,6 +76,13 @@ def detect_version_strategy(source: Path) -> VersionChoice:
             "SETUPTOOLS_SCM_PRETEND_VERSION",
         )
     if "hatch-vcs" in requires and tool.get("hatch", {}).get("version", {}).get("source") == "vcs":
+        if (source / "PKG-INFO").is_file():
+            # Hatchling builds an unpacked sdist with the version in its PKG-INFO: hatch-vcs
+            # (and its SETUPTOOLS_SCM_PRETEND_VERSION) is not consulted.
+            return VersionChoice(
+                "rewrite", "an sdist of a hatch-vcs project: hatchling takes the version from "
+                "PKG-INFO, so the built wheel is rewritten",
+            )
         return VersionChoice(
             "setuptools-scm", "pyproject.toml builds with hatch-vcs, which takes "
             "SETUPTOOLS_SCM_PRETEND_VERSION",

@@ -33,6 +33,9 @@ def _project(root: Path, files: dict[str, str]) -> Path:
          "setuptools-scm", "setuptools-scm"),
         ({"pyproject.toml": '[build-system]\nrequires = ["hatchling", "hatch-vcs"]\n'
                             '[tool.hatch.version]\nsource = "vcs"\n'}, "setuptools-scm", "hatch-vcs"),
+        ({"pyproject.toml": '[build-system]\nrequires = ["hatchling", "hatch-vcs"]\n'
+                            '[tool.hatch.version]\nsource = "vcs"\n',
+          "PKG-INFO": "Metadata-Version: 2.1\nName: x\nVersion: 1.0\n"}, "rewrite", "PKG-INFO"),
         ({"pyproject.toml": '[build-system]\nrequires = ["setuptools", "versioningit"]\n'},
          "rewrite", "versioningit"),
         ({"setup.py": "import os\nsetup(version=os.environ['BUILD_VERSION'])\n"}, "env", "BUILD_VERSION"),
@@ -43,7 +46,7 @@ def _project(root: Path, files: dict[str, str]) -> Path:
          "a dynamic version"),
         ({"CMakeLists.txt": "project(x)\n"}, "env", "no pyproject.toml or setup.py"),
     ],
-    ids=["scm-requires", "scm-tool", "hatch-vcs", "versioningit", "env", "scm-setup-py",
+    ids=["scm-requires", "scm-tool", "hatch-vcs", "hatch-vcs-sdist", "versioningit", "env", "scm-setup-py",
          "literal", "attr", "cmake"],
 )
 def test_auto_detects_how_the_project_takes_its_version(
