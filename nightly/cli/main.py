@@ -14,7 +14,15 @@ from typing import Any
 
 import click
 
-from nightly.cli.context import Ctx, common_options, existing_day
+from nightly.cli.context import (
+    Ctx,
+    Shared,
+    common_options,
+    config_option,
+    debug_option,
+    existing_day,
+    shared,
+)
 from nightly.errors import BuildsFailed, NightlyError, UsageError
 
 
@@ -34,10 +42,6 @@ def cli() -> None:
 @click.option("--machine", metavar="N", help="Only this machine (name or index).")
 @click.option("--select", "selects", metavar="GLOB", multiple=True, help="Only builds matching.")
 def plan(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     as_json: bool,
     machine: str | None,
     selects: tuple[str, ...],
@@ -47,7 +51,7 @@ def plan(
     from nightly.plan.matrix import nightly_version
     from nightly.plan.schedule import plan_night
 
-    ctx = Ctx(config_path, root, date_text, builds=True)
+    ctx = Ctx(builds=True)
     result = plan_night(
         ctx.config, machine=machine, selects=selects, estimate=planning_estimator(ctx.config)
     )
@@ -83,18 +87,19 @@ def _version_strategy(config: Any) -> tuple[str, str]:
 
 @cli.command()
 @click.argument("target", default=".", metavar="[PATH | SDIST]")
-@click.option("--config", "config_path", metavar="FILE", default="nightly.toml",
-              help="The file to write (default ./nightly.toml; never overwritten).")
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
-def init(target: str, config_path: str, debug: bool) -> None:
-    """Write a commented nightly.toml for the project in PATH (default: here), or for an
-    sdist (unpacked beside the file): its name, version strategy, Pythons, builder image,
-    smoke import and a local mirror. Never overwrites a file."""
+@config_option
+@debug_option
+def init(target: str) -> None:
+    """Write a commented nightly.toml (or --config FILE) for the project in PATH (default:
+    here), or for an sdist (unpacked beside the file): its name, version strategy, Pythons,
+    builder image, smoke import and a local mirror. Never overwrites a file."""
     from pathlib import Path
 
     from nightly.cli.scaffold import init_project
+    from nightly.config import find_config_path
 
-    for line in init_project(Path(target), Path(config_path)).lines():
+    config_path = find_config_path(shared().config_path)
+    for line in init_project(Path(target), config_path).lines():
         click.echo(line)
 
 
@@ -109,10 +114,6 @@ def init(target: str, config_path: str, debug: bool) -> None:
 @click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
 @click.option("--no-upload", is_flag=True, help="Keep the packages here; `nightly upload` publishes them.")
 def build(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     package: str,
     pythons: str,
     cudas: str,
@@ -133,7 +134,7 @@ def build(
     from nightly.night import pipeline as night
     from nightly.workspace.summary import manual_mark
 
-    ctx = Ctx(config_path, root, date_text, builds=True)
+    ctx = Ctx(builds=True)
     builds = night.builds_from_cli(ctx.config, package, pythons, cudas)
     opts = night.NightOptions(
         machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
@@ -153,10 +154,6 @@ def build(
 @click.option("--select", "selects", metavar="GLOB", multiple=True, help="Only builds matching.")
 @click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
 def run(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     machine: str | None,
     cluster: str | None,
     dry_run: bool,
@@ -168,7 +165,7 @@ def run(
     """The whole night for this machine: build, publish, index, prune, summarize. Resumable."""
     from nightly.night import pipeline as night
 
-    ctx = Ctx(config_path, root, date_text, builds=True)
+    ctx = Ctx(builds=True)
     if cluster or (machine is None and ctx.config.cluster.address):
         night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
             address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
@@ -189,13 +186,13 @@ def run(
 
 @cli.command()
 @common_options
-def upload(config_path: str | None, root: str | None, date_text: str | None, debug: bool) -> None:
+def upload() -> None:
     """Publish the day's succeeded packages that are not yet published (idempotent)."""
     from nightly.publish.upload import publish_day, record_publication
     from nightly.workspace import DayLock, State
     from nightly.workspace.summary import refresh
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     day = existing_day(ctx)
     if not (ctx.config.publish.url or ctx.config.publish.conda_channel
             or ctx.config.publish.anaconda_user):
@@ -226,7 +223,7 @@ def upload(config_path: str | None, root: str | None, date_text: str | None, deb
 @click.option("--backfill-metadata", is_flag=True,
               help="First store <wheel>.metadata (PEP 658) for wheels without one; implies --full.")
 def index(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool, full: bool,
+    full: bool,
     backfill_metadata: bool,
 ) -> None:
     """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
@@ -239,7 +236,7 @@ def index(
     )
     from nightly.workspace import State
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     if not ctx.config.publish.url:
         raise UsageError(f"{ctx.config.path}: [publish] url is empty: no index to regenerate")
     store = open_destination(ctx.config)
@@ -269,14 +266,12 @@ def index(
 @cli.command()
 @common_options
 @click.option("--dry-run", is_flag=True, help="List what would be deleted.")
-def prune(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool, dry_run: bool
-) -> None:
+def prune(dry_run: bool) -> None:
     """Delete old day folders locally; apply retention to the nightly channel remotely."""
     from nightly.publish import retention
     from nightly.workspace import apply_local_prune, is_locked, plan_local_prune
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     cfg = ctx.config
     doomed = plan_local_prune(cfg.root, ctx.date, cfg.retention.local_days, is_locked)
     for p in doomed:
@@ -313,10 +308,6 @@ def prune(
 @click.option("--no-upload", is_flag=True, help="Build only; publish later with `nightly upload`.")
 @click.option("--rebuild", metavar="GLOB", multiple=True, help="Rebuild even if succeeded.")
 def release(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     version: str,
     rc: int | None,
     machine: str | None,
@@ -327,7 +318,7 @@ def release(
     """Build the whole matrix as VERSION and publish it to the test channel. Resumable."""
     from nightly.night.release import run_release
 
-    ctx = Ctx(config_path, root, date_text, builds=True)
+    ctx = Ctx(builds=True)
     run_release(ctx.config, ctx.date, version, rc, machine=machine, dry_run=dry_run,
                 no_upload=no_upload, rebuild=rebuild)
 
@@ -340,10 +331,6 @@ def release(
               help="Promote although these builds are missing or failed.")
 @click.option("--dry-run", is_flag=True, help="Show what would be copied and uploaded.")
 def promote(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     version: str,
     rc: int | None,
     allow_partial: tuple[str, ...],
@@ -353,7 +340,7 @@ def promote(
     from nightly.publish.promote import promote as promote_candidate
     from nightly.workspace.candidate import check_version
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     check_version(version)
     promote_candidate(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
                       log=click.echo)
@@ -363,15 +350,13 @@ def promote(
 @common_options
 @click.option("--tail", default=15, show_default=True, metavar="N",
               help="Log lines shown per failed (or running) build.")
-def status(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool, tail: int
-) -> None:
+def status(tail: int) -> None:
     """The day in the terminal: each build's state, outcome, duration and size, failures
     first with the tail of their logs. Exit status 1 when a build failed."""
     from nightly.history.db import History, history_path
     from nightly.report import status as status_view
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     day = existing_day(ctx)
     hp = history_path(ctx.config.root)
     if status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None):
@@ -383,7 +368,6 @@ def status(
 @click.option("--out", "out_path", metavar="FILE",
               help="Also write the page here (its log links made relative to FILE).")
 def report_command(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool,
     out_path: str | None,
 ) -> None:
     """The day as one static, self-contained HTML page: ROOT/DAY/report.html (and --out)."""
@@ -392,7 +376,7 @@ def report_command(
     from nightly.history.db import History, history_path
     from nightly.report import html as report
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     day = existing_day(ctx)
     hp = history_path(ctx.config.root)
     out = Path(out_path) if out_path else None
@@ -445,7 +429,7 @@ _register_groups()
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args
+    opts = Shared()  # the command's --debug lands here (cli.context.common_options)
     # cron's `timeout`, systemd and kill send SIGTERM: stop like Ctrl-C (builds marked
     # interrupted, logs kept, containers removed) instead of dying mid-write.
     import signal
@@ -455,7 +439,7 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, _term)
     try:
-        cli.main(args=args, prog_name="nightly", standalone_mode=False)
+        cli.main(args=args, prog_name="nightly", standalone_mode=False, obj=opts)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
@@ -465,7 +449,7 @@ def main(argv: list[str] | None = None) -> None:
         e.show()
         sys.exit(2)
     except NightlyError as e:
-        if debug:
+        if opts.debug:
             import traceback
 
             traceback.print_exc()
