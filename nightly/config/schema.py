@@ -26,8 +26,9 @@ class Project:
     ref: str
     base_version: str
     build_number: int
-    # How the project's build takes the version: env, setuptools-scm or keep.
-    version_from: str = "env"
+    # How the project's build takes the version: auto, env, setuptools-scm, rewrite or keep
+    # (nightly.config.detect resolves auto from the source).
+    version_from: str = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -86,8 +86,9 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
         pk = [p for p in b.get("packages") or [] if isinstance(p, dict)]
         packages += [(bid, str(p.get("name")), int(p.get("size") or 0)) for p in pk]
         reason = str(b.get("reason") or "")
-        if len(reason) > 90:  # the whole reason is in the log and summary.json
-            reason = reason[:87] + "..."
+        # Long enough for a recipe's own ERROR line; the whole reason is in summary.json.
+        if len(reason) > 240:
+            reason = reason[:237] + "..."
         outcome = escape(b["outcome"] + (f": {reason}" if reason else ""))
         t.add_row(
             escape(bid),
