@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightly.config import Config
+from nightly.config.detect import resolve_version_from
 from nightly.executors.base import Job
 from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
@@ -66,6 +67,13 @@ def build_env(config: Config) -> dict[str, str]:
     return env
 
 
+def version_env(ctx: RunContext) -> dict[str, str]:
+    """NIGHTLY_VERSION_FROM as the build uses it ("auto" resolved from the night's source)
+    and NIGHTLY_VERSION_REASON, which the recipe logs."""
+    choice = resolve_version_from(ctx.config.project.version_from, ctx.source_dir)
+    return {"NIGHTLY_VERSION_FROM": choice.strategy, "NIGHTLY_VERSION_REASON": choice.reason}
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunContext:
     config: Config
@@ -86,7 +94,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         cuda=build.cuda,
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ) | wheelhouse_env(ctx),
+        ) | wheelhouse_env(ctx) | version_env(ctx),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",
@@ -97,4 +105,4 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
     )
 
 
-__all__ = ["RunContext", "build_env", "make_job", "recipe_env", "wheelhouse_env"]
+__all__ = ["RunContext", "build_env", "make_job", "recipe_env", "version_env", "wheelhouse_env"]
