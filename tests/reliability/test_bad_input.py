@@ -26,13 +26,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nightly.cli import main as cli
+from nightly.config.loader import DEFAULTS_PATH
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-DEFAULTS = tomllib.loads((Path(cli.__file__).with_name("defaults.toml")).read_text())
+DEFAULTS = tomllib.loads(DEFAULTS_PATH.read_text())
 PACKAGES = ("conda", "manywheel", "wheel", "libtorch")
 PLATFORMS = ("linux", "macos")
 
