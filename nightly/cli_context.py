@@ -56,7 +56,11 @@ class Ctx:
 
     def __init__(self, config_path: str | None, root: str | None, date_text: str | None) -> None:
         from nightly import config as cfg
+        from nightly.hardening import make_undumpable
 
+        # Before any credential is read: a recipe, or anything else this user runs, cannot
+        # read this process's environment or memory (docs/security.md).
+        make_undumpable()
         self.date = parse_date(date_text)
         self.config = cfg.load(cfg.find_config_path(config_path), root_override=root)
 

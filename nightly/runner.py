@@ -30,6 +30,7 @@ from nightly.jobs import RunContext, make_job
 from nightly.matrix import Build
 from nightly.phase import NightContext
 from nightly.progress import Progress
+from nightly.redact import Masker, mask, safe_url, secret_values
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State, remove_tree
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
@@ -119,14 +120,18 @@ class Runner:
         log_path = day.reopen_log(build.id)
         with log_path.open("ab", buffering=0) as log:
             write_lock = threading.Lock()
+            # Every configured credential is masked wherever the build prints it.
+            cache_keys = job.cache.credentials.values() if job.cache is not None else ()
+            secrets = (*secret_values(ctx.config), *cache_keys)
+            masker = Masker(secrets)
 
             def sink(chunk: bytes) -> None:
                 with write_lock:
-                    log.write(chunk)
+                    log.write(masker.feed(chunk))
 
-            log.write(header(job, self.executor.describe(job), attempt=attempt, queue=queue,
-                             started=started, machine=ctx.machine,
-                             executor=self.executor.name).encode())
+            head = header(job, self.executor.describe(job), attempt=attempt, queue=queue,
+                          started=started, machine=ctx.machine, executor=self.executor.name)
+            log.write(safe_url(mask(head, *secrets)).encode())
             log.write(f"[nightly] {cache_note}\n".encode() if cache_note else b"")
             try:
                 result = self.executor.run(job, sink, self.cancel)
@@ -139,6 +144,8 @@ class Runner:
 
             def file_log(ok: bool, reason: str | None, packages: list[PackageFile]) -> Path:
                 status = SUCCEEDED if ok else failed_status
+                with write_lock:
+                    log.write(masker.flush())
                 log.write(footer(result, status, reason, duration, packages, produced,
                                  notes).encode())
                 return day.file_log(build.id, ok)

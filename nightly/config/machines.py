@@ -104,6 +104,7 @@ def parse_executors(top: Table) -> tuple[LocalSettings, ContainerConfig]:
     local = LocalSettings(
         pythons=lo.str_map("pythons", key_check=normalize_python),
         cuda=lo.str_map("cuda", key_check=normalize_cuda),
+        user=lo.str("user"),
     )
     lo.finish()
     co = ex.table("container")

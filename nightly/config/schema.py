@@ -63,6 +63,7 @@ class Estimate:
 class LocalSettings:
     pythons: Mapping[str, str]
     cuda: Mapping[str, str]
+    user: str = ""  # run recipes as this account ("": nightly's own user); nightly/hardening.py
 
 
 @dataclass(frozen=True, kw_only=True)
