@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly.config.builders import check_references, parse_builders
-from nightly.config.keys import check_keys, shape_of
+from nightly.config.keys import check_keys, check_url_credentials, shape_of
 from nightly.config.machines import parse_executors, parse_images, parse_machines
 from nightly.config.project import (
     parse_build,
@@ -67,6 +67,7 @@ def parse(
     # named as such, not reported as whatever its absence breaks ("the matrix is empty").
     # Checked on the user's data (not the merge) so defaults never mask them.
     check_keys(data, shape_of(defaults), ctx)
+    check_url_credentials(data, ctx)
     top = Table(merge(defaults, data), "", ctx)
     base = path.resolve().parent
     # Sections are read in this order so that, of several mistakes, the same one is reported.
