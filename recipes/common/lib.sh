@@ -256,7 +256,7 @@ build_isolated() { [[ "${NIGHTLY_BUILD_ISOLATION:-1}" != 0 ]]; }
 # the system site, or is the base interpreter's pip driving the venv (pip >= 22.3 has
 # --python), and only failing both does the venv get its own through ensurepip.
 setup_build_venv() {
-    local src="$1" venv="$WORK_DIR/build-venv" system_site=() pip_cmd=""
+    local src="$1" venv="$WORK_DIR/build-venv" system_site=() pip_cmd=()
     build_isolated || system_site=(--system-site-packages)
     rm -rf "$venv"
     if "$PYTHON" -c 'import venv' >/dev/null 2>&1; then
@@ -264,28 +264,29 @@ setup_build_venv() {
             { cat "$WORK_DIR/venv.log" >&2; die "cannot create a virtual environment with $PYTHON -m venv"; }
         BUILD_PYTHON="$venv/bin/python"
         if "$BUILD_PYTHON" -m pip --version >/dev/null 2>&1; then
-            pip_cmd="\"$BUILD_PYTHON\" -m pip"
+            pip_cmd=("$BUILD_PYTHON" -m pip)
         elif "$PYTHON" -m pip --python "$BUILD_PYTHON" --version >/dev/null 2>&1; then
-            pip_cmd="\"$PYTHON\" -m pip --python \"$BUILD_PYTHON\""
+            pip_cmd=("$PYTHON" -m pip --python "$BUILD_PYTHON")
         elif "$BUILD_PYTHON" -m ensurepip >>"$WORK_DIR/venv.log" 2>&1; then
-            pip_cmd="\"$BUILD_PYTHON\" -m pip"
+            pip_cmd=("$BUILD_PYTHON" -m pip)
         fi
     elif command -v virtualenv >/dev/null 2>&1; then
         # Python 2.7 has no venv module.
         virtualenv -p "$PYTHON" ${system_site[@]+"${system_site[@]}"} "$venv" >"$WORK_DIR/venv.log" 2>&1 ||
             { cat "$WORK_DIR/venv.log" >&2; die "virtualenv -p $PYTHON failed"; }
         BUILD_PYTHON="$venv/bin/python"
-        pip_cmd="\"$BUILD_PYTHON\" -m pip"
+        pip_cmd=("$BUILD_PYTHON" -m pip)
     else
         warn "$PYTHON has no venv module and virtualenv is not installed: building with the interpreter itself"
         BUILD_PYTHON="$PYTHON"
-        "$PYTHON" -m pip --version >/dev/null 2>&1 && pip_cmd="\"$PYTHON\" -m pip"
+        "$PYTHON" -m pip --version >/dev/null 2>&1 && pip_cmd=("$PYTHON" -m pip)
     fi
     BUILD_PIP=""
-    if [[ -n "$pip_cmd" ]]; then
+    if [[ ${#pip_cmd[@]} -gt 0 ]]; then
         # A one-word command, so it can be handed on (the conda recipe's build script uses it).
+        # Each word quoted by bash (%q): paths with spaces, tabs or quotes stay one argument.
         BUILD_PIP="$WORK_DIR/build-pip"
-        printf '#!/bin/sh\nexec %s --disable-pip-version-check "$@"\n' "$pip_cmd" >"$BUILD_PIP"
+        printf '#!/bin/bash\nexec%s --disable-pip-version-check "$@"\n' "$(printf ' %q' "${pip_cmd[@]}")" >"$BUILD_PIP"
         chmod +x "$BUILD_PIP"
     fi
     export BUILD_PYTHON BUILD_PIP

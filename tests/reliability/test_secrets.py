@@ -462,3 +462,117 @@ def test_a_recipe_reaches_no_credential_when_root_builds_as_a_user(
         _check_night(p, base / "r" / "drop", s3, bucket, creds, out, err, uid)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- masking by value
+
+# A recipe that got hold of the secrets somehow (they are written into it): it prints each
+# whole, URL-quoted, in base64, split across two writes a moment apart, then fails, so the
+# secrets sit in the failure tail of the report too.
+LEAKY_RECIPE = r"""#!/usr/bin/env bash
+echo "whole: @S@"
+echo "quoted: @Q@"
+echo "base64: @B@"
+printf 'split: @HEAD@'; sleep 0.3; printf '@TAIL@\n'
+mkdir -p "$OUTPUT_DIR"
+echo "the end"
+exit 1
+"""
+
+
+def test_secrets_a_build_prints_are_masked_in_logs_reports_and_the_published_report(
+    creds: dict[str, str], night_project: Any, run_cli: Any, tmp_path: Path
+) -> None:
+    import base64
+    from urllib.parse import quote
+
+    from tests.reliability.support import publish_toml
+
+    secret = creds["TWINE_PASSWORD"] + "/+?&"
+    creds = {**creds, "TWINE_PASSWORD": secret}
+    half = len(secret) // 2
+    recipe = (LEAKY_RECIPE.replace("@S@", secret).replace("@Q@", quote(secret, safe=""))
+              .replace("@B@", base64.b64encode(secret.encode()).decode())
+              .replace("@HEAD@", secret[:half]).replace("@TAIL@", secret[half:]))
+    store = tmp_path / "mirror"
+    p = night_project(matrix='[matrix.linux.manywheel]\npythons = ["3.8"]\ncudas = ["cpu"]\n',
+                      recipes={"manywheel": recipe}, extra=publish_toml(store))
+    code, out, err = run_cli(["run", "--config", str(p.config), "--date", DATE], env=creds)
+    assert code == 1, (out, err)
+    code, status_out, status_err = run_cli(["status", "--config", str(p.config), "--date", DATE],
+                                           env=creds)
+    log = (p.day / "logs" / "failed" / "manywheel_3.8_cpu.log").read_text()
+    assert log.count("***") >= 4, log  # whole, quoted, base64, split: each masked
+    assert "the end" in log
+    reports = list(store.rglob("reports/*.html"))
+    assert reports, "the report was not published"
+    needles = _needles({"TWINE_PASSWORD": secret})
+    problems = scan_for(p.day, needles) + scan_for(store, needles)
+    problems += [f"output: {n}" for n in leaks_in_text(out + err + status_out + status_err,
+                                                      needles)]
+    assert not problems, "\n".join(problems)
+
+
+def test_root_with_credentials_and_no_build_user_is_a_config_error(
+    night_project: Any, run_cli: Any
+) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("run as root: this checks what nightly refuses to do as root")
+    p = night_project(matrix='[matrix.linux.manywheel]\npythons = ["3.8"]\ncudas = ["cpu"]\n',
+                      extra='[publish]\nurl = "s3://bucket/x"\n')
+    p.config.write_text(p.config.read_text().replace('user = "root"', 'user = ""', 1))
+    code, out, err = run_cli(["run", "--config", str(p.config), "--date", DATE])
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "[executor.local.user]" in lines[0], lines[0]
+    assert "publish.url" in lines[0], lines[0]
+    assert not list(p.path.rglob("manywheel_3.8_cpu.log"))  # nothing was built
+    # The demo without credentials is unaffected.
+    p.config.write_text(p.config.read_text().replace('[publish]\nurl = "s3://bucket/x"\n', ""))
+    code, out, err = run_cli(["run", "--config", str(p.config), "--date", DATE])
+    assert code == 0, (out, err)
+
+
+@pytest.mark.parametrize(("key", "table"), [
+    ("endpoint_url", "cache"), ("endpoint_url", "publish"), ("endpoint_url", "cluster"),
+    ("index_url", "build"), ("anaconda_site", "publish.conda"), ("repository_url", "publish.pypi"),
+])
+def test_credentials_in_a_url_setting_are_a_config_error_naming_the_key(
+    key: str, table: str, night_project: Any, run_cli: Any
+) -> None:
+    password = "pw-" + secrets.token_hex(8)
+    p = night_project(matrix='[matrix.linux.manywheel]\npythons = ["3.8"]\ncudas = ["cpu"]\n',
+                      extra=f'[{table}]\n{key} = "https://someone:{password}@host.example/x"\n')
+    code, out, err = run_cli(["plan", "--config", str(p.config)])
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert f"[{table}.{key}]" in lines[0], lines[0]
+    assert "credentials go in" in lines[0]
+    assert password not in err
+
+
+def test_the_notify_command_gets_a_minimal_environment_and_its_output_is_masked(
+    creds: dict[str, str], night_project: Any, run_cli: Any, tmp_path: Path
+) -> None:
+    dump = tmp_path / "notify.env"
+    script = tmp_path / "notify.sh"
+    script.write_text(f'#!/bin/sh\nenv > "{dump}"\necho "token=$LEAKED" >&2\nexit 3\n')
+    script.chmod(0o755)
+    # The command could only print a secret it was handed: here one on its command line.
+    command = f"env LEAKED={creds['TWINE_PASSWORD']} {script}"
+    p = night_project(matrix='[matrix.linux.manywheel]\npythons = ["3.8"]\ncudas = ["cpu"]\n',
+                      extra=f'[notify]\nalways = true\ncommand = "{command}"\n')
+    code, out, err = run_cli(["run", "--config", str(p.config), "--date", DATE],
+                             env={**creds, "NOTIFY_WEBHOOK": "https://hooks.example/x"})
+    assert code == 0, (out, err)
+    names = {line.split("=", 1)[0] for line in dump.read_text().splitlines() if "=" in line}
+    assert not names & set(creds), names & set(creds)
+    assert "NOTIFY_WEBHOOK" in names
+    assert "PATH" in names
+    assert not names - {"PATH", "HOME", "LANG", "LC_ALL", "TZ", "NOTIFY_WEBHOOK", "LEAKED", "PWD",
+                        "SHLVL", "_", "OLDPWD"}, names
+    run_log = (p.day / "logs" / "master" / "run.log").read_text()
+    assert "notification command exited 3: token=***" in run_log
+    assert creds["TWINE_PASSWORD"] not in run_log
