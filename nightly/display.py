@@ -92,6 +92,16 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
         f"summary: {escape(str(path))}",
         soft_wrap=True,
     )
+    # Builds that succeeded but did not reach the store: the exit status alone would not say.
+    uploads = [str(u) for u in summary.get("failed_uploads") or []]
+    if uploads:
+        console.print(
+            f"[red]{len(uploads)} upload(s) failed[/red]: {escape(', '.join(uploads))} (the "
+            f"packages stay; the reasons are in logs/master/run.log; retry with `nightly upload "
+            f"--date {escape(str(summary.get('date', 'YYYY_MM_DD')))}`)", soft_wrap=True)
+    if summary.get("publish_error"):
+        console.print(f"[red]publishing failed[/red]: {escape(str(summary['publish_error']))}",
+                      soft_wrap=True)
 
 
 def print_packages(con: Console, packages: Sequence[tuple[str, str, int]]) -> None:

@@ -61,6 +61,12 @@ class ConfigError(NightlyError):
         super().__init__(text)
 
 
+class StateError(NightlyError):
+    """A state.json that cannot be used: unreadable, not JSON, or not of its schema."""
+
+    exit_code = 2
+
+
 class NothingSelected(NightlyError):
     """The selection is empty."""
 

@@ -177,7 +177,7 @@ def _after_builds(night: NightContext, phase: BuildPhase, opts: NightOptions,
                   date: dt.date) -> None:
     """Publish, record, report, prune, let the phase clean up: each step never fatal."""
     if not opts.no_upload:
-        publish_step(night)
+        publish_step(night, replace=opts.rebuild)
     try:
         night.history.record_state(night.day.name, night.state, commit=night.commit,
                                    channel=opts.channel)
@@ -278,7 +278,7 @@ def smoke_factory(config: Config) -> SmokeFactory | None:
 # ---------------------------------------------------------------------------- after the builds
 
 
-def publish_step(night: NightContext) -> None:
+def publish_step(night: NightContext, *, replace: Sequence[str] = ()) -> None:
     """Upload the day's good packages and refresh the index; failures are recorded per build
     (upload_error) and reported in the summary, never fatal to the night."""
     pub = night.config.publish
@@ -287,7 +287,7 @@ def publish_step(night: NightContext) -> None:
         return
     try:
         report = publish_day(night.config, night.day, night.state, channel=night.channel,
-                             log=night.log)
+                             log=night.log, replace=replace)
     except NightlyError as e:
         night.log(f"publish failed: {e}")
         night.state.set_meta(publish_error=str(e))

@@ -19,8 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nightly.errors import NightlyError, UsageError
-from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, BuildEntry, Day
+from nightly.errors import UsageError
+from nightly.workspace import (
+    FAILED,
+    INTERRUPTED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    BuildEntry,
+    Day,
+    State,
+)
 
 if TYPE_CHECKING:
     from nightly.history import History
@@ -122,10 +131,8 @@ def load_night(
     the day has no state.json."""
     if not day.state_path.exists():
         raise UsageError(f"no night in {day.path} (no state.json): pass --date, or run the night")
-    try:
-        state = json.loads(day.state_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise NightlyError(f"{day.state_path} is unreadable: {err}") from err
+    # Read through State: the one place state.json is checked against its schema.
+    state = State(day.state_path).data
     summary = _read_json(day.summary_path)
     if plan is None:
         plan = _read_json(day.master / "plan.json")

@@ -9,7 +9,8 @@ upload is recorded as the build's `upload_error` and the package stays where it 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import fnmatch
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -66,9 +67,15 @@ def open_destination(config: Config) -> Any:
 
 
 def publish_day(
-    config: Config, day: Day, state: State, *, channel: str, log: Log, index: bool = True
+    config: Config, day: Day, state: State, *, channel: str, log: Log, index: bool = True,
+    replace: Sequence[str] = (),
 ) -> UploadReport:
-    """Upload what is not yet published; then refresh the index pages of the day's folders."""
+    """Upload what is not yet published; then refresh the index pages of the day's folders.
+
+    A package already in the store with another sha256 is replaced only when this build
+    published it before (state.json says so: a rebuild of it) or the build matches a
+    `replace` glob (`--rebuild`): a lost or reset state never silently replaces what users
+    already installed."""
     pub = config.publish
     report = UploadReport()
     store = open_destination(config) if pub.url else None
@@ -87,7 +94,8 @@ def publish_day(
             dest = f"{store.url}/{key}"
             report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
             try:
-                uploaded = store.ensure(key, day.path / pkg["path"], pkg["sha256"])
+                uploaded = _ensure(store, key, day.path / pkg["path"], pkg["sha256"],
+                                   may_replace=dest in entry.published or _matches(bid, replace))
             except (PublishError, OSError) as e:
                 report.failed[dest] = str(e)
                 state.update(bid, upload_error=f"{dest}: {e}")
@@ -109,6 +117,24 @@ def publish_day(
     if index and store is not None and pub.index and (report.folders or report.removed):
         regenerate_index(config, store, report, channel=channel, log=log)
     return report
+
+
+def _matches(build_id: str, globs: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(build_id, g) for g in globs)
+
+
+def _ensure(store: Store, key: str, path: Path, sha256: str, *, may_replace: bool) -> bool:
+    """Store.ensure, refusing to replace another sha256 unless `may_replace`."""
+    info = store.head(key)
+    if info is not None and info.sha256 == sha256:
+        return False
+    if info is not None and not may_replace:
+        raise PublishError(
+            f"already published with another sha256 ({(info.sha256 or '?')[:12]}...), not by this "
+            "day's state: pass --rebuild with the build's id to replace it"
+        )
+    store.put(key, path, sha256)
+    return True
 
 
 def _package_type(entry: BuildEntry, pkg: dict[str, Any]) -> str:
