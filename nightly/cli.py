@@ -131,8 +131,10 @@ def run(
 ) -> None:
     """The whole night for this machine: build, publish, index, prune, summarize. Resumable."""
     from nightly import night
+    from nightly.schedule import check_globs
 
     ctx = Ctx(config_path, root, date_text)
+    check_globs(ctx.config, rebuild, "--rebuild")
     if cluster or (machine is None and ctx.config.cluster.address):
         night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
             address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
@@ -246,7 +248,7 @@ def prune(
     for p in doomed:
         click.echo(f"{'would delete' if dry_run else 'delete'} {p}")
     if doomed and not dry_run:
-        click.echo(str(apply_local_prune(cfg.root, doomed, is_locked)))
+        click.echo(str(apply_local_prune(cfg.root, doomed, is_locked)))  # PruneResult.__str__
     if not doomed:
         click.echo(f"no day folder under {cfg.root} is older than {cfg.retention.local_days} days")
     rv, rd = cfg.retention.remote_versions, cfg.retention.remote_days
@@ -291,9 +293,11 @@ def release(
     """Build the whole matrix as VERSION and publish it to the test channel. Resumable."""
     from nightly import night
     from nightly import release as rel
+    from nightly.schedule import check_globs
 
     ctx = Ctx(config_path, root, date_text)
     rel.check_version(version)
+    check_globs(ctx.config, rebuild, "--rebuild")
     m = night.pick_machine(ctx.config, machine)
     order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m)
     opts = night.NightOptions(
@@ -369,7 +373,13 @@ def report_command(
     day = existing_day(ctx)
     hp = history_path(ctx.config.root)
     out = Path(out_path) if out_path else None
-    written = report.write_report(day, History(hp) if hp.exists() else None, out)
+    if out is not None and out.is_dir():
+        raise UsageError(f"--out {out} is a folder: pass --out FILE (e.g. {out / 'report.html'})")
+    try:
+        written = report.write_report(day, History(hp) if hp.exists() else None, out)
+    except OSError as e:
+        raise UsageError(f"cannot write the report to {e.filename or out}: {e.strerror or e} "
+                         "(pass --out FILE in a folder you can write)") from e
     click.echo(str(written))
     if out is not None:
         click.echo(str(out))

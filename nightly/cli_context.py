@@ -15,7 +15,7 @@ from nightly.errors import UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_DATE_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})$")
+_DATE_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})$", re.ASCII)  # not "２０２４"
 
 
 def parse_date(text: str | None) -> dt.date:
@@ -63,6 +63,29 @@ class Ctx:
         make_undumpable()
         self.date = parse_date(date_text)
         self.config = cfg.load(cfg.find_config_path(config_path), root_override=root)
+        check_root(self.config.root, given=root is not None)
+
+
+# Kernel file systems: nothing nightly writes belongs there, and reading them as day folders
+# only gives strange errors.
+_NOT_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def check_root(root: Any, *, given: bool) -> None:
+    """The root is a folder (or does not exist yet), outside the kernel's file systems."""
+    import os
+
+    what = f"--root {root}" if given else f"root ({root})"
+    try:
+        real = os.path.realpath(root)
+        if os.path.exists(real) and not os.path.isdir(real):
+            raise UsageError(f"{what} is not a folder: pass --root DIR, a folder for day folders")
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{what} cannot be used: {e}") from e
+    for kernel in _NOT_ROOTS:
+        if real == kernel or real.startswith(kernel + "/"):
+            raise UsageError(f"{what} is inside {kernel}: pass --root DIR, a folder for day "
+                             "folders")
 
 
 def existing_day(ctx: Ctx) -> Any:

@@ -101,7 +101,11 @@ def pick_machine(config: Config, key: str | None, *, strict: bool = True) -> Mac
 def check_free_space(config: Config) -> None:
     if config.min_free_gb <= 0:
         return
-    config.root.mkdir(parents=True, exist_ok=True)
+    try:
+        config.root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot write the day folder {config.root}: {e.strerror or e} (pass "
+                         "--root DIR, or set root, to a folder nightly can write)") from e
     free_gb = shutil.disk_usage(config.root).free / 1e9
     if free_gb < config.min_free_gb:
         raise NightlyError(

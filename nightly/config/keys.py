@@ -165,3 +165,15 @@ def _has_userinfo(text: str) -> bool:
         return "@" in urllib.parse.urlsplit(text.strip()).netloc
     except ValueError:
         return False
+
+
+def check_strings(data: Any, ctx: Ctx, path: str = "") -> None:
+    """No NUL character in any string (no path or name can hold one)."""
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            check_strings(value, ctx, f"{path}.{key}" if path else str(key))
+    elif isinstance(data, list):
+        for item in data:
+            check_strings(item, ctx, path)
+    elif isinstance(data, str) and "\0" in data:
+        ctx.fail(f"{path} contains a NUL character", path, hint="remove it")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly.config.builders import check_references, parse_builders
-from nightly.config.keys import check_keys, check_url_credentials, shape_of
+from nightly.config.keys import check_keys, check_strings, check_url_credentials, shape_of
 from nightly.config.machines import parse_executors, parse_images, parse_machines
 from nightly.config.project import (
     parse_build,
@@ -39,13 +39,16 @@ from nightly.config.scheduling import (
     parse_timeouts,
 )
 from nightly.config.schema import Config
+from nightly.errors import UsageError
 
 # The single source of defaults; package data (pyproject's [tool.setuptools.package-data]).
 DEFAULTS_PATH = Path(__file__).resolve().parent.parent / "defaults.toml"
 
 
 def find_config_path(explicit: str | None) -> Path:
-    if explicit:
+    if explicit is not None:
+        if not explicit.strip() or "\0" in explicit:
+            raise UsageError(f"--config {explicit!r} is not a file name: pass --config FILE")
         return Path(explicit)
     env = os.environ.get("NIGHTLY_CONFIG")
     if env:
@@ -68,6 +71,7 @@ def parse(
     # Checked on the user's data (not the merge) so defaults never mask them.
     check_keys(data, shape_of(defaults), ctx)
     check_url_credentials(data, ctx)
+    check_strings(data, ctx)
     top = Table(merge(defaults, data), "", ctx)
     base = path.resolve().parent
     # Sections are read in this order so that, of several mistakes, the same one is reported.

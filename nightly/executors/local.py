@@ -43,7 +43,10 @@ def find_python(python: str, configured: Mapping[str, str]) -> str:
         path = configured[python]
         if os.access(path, os.X_OK):
             return path
-        looked.append(f"{path} (configured: missing or not executable)")
+        raise NotFound(
+            f"python {python}: the configured interpreter {path} is missing or not "
+            f"executable ([executor.local.pythons] \"{python}\"): install it there or fix the path"
+        )
     number = "3" if python == "3" else python_number(python)
     free_threaded = python.endswith("t")
     names = [f"python{number}t"] if free_threaded else [f"python{number}"]
