@@ -22,7 +22,8 @@ from typing import Protocol
 
 from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
-from nightly.executors.local import NotFound, find_python
+from nightly.executors.local import NotFound, find_python, give_to
+from nightly.hardening import BuildUser
 from nightly.matrix import Build, python_number
 
 SCRIPTS = Path(__file__).with_name("smoke_scripts")
@@ -181,8 +182,15 @@ class SmokeTester:
                 "sys.exit(0 if v in (None, sys.argv[2]) else 'version ' + str(v) + ' != ' + sys.argv[2])"
             )
             env = {"PYTHONPATH": str(site[0]), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
+            # The package's code runs as the build user when there is one, like its build.
+            user: BuildUser | None = getattr(self.executor, "user", None)
+            prefix_cmd: list[str] = []
+            if user is not None:
+                give_to(Path(t), user)
+                prefix_cmd = user.setpriv()
             proc = subprocess.run(
-                [py, "-c", code, self.config.smoke.import_name, job.env["BUILD_VERSION"]],
+                [*prefix_cmd, py, "-c", code, self.config.smoke.import_name,
+                 job.env["BUILD_VERSION"]],
                 cwd=t, env=env, capture_output=True, timeout=self.config.smoke.timeout_s,
             )
             out(proc.stdout + proc.stderr)

@@ -195,7 +195,7 @@ class LocalExecutor(Executor):
         for d in (job.work_dir / "home", job.work_dir / "tmp", job.output_dir):
             d.mkdir(parents=True, exist_ok=True)
         if self.user is not None:
-            _give(job.work_dir.parent, self.user)
+            give_to(job.work_dir.parent, self.user)
             out(f"[nightly] recipe runs as {self.user.name} (uid {self.user.uid})\n".encode())
         out(f"[nightly] interpreter {env['PYTHON']}\n".encode())
         if "CUDA_HOME" in env:
@@ -310,7 +310,7 @@ def _owned(path: str, uid: int) -> bool:
         return False
 
 
-def _give(folder: Path, user: BuildUser) -> None:
+def give_to(folder: Path, user: BuildUser) -> None:
     """The build's folder (scratch, output, compiler cache tools) to the build user."""
     for root, dirs, files in os.walk(folder):
         for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
