@@ -110,12 +110,17 @@ class Masker:
 
     def _partial_tail(self, data: bytes) -> int:
         """The length of the longest tail of `data` that begins some secret's form."""
+        window = len(self.forms[0]) - 1  # the longest form, less one byte
+        start = max(0, len(data) - window)
         best = 0
         for form in self.forms:
-            for n in range(min(len(form) - 1, len(data)), best, -1):
-                if data.endswith(form[:n]):
-                    best = n
+            # Only where the form's first byte occurs in the window can it begin.
+            i = data.find(form[:1], start)
+            while i != -1 and len(data) - i > best:
+                if len(data) - i < len(form) and form.startswith(data[i:]):
+                    best = len(data) - i
                     break
+                i = data.find(form[:1], i + 1)
         return best
 
 
