@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from nightly.config import Config, Machine, load
 from nightly.errors import ConfigError, NothingSelected, UsageError
-from nightly.matrix import Build
-from nightly.schedule import (
+from nightly.plan.matrix import Build
+from nightly.plan.schedule import (
     Plan,
     check_globs,
     filter_plan,
@@ -30,7 +30,8 @@ from nightly.schedule import (
 
 WriteConfig = Callable[..., Path]
 
-# The January 2019 schedule (../shared/reference/README.md), written out build by build:
+# The January 2019 schedule of PyTorch's old scripts (configs/pytorch-2019.toml), written out
+# build by build:
 # machine -> queues -> build ids in the order they ran.
 EXPECTED_2019: dict[str, list[list[str]]] = {
     "0": [

@@ -24,7 +24,7 @@ from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
 from nightly.executors.local import NotFound, find_python, give_to
 from nightly.hardening import BuildUser
-from nightly.matrix import Build, python_number
+from nightly.plan.matrix import Build, python_number
 
 SCRIPTS = Path(__file__).with_name("smoke_scripts")
 

@@ -19,16 +19,10 @@ sccache's own compiler hashing), or under an S3 prefix shared by a cluster's mac
 
 A cache that cannot start (unreachable store, unusable folder, missing binary) never fails a
 build: the reason goes into the log and the build compiles without it. S3 credentials reach
-only the sccache server, and never through an environment: nightly writes them to a 0600
-file in the tools folder (`credentials`), `run` points the server at it
-(AWS_SHARED_CREDENTIALS_FILE; sccache reads it once, when it checks its storage at start) and
-deletes it before the recipe starts. The server runs from an execute-only copy of sccache
-(`sccache-server`, mode 0111): the kernel makes a process whose binary its user cannot read
-non-dumpable, so a recipe of the same user can read neither its environment nor its memory.
-
-Every path is passed as one argument. The wrappers' folder is reached through a link
-without whitespace or quotes (`link`) when the day folder's path has any, because
-setuptools and CMake split CC and CXX into words.
+only the sccache server, never through an environment: a 0600 file (`credentials`) that `run`
+points the server at and deletes before the recipe starts; the server runs from an
+execute-only (so non-dumpable) copy of sccache. docs/cache.md says why. CC/CXX name the
+wrappers through a link without whitespace or quotes (setuptools and CMake split them).
 """
 
 from __future__ import annotations
@@ -281,11 +275,17 @@ def plain_link(tools: Path) -> str:
 def release(job: Job) -> None:
     """Remove what `attach` made outside the build's folder (the link) and the credentials."""
     cache = job.cache
-    if cache is None:
+    if not isinstance(cache, BuildCache):
         return
     if cache.link:
         Path(cache.link).unlink(missing_ok=True)
     (cache.tools / CREDENTIALS_FILE).unlink(missing_ok=True)
+
+
+def credential_values(job: Job) -> tuple[str, ...]:
+    """The store's credentials this build's cache holds (for masking its output)."""
+    cache = job.cache
+    return tuple(cache.credentials.values()) if isinstance(cache, BuildCache) else ()
 
 
 def s3_backend(settings: CacheSettings, key: str) -> tuple[dict[str, str], str]:
@@ -334,7 +334,7 @@ def finish(job: Job, record: Callable[..., object]) -> list[str]:
 def read_stats(job: Job) -> CacheStats | None:
     """The statistics `run` left for this build (None when the build had no cache)."""
     cache = job.cache
-    if cache is None:
+    if not isinstance(cache, BuildCache):  # no cache, or not one this module attached
         return None
     # A server that was killed with its build leaves its socket file behind.
     Path(cache.socket).unlink(missing_ok=True)
@@ -391,7 +391,7 @@ def write_tools(folder: Path) -> None:
 
 
 RUN = r"""#!/bin/bash
-# Written by nightly (nightly/cache.py): this build's compiler cache, then the recipe.
+# Written by nightly (nightly/builds/cache.py): this build's compiler cache, then the recipe.
 tools="$(cd "$(dirname "$0")" && pwd)"
 sc="$NIGHTLY_SCCACHE"
 say() { printf '[nightly] %s\n' "$*"; }
@@ -460,7 +460,7 @@ exit $rc
 # {var}: CC or CXX. Only compiles go through the cache; a server that went away means the
 # compiler runs directly (never a failed build, never a new server started by a client).
 WRAPPER = r"""#!/bin/sh
-# Written by nightly (nightly/cache.py): {var} behind this build's sccache server.
+# Written by nightly (nightly/builds/cache.py): {var} behind this build's sccache server.
 real="${{NIGHTLY_CACHE_{var}:-{default}}}"
 set -f  # $real is split into words (flags), never globbed
 if [ "${{NIGHTLY_CACHE:-}}" = on ] && [ -S "${{SCCACHE_SERVER_UDS:-}}" ]; then
@@ -474,7 +474,7 @@ exec $real "$@"
 """
 
 LAUNCH = r"""#!/bin/sh
-# Written by nightly (nightly/cache.py): CMAKE_<LANG>_COMPILER_LAUNCHER. CMake calls
+# Written by nightly (nightly/builds/cache.py): CMAKE_<LANG>_COMPILER_LAUNCHER. CMake calls
 # `launch COMPILER ARGS...`; nightly's own cc/c++ wrappers are replaced by the compilers they
 # stand for, so the cache is keyed on the real compiler and never runs sccache twice.
 # The compiler CMake names is one argument (its path may hold spaces); only CC/CXX, which
