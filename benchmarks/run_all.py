@@ -20,6 +20,8 @@ Runs one after another (so they do not compete for the machine), each in its own
               night's wall time against the sum of its builds (--quick: warm only, no night)
   cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
               through `nightly run`: warm / cold night, four Pythons with / without cache
+  masking     bench_masking.py: build output masked for every configured secret as it
+              streams into the log, against the same log written unmasked
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
               tool of the same kind), or `python -m pip --version` when cibuildwheel is not
               installed (the table says which)
@@ -81,6 +83,8 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                         *(["--sizes", "1000"] if quick else [])], "index_peer.json"),
         "images": ([py, str(HERE / "bench_images.py"), *(["--warm-only", "--no-night"] if quick else [])],
                    "images.json"),
+        "masking": ([py, str(HERE / "bench_masking.py"), *(["--mb", "50", "--runs", "3"] if quick else [])],
+                    "masking.json"),
         "cache": ([py, str(HERE / "bench_cache.py"),
                    *(["--cpp", "4", "--cuda", "2", "--templates", "4"] if quick else [])],
                   "cache.json"),
@@ -294,10 +298,17 @@ def rows_cache(d: dict[str, Any]) -> list[Row]:
     ]
 
 
+def rows_masking(d: dict[str, Any]) -> list[Row]:
+    return [["masking", f"{d.get('mb', '?')} MB of build output into its log: masked for "
+             f"{d.get('secrets', '?')} secrets (s) / unmasked (s)", _num(d.get("masked_s")),
+             _num(d.get("plain_s")), _num(d.get("ratio_masked_to_plain")),
+             f"lower is better; {d.get('masked_mb_s', '?')} MB/s masked"]]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
     "cluster": rows_cluster, "cache": rows_cache, "cli": rows_cli, "images": rows_images,
-    "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls,
+    "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls, "masking": rows_masking,
 }
 
 

@@ -114,13 +114,16 @@ class Masker:
         start = max(0, len(data) - window)
         best = 0
         for form in self.forms:
-            # Only where the form's first byte occurs in the window can it begin.
-            i = data.find(form[:1], start)
+            # Only where the form's first two bytes occur in the window can a tail of two
+            # bytes or more begin it (searched for whole: far fewer hits than one byte).
+            i = data.find(form[:2], start)
             while i != -1 and len(data) - i > best:
                 if len(data) - i < len(form) and form.startswith(data[i:]):
                     best = len(data) - i
                     break
-                i = data.find(form[:1], i + 1)
+                i = data.find(form[:2], i + 1)
+            if best == 0 and data.endswith(form[:1]):
+                best = 1
         return best
 
 
