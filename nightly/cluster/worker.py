@@ -225,6 +225,9 @@ def run_build_task(spec: TaskSpec) -> dict[str, Any]:
     from dask.context import thread_state
     from distributed import get_worker
 
+    from nightly.hardening import make_undumpable
+
+    make_undumpable()  # the worker's environment (its store credentials) out of a recipe's reach
     worker = get_worker()
     key = str(getattr(thread_state, "key", ""))
     resources = dict(getattr(worker.state, "total_resources", {}) or {})
