@@ -82,7 +82,7 @@ def shared() -> Shared:
 class Ctx:
     """What every command needs: the loaded config and the day (from the shared options)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, builds: bool = False) -> None:
         from nightly import config as cfg
         from nightly.hardening import make_undumpable
 
@@ -93,6 +93,12 @@ class Ctx:
         self.date = parse_date(opts.date_text)
         self.config = cfg.load(cfg.find_config_path(opts.config_path), root_override=opts.root)
         check_root(self.config.root, given=opts.root is not None)
+        if builds:
+            # Commands that plan builds (plan, run, build, release) need every recipe of the
+            # matrix: checked before anything of the night is created on disk.
+            from nightly.config.recipes import check_recipes
+
+            check_recipes(self.config)
 
 
 # Kernel file systems: nothing nightly writes belongs there, and reading them as day folders

@@ -41,6 +41,11 @@ def show(
     con.print(_heading(night))
     con.print(_counts_line(c))
     con.print(_table(night))
+    from nightly.history.triage import facts_for_day
+    from nightly.report.triage import status_lines
+
+    for line in status_lines(facts_for_day(day, history)):
+        con.print(line, markup=False, highlight=False)
     from nightly.report.terminal import print_packages
 
     print_packages(con, [(b.id, name, size) for b in night.builds for name, size in b.files])
