@@ -134,6 +134,9 @@ class Publish:
     project: str  # [project] name, for {project} in find_links
     public_url: str = ""  # where users read the store (nightly validate); "" = the file:// url
     validate: bool = False  # validate what was published at the end of the night
+    # What a failed build holds back (nightly.publish.gate): "build" (only itself), "folder"
+    # (every package of the folders it was destined for), "night" (everything).
+    atomic: str = "build"
 
     def find_links_name(self, channel: str) -> str:
         """The flat find-links page of a folder of `channel` (nightly, test, release)."""

@@ -299,6 +299,9 @@ def publish_step(night: NightContext) -> None:
     night.log(
         f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed"
+        + (f", {len(report.held_back)} build(s) held back ([publish] atomic = "
+           f"\"{pub.atomic}\"; `nightly upload --force-partial` publishes them)"
+           if report.held_back else "")
     )
     if pub.validate:
         validate_step(night)
@@ -392,6 +395,7 @@ def write_summary(
         failed_uploads=failed_uploads, publish_error=publish_error, builds=builds,
         exit_code=day_record.exit_code(builds, failed_uploads, publish_error),
         manual=manual if manual is not None else day_record.manual_builds(state),
+        held_back=day_record.held_back_of(state.meta),
     )
     path = night.day.summary_path if manual is None else day_record.manual_summary_path(night.day, started)
     write_json(path, summary.to_json())

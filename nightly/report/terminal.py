@@ -105,6 +105,9 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
         f"summary: {escape(str(path))}",
         soft_wrap=True,
     )
+    for bid, why in sorted((summary.get("held_back") or {}).items()):
+        console.print(f"[yellow]held back[/yellow] {escape(bid)}: {escape(str(why))} "
+                      "(`nightly upload --force-partial` publishes it)", soft_wrap=True)
 
 
 def print_packages(con: Console, packages: Sequence[tuple[str, str, int]]) -> None:
@@ -149,6 +152,8 @@ def print_destinations(summary: Summary, day_path: Path, *, not_published: str) 
         outcome = built.outcome if built is not None else None
         if outcome != "succeeded":
             why = f"the build {outcome}"
+        elif bid in summary.held_back:
+            why = f"held back: {summary.held_back[bid]} (`nightly upload --force-partial`)"
         elif bid in failed_uploads:
             why = "the upload failed (see `nightly status`; `nightly upload` retries)"
         else:

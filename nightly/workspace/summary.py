@@ -115,11 +115,13 @@ class Summary:
     exit_code: int = 0
     manual: Any = None  # the one-off builds of the day (a list), or a one-off's own mark
     updated: dict[str, str] | None = None  # the last command that refreshed it
+    # good builds not published because [publish] atomic waits for a failed one: id -> why
+    held_back: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     _KEYS = ("date", "machine", "version", "channel", "commit", "source", "started", "ended",
              "duration_s", "estimated_makespan_s", "counts", "failed_uploads", "publish_error",
-             "builds", "exit_code", "manual", "updated")
+             "builds", "exit_code", "manual", "updated", "held_back")
 
     def to_json(self) -> dict[str, Any]:
         data = {**self.extra, **{k: getattr(self, k) for k in self._KEYS if k != "builds"}}
@@ -147,8 +149,15 @@ class Summary:
                     if isinstance(v, Mapping)} if isinstance(builds, Mapping) else {},
             exit_code=_opt_int(data.get("exit_code")) or 0, manual=data.get("manual"),
             updated=dict(data["updated"]) if isinstance(data.get("updated"), Mapping) else None,
+            held_back=held_back_of(data),
             extra={k: v for k, v in data.items() if k not in cls._KEYS},
         )
+
+
+def held_back_of(data: Mapping[str, Any]) -> dict[str, str]:
+    """The `held_back` map (build -> why) of summary.json or state.json's meta."""
+    held = data.get("held_back")
+    return {str(k): str(v) for k, v in held.items()} if isinstance(held, Mapping) else {}
 
 
 def read_summary(path: Path) -> Summary | None:
@@ -243,6 +252,7 @@ def refresh(day: Day, state: State, *, by: str) -> Summary | None:
         night_ids.append(bid)
         summary.builds[bid] = replace(b, published=dict(e.published))
     summary.failed_uploads = failed_uploads(state, night_ids)
+    summary.held_back = held_back_of(state.meta)
     summary.publish_error = state.meta.get("publish_error")
     summary.exit_code = exit_code(summary.builds, summary.failed_uploads, summary.publish_error)
     summary.manual = manual_builds(state)
