@@ -52,6 +52,7 @@ class Machine:
     hostname: str = ""
     # Each inner tuple is one queue, as written: build ids, globs or "package pythons cudas".
     explicit_queues: tuple[tuple[str, ...], ...] = ()
+    gpu: bool = False  # has a GPU: the GPU part of CUDA builds' tests runs here
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +109,11 @@ class Smoke:
     libtorch_libs: tuple[str, ...]
     image: str
     timeout_s: float
+    # The GPU part (gpu_check, gpu_command) is a test stage of its own (nightly.builds.smoke).
+    gpu_command: str = ""
+    gpu_timeout_s: float = 600.0
+    gpu_retries: int = 0
+    require_gpu: bool = False  # a CUDA build whose GPU part was not run fails
 
 
 @dataclass(frozen=True, kw_only=True)
