@@ -179,6 +179,11 @@ def _facts(night: NightView, now: float) -> list[str]:
         if summary.get("estimated_makespan_s"):
             wall += f" (estimated {esc(took(float(summary['estimated_makespan_s'])))})"
         times.append(wall)
+    tested = [b for b in night.builds if b.test_s is not None]
+    if tested:
+        total, gpu = sum(b.test_s or 0 for b in tested), sum(b.gpu_test_s for b in tested)
+        times.append(f"tests <b>{esc(took(total))}</b> (GPU hosts <b id=\"gpu-test-s\">"
+                     f"{esc(took(gpu))}</b>)")
     if times:
         out.append(f'<p class="meta">{" · ".join(times)}</p>')
     if summary.get("publish_error"):

@@ -59,6 +59,21 @@ def test_gpu_part_runs_on_a_gpu_machine_and_its_failure_holds_the_build_back(
     published = sorted(f.name for f in (p.path / "mirror/whl/nightly/cu126").glob("*.whl"))
     assert [n.split("-")[2] for n in published] == ["311"]
 
+    # Cost: build and test seconds apart, where each ran; m has a GPU, so its building counts.
+    summary = p.summary()
+    row = summary["builds"]["manywheel_3.11_cu126"]
+    assert row["duration_s"] == good["duration_s"]
+    assert row["test_s"] == good["tested"]["seconds"]
+    assert row["test_s"] > 0
+    assert row["built_on"] == "m"
+    assert row["tested_on"] == "m"
+    gpu = summary["gpu_host_s"]
+    assert gpu["building"] == round(good["duration_s"] + bad["duration_s"], 3)
+    gpu_parts = good["tested"]["gpu"]["seconds"] + bad["tested"]["gpu"]["seconds"]
+    cpu_parts = good["tested"]["cpu"]["seconds"] + bad["tested"]["cpu"]["seconds"]
+    assert abs(gpu["testing"] - (gpu_parts + cpu_parts)) < 0.01
+    assert 'data-test-s="' in (p.day / "report.html").read_text()
+
 
 def test_without_a_gpu_the_gpu_part_is_not_run_and_require_gpu_fails_it(
     night_project: Callable[..., Any], run_cli: Callable[..., tuple[int, str, str]]
@@ -66,6 +81,7 @@ def test_without_a_gpu_the_gpu_part_is_not_run_and_require_gpu_fails_it(
     p = _project(night_project, "nogpu", "gpu_check = 'import sys; sys.exit(9)'\n", gpu=False)
     code, out, err = run_cli(["run", "--config", str(p.config), "--date", DATE], cwd=p.path)
     assert code == 0, out + err
+    assert p.summary()["gpu_host_s"] == {"building": 0.0, "testing": 0.0}
     for entry in p.state()["builds"].values():
         assert entry["status"] == "succeeded"
         assert entry["tested"]["result"] == "not run"
