@@ -11,6 +11,7 @@ from pathlib import Path
 
 from nightly.config import Config
 from nightly.executors.base import Job
+from nightly.manylinux import ENV_POLICY, OFF, glibc_of, plat
 from nightly.matrix import Build
 from nightly.workspace import Day, State
 
@@ -66,6 +67,22 @@ def build_env(config: Config) -> dict[str, str]:
     return env
 
 
+def manylinux_env(config: Config, build: Build, executor: str) -> dict[str, str]:
+    """A manywheel build's policy for the recipe (NIGHTLY_MANYLINUX, AUDITWHEEL_PLAT) and,
+    on the host, the glibc-targeting toolchain that meets it (an image has its own)."""
+    policy = config.manylinux_for(build, executor)
+    if not policy:
+        return {}
+    env = {ENV_POLICY: policy}
+    if policy != OFF:
+        env["AUDITWHEEL_PLAT"] = plat(policy)
+        if executor == "local":
+            from nightly.images import engine, sysroot
+
+            env.update(sysroot.host_env(glibc_of(policy), engine.default_cache()))
+    return env
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunContext:
     config: Config
@@ -86,7 +103,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         cuda=build.cuda,
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ) | wheelhouse_env(ctx),
+        ) | wheelhouse_env(ctx) | manylinux_env(ctx.config, build, executor),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",
@@ -97,4 +114,4 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
     )
 
 
-__all__ = ["RunContext", "build_env", "make_job", "recipe_env", "wheelhouse_env"]
+__all__ = ["RunContext", "build_env", "make_job", "manylinux_env", "recipe_env", "wheelhouse_env"]

@@ -12,6 +12,7 @@ import urllib.parse
 from collections.abc import Sequence
 
 from nightly.cache import night_total
+from nightly.manylinux import describe
 from nightly.nightview import (
     TREND_NIGHTS,
     BuildView,
@@ -271,6 +272,9 @@ def _row(
             f'<div class="small manual" data-manual="{esc(b.manual.get("by", ""))}" '
             f'title="{esc(b.manual.get("command", ""))}">{esc(manual_text(b))}</div>'
         )
+    compat = describe(b.manylinux)
+    if compat:
+        outcome += f'<div class="small mono" data-manylinux="{esc(compat)}">{esc(compat)}</div>'
     out.append(f'<td class="outcome">{outcome}</td>')
     where = f"{b.machine or '-'} / {b.queue if b.queue is not None else '-'}"
     out.append(f'<td class="nowrap">{esc(where)}</td>')

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from nightly import cache as compiler_cache
 from nightly.buildlog import footer, header, last_footer
-from nightly.collect import PackageFile, collect_build
+from nightly.collect import PackageFile, check_policy, collect_build
 from nightly.config import Config, Machine
 from nightly.executors import make_executor
 from nightly.executors.base import ExecResult, Executor, Job
@@ -176,7 +176,7 @@ class Runner:
             build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,
             machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None,
             package=build.package, python=build.python, cuda=build.cuda, variant=build.variant,
-            cache=None,
+            cache=None, manylinux=None,
         )
         self.on_event("start", {"build": build.id, "queue": queue, "attempt": attempt})
         return job, attempt, cache_note
@@ -195,6 +195,10 @@ class Runner:
         if reason is None and not produced:
             reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
         notes = [*result.notes, *cache_notes]
+        if reason is None:  # a wheel that misses its policy is never smoke-tested nor filed
+            policy = check_policy(state, build, job.env, produced)
+            notes += policy.notes
+            reason = policy.reason
         if reason is None and self.smoke is not None:
             try:
                 smoke = self.smoke(build, produced, job, sink, self.cancel)
