@@ -190,12 +190,17 @@ def elf_glibc(stream: IO[bytes]) -> tuple[int, int]:
 
 
 def describe(record: Any) -> str:
-    """One line for status and the report: 'policy 2_28 -> manylinux_2_17_x86_64'."""
+    """One line for status and the report: 'policy 2_28: manylinux_2_17' (the oldest glibc
+    the night's wheels install on), 'policy 2_28: linux_x86_64' when one missed it."""
     if not isinstance(record, dict):
         return ""
     if "tags" in record:
         policy = record.get("policy") or "none"
-        return f"policy {policy} -> {', '.join(record.get('tags') or ['-'])}"
+        tags = [t for tag in record.get("tags") or [] for t in str(tag).split(".")]
+        plain = sorted({t for t in tags if tag_glibc(t) is None})
+        reached = (", ".join(plain) if plain or not record.get("glibc")
+                   else f"manylinux_{str(record['glibc']).replace('.', '_')}")
+        return f"policy {policy}: {reached or '-'}"
     if record.get("glibc"):
         return f"needs glibc {record['glibc']}"
     return ""

@@ -97,6 +97,10 @@ def test_the_check_of_a_manywheel_builds_wheels(tmp_path: Path, policy: str, pla
     assert v.record["tags"] == [platform]
     assert v.record["policy"] == policy
     assert any(platform in n for n in v.notes)
+    shown = manylinux.describe(v.record)
+    assert shown.startswith(f"policy {policy or 'none'}: ")
+    assert shown.endswith("linux_x86_64" if platform == "linux_x86_64"
+                          else "manylinux_" + v.record["glibc"].replace(".", "_"))
     if not ok:
         assert "nothing of it is published" in (v.reason or "")
 
