@@ -2,13 +2,15 @@
 
 A policy is `"X_Y"` (a manylinux_X_Y tag: the wheel installs where glibc is X.Y or newer),
 `"off"` (the builds opt out: whatever they produce is shipped) or empty (none declared:
-auditwheel's own choice, which must still be a manylinux tag). It is declared per builder
+auditwheel's own choice where the build has auditwheel; a plain `linux_*` wheel is shipped
+with a note in the footer, as before policies existed). It is declared per builder
 image (`[builders.NAME] manylinux`) and for the matrix (`[matrix.linux.manywheel]
 manylinux`, the default for builds whose builder declares none and for host builds); the
 recipe repairs with `auditwheel repair --plat manylinux_<policy>_<arch>` and fails with
 auditwheel's reason when the wheel cannot meet it, and nightly checks every wheel a
-manywheel build produced before it is filed (`check_packages`): a plain `linux_*` wheel, or
-one tagged newer than the policy, fails the build and is never published.
+manywheel build with a policy produced before it is filed (`check_packages`): a plain
+`linux_*` wheel, or one tagged newer than the policy, fails the build and is never
+published.
 
 libtorch zips are no wheels but need a glibc too: `zip_glibc` reads the newest GLIBC_
 symbol version their ELF files need, recorded beside the build like a wheel's tag.
@@ -105,15 +107,18 @@ def _check_wheels(policy: str, wheels: Sequence[Path]) -> Verdict:
     tags: list[str] = []
     newest: tuple[int, int] = (0, 0)
     problems: list[str] = []
+    warnings: list[str] = []
     for w in wheels:
         platforms = wheel_platforms(w.name)
         tags.append(".".join(platforms))
         needs = [g for g in (tag_glibc(p) for p in platforms) if g is not None]
-        if not needs and not policy and not any(p.startswith("linux_") for p in platforms):
-            continue  # no policy declared: only a plain linux_* wheel is refused
         if not needs:
-            problems.append(f"{w.name} is tagged {'.'.join(platforms) or '?'}, not manylinux: "
-                            "pip installs it from no index and PyPI refuses it")
+            if policy and platforms:
+                problems.append(f"{w.name} is tagged {'.'.join(platforms)}, not manylinux: "
+                                "pip installs it from no index and PyPI refuses it")
+            elif platforms:
+                warnings.append(f"{w.name} is no manylinux wheel (no policy declared: shipped; "
+                                "pip installs it from no index)")
             continue
         need = min(needs)  # a compressed tag set installs where its oldest tag does
         newest = max(newest, need)
@@ -123,13 +128,13 @@ def _check_wheels(policy: str, wheels: Sequence[Path]) -> Verdict:
     record: dict[str, Any] = {"policy": policy or "", "tags": tags}
     if newest != (0, 0):
         record["glibc"] = f"{newest[0]}.{newest[1]}"
-    note = f"manylinux: policy {shown}; reached {', '.join(tags) or '-'}"
+    notes = (f"manylinux: policy {shown}; reached {', '.join(tags) or '-'}", *warnings)
     if policy == OFF or not problems:
-        return Verdict(record=record, notes=(note,))
+        return Verdict(record=record, notes=notes)
     return Verdict(
         reason="manylinux policy not met: " + "; ".join(problems) + " (nothing of it is "
         "published; see the log for auditwheel's report)",
-        record=record, notes=(note,),
+        record=record, notes=notes,
     )
 
 

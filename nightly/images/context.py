@@ -238,6 +238,7 @@ def add_toolchain(tar: tarfile.TarFile, spec: BuilderSpec, cache: Path, log: Log
         return info
 
     tar.add(str(toolchain / "sysroot"), arcname="toolchain/sysroot", filter=owner)
+    tar.add(str(toolchain / "lib"), arcname="toolchain/lib", filter=owner)
     gccs = {f"gcc{c.split('-', 1)[1]}": f"-{c.split('-', 1)[1]}"
             for c in spec.compilers if re.match(r"^g\+\+-\d+$", c)}
     with tempfile.TemporaryDirectory(prefix="nightly-wrappers-") as t:
@@ -278,6 +279,17 @@ def cuda_dockerfile(parent: str, version: str, labels: dict[str, str],
         f"FROM {parent}",
         *([_env_line(env)] if env else []),  # before the self-test: nvcc's host compiler
         f"COPY cuda-{version} /usr/local/cuda-{version}",
+    ]
+    host = (env or {}).get("NVCC_CCBIN", "")
+    if host and version.startswith("11."):
+        # The toolkit's hostcc/ wrappers (gcc-11 for CUDA 11's nvcc, found through
+        # nvcc.profile's PATH) become the sysroot's too, whether or not this nvcc reads
+        # NVCC_CCBIN.
+        hostcc = f"/usr/local/cuda-{version}/hostcc"
+        lines.append(
+            f"RUN for t in gcc g++; do printf '#!/bin/sh\\nexec {host.rsplit('/', 1)[0]}/%s"
+            f" \"$@\"\\n' $t > {hostcc}/$t; chmod 755 {hostcc}/$t; done")
+    lines += [
         "COPY selftest.sh /tmp/cuda-selftest.sh",
         # The runtime on the loader's path, as in NVIDIA's own images: ldd (the libtorch
         # recipe's dependency search) and programs built here find libcudart.

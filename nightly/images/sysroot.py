@@ -13,6 +13,7 @@ Debian's mirror has no buster (2.28) any more; bullseye is the oldest glibc it s
 The toolchain folder:
 
     sysroot/            the unpacked .debs (absolute symlinks made relative)
+    lib/                the shim for what gcc's static libstdc++ needs beyond glibc 2.31
     bin/gcc, bin/g++    wrappers: --sysroot plus the library paths gcc does not take from
                         the sysroot; g++ also the suite's C++ headers and a static libstdc++ /
                         libgcc (gcc 12's libstdc++.so symbols are newer than the policies
@@ -32,27 +33,61 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nightly.errors import NightlyError
+from nightly.images.spec import SYSROOT_GLIBC, TOOLCHAIN_REVISION
 
 Log = Callable[[str], None]
 
 SUITE = "bullseye"
-GLIBC = "2.31"
+GLIBC = SYSROOT_GLIBC
 DEBS = ("libc6", "libc6-dev", "linux-libc-dev", "libcrypt1", "libcrypt-dev")
 MARKER = ".nightly-complete"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 IMAGE_PATH = "/opt/nightly-toolchain"
 MULTIARCH = "x86_64-linux-gnu"
+REVISION = TOOLCHAIN_REVISION  # of the wrappers and shim: a new one is a new cached folder
 
 # {real}: the compiler the wrapper stands for; {cxx}: g++'s extra flags (empty for gcc).
+# A link (any input, none of -c -S -E -M -MM) also gets: the shim (what the suite's static
+# libstdc++ calls that glibc {glibc} lacks), glibc < 2.34's separate libpthread, libdl and
+# librt as needed (code written for a newer glibc omits -pthread / -ldl), and leave to
+# the host's own libgcc_s its newer glibc (it is the running machine's, never the wheel's).
 WRAPPER = r"""#!/bin/sh
 # Written by nightly (nightly/images/sysroot.py): {real} linking against glibc {glibc}
 # (Debian {suite}'s libc6-dev in the sysroot beside this folder).
 here="$(cd "$(dirname "$0")" && pwd -P)"
-s="$here/../sysroot"
-s="$(cd "$s" && pwd -P)"
+s="$(cd "$here/../sysroot" && pwd -P)"
 m={multiarch}
+link=0
+for a in "$@"; do
+    case "$a" in
+        -c | -S | -E | -M | -MM | -fsyntax-only) link=0; break ;;
+        -*) ;;
+        *) link=1 ;;
+    esac
+done
+if [ "$link" = 1 ]; then
+    set -- "$@" {cxxlink}"$here/../lib/{shim}" -Wl,--allow-shlib-undefined \
+        -Wl,--push-state,--as-needed -lpthread -ldl -lrt -Wl,--pop-state
+fi
 {cxx}exec {real} --sysroot="$s" -B "$s/usr/lib/$m" -L "$s/usr/lib/$m" -L "$s/lib/$m" \
     {cxxflags}"$@"
+"""
+
+SHIM = "nightly-glibc-shim.o"
+# What gcc 12's static libstdc++ refers to that glibc 2.31 does not have, defined hidden
+# (never exported, never interposing the running glibc): __libc_single_threaded (2.32; 0
+# means "maybe threaded", the always-correct answer) and arc4random (2.36; random_device).
+SHIM_SOURCE = r"""
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+__attribute__((visibility("hidden"))) char __libc_single_threaded = 0;
+__attribute__((visibility("hidden"))) uint32_t arc4random(void) {
+    uint32_t v = 0;
+    while (syscall(SYS_getrandom, &v, sizeof v, 0) != (long)sizeof v) {
+    }
+    return v;
+}
 """
 
 # g++'s own headers are not under the sysroot: name the suite's explicitly (the version is
@@ -61,7 +96,8 @@ CXX_HEADERS = r"""v="$({real} -dumpversion)"
 v="${{v%%.*}}"
 """
 CXX_FLAGS = ('-isystem "/usr/include/c++/$v" -isystem "/usr/include/$m/c++/$v" '
-             '-isystem "/usr/include/c++/$v/backward" -static-libstdc++ -static-libgcc ')
+             '-isystem "/usr/include/c++/$v/backward" ')
+CXX_LINK = "-static-libstdc++ "  # links only: with no input it would make g++ -v link
 
 
 class ToolchainError(NightlyError):
@@ -128,8 +164,9 @@ def relink(root: Path) -> int:
 
 def wrapper_text(real: str, cxx: bool) -> str:
     return WRAPPER.format(
-        real=real, glibc=GLIBC, suite=SUITE, multiarch=MULTIARCH,
+        real=real, glibc=GLIBC, suite=SUITE, multiarch=MULTIARCH, shim=SHIM,
         cxx=CXX_HEADERS.format(real=real) if cxx else "", cxxflags=CXX_FLAGS if cxx else "",
+        cxxlink=CXX_LINK if cxx else "",
     )
 
 
@@ -161,6 +198,16 @@ def older_gccs() -> dict[str, str]:
     return out
 
 
+def build_shim(toolchain: Path) -> None:
+    """lib/nightly-glibc-shim.o, compiled against the sysroot (position-independent: it goes
+    into shared libraries and programs alike)."""
+    lib = toolchain / "lib"
+    lib.mkdir(exist_ok=True)
+    (lib / "nightly-glibc-shim.c").write_text(SHIM_SOURCE)
+    _run([str(toolchain / "bin" / "gcc"), "-O2", "-fPIC", "-c", str(lib / "nightly-glibc-shim.c"),
+          "-o", str(lib / SHIM)], "compiling the glibc shim")
+
+
 def unpack(debs: Path, dest: Path) -> None:
     root = dest / "sysroot"
     root.mkdir(parents=True)
@@ -177,7 +224,7 @@ def assemble(cache: Path, *, mirror: str = "", log: Log = lambda _: None) -> Pat
     """The toolchain folder in the cache (sysroot + wrappers), made once; returns it."""
     from nightly.images.cuda import host_mirror
 
-    dest = cache / "toolchains" / f"{SUITE}-glibc{GLIBC}"
+    dest = cache / "toolchains" / f"{SUITE}-glibc{GLIBC}-{REVISION}"
     if (dest / MARKER).exists():
         return dest
     debs = fetch_debs(cache, mirror or host_mirror(), log)
@@ -185,6 +232,7 @@ def assemble(cache: Path, *, mirror: str = "", log: Log = lambda _: None) -> Pat
     shutil.rmtree(partial, ignore_errors=True)
     unpack(debs, partial)
     write_wrappers(partial)
+    build_shim(partial)
     (partial / "nightly-sources.txt").write_text(
         "\n".join(sorted(p.name for p in debs.glob("*.deb"))) + "\n")
     (partial / MARKER).write_text(f"{SUITE} glibc {GLIBC}\n")
@@ -233,7 +281,7 @@ def host_env(policy_glibc: tuple[int, int], cache: Path) -> dict[str, str]:
     run or a preflight downloads nothing)."""
     if host_glibc() <= policy_glibc:
         return {}
-    toolchain = cache / "toolchains" / f"{SUITE}-glibc{GLIBC}"
+    toolchain = cache / "toolchains" / f"{SUITE}-glibc{GLIBC}-{REVISION}"
     return {**toolchain_env(str(toolchain / "bin")), ENV_CACHE: str(cache)}
 
 
