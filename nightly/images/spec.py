@@ -51,7 +51,7 @@ DEBIAN_TOOLS = frozenset({"ninja-build", "ccache", "chrpath", "file", "git"})
 SUITE_GLIBC = {"bullseye": "2.31", "bookworm": "2.36", "trixie": "2.41"}
 # The glibc-targeting toolchain (nightly.images.sysroot): the glibc it links against.
 SYSROOT_GLIBC = "2.31"
-TOOLCHAIN_REVISION = "2"  # bumped when its wrappers or shim change (in the cpu layer's hash)
+TOOLCHAIN_REVISION = "3"  # bumped when its wrappers or shim change (in the cpu layer's hash)
 # What every builder image has, declared or not: a C and a C++ compiler, and auditwheel
 # with the patchelf it needs (manywheel builds are repaired in the image).
 REQUIRED_COMPILERS = ("gcc", "g++")

@@ -51,6 +51,9 @@ REVISION = TOOLCHAIN_REVISION  # of the wrappers and shim: a new one is a new ca
 # libstdc++ calls that glibc {glibc} lacks), glibc < 2.34's separate libpthread, libdl and
 # librt as needed (code written for a newer glibc omits -pthread / -ldl), and leave to
 # the host's own libgcc_s its newer glibc (it is the running machine's, never the wheel's).
+# The machine's own headers and libraries (a distro Python's multiarch pyconfig.h, a
+# project's -dev packages) stay visible after the sysroot's: a library found there is
+# bundled by auditwheel and checked against the policy like the wheel itself.
 WRAPPER = r"""#!/bin/sh
 # Written by nightly (nightly/images/sysroot.py): {real} linking against glibc {glibc}
 # (Debian {suite}'s libc6-dev in the sysroot beside this folder).
@@ -67,10 +70,11 @@ for a in "$@"; do
 done
 if [ "$link" = 1 ]; then
     set -- "$@" {cxxlink}"$here/../lib/{shim}" -Wl,--allow-shlib-undefined \
-        -Wl,--push-state,--as-needed -lpthread -ldl -lrt -Wl,--pop-state
+        -Wl,--push-state,--as-needed -lpthread -ldl -lrt -Wl,--pop-state \
+        -L "/usr/lib/$m" -L /usr/lib
 fi
 {cxx}exec {real} --sysroot="$s" -B "$s/usr/lib/$m" -L "$s/usr/lib/$m" -L "$s/lib/$m" \
-    {cxxflags}"$@"
+    {cxxflags}-idirafter "/usr/include/$m" -idirafter /usr/include "$@"
 """
 
 SHIM = "nightly-glibc-shim.o"

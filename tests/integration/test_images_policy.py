@@ -119,8 +119,9 @@ def test_a_policy_builder_on_an_existing_base_image_makes_manylinux_2_28_wheels(
     assert image.labels["org.nightly.manylinux-policy"] == "2_28"
 
     run = nightly("run", "--config", str(config), "--date", "2026_01_06", env=env)
-    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
     day = tmp_path / "nightlies" / "2026_01_06"
+    assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:], "\n".join(
+        p.read_text()[-4000:] for p in day.glob("logs/failed/*.log")))
     entry = json.loads((day / "state.json").read_text())["builds"]["manywheel_3.11_cpu"]
     assert entry["manylinux"]["policy"] == "2_28"
     glibc = tuple(int(x) for x in entry["manylinux"]["glibc"].split("."))
