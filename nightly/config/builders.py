@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from nightly.config.reader import Ctx, Table
 from nightly.errors import did_you_mean
 from nightly.images.spec import BuilderSpec, SpecError, parse_spec
-from nightly.matrix import Build, PackageMatrix
+from nightly.plan.matrix import Build, PackageMatrix
 
 
 def parse_builders(top: Table, ctx: Ctx) -> dict[str, BuilderSpec]:

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.files import boot_id, proc_stat
-from nightly.images import sysroot
-from nightly.matrix import cuda_version, python_number
+from nightly.plan.matrix import cuda_version, python_number
 
 # Variables passed through from the caller: harmless, and needed for a sane build.
 PASSTHROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SOURCE_DATE_EPOCH")
@@ -183,13 +182,6 @@ class LocalExecutor(Executor):
             return ExecResult(exit_status=None, reason=str(e))
         for d in (job.work_dir / "home", job.work_dir / "tmp", job.output_dir):
             d.mkdir(parents=True, exist_ok=True)
-        if sysroot.ENV_CACHE in env:
-            try:
-                sysroot.ensure(env, lambda line: out(f"[nightly] {line}\n".encode()))
-            except sysroot.ToolchainError as e:
-                out(f"[nightly] {e}\n".encode())
-                return ExecResult(exit_status=None, reason=f"toolchain: {e}", infra=True)
-            out(f"[nightly] toolchain {env['NIGHTLY_TOOLCHAIN']}: CC={env['CC']}\n".encode())
         out(f"[nightly] interpreter {env['PYTHON']}\n".encode())
         if "CUDA_HOME" in env:
             out(f"[nightly] CUDA toolkit {env['CUDA_HOME']}\n".encode())

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nightly.manylinux import OFF, glibc_of, parse_policy
-from nightly.matrix import SpellingError, cuda_version, normalize_cuda
+from nightly.plan.matrix import SpellingError, cuda_version, normalize_cuda
 
 # Bump a layer's revision when the build procedure changes what that layer holds for the
 # same declaration (its images and those above get new tags; the layers below stay).

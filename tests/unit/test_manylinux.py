@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from nightly import manylinux
+from nightly.builds.jobs import manylinux_env
 from nightly.config import load
 from nightly.errors import ConfigError
 from nightly.images import context, sysroot
 from nightly.images.spec import parse_spec
-from nightly.jobs import manylinux_env
 
 CONFIG = """\
 [project]

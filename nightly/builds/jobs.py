@@ -1,4 +1,4 @@
-"""A build as a job for an executor: the recipe environment of DESIGN, where the build's
+"""A build as a job for an executor: the recipe environment (docs/recipes.md), where the build's
 output and scratch folders are, its timeout and image; and the context a night's builds share
 (config, day, state, source, version, channel).
 """
@@ -6,20 +6,21 @@ output and scratch folders are, its timeout and image; and the context a night's
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from nightly.config import Config
 from nightly.executors.base import Job
 from nightly.manylinux import ENV_POLICY, OFF, glibc_of, plat
-from nightly.matrix import Build
+from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 
 
 def recipe_env(
     config: Config, build: Build, *, version: str, date: dt.date, channel: str
 ) -> dict[str, str]:
-    """The recipe environment of DESIGN, minus the path variables each executor adds."""
+    """The recipe environment (docs/recipes.md), minus the path variables each executor adds."""
     env = {
         "PACKAGE_TYPE": build.package,
         "DESIRED_PYTHON": build.python,
@@ -83,6 +84,23 @@ def manylinux_env(config: Config, build: Build, executor: str) -> dict[str, str]
     return env
 
 
+def prepare_toolchain(job: Job, out: Callable[[bytes], None]) -> str | None:
+    """Assemble the glibc-targeting toolchain a host build's environment names (once per
+    cache; here rather than in make_job, so a dry run or a preflight downloads nothing).
+    Returns why it could not be made, or None."""
+    from nightly.images import sysroot
+
+    if sysroot.ENV_CACHE not in job.env:
+        return None
+    try:
+        sysroot.ensure(job.env, lambda line: out(f"[nightly] {line}\n".encode()))
+    except sysroot.ToolchainError as e:
+        out(f"[nightly] {e}\n".encode())
+        return f"toolchain: {e}"
+    out(f"[nightly] toolchain {job.env['NIGHTLY_TOOLCHAIN']}: CC={job.env['CC']}\n".encode())
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunContext:
     config: Config
@@ -114,4 +132,5 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
     )
 
 
-__all__ = ["RunContext", "build_env", "make_job", "manylinux_env", "recipe_env", "wheelhouse_env"]
+__all__ = ["RunContext", "build_env", "make_job", "manylinux_env", "prepare_toolchain", "recipe_env",
+           "wheelhouse_env"]
