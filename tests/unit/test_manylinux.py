@@ -234,3 +234,41 @@ def test_wrappers_find_their_sysroot_beside_them(tmp_path: Path) -> None:
     assert "-static-libstdc++" not in (tmp_path / "bin" / "gcc").read_text()
     assert (tmp_path / "bin" / "c++").resolve() == (tmp_path / "bin" / "g++").resolve()
     assert (tmp_path / "bin" / "gcc").stat().st_mode & 0o111
+
+
+def test_status_and_report_show_the_policy_and_what_was_reached(tmp_path: Path) -> None:
+    import datetime as dt
+    import json
+
+    from rich.console import Console
+
+    from nightly.report import html as report
+    from nightly.report import status as status_view
+    from nightly.workspace import Day
+
+    day = Day(tmp_path, dt.date(2024, 5, 1))
+    day.create()
+    wheel = "demo-1.0-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
+    builds = {
+        "manywheel_3.11_cpu": {
+            "status": "succeeded", "attempts": 1, "started": 1.0, "ended": 2.0, "duration_s": 1.0,
+            "packages": [{"name": wheel, "path": f"packages/manywheel/cpu/{wheel}", "size": 10,
+                          "sha256": "00"}],
+            "manylinux": manylinux.check_packages("manywheel", "2_28",
+                                                  [_wheel(tmp_path, wheel.split("-")[-1][:-4])]
+                                                  ).record,
+        },
+        "libtorch_shared-with-deps_cpu": {
+            "status": "succeeded", "attempts": 1, "started": 1.0, "ended": 2.0, "duration_s": 1.0,
+            "manylinux": {"glibc": "2.36", "zips": {"libtorch.zip": "2.36"}},
+        },
+    }
+    day.state_path.write_text(json.dumps({"builds": builds, "meta": {"date": day.name}}))
+    console = Console(record=True, width=220, color_system=None)
+    status_view.show(day, console=console)
+    out = console.export_text()
+    assert "policy 2_28: manylinux_2_17" in out
+    assert "needs glibc 2.36" in out
+    page = report.render_html(day, None)
+    assert 'data-manylinux="policy 2_28: manylinux_2_17"' in page
+    assert 'data-manylinux="needs glibc 2.36"' in page
