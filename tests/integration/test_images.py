@@ -126,7 +126,8 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
 
     selects = [a for b in SUBSET for a in ("--select", b)]
     run = nightly("run", "--config", str(config), "--no-upload", *selects, env=env, timeout=3600)
-    day = next((tmp_path / "nightlies").iterdir())
+    # The one day folder (beside it: the day's lock file).
+    (day,) = [p for p in (tmp_path / "nightlies").iterdir() if p.is_dir()]
     assert run.returncode == 0, run.stderr[-3000:] + "\n" + "\n".join(
         p.read_text()[-3000:] for p in day.glob("logs/failed/*.log"))
     summary = json.loads((day / "summary.json").read_text())
