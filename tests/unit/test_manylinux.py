@@ -272,3 +272,13 @@ def test_status_and_report_show_the_policy_and_what_was_reached(tmp_path: Path) 
     page = report.render_html(day, None)
     assert 'data-manylinux="policy 2_28: manylinux_2_17"' in page
     assert 'data-manylinux="needs glibc 2.36"' in page
+
+
+def test_a_policy_on_another_package_type_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "nightly.toml"
+    p.write_text(CONFIG.format(matrix_policy="", builder_policy="").replace(
+        '[matrix.linux.conda]\npythons = ["3.11"]\ncudas = ["cpu"]\n',
+        '[matrix.linux.conda]\npythons = ["3.11"]\ncudas = ["cpu"]\nmanylinux = "2_28"\n'))
+    with pytest.raises(ConfigError, match="manywheel builds only") as e:
+        load(p)
+    assert e.value.key == "matrix.linux.conda.manylinux"
