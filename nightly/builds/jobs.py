@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightly.config import Config
+from nightly.config.detect import resolve_version_from
 from nightly.executors.base import Job
 from nightly.manylinux import ENV_POLICY, OFF, glibc_of, plat
 from nightly.plan.matrix import Build
@@ -101,6 +102,13 @@ def prepare_toolchain(job: Job, out: Callable[[bytes], None]) -> str | None:
     return None
 
 
+def version_env(ctx: RunContext) -> dict[str, str]:
+    """NIGHTLY_VERSION_FROM as the build uses it ("auto" resolved from the night's source)
+    and NIGHTLY_VERSION_REASON, which the recipe logs."""
+    choice = resolve_version_from(ctx.config.project.version_from, ctx.source_dir)
+    return {"NIGHTLY_VERSION_FROM": choice.strategy, "NIGHTLY_VERSION_REASON": choice.reason}
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunContext:
     config: Config
@@ -121,7 +129,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         cuda=build.cuda,
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ) | wheelhouse_env(ctx) | manylinux_env(ctx.config, build, executor),
+        ) | wheelhouse_env(ctx) | version_env(ctx) | manylinux_env(ctx.config, build, executor),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",
@@ -133,4 +141,4 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
 
 
 __all__ = ["RunContext", "build_env", "make_job", "manylinux_env", "prepare_toolchain", "recipe_env",
-           "wheelhouse_env"]
+           "version_env", "wheelhouse_env"]
