@@ -449,9 +449,11 @@ def cluster_certs(folder: str, hosts: str, days: int) -> None:
 
 
 def _register_groups() -> None:
+    from nightly.cli.bisect import bisect_command
     from nightly.cli.images import images
 
     cli.add_command(images)
+    cli.add_command(bisect_command)
 
 
 _register_groups()

@@ -67,6 +67,8 @@ class BuildView:
     test_s: float | None = None
     tested_on: str = ""
     gpu_test_s: float = 0.0
+    # The manylinux record (nightly.manylinux): policy and tags reached, or a zip's glibc.
+    manylinux: dict[str, Any] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
     past_durations: list[float] = field(default_factory=list)
     past_sizes: list[int] = field(default_factory=list)
@@ -210,6 +212,7 @@ def _build_view(
         log=find_log(day, bid, e.log),
         cache=dict(e.cache) if e.cache is not None else None,
         **_test_fields(e),
+        manylinux=dict(e.manylinux) if e.manylinux is not None else None,
     )
 
 
