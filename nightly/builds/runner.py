@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from nightly.builds import cache as compiler_cache
 from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
-from nightly.builds.collect import PackageFile, collect_build
-from nightly.builds.jobs import RunContext, make_job
+from nightly.builds.collect import PackageFile, check_policy, collect_build
+from nightly.builds.jobs import RunContext, make_job, prepare_toolchain
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
 from nightly.plan.matrix import Build
@@ -37,6 +37,8 @@ class SmokeOutcome(Protocol):
     def reason(self) -> str | None: ...
     @property
     def notes(self) -> tuple[str, ...]: ...
+    @property
+    def tested(self) -> Mapping[str, Any] | None: ...
 
 
 # (build, produced files, job, log sink, cancel) -> outcome; see nightly.builds.smoke.SmokeTester.
@@ -50,6 +52,7 @@ class _SmokeError:
     reason: str
     ok: bool = False
     notes: tuple[str, ...] = ()
+    tested: Mapping[str, Any] | None = None
 
 
 @dataclass(kw_only=True)
@@ -133,7 +136,9 @@ class Runner:
             log.write(safe_url(mask(head, *secrets)).encode())
             log.write(f"[nightly] {cache_note}\n".encode() if cache_note else b"")
             try:
-                result = self.executor.run(job, recipe_sink, self.cancel)
+                problem = prepare_toolchain(job, sink)  # a host build's manylinux toolchain
+                result = (ExecResult(exit_status=None, reason=problem, infra=True) if problem
+                          else self.executor.run(job, recipe_sink, self.cancel))
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
@@ -184,9 +189,9 @@ class Runner:
         job, cache_note = compiler_cache.attach(compiler_cache.settings_of(ctx.config), job)
         state.update(
             build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,
-            machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None,
+            machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None, tested=None,
             package=build.package, python=build.python, cuda=build.cuda, variant=build.variant,
-            cache=None,
+            cache=None, manylinux=None,
         )
         self.on_event("start", {"build": build.id, "queue": queue, "attempt": attempt})
         return job, attempt, cache_note
@@ -207,12 +212,18 @@ class Runner:
         if reason is None and not produced:
             reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
         notes = [*result.notes, *cache_notes]
+        if reason is None:  # a wheel that misses its policy is never smoke-tested nor filed
+            policy = check_policy(state, build, job.env, produced)
+            notes += policy.notes
+            reason = policy.reason
         if reason is None and self.smoke is not None:
             try:
                 smoke = self.smoke(build, produced, job, sink, self.cancel)
             except Exception as e:  # a smoke-test bug fails this build only
                 smoke = _SmokeError(reason=f"smoke test: error: {e!r}")
             notes += list(smoke.notes)
+            # The test stage's own record: passed / failed / not run, where, when, seconds.
+            state.update(build.id, tested=dict(smoke.tested) if smoke.tested else None)
             if not smoke.ok:
                 reason = smoke.reason or "smoke test"
         return reason is None, reason, notes

@@ -50,7 +50,7 @@ def _cuda_or_default(key: str) -> str:
 
 _PYTHON_KEYS = Open(normalize_python)
 _CUDA_KEYS = Open(normalize_cuda)
-_PACKAGE_KEYS = {"cudas": None, "pythons": None, "devtoolset": None}
+_PACKAGE_KEYS = {"cudas": None, "pythons": None, "devtoolset": None, "manylinux": None}
 _LIBTORCH_KEYS = {"cudas": None, "variants": None, "python": None, "devtoolset": None}
 _NAMES = ("default", *PACKAGES)
 
@@ -61,7 +61,8 @@ _EXTRA: dict[str, Shape] = {
         for plat in PLATFORMS
     },
     "machines": Tables(
-        {k: None for k in ("name", "platform", "queues", "executor", "hostname", "explicit_queues")}
+        {k: None for k in ("name", "platform", "queues", "executor", "hostname",
+                           "explicit_queues", "gpu")}
     ),
     "images": {name: Open(_cuda_or_default) for name in _NAMES},
     "timeouts": {

@@ -78,9 +78,13 @@ class BuildEntry:
     promoted: Mapping[str, str] = field(default_factory=dict)  # release destination -> sha256
     manual: Mapping[str, str] = field(default_factory=dict)  # a one-off build: by, at, command
     cache: Mapping[str, Any] | None = None  # compiler cache statistics (nightly.builds.cache)
+    manylinux: Mapping[str, Any] | None = None  # policy, tags reached, glibc (nightly.manylinux)
     worker_name: str = ""  # cluster mode: the worker's name, host and attempt token
     host: str = ""
     token: str = ""
+    # the test stage (nightly.builds.smoke): result, seconds, and per part (cpu, gpu) the
+    # result (passed / failed / not run), where, when, seconds, attempts, reason
+    tested: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys this version does not know
 
     @property
@@ -128,6 +132,8 @@ _READ: dict[str, Any] = {
     "promoted": lambda v: {str(k): str(s) for k, s in dict(v).items()},
     "manual": lambda v: {str(k): str(s) for k, s in dict(v).items() if s is not None},
     "cache": lambda v: dict(v) if isinstance(v, Mapping) else None,
+    "tested": lambda v: dict(v) if isinstance(v, Mapping) else None,
+    "manylinux": lambda v: dict(v) if isinstance(v, Mapping) else None,
 }
 
 
