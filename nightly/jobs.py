@@ -12,6 +12,7 @@ from pathlib import Path
 from nightly.config import Config
 from nightly.executors.base import Job
 from nightly.matrix import Build
+from nightly.reproducible import reproducible_env
 from nightly.workspace import Day, State
 
 
@@ -86,7 +87,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         cuda=build.cuda,
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ) | wheelhouse_env(ctx),
+        ) | wheelhouse_env(ctx) | reproducible_env(ctx.source_dir),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",

@@ -30,6 +30,7 @@ from nightly.jobs import RunContext, make_job
 from nightly.matrix import Build
 from nightly.phase import NightContext
 from nightly.progress import Progress
+from nightly.reproducible import normalise_packages
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State, remove_tree
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
@@ -134,6 +135,9 @@ class Runner:
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
             produced = _files(job.output_dir)
+            if result.exit_status == 0:
+                for note in normalise_packages(produced, job.env):
+                    sink(f"[nightly] {note}\n".encode())
             ok, reason, notes = self._verdict(build, job, result, produced, sink)
             failed_status = INTERRUPTED if result.interrupted else FAILED
 
