@@ -408,9 +408,12 @@ def cluster_certs(folder: str, hosts: str, days: int) -> None:
 
 
 def _register_groups() -> None:
+    from nightly.cli_provenance import provenance_group, verify_command
     from nightly.images.cli import images
 
     cli.add_command(images)
+    cli.add_command(provenance_group)
+    cli.add_command(verify_command)
 
 
 _register_groups()
@@ -442,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
             import traceback
 
             traceback.print_exc()
-        if not (isinstance(e, BuildsFailed) and e.reported):
+        if not getattr(e, "reported", False):
             click.echo(f"nightly: error: {e}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:

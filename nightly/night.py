@@ -34,6 +34,7 @@ from nightly.files import append_line
 from nightly.history import History, history_path, planning_estimator
 from nightly.matrix import Build, SpellingError, nightly_version, parse_spec
 from nightly.phase import BuildPhase, NightContext
+from nightly.publish import attest
 from nightly.publish import conda as conda_client
 from nightly.publish.upload import open_destination, publish_day
 from nightly.report import write_report
@@ -175,7 +176,8 @@ def run_night(
 
 def _after_builds(night: NightContext, phase: BuildPhase, opts: NightOptions,
                   date: dt.date) -> None:
-    """Publish, record, report, prune, let the phase clean up: each step never fatal."""
+    """Sign, publish, record, report, prune, let the phase clean up: each step never fatal."""
+    attest.provenance_step(night)
     if not opts.no_upload:
         publish_step(night)
     try:

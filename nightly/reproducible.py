@@ -111,7 +111,7 @@ def normalise_zip(path: Path, epoch: int) -> bool:
         infos = sorted(src.infolist(), key=lambda i: _order(i.filename))
         for info in infos:
             data = b"" if info.is_dir() else src.read(info)
-            out = zipfile.ZipInfo(info.filename, date_time=when)  # type: ignore[arg-type]
+            out = zipfile.ZipInfo(info.filename, date_time=when)
             out.create_system = 3  # Unix, so the mode bits below are read
             out.external_attr = (_mode(info) << 16) | (0x10 if info.is_dir() else 0)
             out.compress_type = zipfile.ZIP_STORED if info.is_dir() else zipfile.ZIP_DEFLATED

@@ -17,7 +17,7 @@ from typing import Any
 
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
-from nightly.publish import anaconda, conda, metadata
+from nightly.publish import anaconda, attest, conda, metadata, provenance
 from nightly.publish.index import IndexOptions
 from nightly.publish.layout import STORE_KINDS, conda_channel_dir, kind_of, remote_folder
 from nightly.publish.manifest import FileRecord
@@ -87,6 +87,7 @@ def publish_day(
             dest = f"{store.url}/{key}"
             report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
             try:
+                attest.publish_beside(store, key, day.path / pkg["path"], log)
                 uploaded = store.ensure(key, day.path / pkg["path"], pkg["sha256"])
             except (PublishError, OSError) as e:
                 report.failed[dest] = str(e)
@@ -169,6 +170,7 @@ def _retire_replaced(
         try:
             store.delete(key)
             store.delete(key + metadata.METADATA_SUFFIX)
+            store.delete(key + provenance.SUFFIX)
         except PublishError as e:
             log(f"could not delete the replaced {dest}: {e} (rerun `nightly upload`)")
             continue
@@ -240,6 +242,8 @@ def _publish_conda(
                 state.update(bid, upload_error=f"{dest}: {e}")
             log(f"conda channel {folder}: {e}")
         else:
+            attest.copy_to_channel(folder, [(conda.channel_key(day.path / p["path"]),
+                                             day.path / p["path"]) for _, p in files])
             for bid, p in files:
                 key = conda.channel_key(day.path / p["path"])
                 _record(state, bid, f"{dest}/{key}", p["sha256"])
