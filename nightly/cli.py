@@ -72,6 +72,8 @@ def plan(
 @click.option("--dry-run", is_flag=True, help="Show where and how each build would run.")
 @click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
 @click.option("--no-upload", is_flag=True, help="Keep the packages here; `nightly upload` publishes them.")
+@click.option("--check-reproducible", is_flag=True,
+              help="Build each twice (other work folder and umask) and fail on any difference.")
 def build(
     config_path: str | None,
     root: str | None,
@@ -85,6 +87,7 @@ def build(
     dry_run: bool,
     keep_container: bool,
     no_upload: bool,
+    check_reproducible: bool,
 ) -> None:
     """Build PACKAGE for the PYTHONS x CUDAS listed (comma lists), now, on this machine: a
     one-off build of the day, published to the nightly channel unless --no-upload, recorded
@@ -98,13 +101,19 @@ def build(
     from nightly.summary import manual_mark
 
     ctx = Ctx(config_path, root, date_text)
-    builds = night.builds_from_cli(ctx.config, package, pythons, cudas)
+    config = ctx.config
+    if check_reproducible:
+        import dataclasses
+
+        config = dataclasses.replace(config, build=dataclasses.replace(
+            config.build, check_reproducible="all"))
+    builds = night.builds_from_cli(config, package, pythons, cudas)
     opts = night.NightOptions(
         machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
         rebuild=tuple(b.id for b in builds), no_upload=no_upload,
         manual=manual_mark(shlex.join(["nightly", *sys.argv[1:]])),
     )
-    night.run_builds(ctx.config, ctx.date, builds, opts)
+    night.run_builds(config, ctx.date, builds, opts)
 
 
 @cli.command()

@@ -76,6 +76,7 @@ class RunContext:
     version: str
     channel: str = "nightly"
     machine: str = ""
+    repro_builds: frozenset[str] = frozenset()  # built twice and compared (repro_check)
 
 
 def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nightly import cache as compiler_cache
+from nightly import repro_check
 from nightly.buildlog import footer, header, last_footer
 from nightly.collect import PackageFile, collect_build
 from nightly.config import Config, Machine
@@ -207,6 +208,12 @@ class Runner:
             notes += list(smoke.notes)
             if not smoke.ok:
                 reason = smoke.reason or "smoke test"
+        if reason is None and build.id in self.ctx.repro_builds:
+            try:
+                reason = repro_check.check(self.executor, job, build, produced, self.ctx.day,
+                                           sink, self.cancel)
+            except Exception as e:  # a checking bug fails this build only
+                reason = f"reproducibility check: error: {e!r}"
         return reason is None, reason, notes
 
     def _reap(self, job: Job) -> None:
@@ -368,6 +375,7 @@ class LocalPhase:
         ctx = RunContext(
             config=night.config, day=night.day, state=night.state, source_dir=night.source_dir,
             version=night.version, channel=night.channel, machine=self.machine.name,
+            repro_builds=repro_check.selected(night.config.build.check_reproducible, todo),
         )
         with make_executor(self.executor, night.config,
                            keep_container=self.keep_container) as ex:
