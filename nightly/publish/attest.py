@@ -158,6 +158,33 @@ def copy_to_channel(channel: Path, keyed: Sequence[tuple[str, Path]]) -> None:
             os.replace(tmp, dest)
 
 
+def unverified(config: Config, day: Day, state: State) -> list[str]:
+    """Each succeeded package of the day whose provenance does not verify with the site's
+    key, with why (for `nightly promote`); [] when provenance is not configured."""
+    if config.provenance.key is None:
+        return []
+    key = provenance.load_signer(config.provenance.key).public_key
+    problems = []
+    for _bid, entry in sorted(state.builds.items()):
+        if entry.status != SUCCEEDED:
+            continue
+        for pkg in entry.packages:
+            path = day.path / pkg.path
+            prov = path.with_name(path.name + provenance.SUFFIX)
+            try:
+                sha = sha256_file(path)
+                bundle = prov.read_bytes() if prov.is_file() else None
+            except OSError as e:
+                problems.append(f"{pkg.name}: {e}")
+                continue
+            v = provenance.verify(pkg.name, sha, bundle, key)
+            if v.ok and sha != pkg.sha256:
+                v = provenance.Verdict(ok=False, reason=f"sha256 {sha}, built as {pkg.sha256}")
+            if not v.ok:
+                problems.append(f"{pkg.name}: {v.reason}")
+    return problems
+
+
 def provenance_step(night: NightContext) -> None:
     """The night's step (a NightContext)."""
     sign_day(night.config, night.day, night.state, commit=night.commit,
@@ -166,4 +193,4 @@ def provenance_step(night: NightContext) -> None:
 
 
 __all__ = ["Attester", "copy_to_channel", "image_digest", "provenance_step", "publish_beside",
-           "sign_day"]
+           "sign_day", "unverified"]
