@@ -18,14 +18,18 @@ with `-ffile-prefix-map` and drops the interpreter's `-Wl,-rpath` from setuptool
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import stat
 import subprocess
+import tarfile
 import time
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # A zip cannot hold a time before 1980.
 ZIP_EPOCH_MIN = 315532800
@@ -125,25 +129,92 @@ def normalise_zip(path: Path, epoch: int) -> bool:
     return not same
 
 
+def _zstd() -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module("compression.zstd")  # Python >= 3.14
+    except ImportError:
+        return importlib.import_module("backports.zstd")
+
+
+def _retar(data: bytes, epoch: int, rewrite: Callable[[str, bytes], bytes]) -> bytes:
+    """A tar in canonical form: members in their order, mtime `epoch`, owner root, modes
+    0644/0755 (links and folders kept), `rewrite(name, bytes)` applied to regular files."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(data)) as src, \
+            tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst:
+        for m in src.getmembers():
+            body = None
+            if m.isfile():
+                f = src.extractfile(m)
+                body = rewrite(m.name, f.read() if f else b"")
+                m.size = len(body)
+                m.mode = 0o755 if m.mode & 0o111 else 0o644
+            elif m.isdir():
+                m.mode = 0o755
+            m.mtime, m.uid, m.gid, m.uname, m.gname = epoch, 0, 0, "", ""
+            m.pax_headers = {}
+            dst.addfile(m, io.BytesIO(body) if body is not None else None)
+    return out.getvalue()
+
+
+def normalise_conda(path: Path, epoch: int) -> bool:
+    """A `.conda` in canonical form: its zip's entries at `epoch`, its two tars through
+    `_retar` (recompressed at one zstd level), info/index.json's `timestamp` set to `epoch`
+    (rattler-build writes the time of the build there). True when its bytes changed."""
+    zstd = _zstd()
+
+    def rewrite(name: str, body: bytes) -> bytes:
+        if name != "info/index.json":
+            return body
+        index = json.loads(body)
+        if "timestamp" in index:
+            index["timestamp"] = epoch * 1000
+        return json.dumps(index, indent=2, sort_keys=True).encode()
+
+    when = time.gmtime(max(epoch, ZIP_EPOCH_MIN))[:6]
+    tmp = path.with_name(path.name + ".normalising")
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w") as dst:
+        for info in src.infolist():  # metadata.json first: conda's order, kept
+            data = src.read(info)
+            if info.filename.endswith(".tar.zst"):
+                data = zstd.compress(_retar(zstd.decompress(data), epoch, rewrite), 15)
+            out = zipfile.ZipInfo(info.filename, date_time=when)
+            out.create_system = 3
+            out.external_attr = 0o100644 << 16
+            dst.writestr(out, data, compress_type=zipfile.ZIP_STORED)
+    same = tmp.read_bytes() == path.read_bytes()
+    if same:
+        tmp.unlink()
+    else:
+        os.replace(tmp, path)
+    return not same
+
+
 def normalise_packages(files: Iterable[Path], env: Mapping[str, str]) -> list[str]:
-    """Normalise the zips (wheels, libtorch) among a build's packages with the build's
-    SOURCE_DATE_EPOCH; notes for the log. Conda packages are left as rattler-build made them
-    (it writes them deterministically from SOURCE_DATE_EPOCH)."""
+    """Normalise a build's packages (wheels and libtorch zips, `.conda` packages) with the
+    build's SOURCE_DATE_EPOCH; notes for the log."""
     raw = env.get("SOURCE_DATE_EPOCH", "")
     if not raw.isdigit():
         return []
     notes = []
     for f in files:
-        if f.suffix not in (".whl", ".zip"):
+        if f.suffix not in (".whl", ".zip", ".conda"):
             continue
         try:
-            if normalise_zip(f, int(raw)):
+            if f.suffix == ".conda" and normalise_conda(f, int(raw)):
+                notes.append(f"reproducible: {f.name} rewritten in canonical form (times "
+                             f"{raw}, owners, modes, index.json timestamp)")
+            elif f.suffix != ".conda" and normalise_zip(f, int(raw)):
                 notes.append(f"reproducible: {f.name} rewritten in canonical zip form "
-                              f"(entry order, times {raw}, modes)")
-        except (OSError, zipfile.BadZipFile) as e:
-            notes.append(f"reproducible: {f.name} left as built, not a readable zip: {e}")
+                             f"(entry order, times {raw}, modes)")
+        except ImportError as e:
+            notes.append(f"reproducible: {f.name} left as built: no zstd module ({e})")
+        except (OSError, ValueError, zipfile.BadZipFile, tarfile.TarError) as e:
+            notes.append(f"reproducible: {f.name} left as built, not readable: {e}")
     return notes
 
 
-__all__ = ["SourceEpoch", "normalise_packages", "normalise_zip", "reproducible_env",
-           "source_epoch"]
+__all__ = ["SourceEpoch", "normalise_conda", "normalise_packages", "normalise_zip",
+           "reproducible_env", "source_epoch"]
