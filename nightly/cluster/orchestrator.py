@@ -52,6 +52,7 @@ from nightly.cluster.staging import (
 from nightly.cluster.verify import night_key
 from nightly.cluster.worker import SLOTS, TaskSpec, run_build_task, running_attempts
 from nightly.config import Config, Machine
+from nightly.config.schema import ProvenanceConfig
 from nightly.errors import ConfigError, NightlyError, NothingSelected, PublishError, UsageError
 from nightly.history import History, history_path
 from nightly.history import estimator as history_estimator
@@ -276,7 +277,9 @@ class ClusterPhase:
         cc = self.config.cluster
         key = task_key(b, self.day.name, self.run_id)
         spec = TaskSpec(
-            config=dataclasses.replace(self.config, builds=()), build=b,
+            # Without the provenance key's path: signing is the orchestrator's alone.
+            config=dataclasses.replace(self.config, builds=(), provenance=ProvenanceConfig()),
+            build=b,
             day=self.day.name, date=self.date, version=self.version,
             channel=self.night.channel, commit=self.night.commit,
             executor=self.executor_for(b), keep_container=self.opts.keep_container,
