@@ -20,6 +20,8 @@ Runs one after another (so they do not compete for the machine), each in its own
               night's wall time against the sum of its builds (--quick: warm only, no night)
   cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
               through `nightly run`: warm / cold night, four Pythons with / without cache
+  provenance  bench_provenance.py: a night of 8 builds of 32 MB wheels published to a file://
+              mirror, with `[provenance] key` against without (--quick: 4 builds, 1 run)
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
               tool of the same kind), or `python -m pip --version` when cibuildwheel is not
               installed (the table says which)
@@ -84,6 +86,8 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
         "cache": ([py, str(HERE / "bench_cache.py"),
                    *(["--cpp", "4", "--cuda", "2", "--templates", "4"] if quick else [])],
                   "cache.json"),
+        "provenance": ([py, str(HERE / "bench_provenance.py"),
+                        *(["--runs", "1", "--builds", "4"] if quick else [])], "provenance.json"),
     }  # fmt: skip
 
 
@@ -294,10 +298,17 @@ def rows_cache(d: dict[str, Any]) -> list[Row]:
     ]
 
 
+def rows_provenance(d: dict[str, Any]) -> list[Row]:
+    med = d.get("median_s") or {}
+    return [["provenance", f"night of {d.get('builds')} builds x {d.get('size_mb')} MB: with signed "
+             "provenance (s) / without (s)", _num(med.get("with"), 2), _num(med.get("without"), 2),
+             _num(d.get("ratio_with_to_without")), f"lower is better; medians of {d.get('runs')}"]]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
     "cluster": rows_cluster, "cache": rows_cache, "cli": rows_cli, "images": rows_images,
-    "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls,
+    "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls, "provenance": rows_provenance,
 }
 
 

@@ -133,18 +133,21 @@ def sign_day(config: Config, day: Day, state: State, *, commit: str, source_dir:
     return count
 
 
-def publish_beside(store: Any, key: str, package: Path, log: Callable[[str], None]) -> None:
+def publish_beside(store: Any, key: str, package: Path, log: Callable[[str], None]) -> str | None:
     """Put `<key>.provenance.json` into the store when the package has one here and the
-    store's copy differs: before the package itself, so nobody sees it without it."""
+    store's copy differs: before the package itself, so nobody sees it without it. Returns
+    its sha256 (for the index pages), None when the package has none."""
     local = package.with_name(package.name + provenance.SUFFIX)
     if not local.is_file():
-        return
+        return None
     data = local.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
     pkey = key + provenance.SUFFIX
     info = store.head(pkey)
-    if info is None or info.sha256 != hashlib.sha256(data).hexdigest():
+    if info is None or info.sha256 != sha:
         store.put_bytes(pkey, data, "application/json")
         log(f"provenance: {store.url}/{pkey}")
+    return sha
 
 
 def copy_to_channel(channel: Path, keyed: Sequence[tuple[str, Path]]) -> None:

@@ -10,7 +10,7 @@ upload is recorded as the build's `upload_error` and the package stays where it 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -87,7 +87,7 @@ def publish_day(
             dest = f"{store.url}/{key}"
             report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
             try:
-                attest.publish_beside(store, key, day.path / pkg["path"], log)
+                prov_sha = attest.publish_beside(store, key, day.path / pkg["path"], log)
                 uploaded = store.ensure(key, day.path / pkg["path"], pkg["sha256"])
             except (PublishError, OSError) as e:
                 report.failed[dest] = str(e)
@@ -95,6 +95,7 @@ def publish_day(
                 log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
                 continue
             record = _publish_metadata(store, key, day.path / pkg["path"], pkg["sha256"], uploaded, log)
+            record = replace(record, provenance_sha256=prov_sha)
             report.records.setdefault(folder, {})[pkg["name"]] = record
             state.add_published(bid, dest, pkg["sha256"])
             (report.uploaded if uploaded else report.skipped).append(dest)

@@ -101,6 +101,16 @@ def test_demo_night_verifies_over_http_and_fails_naming_the_reason(
 
     (wheel,) = [p for p in published if p.endswith(".whl")]
     (zipped,) = [p for p in published if p.endswith(".zip")]
+    # The index pages list each provenance next to its file, and pip still installs from them.
+    folder = Path(wheel).parent
+    page = (www / folder / "nightlydemo_nightly.html").read_text()
+    assert f'{Path(wheel).name}.provenance.json#sha256=' in page
+    got = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "--pre", "-d",
+         str(tmp_path / "dl"), "--find-links", f"{base}/{folder}/nightlydemo_nightly.html",
+         "nightlydemo"], capture_output=True, text=True, timeout=300, check=False)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert [p.name for p in (tmp_path / "dl").iterdir()] == [Path(wheel).name]
 
     def case(name: str, prepare: Callable[[Path], None]) -> str:
         folder = www / name

@@ -174,10 +174,12 @@ cudas = ["cpu"]
     after = log.split("reproducibility check: nightlydemo-", 1)[1]
     assert "nightlydemo/build_stamp.txt" in after
     assert len(after.splitlines()) < len(full.splitlines()) + 20
-    # The untouched demo passes the same check.
+    # The untouched demo passes the same check (another day: a day keeps its source).
     shutil.rmtree(src)
     shutil.copytree(REPO / "examples" / "demo", src)
+    args[args.index("2024_05_01")] = "2024_05_02"
     code, out, err = run_cli([*args, "--check-reproducible"], cwd=tmp_path, timeout=900)
     assert code == 0, out + err
+    day = tmp_path / "nightlies" / "2024_05_02"
     log = (day / "logs" / "succeeded" / "manywheel_3.11_cpu.log").read_text()
     assert ": identical (sha256 " in log
