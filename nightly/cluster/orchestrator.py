@@ -107,6 +107,12 @@ def check_options(config: Config, opts: ClusterOptions) -> str:
     return address
 
 
+def config_for_workers(config: Config) -> Config:
+    """The config a task carries: without the expanded matrix (size), and without the
+    provenance key's path: signing is the orchestrator's alone (nightly.publish.attest)."""
+    return dataclasses.replace(config, builds=(), provenance=ProvenanceConfig())
+
+
 class ClusterPhase:
     """The build phase on a Dask cluster (nightly.phase.BuildPhase)."""
 
@@ -277,9 +283,7 @@ class ClusterPhase:
         cc = self.config.cluster
         key = task_key(b, self.day.name, self.run_id)
         spec = TaskSpec(
-            # Without the provenance key's path: signing is the orchestrator's alone.
-            config=dataclasses.replace(self.config, builds=(), provenance=ProvenanceConfig()),
-            build=b,
+            config=config_for_workers(self.config), build=b,
             day=self.day.name, date=self.date, version=self.version,
             channel=self.night.channel, commit=self.night.commit,
             executor=self.executor_for(b), keep_container=self.opts.keep_container,
@@ -402,4 +406,4 @@ class ClusterPhase:
 
 
 
-__all__ = ["ClusterOptions", "ClusterPhase", "check_options", "estimator"]
+__all__ = ["ClusterOptions", "ClusterPhase", "check_options", "config_for_workers", "estimator"]
