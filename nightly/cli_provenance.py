@@ -49,21 +49,44 @@ def _public_key(key_path: str | None, config_path: str | None) -> Any:
     return provenance.load_public_key(config.provenance.key.with_name(provenance.PUBLIC_NAME))
 
 
+def _rebuilt(results: list[Any], config_path: str | None) -> list[Any]:
+    """Each verified package built again here; its verdict is the rebuild's."""
+    import dataclasses
+
+    from nightly import config as cfg
+    from nightly.publish import provenance, verify_rebuild
+
+    config = cfg.load(cfg.find_config_path(config_path))
+    out = []
+    for r in results:
+        if r.verdict.ok and r.fetched is not None and r.fetched.bundle is not None:
+            stmt = provenance.payload_of(r.fetched.bundle)
+            again = verify_rebuild.rebuild(config, r.fetched.name, r.fetched.sha256, stmt)
+            r = dataclasses.replace(r, verdict=dataclasses.replace(
+                again, summary=(*r.verdict.summary, *again.summary)))
+        out.append(r)
+    return out
+
+
 @click.command(name="verify")
 @click.argument("targets", nargs=-1, required=True, metavar="FILE|URL...")
 @click.option("--key", "key_path", metavar="PUB", help="The site's public key (PEM); default: "
               "provenance.pub beside the configured [provenance] key.")
 @click.option("--source-commit", metavar="C", help="Also require this commit (a prefix).")
+@click.option("--rebuild", is_flag=True, help="Also rebuild each package here from its "
+              "provenance (this machine's configuration, the provenance's commit) and compare.")
 @click.option("--config", "config_path", metavar="FILE", help="Configuration file.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def verify_command(targets: tuple[str, ...], key_path: str | None, source_commit: str | None,
-                   config_path: str | None, debug: bool) -> None:
+                   rebuild: bool, config_path: str | None, debug: bool) -> None:
     """Check packages against their signed provenance (<file>.provenance.json beside each):
     the signature, the file's sha256, the commit. Exit 0 when all verify, 1 otherwise."""
     from nightly.publish import verifying
 
     key = _public_key(key_path, config_path)
     results = verifying.verify_targets(targets, key, source_commit=source_commit)
+    if rebuild:
+        results = _rebuilt(results, config_path)
     for r in results:
         click.echo(f"{'OK  ' if r.verdict.ok else 'FAIL'} {r.target}")
         if not r.verdict.ok:

@@ -36,6 +36,7 @@ class Target:
 class Checked:
     target: str
     verdict: provenance.Verdict
+    fetched: Target | None = None
 
 
 def _is_url(text: str) -> bool:
@@ -82,7 +83,7 @@ def verify_targets(targets: Sequence[str], key: Any, *,
     out = []
     for t in targets:
         got = fetch(t)
-        out.append(Checked(target=got.where, verdict=provenance.verify(
+        out.append(Checked(target=got.where, fetched=got, verdict=provenance.verify(
             got.name, got.sha256, got.bundle, key, source_commit=source_commit)))
     return out
 

@@ -186,11 +186,11 @@ def test_promote_refuses_a_candidate_whose_provenance_does_not_verify(
     assert code == 1, out + err
     assert "refusing to promote" in err, err
     assert "does not verify with key" in err, err
-    assert not list((tmp_path / "mirror").rglob("release/**/*.whl"))
+    release = tmp_path / "mirror" / "whl" / "cpu"  # the release channel's folder
+    assert not list(release.glob("*.whl"))
     prov.write_bytes(good)
     code, out, err = run_cli(["promote", "2.0.0", "--rc", "1", "--config", str(config)],
                              cwd=tmp_path, timeout=600)
     assert code == 0, out + err
-    released = [p for p in (tmp_path / "mirror").rglob("*") if "release" in p.parts]
-    names = {p.name for p in released}
-    assert any(n.endswith(".whl.provenance.json") for n in names), names
+    (wheel,) = release.glob("*.whl")
+    assert (release / (wheel.name + ".provenance.json")).read_bytes() == good
