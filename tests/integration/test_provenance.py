@@ -153,6 +153,12 @@ def test_demo_night_verifies_over_http_and_fails_naming_the_reason(
 
     assert "no provenance: " in case("missing", remove_provenance)
 
+    # --rebuild: the wheel built again here from its provenance has the same bytes.
+    code, out, err = run_cli(["verify", "--key", str(pub), "--rebuild", "--config", str(config),
+                              f"{base}/{wheel}"], cwd=tmp_path, timeout=900)
+    assert code == 0, out[-3000:] + err[-3000:]
+    assert "rebuilt: identical (sha256 " in out
+
     # A statement holds no credential: the night ran with a secret in its environment.
     day = tmp_path / "nightlies" / "2024_05_01"
     for f in day.rglob("*.provenance.json"):
