@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nightly.errors import ConfigError, NightlyError, UsageError
+from nightly.errors import ConfigError, UsageError
 from nightly.redact import SECRET_RE, safe_url
 
 SUFFIX = ".provenance.json"
@@ -39,8 +39,8 @@ PUBLIC_NAME = "provenance.pub"
 SCHEMES = ("ed25519", "ecdsa-p256")
 
 
-class ProvenanceError(NightlyError):
-    """A key that cannot be read or made, or a provenance that cannot be written."""
+class ProvenanceError(UsageError):
+    """A key pair that cannot be made where asked (exit 2: the user's to fix)."""
 
 
 def _crypto_missing(e: ImportError) -> UsageError:

@@ -11,6 +11,7 @@ import os
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -189,3 +190,36 @@ def test_a_long_report_is_cut_but_names_every_part_that_differs(tmp_path: Path) 
     assert len(cut.splitlines()) < 200
     assert "├── demo/stamp.txt" in cut
     assert str(tmp_path / "r.txt") in cut
+
+
+def test_cli_keygen_verify_and_their_bad_input(tmp_path: Path, nightly: Any) -> None:
+    r = nightly("provenance", "keygen", str(tmp_path / "k"))
+    assert r.code == 0, r.err
+    secret = (tmp_path / "k" / "provenance.key").read_text()
+    assert "PRIVATE" not in r.out + r.err
+    assert secret not in r.out + r.err
+    again = nightly("provenance", "keygen", str(tmp_path / "k"))
+    assert again.code == 2
+    assert again.err.count("\n") == 1
+    assert "never overwritten" in again.err
+    pkg = tmp_path / "demo-1.0-py3-none-any.whl"
+    pkg.write_bytes(b"not really a wheel")
+    signer = provenance.load_signer(tmp_path / "k" / "provenance.key")
+    provenance.write(pkg, facts(name=pkg.name, sha256=hashlib.sha256(pkg.read_bytes()).hexdigest()),
+                     signer)
+    pub = str(tmp_path / "k" / "provenance.pub")
+    ok = nightly("verify", "--key", pub, str(pkg))
+    assert ok.code == 0, ok.out + ok.err
+    assert ok.out.startswith("OK   ")
+    pkg.write_bytes(b"not really a wheel!")
+    bad = nightly("verify", "--key", pub, str(pkg))
+    assert bad.code == 1
+    assert "(the file was altered)" in bad.out
+    assert bad.err == ""  # the reason is in the output, no second error line
+    missing = nightly("verify", "--key", pub, str(tmp_path / "nothing.whl"))
+    assert missing.code == 2
+    assert "no such file" in missing.err
+    private_as_public = nightly("verify", "--key", str(tmp_path / "k" / "provenance.key"), str(pkg))
+    assert private_as_public.code == 2
+    assert "private key" in private_as_public.err
+    assert secret not in private_as_public.out + private_as_public.err
