@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly import __version__
+from nightly.builds.reproducible import source_epoch
 from nightly.config import Config
 from nightly.errors import NightlyError
 from nightly.files import sha256_file
-from nightly.matrix import Build
+from nightly.plan.matrix import Build
 from nightly.publish import provenance
-from nightly.reproducible import source_epoch
 from nightly.workspace import SUCCEEDED, BuildEntry, Day, State
 
 if TYPE_CHECKING:
-    from nightly.phase import NightContext
+    from nightly.builds.phase import NightContext
 
 
 def image_digest(image: str) -> str:

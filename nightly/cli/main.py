@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from nightly.cli_context import Ctx, common_options, existing_day
+from nightly.cli.context import Ctx, common_options, existing_day
 from nightly.errors import BuildsFailed, NightlyError, UsageError
 
 
@@ -42,9 +42,9 @@ def plan(
     selects: tuple[str, ...],
 ) -> None:
     """The night's builds, their machines and queues, estimates and lower bound."""
-    from nightly.history import planning_estimator
-    from nightly.matrix import nightly_version
-    from nightly.schedule import plan_night
+    from nightly.history.db import planning_estimator
+    from nightly.plan.matrix import nightly_version
+    from nightly.plan.schedule import plan_night
 
     ctx = Ctx(config_path, root, date_text)
     result = plan_night(
@@ -57,7 +57,7 @@ def plan(
         data = result.to_json(date=f"{ctx.date:%Y_%m_%d}", version=version)
         click.echo(json.dumps(data, indent=2))
     else:
-        from nightly import display
+        from nightly.report import terminal as display
 
         display.print_plan(result, date=ctx.date, version=version)
 
@@ -97,8 +97,8 @@ def build(
     """
     import shlex
 
-    from nightly import night
-    from nightly.summary import manual_mark
+    from nightly.night import pipeline as night
+    from nightly.workspace.summary import manual_mark
 
     ctx = Ctx(config_path, root, date_text)
     config = ctx.config
@@ -139,7 +139,7 @@ def run(
     keep_container: bool,
 ) -> None:
     """The whole night for this machine: build, publish, index, prune, summarize. Resumable."""
-    from nightly import night
+    from nightly.night import pipeline as night
 
     ctx = Ctx(config_path, root, date_text)
     if cluster or (machine is None and ctx.config.cluster.address):
@@ -149,14 +149,14 @@ def run(
         ))
         return
     m = night.pick_machine(ctx.config, machine)
-    order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m, selects)
+    share = night.plan_share(ctx.config, m, selects)
     opts = night.NightOptions(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
         keep_container=keep_container, notify=True, prune=True,
     )
     night.run_builds(
-        ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
-        estimate_s=makespan, estimates=estimates,
+        ctx.config, ctx.date, share.order, opts, queues=share.queues, plan_json=share.plan_json,
+        estimate_s=share.makespan_s, estimates=share.estimates,
     )
 
 
@@ -164,9 +164,9 @@ def run(
 @common_options
 def upload(config_path: str | None, root: str | None, date_text: str | None, debug: bool) -> None:
     """Publish the day's succeeded packages that are not yet published (idempotent)."""
-    from nightly.publish.upload import publish_day
-    from nightly.summary import record_publication, refresh
+    from nightly.publish.upload import publish_day, record_publication
     from nightly.workspace import DayLock, State
+    from nightly.workspace.summary import refresh
 
     ctx = Ctx(config_path, root, date_text)
     day = existing_day(ctx)
@@ -298,21 +298,11 @@ def release(
     rebuild: tuple[str, ...],
 ) -> None:
     """Build the whole matrix as VERSION and publish it to the test channel. Resumable."""
-    from nightly import night
-    from nightly import release as rel
+    from nightly.night.release import run_release
 
     ctx = Ctx(config_path, root, date_text)
-    rel.check_version(version)
-    m = night.pick_machine(ctx.config, machine)
-    order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m)
-    opts = night.NightOptions(
-        machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
-        channel="test", version=version, day_name=rel.candidate_name(version, rc),
-    )
-    night.run_builds(
-        ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
-        estimate_s=makespan, estimates=estimates,
-    )
+    run_release(ctx.config, ctx.date, version, rc, machine=machine, dry_run=dry_run,
+                no_upload=no_upload, rebuild=rebuild)
 
 
 @cli.command()
@@ -333,12 +323,13 @@ def promote(
     dry_run: bool,
 ) -> None:
     """Copy exactly the test channel's files of VERSION to the release channel."""
-    from nightly import release as rel
+    from nightly.publish.promote import promote as promote_candidate
+    from nightly.workspace.candidate import check_version
 
     ctx = Ctx(config_path, root, date_text)
-    rel.check_version(version)
-    rel.promote(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
-                       log=click.echo)
+    check_version(version)
+    promote_candidate(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
+                      log=click.echo)
 
 
 @cli.command()
@@ -350,8 +341,8 @@ def status(
 ) -> None:
     """The day in the terminal: each build's state, outcome, duration and size, failures
     first with the tail of their logs. Exit status 1 when a build failed."""
-    from nightly import status as status_view
-    from nightly.history import History, history_path
+    from nightly.history.db import History, history_path
+    from nightly.report import status as status_view
 
     ctx = Ctx(config_path, root, date_text)
     day = existing_day(ctx)
@@ -371,8 +362,8 @@ def report_command(
     """The day as one static, self-contained HTML page: ROOT/DAY/report.html (and --out)."""
     from pathlib import Path
 
-    from nightly import report
-    from nightly.history import History, history_path
+    from nightly.history.db import History, history_path
+    from nightly.report import html as report
 
     ctx = Ctx(config_path, root, date_text)
     day = existing_day(ctx)
@@ -402,7 +393,7 @@ def cluster_certs(folder: str, hosts: str, days: int) -> None:
     certificates for the new hosts only. Keys are written mode 0600 and never printed."""
     from pathlib import Path
 
-    from nightly import tls
+    from nightly.cluster import tls
 
     made = tls.make_certs(Path(folder), tls.parse_hosts(hosts), days=days)
     click.echo(f"{'created' if made.ca_created else 'reused'} the CA: {made.ca_cert} "
@@ -417,8 +408,8 @@ def cluster_certs(folder: str, hosts: str, days: int) -> None:
 
 
 def _register_groups() -> None:
-    from nightly.cli_provenance import provenance_group, verify_command
-    from nightly.images.cli import images
+    from nightly.cli.images import images
+    from nightly.cli.provenance import provenance_group, verify_command
 
     cli.add_command(images)
     cli.add_command(provenance_group)

@@ -54,7 +54,8 @@ def _rebuilt(results: list[Any], config_path: str | None) -> list[Any]:
     import dataclasses
 
     from nightly import config as cfg
-    from nightly.publish import provenance, verify_rebuild
+    from nightly.night import verify_rebuild
+    from nightly.publish import provenance
 
     config = cfg.load(cfg.find_config_path(config_path))
     out = []

@@ -19,10 +19,10 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from nightly.builds.reproducible import normalise_packages
 from nightly.executors.base import Executor, Job
 from nightly.files import sha256_file
-from nightly.matrix import Build
-from nightly.reproducible import normalise_packages
+from nightly.plan.matrix import Build
 from nightly.workspace import Day, remove_tree
 
 MODES = ("none", "sample", "all")

@@ -32,7 +32,7 @@ def _facts(stmt: Mapping[str, Any]) -> tuple[dict[str, Any], str, str]:
 
 def rebuild(config: Config, name: str, sha256: str, stmt: Mapping[str, Any]) -> Verdict:
     """Build the package again on this machine; ok when the bytes are the same."""
-    from nightly import night
+    from nightly.night import pipeline as night
 
     ext, commit, day = _facts(stmt)
     try:
