@@ -11,6 +11,7 @@ from pathlib import Path
 
 from nightly.builds.reproducible import reproducible_env
 from nightly.config import Config
+from nightly.config.detect import resolve_version_from
 from nightly.executors.base import Job
 from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
@@ -67,6 +68,13 @@ def build_env(config: Config) -> dict[str, str]:
     return env
 
 
+def version_env(ctx: RunContext) -> dict[str, str]:
+    """NIGHTLY_VERSION_FROM as the build uses it ("auto" resolved from the night's source)
+    and NIGHTLY_VERSION_REASON, which the recipe logs."""
+    choice = resolve_version_from(ctx.config.project.version_from, ctx.source_dir)
+    return {"NIGHTLY_VERSION_FROM": choice.strategy, "NIGHTLY_VERSION_REASON": choice.reason}
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunContext:
     config: Config
@@ -88,7 +96,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         cuda=build.cuda,
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ) | wheelhouse_env(ctx) | reproducible_env(ctx.source_dir),
+        ) | wheelhouse_env(ctx) | version_env(ctx) | reproducible_env(ctx.source_dir),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",
@@ -99,4 +107,4 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
     )
 
 
-__all__ = ["RunContext", "build_env", "make_job", "recipe_env", "wheelhouse_env"]
+__all__ = ["RunContext", "build_env", "make_job", "recipe_env", "version_env", "wheelhouse_env"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from nightly.builds.buildlog import ErrorLine
 from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
 from nightly.executors.local import NotFound, find_python
@@ -141,10 +142,18 @@ class SmokeTester:
             )
             smoke_job.output_dir.mkdir()
             smoke_job.work_dir.mkdir()
-            result = self.executor.run(smoke_job, out, cancel)
+            errors = ErrorLine()
+
+            def watched(chunk: bytes) -> None:
+                out(chunk)
+                errors.feed(chunk)
+
+            result = self.executor.run(smoke_job, watched, cancel)
         if result.exit_status == 0 and result.reason is None:
             return SmokeResult(ok=True)
-        why = result.reason or f"exit status {result.exit_status}"
+        # The script's last line says what it found wrong.
+        line = errors.line()
+        why = result.reason or f"exit status {result.exit_status}" + (f": {line}" if line else "")
         return SmokeResult(ok=False, reason=f"smoke test: {why}")
 
     def _conda(self, build: Build, files: list[Path], job: Job, out: OutputSink) -> SmokeResult:
@@ -178,11 +187,14 @@ class SmokeTester:
             code = (
                 "import importlib, sys; m = importlib.import_module(sys.argv[1]); "
                 "v = getattr(m, '__version__', None); print('smoke: imported', m.__file__, v); "
-                "sys.exit(0 if v in (None, sys.argv[2]) else 'version ' + str(v) + ' != ' + sys.argv[2])"
+                "sys.exit(0 if v in (None, sys.argv[2]) or sys.argv[3] == 'rewrite' "
+                "else 'version ' + str(v) + ' != ' + sys.argv[2])"
             )
+            # version_from = rewrite: the code's __version__ still says the release.
+            strategy = job.env.get("NIGHTLY_VERSION_FROM", "")
             env = {"PYTHONPATH": str(site[0]), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
             proc = subprocess.run(
-                [py, "-c", code, self.config.smoke.import_name, job.env["BUILD_VERSION"]],
+                [py, "-c", code, self.config.smoke.import_name, job.env["BUILD_VERSION"], strategy],
                 cwd=t, env=env, capture_output=True, timeout=self.config.smoke.timeout_s,
             )
             out(proc.stdout + proc.stderr)

@@ -1,12 +1,13 @@
-"""What every command shares: --config, --root, --date and --debug; the loaded config and
-the day. Only click here: `nightly --help` imports nothing of the core."""
+"""What every command shares: --config, --root, --date and --debug, kept in one `Shared`
+object on click's context (cli.main makes it and reads --debug from it after a failure);
+the loaded config and the day. Only click here: `nightly --help` imports nothing of the core."""
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
@@ -30,35 +31,69 @@ def parse_date(text: str | None) -> dt.date:
         raise UsageError(f"--date '{text}' is not a real date ({e})") from e
 
 
+@dataclass
+class Shared:
+    """The options every command takes, as given on the command line."""
+
+    config_path: str | None = None
+    root: str | None = None
+    date_text: str | None = None
+    debug: bool = False
+
+
+def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if value is not None and value is not False:
+            setattr(ctx.ensure_object(Shared), name, value)
+        return value
+
+    return callback
+
+
+config_option = click.option(
+    "--config", "config_path", metavar="FILE", expose_value=False,
+    callback=_store("config_path"),
+    help="Configuration file (default ./nightly.toml, else $NIGHTLY_CONFIG).",
+)
+debug_option = click.option("--debug", is_flag=True, expose_value=False, callback=_store("debug"),
+                            help="Show tracebacks.")
+
+
 def common_options(f: F) -> F:
-    """--config, --root, --date and --debug, which every command takes."""
+    """--config, --root, --date and --debug, which every command takes (into `Shared`)."""
+    options = [
+        config_option,
+        click.option("--root", metavar="DIR", expose_value=False, callback=_store("root"),
+                     help="Where dated day folders live (overrides the config)."),
+        click.option("--date", "date_text", metavar="YYYY_MM_DD", expose_value=False,
+                     callback=_store("date_text"), help="The day (default: today)."),
+        debug_option,
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
 
-    @click.option(
-        "--config",
-        "config_path",
-        metavar="FILE",
-        help="Configuration file (default ./nightly.toml, else $NIGHTLY_CONFIG).",
-    )
-    @click.option(
-        "--root", metavar="DIR", help="Where dated day folders live (overrides the config)."
-    )
-    @click.option("--date", "date_text", metavar="YYYY_MM_DD", help="The day (default: today).")
-    @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    @functools.wraps(f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return f(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+def shared() -> Shared:
+    """This command's shared options."""
+    return click.get_current_context().ensure_object(Shared)
 
 
 class Ctx:
-    """What every command needs: the loaded config and the day."""
+    """What every command needs: the loaded config and the day (from the shared options)."""
 
-    def __init__(self, config_path: str | None, root: str | None, date_text: str | None) -> None:
+    def __init__(self, *, builds: bool = False) -> None:
         from nightly import config as cfg
 
-        self.date = parse_date(date_text)
-        self.config = cfg.load(cfg.find_config_path(config_path), root_override=root)
+        opts = shared()
+        self.date = parse_date(opts.date_text)
+        self.config = cfg.load(cfg.find_config_path(opts.config_path), root_override=opts.root)
+        if builds:
+            # Commands that plan builds (plan, run, build, release) need every recipe of the
+            # matrix: checked before anything of the night is created on disk.
+            from nightly.config.recipes import check_recipes
+
+            check_recipes(self.config)
 
 
 def existing_day(ctx: Ctx) -> Any:
@@ -72,4 +107,7 @@ def existing_day(ctx: Ctx) -> Any:
     return day
 
 
-__all__ = ["Ctx", "common_options", "existing_day", "parse_date"]
+__all__ = [
+    "Ctx", "Shared", "common_options", "config_option", "debug_option", "existing_day",
+    "parse_date", "shared",
+]

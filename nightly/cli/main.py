@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
-from nightly.cli.context import Ctx, common_options, existing_day
+from nightly.cli.context import (
+    Ctx,
+    Shared,
+    common_options,
+    config_option,
+    debug_option,
+    existing_day,
+    shared,
+)
 from nightly.errors import BuildsFailed, NightlyError, UsageError
 
 
@@ -33,10 +42,6 @@ def cli() -> None:
 @click.option("--machine", metavar="N", help="Only this machine (name or index).")
 @click.option("--select", "selects", metavar="GLOB", multiple=True, help="Only builds matching.")
 def plan(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     as_json: bool,
     machine: str | None,
     selects: tuple[str, ...],
@@ -46,20 +51,56 @@ def plan(
     from nightly.plan.matrix import nightly_version
     from nightly.plan.schedule import plan_night
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx(builds=True)
     result = plan_night(
         ctx.config, machine=machine, selects=selects, estimate=planning_estimator(ctx.config)
     )
     version = nightly_version(
         ctx.config.project.base_version, ctx.date, ctx.config.project.version_from
     )
+    strategy, why = _version_strategy(ctx.config)
     if as_json:
         data = result.to_json(date=f"{ctx.date:%Y_%m_%d}", version=version)
+        data["version_from"] = {"strategy": strategy, "reason": why}
         click.echo(json.dumps(data, indent=2))
     else:
         from nightly.report import terminal as display
 
         display.print_plan(result, date=ctx.date, version=version)
+        click.echo(f"version strategy: {strategy} ({why})")
+
+
+def _version_strategy(config: Any) -> tuple[str, str]:
+    """The version strategy `nightly plan` shows: detected from a local source now; from a
+    git URL only once the night has checked it out."""
+    import os
+
+    from nightly.config.detect import resolve_version_from
+
+    source, configured = config.project.source, config.project.version_from
+    if configured == "auto" and ("://" in source or source.startswith("git@")):
+        return "auto", "decided from the night's checkout of the source"
+    path = (config.path.resolve().parent / os.path.expanduser(source)).resolve()
+    choice = resolve_version_from(configured, path)
+    return choice.strategy, choice.reason
+
+
+@cli.command()
+@click.argument("target", default=".", metavar="[PATH | SDIST]")
+@config_option
+@debug_option
+def init(target: str) -> None:
+    """Write a commented nightly.toml (or --config FILE) for the project in PATH (default:
+    here), or for an sdist (unpacked beside the file): its name, version strategy, Pythons,
+    builder image, smoke import and a local mirror. Never overwrites a file."""
+    from pathlib import Path
+
+    from nightly.cli.scaffold import init_project
+    from nightly.config import find_config_path
+
+    config_path = find_config_path(shared().config_path)
+    for line in init_project(Path(target), config_path).lines():
+        click.echo(line)
 
 
 @cli.command()
@@ -75,10 +116,6 @@ def plan(
 @click.option("--check-reproducible", is_flag=True,
               help="Build each twice (other work folder and umask) and fail on any difference.")
 def build(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     package: str,
     pythons: str,
     cudas: str,
@@ -100,7 +137,7 @@ def build(
     from nightly.night import pipeline as night
     from nightly.workspace.summary import manual_mark
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx(builds=True)
     config = ctx.config
     if check_reproducible:
         import dataclasses
@@ -126,10 +163,6 @@ def build(
 @click.option("--select", "selects", metavar="GLOB", multiple=True, help="Only builds matching.")
 @click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
 def run(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     machine: str | None,
     cluster: str | None,
     dry_run: bool,
@@ -141,7 +174,7 @@ def run(
     """The whole night for this machine: build, publish, index, prune, summarize. Resumable."""
     from nightly.night import pipeline as night
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx(builds=True)
     if cluster or (machine is None and ctx.config.cluster.address):
         night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
             address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
@@ -162,13 +195,13 @@ def run(
 
 @cli.command()
 @common_options
-def upload(config_path: str | None, root: str | None, date_text: str | None, debug: bool) -> None:
+def upload() -> None:
     """Publish the day's succeeded packages that are not yet published (idempotent)."""
     from nightly.publish.upload import publish_day, record_publication
     from nightly.workspace import DayLock, State
     from nightly.workspace.summary import refresh
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     day = existing_day(ctx)
     if not (ctx.config.publish.url or ctx.config.publish.conda_channel
             or ctx.config.publish.anaconda_user):
@@ -199,7 +232,7 @@ def upload(config_path: str | None, root: str | None, date_text: str | None, deb
 @click.option("--backfill-metadata", is_flag=True,
               help="First store <wheel>.metadata (PEP 658) for wheels without one; implies --full.")
 def index(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool, full: bool,
+    full: bool,
     backfill_metadata: bool,
 ) -> None:
     """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
@@ -212,7 +245,7 @@ def index(
     )
     from nightly.workspace import State
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     if not ctx.config.publish.url:
         raise UsageError(f"{ctx.config.path}: [publish] url is empty: no index to regenerate")
     store = open_destination(ctx.config)
@@ -242,14 +275,12 @@ def index(
 @cli.command()
 @common_options
 @click.option("--dry-run", is_flag=True, help="List what would be deleted.")
-def prune(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool, dry_run: bool
-) -> None:
+def prune(dry_run: bool) -> None:
     """Delete old day folders locally; apply retention to the nightly channel remotely."""
     from nightly.publish import retention
     from nightly.workspace import apply_local_prune, is_locked, plan_local_prune
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     cfg = ctx.config
     doomed = plan_local_prune(cfg.root, ctx.date, cfg.retention.local_days, is_locked)
     for p in doomed:
@@ -286,10 +317,6 @@ def prune(
 @click.option("--no-upload", is_flag=True, help="Build only; publish later with `nightly upload`.")
 @click.option("--rebuild", metavar="GLOB", multiple=True, help="Rebuild even if succeeded.")
 def release(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     version: str,
     rc: int | None,
     machine: str | None,
@@ -300,7 +327,7 @@ def release(
     """Build the whole matrix as VERSION and publish it to the test channel. Resumable."""
     from nightly.night.release import run_release
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx(builds=True)
     run_release(ctx.config, ctx.date, version, rc, machine=machine, dry_run=dry_run,
                 no_upload=no_upload, rebuild=rebuild)
 
@@ -313,10 +340,6 @@ def release(
               help="Promote although these builds are missing or failed.")
 @click.option("--dry-run", is_flag=True, help="Show what would be copied and uploaded.")
 def promote(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     version: str,
     rc: int | None,
     allow_partial: tuple[str, ...],
@@ -326,7 +349,7 @@ def promote(
     from nightly.publish.promote import promote as promote_candidate
     from nightly.workspace.candidate import check_version
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     check_version(version)
     promote_candidate(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
                       log=click.echo)
@@ -334,17 +357,40 @@ def promote(
 
 @cli.command()
 @common_options
+@click.option("--channel", type=click.Choice(["nightly", "test", "release"]), default=None,
+              help="The channel whose day it is (default: the day's own).")
+def validate(channel: str | None) -> None:
+    """Check what users get: each published package of the day resolved through the published
+    index (pip, with the build's Python), compared with what was built, installed and
+    imported. Exit status 1 when any is missing, unreachable, different or failing."""
+    from nightly.publish.validate import validate_day
+    from nightly.workspace import State
+
+    ctx = Ctx()
+    day = existing_day(ctx)
+    state = State(day.state_path)
+    if channel is not None and state.meta.get("channel", "nightly") != channel:
+        raise UsageError(f"{day.path} is a {state.meta.get('channel', 'nightly')} day, "
+                         f"not {channel}: pass its --date (or no --channel)")
+    checks = validate_day(ctx.config, day, state, log=click.echo)
+    bad = [c for c in checks if not c.ok]
+    click.echo(f"validate: {len(checks) - len(bad)} of {len(checks)} published package(s) as built")
+    if bad:
+        raise BuildsFailed(f"{len(bad)} published package(s) are not what users should get: "
+                           + ", ".join(c.package for c in bad))
+
+
+@cli.command()
+@common_options
 @click.option("--tail", default=15, show_default=True, metavar="N",
               help="Log lines shown per failed (or running) build.")
-def status(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool, tail: int
-) -> None:
+def status(tail: int) -> None:
     """The day in the terminal: each build's state, outcome, duration and size, failures
     first with the tail of their logs. Exit status 1 when a build failed."""
     from nightly.history.db import History, history_path
     from nightly.report import status as status_view
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     day = existing_day(ctx)
     hp = history_path(ctx.config.root)
     if status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None):
@@ -356,7 +402,6 @@ def status(
 @click.option("--out", "out_path", metavar="FILE",
               help="Also write the page here (its log links made relative to FILE).")
 def report_command(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool,
     out_path: str | None,
 ) -> None:
     """The day as one static, self-contained HTML page: ROOT/DAY/report.html (and --out)."""
@@ -365,7 +410,7 @@ def report_command(
     from nightly.history.db import History, history_path
     from nightly.report import html as report
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     day = existing_day(ctx)
     hp = history_path(ctx.config.root)
     out = Path(out_path) if out_path else None
@@ -421,7 +466,7 @@ _register_groups()
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args
+    opts = Shared()  # the command's --debug lands here (cli.context.common_options)
     # cron's `timeout`, systemd and kill send SIGTERM: stop like Ctrl-C (builds marked
     # interrupted, logs kept, containers removed) instead of dying mid-write.
     import signal
@@ -431,7 +476,7 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, _term)
     try:
-        cli.main(args=args, prog_name="nightly", standalone_mode=False)
+        cli.main(args=args, prog_name="nightly", standalone_mode=False, obj=opts)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
@@ -441,7 +486,7 @@ def main(argv: list[str] | None = None) -> None:
         e.show()
         sys.exit(2)
     except NightlyError as e:
-        if debug:
+        if opts.debug:
             import traceback
 
             traceback.print_exc()

@@ -290,6 +290,16 @@ def test_debug_shows_the_traceback(nightly: Run, bad_config: Any, write_config: 
     assert bad_config.message in r.err
 
 
+def test_debug_is_the_option_not_a_word_anywhere(
+    nightly: Run, bad_config: Any, write_config: WriteConfig
+) -> None:
+    """--debug as the value of another option is that option's value, not --debug."""
+    path = write_config(bad_config.text)
+    r = nightly("plan", "--config", str(path), "--select", "--debug")
+    assert r.code == 2
+    assert "Traceback" not in r.err
+
+
 def test_missing_config_file(nightly: Run, tmp_path: Path) -> None:
     path = tmp_path / "missing.toml"
     r = nightly("plan", "--config", str(path))
