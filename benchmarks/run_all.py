@@ -23,6 +23,11 @@ Runs one after another (so they do not compete for the machine), each in its own
               night's wall time against the sum of its builds (--quick: warm only, no night)
   cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
               through `nightly run`: warm / cold night, four Pythons with / without cache
+  bisect      bench_bisect.py: `nightly bisect` over a 64-commit demo history with the
+              compiler cache against without it
+  toolchain   bench_toolchain.py: the demo's manywheels with the portable toolchain (glibc 2.31
+              sysroot, manylinux 2_28) against the host's plain gcc; the toolchain's cold
+              assembly (--quick: Python 3.12 only)
   provenance  bench_provenance.py: a night of 8 builds of 32 MB wheels published to a file://
               mirror, with `[provenance] key` against without (--quick: 4 builds, 1 run)
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
@@ -92,6 +97,10 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
         "cache": ([py, str(HERE / "bench_cache.py"),
                    *(["--cpp", "4", "--cuda", "2", "--templates", "4"] if quick else [])],
                   "cache.json"),
+        "bisect": ([py, str(HERE / "bench_bisect.py"), *(["--gen", "8"] if quick else [])],
+                   "bisect.json"),
+        "toolchain": ([py, str(HERE / "bench_toolchain.py"),
+                       *(["--pythons", "3.12"] if quick else [])], "toolchain.json"),
         "provenance": ([py, str(HERE / "bench_provenance.py"),
                         *(["--runs", "1", "--builds", "4"] if quick else [])], "provenance.json"),
     }  # fmt: skip
@@ -326,11 +335,31 @@ def rows_provenance(d: dict[str, Any]) -> list[Row]:
              _num(d.get("ratio_with_to_without")), f"lower is better; medians of {d.get('runs')}"]]
 
 
+def rows_bisect(d: dict[str, Any]) -> list[Row]:
+    return [["bisect", "bisect of 64 commits: with cache / without (s)",
+             _num(_get(d, "cache", "wall_s"), 1), _num(_get(d, "no_cache", "wall_s"), 1),
+             _num(d.get("cache_over_no_cache")),
+             f"lower is better; {_get(d, 'cache', 'builds')} builds, hit rate "
+             f"{_num(_get(d, 'cache', 'hit_rate'), 2)}"]]
+def rows_toolchain(d: dict[str, Any]) -> list[Row]:
+    t = d.get("toolchain") or {}
+    return [
+        ["toolchain", f"demo manywheels ({d.get('builds_per_night', '?')} builds): portable "
+         "sysroot toolchain / plain gcc (s)", _num(d.get("portable_wall_s"), 1),
+         _num(d.get("plain_wall_s"), 1), _num(d.get("ratio_portable_to_plain")),
+         "lower is better; compiler cache off"],
+        ["toolchain", "toolchain assembled cold (s), size (MB)", _num(t.get("cold_s"), 1),
+         _num(t.get("size_mb"), 1), "", "once per cache; .debs "
+         f"{_num(t.get('debs_mb'), 1)} MB"],
+    ]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
     "cluster": rows_cluster, "cache": rows_cache, "cli": rows_cli, "images": rows_images,
     "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls,
-    "staging_store": rows_staging_store, "provenance": rows_provenance,
+    "staging_store": rows_staging_store, "bisect": rows_bisect,
+    "toolchain": rows_toolchain, "provenance": rows_provenance,
 }
 
 

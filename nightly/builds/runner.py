@@ -20,8 +20,8 @@ from typing import Any, Protocol
 from nightly.builds import cache as compiler_cache
 from nightly.builds import repro_check
 from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
-from nightly.builds.collect import PackageFile, collect_build
-from nightly.builds.jobs import RunContext, make_job
+from nightly.builds.collect import PackageFile, check_policy, collect_build
+from nightly.builds.jobs import RunContext, make_job, prepare_toolchain
 from nightly.builds.reproducible import normalise_packages
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
@@ -131,7 +131,9 @@ class Runner:
                              executor=self.executor.name).encode())
             log.write(f"[nightly] {cache_note}\n".encode() if cache_note else b"")
             try:
-                result = self.executor.run(job, recipe_sink, self.cancel)
+                problem = prepare_toolchain(job, sink)  # a host build's manylinux toolchain
+                result = (ExecResult(exit_status=None, reason=problem, infra=True) if problem
+                          else self.executor.run(job, recipe_sink, self.cancel))
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
@@ -181,7 +183,7 @@ class Runner:
             build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,
             machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None,
             package=build.package, python=build.python, cuda=build.cuda, variant=build.variant,
-            cache=None,
+            cache=None, manylinux=None,
         )
         self.on_event("start", {"build": build.id, "queue": queue, "attempt": attempt})
         return job, attempt, cache_note
@@ -202,6 +204,10 @@ class Runner:
         if reason is None and not produced:
             reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
         notes = [*result.notes, *cache_notes]
+        if reason is None:  # a wheel that misses its policy is never smoke-tested nor filed
+            policy = check_policy(state, build, job.env, produced)
+            notes += policy.notes
+            reason = policy.reason
         if reason is None and self.smoke is not None:
             try:
                 smoke = self.smoke(build, produced, job, sink, self.cancel)

@@ -44,13 +44,6 @@ class SmokeResult:
     notes: tuple[str, ...] = ()  # e.g. "GPU check not run"
 
 
-def expected_wheel_version(build: Build, version: str) -> str:
-    """The version a wheel of this build carries: CUDA manywheels get a +cuXYZ local tag."""
-    if build.package == "manywheel" and build.is_cuda and "+" not in version:
-        return f"{version}+{build.cuda}"
-    return version
-
-
 class SmokeTester:
     def __init__(
         self,
@@ -119,7 +112,7 @@ class SmokeTester:
             env = dict(job.env)
             env.update(
                 SMOKE_IMPORT=sm.import_name,
-                EXPECT_VERSION=expected_wheel_version(build, env["BUILD_VERSION"]),
+                EXPECT_VERSION=env.get("PACKAGE_VERSION") or env["BUILD_VERSION"],
                 SMOKE_CUDA_CHECK=sm.cuda_check,
                 SMOKE_GPU_CHECK=sm.gpu_check,
                 SMOKE_GPU="1" if sm.gpu else "0",

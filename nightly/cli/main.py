@@ -453,10 +453,12 @@ def cluster_certs(folder: str, hosts: str, days: int) -> None:
 
 
 def _register_groups() -> None:
+    from nightly.cli.bisect import bisect_command
     from nightly.cli.images import images
     from nightly.cli.provenance import provenance_group, verify_command
 
     cli.add_command(images)
+    cli.add_command(bisect_command)
     cli.add_command(provenance_group)
     cli.add_command(verify_command)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nightly.config.builders import check_references, parse_builders
+from nightly.config.builders import check_references, inherit_policy, parse_builders
 from nightly.config.keys import check_keys, shape_of
 from nightly.config.machines import parse_executors, parse_images, parse_machines
 from nightly.config.project import (
@@ -78,7 +78,7 @@ def parse(
     mode, history_estimates = parse_schedule(top)
     machines = parse_machines(top, ctx)
     images = parse_images(top, ctx)
-    builders = parse_builders(top, ctx)
+    builders = inherit_policy(parse_builders(top, ctx), matrices)
     timeouts = parse_timeouts(top)
     estimates = parse_estimates(top)
     retries_infra, retries_recipe = parse_retries(top)

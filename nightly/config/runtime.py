@@ -33,6 +33,8 @@ def parse_notify(top: Table) -> Notify:
         smtp_to=tuple(no.str_list("smtp_to")),
         smtp_user=no.str("smtp_user"),
         smtp_password_env=no.str("smtp_password_env"),
+        bisect=no.bool("bisect"),
+        bisect_budget_s=no.duration("bisect_budget"),
     )
     no.finish()
     return notify

@@ -97,6 +97,8 @@ class Notify:
     smtp_to: tuple[str, ...]
     smtp_user: str
     smtp_password_env: str
+    bisect: bool = False  # bisect each new failure group after the night, before notifying
+    bisect_budget_s: float = 7200.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,6 +259,27 @@ class Config:
                     cuda_version=build.cuda_version,
                     cuda_digits=build.cuda[2:] if build.is_cuda else "",
                 )
+        return ""
+
+    def builder_for(self, build: Build) -> BuilderSpec | None:
+        """The declared builder whose image a container build of `build` runs in, if any."""
+        for table in (self.images.get(build.package, {}), self.images.get("default", {})):
+            image = table.get(build.cuda) or table.get("default")
+            if image:
+                return self.builders.get(image[1:]) if image.startswith("@") else None
+        return None
+
+    def manylinux_for(self, build: Build, executor: str = "container") -> str:
+        """A manywheel build's manylinux policy ("2_28", "off", "": none declared): its
+        builder's when it runs in a declared image that declares one, else the matrix's."""
+        if build.package != "manywheel" or build.platform != "linux":
+            return ""
+        builder = self.builder_for(build) if executor == "container" else None
+        if builder is not None and builder.manylinux:
+            return builder.manylinux
+        for m in self.matrices:
+            if m.package == build.package and m.platform == build.platform:
+                return m.manylinux
         return ""
 
     def timeout_for(self, build: Build) -> float:

@@ -19,6 +19,7 @@ loses nothing but statistics.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import statistics
 import time
@@ -314,6 +315,39 @@ class History:
                     per.setdefault(str(bid), []).append(float(dur))
                 for bid, durs in per.items():
                     out[bid] = median(durs)
+        return out
+
+    def outcomes(self, build_id: str) -> list[tuple[str, str, str]]:
+        """(day, outcome, commit) of the last attempt of `build_id` in every recorded night,
+        by day name (the failure facts of nightly.history.triage read them)."""
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT day, outcome, commit_sha FROM builds b WHERE build_id = ? AND attempt = "
+                "(SELECT MAX(b2.attempt) FROM builds b2 WHERE b2.day = b.day "
+                "AND b2.build_id = b.build_id) ORDER BY day",
+                (build_id,),
+            ).fetchall()
+        return [(str(d), str(o), str(c)) for d, o, c in rows]
+
+    def record_bisect(self, day_name: str, build_id: str, result: Mapping[str, Any]) -> None:
+        """Record (replace) the result of `nightly bisect` for one failure of a night."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO bisects (day, build_id, result, recorded) "
+                "VALUES (?, ?, ?, ?)",
+                (day_name, build_id, json.dumps(dict(result), sort_keys=True), time.time()),
+            )
+
+    def bisects(self, day_name: str) -> dict[str, dict[str, Any]]:
+        """The recorded bisect results of a night, by build id."""
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT build_id, result FROM bisects WHERE day = ?", (day_name,)
+            ).fetchall()
+        out: dict[str, dict[str, Any]] = {}
+        for bid, text in rows:
+            with contextlib.suppress(ValueError):
+                out[str(bid)] = dict(json.loads(text))
         return out
 
     def sizes_json(self, day_name: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from nightly.workspace import BuildEntry
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the bisects table (nightly bisect)
 SUCCEEDED = "succeeded"  # as nightly.workspace.SUCCEEDED (not imported: keep this module light)
 
 SCHEMA = """
@@ -47,6 +47,13 @@ CREATE TABLE IF NOT EXISTS files (
     PRIMARY KEY (day, build_id, attempt, name),
     FOREIGN KEY (day, build_id, attempt) REFERENCES builds (day, build_id, attempt)
         ON DELETE CASCADE
+);
+CREATE TABLE IF NOT EXISTS bisects (
+    day          TEXT    NOT NULL,   -- the night whose failure was bisected
+    build_id     TEXT    NOT NULL,
+    result       TEXT    NOT NULL,   -- JSON of nightly.bisect.BisectResult
+    recorded     REAL    NOT NULL,
+    PRIMARY KEY (day, build_id)
 );
 """
 

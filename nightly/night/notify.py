@@ -15,6 +15,8 @@ from nightly.config import Notify
 
 def subject(summary: dict[str, Any]) -> str:
     """Names the failures (the first few), so a mail client's list says what broke."""
+    from nightly.history.triage import subject_counts
+
     c = summary["counts"]
     failed = sorted(k for k, v in summary["builds"].items() if v["outcome"] != "succeeded")
     if failed:
@@ -25,6 +27,10 @@ def subject(summary: dict[str, Any]) -> str:
     uploads = summary.get("failed_uploads") or []
     if uploads:
         state += f"; {len(uploads)} upload(s) failed"
+    counts = subject_counts(summary)
+    if counts:  # first, so the list of a mail client shows it: "3 new failures, 2 still failing"
+        return (f"nightly {summary['date']}: {counts} ({state}; {c['succeeded']}/{c['total']} "
+                f"succeeded on machine {summary['machine']})")
     return (
         f"nightly {summary['date']} on machine {summary['machine']}: {state} "
         f"({c['succeeded']}/{c['total']} succeeded)"
@@ -38,6 +44,16 @@ def body(summary: dict[str, Any]) -> str:
         lines.append("Failed builds:")
         for bid, b in sorted(failed.items()):
             lines.append(f"  {bid}: {b.get('reason') or b['outcome']}  (log: {b.get('log') or '-'})")
+        facts = (summary.get("failures") or {}).get("builds") or {}
+        for g in (summary.get("failures") or {}).get("groups") or []:
+            lines.append(f"  {len(g['builds'])} build(s): {g['signature']}")
+            for bid in g["builds"]:
+                f = facts.get(bid) or {}
+                lines.append(f"    {bid}: {f.get('headline', '')}")
+                if f.get("bisect"):
+                    from nightly.report.triage import bisect_line
+
+                    lines.append(f"      bisect: {bisect_line(f['bisect'])}")
     if summary.get("failed_uploads"):
         lines += ["", "Failed uploads (retry with `nightly upload`): "
                   + ", ".join(summary["failed_uploads"])]

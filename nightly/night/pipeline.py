@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import functools
-import json
 import shutil
 import socket
 import sqlite3
@@ -32,6 +31,7 @@ from nightly.config import Config, Machine
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError
 from nightly.files import append_line
 from nightly.history.db import History, history_path, planning_estimator
+from nightly.history.triage import summary_for_day
 from nightly.night import notify, wheelhouse
 from nightly.night import source as src
 from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spec
@@ -155,6 +155,10 @@ def run_night(
                                [b.python for b in todo if b.package != "libtorch"], night.log)
         estimate_s = phase.run(night, todo)
         _after_builds(night, phase, opts, date)
+        if opts.notify and config.notify.bisect:  # before the summary: it carries the results
+            from nightly.bisect.auto import bisect_new_failures
+
+            bisect_new_failures(config, day, night.machine.name, night.log)
         summary, summary_path = write_summary(night, started=started, estimate_s=estimate_s,
                                               estimates=dict(estimates or {}), manual=opts.manual)
         if opts.notify:
@@ -335,14 +339,15 @@ def report_step(night: NightContext, history: History, *, publish: bool) -> None
     if not publish or not pub.url:
         return
     try:
-        store = open_destination(night.config)
-        base = "whl" if night.channel == "release" else f"whl/{night.channel}"
-        stem = f"{night.day.name.replace('/', '_')}_{night.machine.name}"
-        store.put_bytes(f"{base}/reports/{stem}.html", path.read_bytes(), "text/html; charset=utf-8")
-        sizes = json.dumps(history.sizes_json(night.day.name), indent=1, sort_keys=True)
-        store.put_bytes(f"{base}/sizes/{stem}.json", sizes.encode(), "application/json")
-        night.log(f"report and sizes published under {store.url}/{base}/")
-    except (NightlyError, OSError, sqlite3.Error) as e:
+        from nightly.publish.reports import publish_report
+        from nightly.report.html import render_html
+
+        def render(link_base: str, notes: list[str]) -> str:
+            return render_html(night.day, history, link_base=link_base, notes=notes)
+
+        publish_report(open_destination(night.config), night.day, history, render,
+                       channel=night.channel, machine=night.machine.name, log=night.log)
+    except (NightlyError, OSError, ValueError, sqlite3.Error) as e:
         night.log(f"publishing the report failed: {e}")
 
 
@@ -394,6 +399,7 @@ def write_summary(
         failed_uploads=failed_uploads, publish_error=publish_error, builds=builds,
         exit_code=day_record.exit_code(builds, failed_uploads, publish_error),
         manual=manual if manual is not None else day_record.manual_builds(state),
+        extra={"failures": summary_for_day(night.day, night.history)},  # new / still failing
     )
     path = night.day.summary_path if manual is None else day_record.manual_summary_path(night.day, started)
     write_json(path, summary.to_json())

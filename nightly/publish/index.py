@@ -48,6 +48,7 @@ from datetime import datetime, timezone
 from packaging.version import Version
 
 from nightly.errors import PublishError
+from nightly.publish import caching
 from nightly.publish.layout import INDEX_PREFIXES, channel_of, channel_root
 from nightly.publish.manifest import (
     MANIFEST_NAME,
@@ -465,7 +466,8 @@ def _write_pages(
         )
         # Project pages first, so the root never links to a page that does not exist yet.
         for rel in sorted(pages, key=lambda p: (p.count("/") == 0, p)):
-            store.put_bytes(f"{folder}/{rel}", pages[rel], HTML_TYPE)
+            store.put_bytes(f"{folder}/{rel}", pages[rel], HTML_TYPE,
+                            cache_control=caching.for_key(folder))
             report.pages_written += 1
         checks = [(folder, own.etag), *((f, m.etag) for _, f, m in sources)]
         if all(_current_etag(store, f"{f}/{MANIFEST_NAME}") == etag for f, etag in checks):

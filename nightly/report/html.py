@@ -12,11 +12,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.format import clock, took
 from nightly.report.sections import builds_table, esc, failures, timeline
+from nightly.report.triage import report_section as failure_groups
 from nightly.report.view import MIN_SLOWER_S, REGRESSION, TREND_NIGHTS, NightView, load_night
 from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, Day, atomic_write
 
@@ -101,6 +103,7 @@ def render_html(
     link_base: str = "",
     tail: int = HTML_TAIL,
     now: float | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The night as one self-contained HTML page. Links to logs are relative to `link_base`
     (the day folder as seen from where the page is written: "" for ROOT/DAY/report.html)."""
@@ -125,6 +128,7 @@ def render_html(
         f"<h1>Night {esc(day.name)}</h1>",
     ]
     out += _facts(night, now)
+    out += [f'<p class="meta published-note">{esc(n)}</p>' for n in notes]  # the published copy's
     out.append('<div class="counts" id="counts">')
     for key, label in (("total", "builds"), (SUCCEEDED, "succeeded"), (FAILED, "failed"),
                        (INTERRUPTED, "interrupted"), (RUNNING, "running"), (PENDING, "pending"),
@@ -136,6 +140,7 @@ def render_html(
             )
     out.append("</div></header>")
 
+    out += failure_groups(night, history, link_base)  # failures first, grouped by signature
     out += timeline(night, now)
     out += failures(night, link_base, tail)
     out += builds_table(night, link_base, history is not None)

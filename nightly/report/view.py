@@ -63,6 +63,8 @@ class BuildView:
     log: Path | None = None  # absolute
     # The compiler cache's statistics of the build (nightly.builds.cache.CacheStats.to_json) or None.
     cache: dict[str, Any] | None = None
+    # The manylinux record (nightly.manylinux): policy and tags reached, or a zip's glibc.
+    manylinux: dict[str, Any] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
     past_durations: list[float] = field(default_factory=list)
     past_sizes: list[int] = field(default_factory=list)
@@ -198,6 +200,7 @@ def _build_view(
         manual=dict(e.manual) or None,
         log=find_log(day, bid, e.log),
         cache=dict(e.cache) if e.cache is not None else None,
+        manylinux=dict(e.manylinux) if e.manylinux is not None else None,
     )
 
 

@@ -78,6 +78,7 @@ class BuildEntry:
     promoted: Mapping[str, str] = field(default_factory=dict)  # release destination -> sha256
     manual: Mapping[str, str] = field(default_factory=dict)  # a one-off build: by, at, command
     cache: Mapping[str, Any] | None = None  # compiler cache statistics (nightly.builds.cache)
+    manylinux: Mapping[str, Any] | None = None  # policy, tags reached, glibc (nightly.manylinux)
     worker_name: str = ""  # cluster mode: the worker's name, host and attempt token
     host: str = ""
     token: str = ""
@@ -128,6 +129,7 @@ _READ: dict[str, Any] = {
     "promoted": lambda v: {str(k): str(s) for k, s in dict(v).items()},
     "manual": lambda v: {str(k): str(s) for k, s in dict(v).items() if s is not None},
     "cache": lambda v: dict(v) if isinstance(v, Mapping) else None,
+    "manylinux": lambda v: dict(v) if isinstance(v, Mapping) else None,
 }
 
 

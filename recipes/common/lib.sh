@@ -398,23 +398,16 @@ rewrite_wheel_version() {
 }
 
 # build_python_wheel [--no-local-version] : the part manywheel, wheel and conda share.
-# Finds the interpreter and the toolkit, builds the project's wheel with the nightly
-# version (+cuXYZ for CUDA builds, unless --no-local-version: conda versions have no
-# local part) and sets WHEEL to its path in WORK_DIR.
+# Finds the interpreter and the toolkit, builds the project's wheel as PACKAGE_VERSION
+# (--no-local-version: BUILD_VERSION as it is, for conda, whose versions have no local part)
+# and sets WHEEL to its path in WORK_DIR.
 build_python_wheel() {
-    local version="$BUILD_VERSION" src="$WORK_DIR/src" local_version=1
-    [[ "${1:-}" == --no-local-version ]] && local_version=0
+    # PACKAGE_VERSION: the version nightly decided for this build's package (+cuXYZ for CUDA
+    # wheels); a recipe run by hand without it builds BUILD_VERSION as it is.
+    local version="${PACKAGE_VERSION:-$BUILD_VERSION}" src="$WORK_DIR/src"
+    [[ "${1:-}" == --no-local-version ]] && version="$BUILD_VERSION"
     find_python
     setup_cuda
-    # A project that keeps its own version has no say in a +cuXYZ either.
-    [[ "${NIGHTLY_VERSION_FROM:-env}" == keep ]] && local_version=0
-    if is_cuda_build && ((local_version)); then
-        if [[ "$version" == *+* ]]; then
-            log "BUILD_VERSION=$version already has a local version; not adding +$DESIRED_CUDA"
-        else
-            version="$version+$DESIRED_CUDA"
-        fi
-    fi
     set_project_version "$version"
     copy_source "$src"
     setup_build_venv "$src"

@@ -143,6 +143,54 @@ dir = "{cache_dir}"
     assert extension_bytes(wheels[0]) != extension_bytes(wheels[1])
 
 
+def test_a_cache_hit_never_hides_a_header_change_between_nights(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """A header edited between two nights (its night-1 copy still on disk in night 1's day
+    folder) is compiled again: host builds' paths differ every night, and the cache must not
+    answer night 2's compile from night 1's header."""
+    src = tmp_path / "demo"
+    shutil.copytree(REPO / "examples" / "demo", src)
+    (src / "src" / "offset.h").write_text("#define DEMO_OFFSET 0\n")
+    native = src / "src" / "native.c"
+    native.write_text(native.read_text().replace(
+        "#include <string.h>", '#include <string.h>\n#include "offset.h"', 1).replace(
+        "PyLong_FromLong(a + b)", "PyLong_FromLong(a + b + DEMO_OFFSET)"))
+    cache_dir = tmp_path / "sccache"
+
+    def commit(message: str, when: str) -> None:
+        env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+        for args in (["add", "-A"], ["commit", "-q", "-m", message]):
+            subprocess.run(["git", "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t",
+                            *args], check=True, env=env)
+
+    subprocess.run(["git", "init", "-q", "-b", "main", str(src)], check=True)
+    commit("demo", "2024-04-30T12:00:00")
+
+    def write(expect: int) -> Path:
+        config = tmp_path / "nightly.toml"
+        config.write_text(config_text(src, matrix="""
+[matrix.linux.manywheel]
+pythons = ["3.11"]
+cudas = ["cpu"]
+""", extra=f"""
+[smoke]
+command = '"$PYTHON" -c "import nightlydemo; r = nightlydemo.add(2, 3); assert r == {expect}, r"'
+
+[cache]
+dir = "{cache_dir}"
+"""))
+        return config
+
+    night(run_cli, write(5), "2024_05_01")
+    (src / "src" / "offset.h").write_text("#define DEMO_OFFSET 1000\n")
+    commit("offset 1000", "2024-05-01T12:00:00")
+    day2 = night(run_cli, write(1005), "2024_05_02")
+    second = cache_entries(day2)["manywheel_3.11_cpu"]
+    assert second["status"] == "succeeded", (day2 / second["log"]).read_text()[-3000:]
+    assert "smoke: passed" in (day2 / second["log"]).read_text()
+
+
 @pytest.fixture(scope="session")
 def cuda_13_1() -> Path:
     """A second CUDA toolkit (13.1, from NVIDIA's PyPI wheels), cached between runs."""

@@ -111,7 +111,10 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
     rows = {r["tag"]: r for r in listed}
     for tag in tags.values():
         assert rows[tag]["present"], tag
-        assert rows[tag]["manylinux"] == "manylinux_2_36_x86_64"
+        # The policy, and what the image's toolchain guarantees: its glibc 2.31 sysroot.
+        assert rows[tag]["policy"] == "2_28"
+        assert rows[tag]["manylinux"] == "manylinux_2_31_x86_64"
+        assert "glibc 2.31 sysroot" in rows[tag]["toolchain"]
         assert rows[tag]["spec_hash"] == tag.rsplit("-", 1)[1]
         assert "3.12=host:" in rows[tag]["pythons"]
     assert "release 11.8" in rows[tags["cu118"]]["nvcc"]
@@ -123,7 +126,8 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
 
     selects = [a for b in SUBSET for a in ("--select", b)]
     run = nightly("run", "--config", str(config), "--no-upload", *selects, env=env, timeout=3600)
-    day = next((tmp_path / "nightlies").iterdir())
+    # The one day folder (beside it: the day's lock file).
+    (day,) = [p for p in (tmp_path / "nightlies").iterdir() if p.is_dir()]
     assert run.returncode == 0, run.stderr[-3000:] + "\n" + "\n".join(
         p.read_text()[-3000:] for p in day.glob("logs/failed/*.log"))
     summary = json.loads((day / "summary.json").read_text())
@@ -143,8 +147,12 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
             assert f"Cuda compilation tools, release {release}" in head.split("toolkit:")[1], head
         assert "/usr/local/cuda" not in log.split("environment:")[0]  # no host toolkit mount
         (wheel,) = (day / "packages" / "manywheel" / cuda).glob("*.whl")
-        # Repaired by auditwheel in the image: a manylinux wheel.
-        assert "manylinux_2_" in wheel.name, wheel.name
+        # Repaired by auditwheel in the image to the declared policy (manylinux_2_28 or
+        # older: PyTorch's target), whatever the CUDA.
+        assert "manylinux_2_28_x86_64" in wheel.name, wheel.name
+        entry = json.loads((day / "state.json").read_text())["builds"][build_id]
+        glibc = tuple(int(x) for x in entry["manylinux"]["glibc"].split("."))
+        assert glibc <= (2, 28), (build_id, entry["manylinux"])
         names = zipfile.ZipFile(wheel).namelist()
         if cuda == "cu118":
             # No static runtime in PyPI's 11.8 wheels: libcudart.so is bundled by auditwheel.

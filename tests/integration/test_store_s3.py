@@ -323,3 +323,51 @@ def test_file_store_is_atomic_and_hides_its_bookkeeping(tmp_path: Path) -> None:
     assert [o.key for o in store.list("")] == ["whl/nightly/cpu/index.html"]
     with pytest.raises(PublishError, match="reserved"):
         store.head(".nightly-store/meta/x")
+
+
+def test_published_pages_reports_and_logs_carry_cache_control(
+    moto: Moto, bucket: str, tmp_path: Path
+) -> None:
+    """Index pages and the night's report with its logs: short-lived in the nightly channel,
+    longer in the release channel (issue 29), as S3 serves them."""
+    import datetime as dt
+
+    from nightly.publish.index import regenerate
+    from nightly.publish.reports import TAIL_BYTES, publish_report
+    from nightly.report.html import render_html
+    from nightly.workspace import Day, write_json
+
+    store = s3(moto, bucket)
+    for folder in ("whl/nightly/cpu", "whl/cpu"):
+        src = tmp_path / f"demo-1.0-py3-none-any-{folder.count('/')}.whl"
+        name = "demo-1.0-py3-none-any.whl"
+        store.put(f"{folder}/{name}", src, make_file(src, 100))
+        regenerate(store, [folder], full=True)
+    day = Day(tmp_path / "root", dt.date(2026, 11, 24))
+    day.create()
+    write_json(day.state_path, {"builds": {"a": {"status": "failed", "log": "logs/failed/a.log"},
+                                           "b": {"status": "succeeded", "log": "logs/succeeded/b.log"}}})
+    (day.failed / "a.log").write_text("nightly build a\nerror: broke\n")
+    (day.succeeded / "b.log").write_text("nightly build b\n" + ("x" * 80 + "\n") * (TAIL_BYTES // 40))
+    for channel in ("nightly", "release"):
+        publish_report(store, day, None,
+                       lambda base, notes: render_html(day, None, link_base=base, notes=notes),
+                       channel=channel, machine="m", log=lambda _: None)
+
+    def cache_control(key: str) -> str:
+        return str(raw(moto).head_object(Bucket=bucket, Key=f"pub/{key}").get("CacheControl"))
+
+    short, long = "public, max-age=300", "public, max-age=3600"
+    assert cache_control("whl/nightly/cpu/index.html") == short
+    assert cache_control("whl/cpu/index.html") == long
+    assert cache_control("whl/nightly/reports/2026_11_24_m.html") == short
+    assert cache_control("whl/reports/2026_11_24_m.html") == long
+    assert cache_control("whl/nightly/reports/2026_11_24_m/logs/failed/a.log") == short
+    page = raw(moto).get_object(Bucket=bucket, Key="pub/whl/nightly/reports/2026_11_24_m.html")
+    html = page["Body"].read().decode()
+    assert 'href="2026_11_24_m/logs/failed/a.log"' in html
+    assert "Cut (too large): b" in html
+    tail = raw(moto).get_object(Bucket=bucket, Key="pub/whl/nightly/reports/2026_11_24_m/logs/"
+                                "succeeded/b.log")["Body"].read()
+    assert tail.startswith(b"[nightly] this log was cut")
+    assert len(tail) <= TAIL_BYTES + 200

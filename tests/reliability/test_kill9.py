@@ -178,7 +178,9 @@ def _second_folder_half(n: Night) -> None:
 
 def _index_done_report_not(n: Night) -> None:
     assert (n.store / "whl/nightly/cu100/demo_nightly.html").exists()
-    assert not (n.store / "whl/nightly/reports").exists()
+    # The logs the report links are published first, so the page never links a missing one.
+    assert not (n.store / "whl/nightly/reports/2024_05_01_m.html").exists()
+    assert (n.store / "whl/nightly/reports/2024_05_01_m/logs").is_dir()
     assert not (n.p.day / "summary.json").exists()
 
 

@@ -28,7 +28,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("publishing", ("nightly.publish",)),
     ("cluster", ("nightly.cluster",)),
     ("reporting", ("nightly.report",)),
-    ("the night", ("nightly.night",)),
+    # `nightly bisect` rebuilds with the night's own steps, and a night may start a bisect.
+    ("the night", ("nightly.night", "nightly.bisect")),
     ("command line", ("nightly.cli", "nightly.__main__")),
 ]
 

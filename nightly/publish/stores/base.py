@@ -128,11 +128,13 @@ class Store(ABC):
         *,
         if_match: str | None = None,
         if_none_match: bool = False,
+        cache_control: str | None = None,
     ) -> str:
         """Write a small object whole and atomically; returns its new ETag.
 
         `if_match=etag` writes only if the object still has that ETag, `if_none_match=True`
-        only if it does not exist; otherwise PreconditionFailed.
+        only if it does not exist; otherwise PreconditionFailed. `cache_control`: the
+        object's Cache-Control header where the store serves HTTP (S3); a folder has none.
         """
 
     @abstractmethod

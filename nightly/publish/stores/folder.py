@@ -251,6 +251,7 @@ class FileStore(Store):
         *,
         if_match: str | None = None,
         if_none_match: bool = False,
+        cache_control: str | None = None,
     ) -> str:
         self._path(key)
         sha = hashlib.sha256(data).hexdigest()

@@ -309,6 +309,7 @@ class S3Store(Store):
         *,
         if_match: str | None = None,
         if_none_match: bool = False,
+        cache_control: str | None = None,
     ) -> str:
         sha = hashlib.sha256(data).digest()
         kwargs: dict[str, Any] = {
@@ -320,6 +321,8 @@ class S3Store(Store):
         }
         if self.acl:
             kwargs["ACL"] = self.acl
+        if cache_control:
+            kwargs["CacheControl"] = cache_control
         if self.checksum:
             kwargs["ChecksumSHA256"] = base64.b64encode(sha).decode()
         if if_match is not None:
