@@ -12,6 +12,8 @@ Runs one after another (so they do not compete for the machine), each in its own
               (N = --index-objects, default 10,000, so that it takes minutes, not the
               half hour of its own default of 100,000)
   cluster     bench_cluster.py: 1,000 builds planned and run on 20 Dask workers
+  gpu_tests   bench_gpu_tests.py: 1,000 builds on 20 CPU + 2 GPU workers, simulated: GPU-host
+              seconds and makespan / bound, today's gpu_smoke against the test stage
   cluster_tls bench_cluster_tls.py: mutual TLS against plain tcp on real Dask processes;
               sha256 of a fetched package against its copy (verified staging)
   staging_store bench_staging_store.py: the folder staging store read without following
@@ -84,6 +86,7 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                   "index.json"),
         "cluster": ([py, str(HERE / "bench_cluster.py"), *(["--no-baseline"] if quick else [])],
                     "cluster.json"),
+        "gpu_tests": ([py, str(HERE / "bench_gpu_tests.py")], "gpu_tests.json"),
         "cluster_tls": ([py, str(HERE / "bench_cluster_tls.py"),
                          *(["--runs", "3", "--tasks", "200", "--package-mb", "64"] if quick else [])],
                         "cluster_tls.json"),
@@ -250,6 +253,19 @@ def rows_cluster(d: dict[str, Any]) -> list[Row]:
     return out
 
 
+def rows_gpu_tests(d: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for run in d.get("runs") or []:
+        out.append(["gpu_tests", f"{run.get('scenario')}: makespan (h) / lower bound (h)",
+                    _num(run.get("makespan_h")), _num(run.get("lower_bound_h")),
+                    _num(run.get("makespan_over_bound")), "goal <= 1.05"])
+    runs = d.get("runs") or [{}, {}]
+    out.append(["gpu_tests", "GPU-host seconds: today's gpu_smoke / test stage",
+                _num(runs[0].get("gpu_host_s"), 0), _num(runs[-1].get("gpu_host_s"), 0),
+                _num(d.get("gpu_host_s_today_over_test_stage"), 2), "goal >= 5"])
+    return out
+
+
 def rows_cluster_tls(d: dict[str, Any]) -> list[Row]:
     med, st = d.get("median_s") or {}, d.get("staging") or {}
     return [
@@ -356,7 +372,8 @@ def rows_toolchain(d: dict[str, Any]) -> list[Row]:
 
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
-    "cluster": rows_cluster, "cache": rows_cache, "cli": rows_cli, "images": rows_images,
+    "cluster": rows_cluster, "gpu_tests": rows_gpu_tests, "cache": rows_cache, "cli": rows_cli,
+    "images": rows_images,
     "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls,
     "staging_store": rows_staging_store, "bisect": rows_bisect,
     "toolchain": rows_toolchain, "provenance": rows_provenance,

@@ -38,6 +38,8 @@ class SmokeOutcome(Protocol):
     def reason(self) -> str | None: ...
     @property
     def notes(self) -> tuple[str, ...]: ...
+    @property
+    def tested(self) -> Mapping[str, Any] | None: ...
 
 
 # (build, produced files, job, log sink, cancel) -> outcome; see nightly.builds.smoke.SmokeTester.
@@ -51,6 +53,7 @@ class _SmokeError:
     reason: str
     ok: bool = False
     notes: tuple[str, ...] = ()
+    tested: Mapping[str, Any] | None = None
 
 
 @dataclass(kw_only=True)
@@ -181,7 +184,7 @@ class Runner:
         job, cache_note = compiler_cache.attach(compiler_cache.settings_of(ctx.config), job)
         state.update(
             build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,
-            machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None,
+            machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None, tested=None,
             package=build.package, python=build.python, cuda=build.cuda, variant=build.variant,
             cache=None, manylinux=None,
         )
@@ -214,6 +217,8 @@ class Runner:
             except Exception as e:  # a smoke-test bug fails this build only
                 smoke = _SmokeError(reason=f"smoke test: error: {e!r}")
             notes += list(smoke.notes)
+            # The test stage's own record: passed / failed / not run, where, when, seconds.
+            state.update(build.id, tested=dict(smoke.tested) if smoke.tested else None)
             if not smoke.ok:
                 reason = smoke.reason or "smoke test"
         if reason is None and build.id in self.ctx.repro_builds:

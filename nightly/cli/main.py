@@ -195,7 +195,9 @@ def run(
 
 @cli.command()
 @common_options
-def upload() -> None:
+@click.option("--force-partial", is_flag=True,
+              help="Publish the good packages that [publish] atomic holds back.")
+def upload(force_partial: bool) -> None:
     """Publish the day's succeeded packages that are not yet published (idempotent)."""
     from nightly.publish.upload import publish_day, record_publication
     from nightly.workspace import DayLock, State
@@ -210,7 +212,8 @@ def upload() -> None:
         state = State(day.state_path)
         channel = str(state.meta.get("channel") or "nightly")
         try:
-            report = publish_day(ctx.config, day, state, channel=channel, log=click.echo)
+            report = publish_day(ctx.config, day, state, channel=channel, log=click.echo,
+                                 force_partial=force_partial)
         except NightlyError as e:
             state.set_meta(publish_error=str(e))
             refresh(day, state, by="nightly upload")
@@ -221,6 +224,8 @@ def upload() -> None:
     click.echo(
         f"{len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed, {len(report.index_errors)} index errors"
+        + (f", {len(report.held_back)} build(s) held back by [publish] atomic "
+           "(--force-partial publishes them)" if report.held_back else "")
     )
     if not report.ok:
         raise BuildsFailed("some uploads or index pages failed", reported=True)

@@ -421,7 +421,10 @@ def _run(
             except NightlyError as e:
                 _preflight_failed(day, ctx.state, build, str(e), att.about["attempt"])
             else:
-                smoke = (SmokeTester(ctx.config, ex, ctx.source_dir, conda=conda_client)
+                # The GPU part runs where the worker declares the gpu resource (worker_config
+                # sets [smoke] gpu from it); [cluster] gpu_smoke sends CUDA builds there.
+                smoke = (SmokeTester(ctx.config, ex, ctx.source_dir, conda=conda_client,
+                                     where=ctx.machine)
                          if ctx.config.smoke.enabled else None)
                 runner = Runner(ctx, ex, on_event=att.events(emit), cancel=cancel, smoke=smoke)
                 runner.run_build(build, queue=att.slot)

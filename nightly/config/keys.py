@@ -59,7 +59,8 @@ _EXTRA: dict[str, Shape] = {
         for plat in PLATFORMS
     },
     "machines": Tables(
-        {k: None for k in ("name", "platform", "queues", "executor", "hostname", "explicit_queues")}
+        {k: None for k in ("name", "platform", "queues", "executor", "hostname",
+                           "explicit_queues", "gpu")}
     ),
     "images": {name: Open(_cuda_or_default) for name in _NAMES},
     "timeouts": {

@@ -9,6 +9,7 @@ from nightly.config.reader import Ctx, Table, placeholders, resolve_path, store_
 from nightly.config.schema import Publish
 
 FIND_LINKS_FIELDS = ("project", "channel")
+ATOMIC = ("build", "folder", "night")  # [publish] atomic
 
 
 def _folder(folder: str, ctx: Ctx) -> str:
@@ -62,6 +63,7 @@ def parse_publish(top: Table, ctx: Ctx, base: Path, project: str) -> Publish:
         project=project,
         public_url=_public_url(pt.str("public_url"), ctx),
         validate=pt.bool("validate"),
+        atomic=pt.choice("atomic", ATOMIC),
     )
     co.finish()
     py.finish()

@@ -60,6 +60,10 @@ def parse_smoke(top: Table, project_name: str) -> Smoke:
         libtorch_libs=tuple(sm.str_list("libtorch_libs")),
         image=sm.str("image"),
         timeout_s=sm.duration("timeout"),
+        gpu_command=sm.str("gpu_command"),
+        gpu_timeout_s=sm.duration("gpu_timeout"),
+        gpu_retries=sm.int("gpu_retries", minimum=0),
+        require_gpu=sm.bool("require_gpu"),
     )
     sm.finish()
     return smoke

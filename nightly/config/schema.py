@@ -55,6 +55,7 @@ class Machine:
     hostname: str = ""
     # Each inner tuple is one queue, as written: build ids, globs or "package pythons cudas".
     explicit_queues: tuple[tuple[str, ...], ...] = ()
+    gpu: bool = False  # has a GPU: the GPU part of CUDA builds' tests runs here
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +114,11 @@ class Smoke:
     libtorch_libs: tuple[str, ...]
     image: str
     timeout_s: float
+    # The GPU part (gpu_check, gpu_command) is a test stage of its own (nightly.builds.smoke).
+    gpu_command: str = ""
+    gpu_timeout_s: float = 600.0
+    gpu_retries: int = 0
+    require_gpu: bool = False  # a CUDA build whose GPU part was not run fails
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +145,9 @@ class Publish:
     project: str  # [project] name, for {project} in find_links
     public_url: str = ""  # where users read the store (nightly validate); "" = the file:// url
     validate: bool = False  # validate what was published at the end of the night
+    # What a failed build holds back (nightly.publish.gate): "build" (only itself), "folder"
+    # (every package of the folders it was destined for), "night" (everything).
+    atomic: str = "build"
 
     def find_links_name(self, channel: str) -> str:
         """The flat find-links page of a folder of `channel` (nightly, test, release)."""

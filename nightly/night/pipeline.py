@@ -54,6 +54,7 @@ from nightly.workspace import (
     write_json,
 )
 from nightly.workspace import summary as day_record
+from nightly.workspace.cost import GpuHosts, build_cost, gpu_host_seconds
 from nightly.workspace.summary import BuildSummary, Summary
 
 
@@ -305,6 +306,9 @@ def publish_step(night: NightContext) -> None:
     night.log(
         f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed"
+        + (f", {len(report.held_back)} build(s) held back ([publish] atomic = "
+           f"\"{pub.atomic}\"; `nightly upload --force-partial` publishes them)"
+           if report.held_back else "")
     )
     if pub.validate:
         validate_step(night)
@@ -372,13 +376,21 @@ def write_summary(
     if the day has a night, is only refreshed: see nightly/workspace/summary.py). (summary, its path)"""
     state = night.state
     builds: dict[str, BuildSummary] = {}
+    gpu = GpuHosts(
+        names=frozenset(m.name for m in night.config.machines if m.gpu)
+        | (frozenset({night.machine.name}) if night.config.smoke.gpu else frozenset()),
+        cuda_builds=bool(night.config.cluster.gpu_smoke and state.meta.get("cluster")),
+    )
+    costs = []
     for b in night.builds:
         e = state.get(b.id)
+        cost = build_cost(e, gpu)
+        costs.append(cost)
         builds[b.id] = BuildSummary(
             outcome=e.status or "", reason=e.reason, duration_s=e.duration_s,
             estimate_s=estimates.get(b.id), attempts=e.attempts or 0, queue=e.queue,
             packages=tuple(p.to_json() for p in e.packages), published=dict(e.published),
-            log=e.log,
+            log=e.log, test_s=cost.test_s, built_on=cost.built_on, tested_on=cost.tested_on,
         )
     failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]
     publish_error = state.meta.get("publish_error")
@@ -399,6 +411,8 @@ def write_summary(
         failed_uploads=failed_uploads, publish_error=publish_error, builds=builds,
         exit_code=day_record.exit_code(builds, failed_uploads, publish_error),
         manual=manual if manual is not None else day_record.manual_builds(state),
+        held_back=day_record.held_back_of(state.meta),
+        gpu_host_s=gpu_host_seconds(costs),
         extra={"failures": summary_for_day(night.day, night.history)},  # new / still failing
     )
     path = night.day.summary_path if manual is None else day_record.manual_summary_path(night.day, started)

@@ -17,7 +17,7 @@ from typing import Any
 
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
-from nightly.publish import anaconda, attest, conda, metadata, provenance
+from nightly.publish import anaconda, attest, conda, gate, metadata, provenance
 from nightly.publish.index import IndexOptions
 from nightly.publish.layout import STORE_KINDS, conda_channel_dir, kind_of, remote_folder
 from nightly.publish.manifest import FileRecord
@@ -38,6 +38,7 @@ class UploadReport:
     # folder -> names deleted because their build's rebuild replaced them
     removed: dict[str, list[str]] = field(default_factory=dict)
     index_errors: list[str] = field(default_factory=list)
+    held_back: dict[str, str] = field(default_factory=dict)  # build -> why it was not published
 
     @property
     def ok(self) -> bool:
@@ -66,16 +67,26 @@ def open_destination(config: Config) -> Any:
 
 
 def publish_day(
-    config: Config, day: Day, state: State, *, channel: str, log: Log, index: bool = True
+    config: Config, day: Day, state: State, *, channel: str, log: Log, index: bool = True,
+    force_partial: bool = False,
 ) -> UploadReport:
-    """Upload what is not yet published; then refresh the index pages of the day's folders."""
+    """Upload what is not yet published; then refresh the index pages of the day's folders.
+    `[publish] atomic` holds back the good builds a failed one gates (nightly.publish.gate),
+    unless `force_partial`."""
     pub = config.publish
     report = UploadReport()
     store = open_destination(config) if pub.url else None
     conda_files: list[tuple[str, dict[str, Any]]] = []
+    report.held_back = gate.held_back(pub.atomic, state, channel)
+    gate.record(state, report.held_back, forced=force_partial)
+    for bid, why in sorted(report.held_back.items()):
+        log(f"{'published anyway (--force-partial)' if force_partial else 'held back'}: "
+            f"{bid}: {why}")
+    if force_partial:
+        report.held_back = {}
     keys = {bid: dict(_store_keys(entry, channel)) for bid, entry in sorted(state.builds.items())}
     for bid, entry in sorted(state.builds.items()):
-        if entry.status != SUCCEEDED:
+        if entry.status != SUCCEEDED or bid in report.held_back:
             continue
         for pkg in (p.to_json() for p in entry.packages):
             key = keys[bid].get(pkg["name"])
@@ -104,7 +115,7 @@ def publish_day(
         current = {f"{store.url}/{k}" for ks in keys.values() for k in ks.values()}
         for bid, entry in sorted(state.builds.items()):
             folders = {k.rpartition("/")[0] for k in keys[bid].values()}
-            if entry.status == SUCCEEDED and folders:
+            if entry.status == SUCCEEDED and folders and bid not in report.held_back:
                 _retire_replaced(store, state, bid, folders, current, report, log)
     if conda_files:
         _publish_conda(config, day, state, conda_files, channel=channel, report=report, log=log)

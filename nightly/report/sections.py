@@ -282,6 +282,10 @@ def _row(
         dur = f'<span class="worse" data-slower="{b.slower:.3f}">{dur} ▲{b.slower:+.0%}</span>'
     if b.median_duration is not None:
         dur += f'<div class="small muted">median {esc(took(b.median_duration))}</div>'
+    if b.test_s is not None:
+        on = f" on {b.tested_on}" if b.tested_on and b.tested_on != b.machine else ""
+        dur += (f'<div class="small muted" data-test-s="{b.test_s:g}">'
+                f"test {esc(took(b.test_s))}{esc(on)}</div>")
     out.append(f'<td class="num">{dur}</td>')
     if with_estimates:
         out.append(f'<td class="num">{esc(took(b.estimate_s))}</td>')

@@ -63,6 +63,10 @@ class BuildView:
     log: Path | None = None  # absolute
     # The compiler cache's statistics of the build (nightly.builds.cache.CacheStats.to_json) or None.
     cache: dict[str, Any] | None = None
+    # its test stage (state.json's `tested`): seconds, where each part ran, the GPU part's
+    test_s: float | None = None
+    tested_on: str = ""
+    gpu_test_s: float = 0.0
     # The manylinux record (nightly.manylinux): policy and tags reached, or a zip's glibc.
     manylinux: dict[str, Any] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
@@ -169,6 +173,13 @@ def load_night(
     return NightView(day=day, meta=meta, summary=summary, builds=views)
 
 
+def _test_fields(e: BuildEntry) -> dict[str, Any]:
+    from nightly.workspace.cost import GpuHosts, build_cost
+
+    cost = build_cost(e, GpuHosts())
+    return {"test_s": cost.test_s, "tested_on": cost.tested_on, "gpu_test_s": cost.gpu_test_s}
+
+
 def _build_view(
     day: Day, bid: str, e: BuildEntry, pb: Mapping[str, Any], est: float | None,
     night_machine: str,
@@ -200,6 +211,7 @@ def _build_view(
         manual=dict(e.manual) or None,
         log=find_log(day, bid, e.log),
         cache=dict(e.cache) if e.cache is not None else None,
+        **_test_fields(e),
         manylinux=dict(e.manylinux) if e.manylinux is not None else None,
     )
 

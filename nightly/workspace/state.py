@@ -82,6 +82,9 @@ class BuildEntry:
     worker_name: str = ""  # cluster mode: the worker's name, host and attempt token
     host: str = ""
     token: str = ""
+    # the test stage (nightly.builds.smoke): result, seconds, and per part (cpu, gpu) the
+    # result (passed / failed / not run), where, when, seconds, attempts, reason
+    tested: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys this version does not know
 
     @property
@@ -129,6 +132,7 @@ _READ: dict[str, Any] = {
     "promoted": lambda v: {str(k): str(s) for k, s in dict(v).items()},
     "manual": lambda v: {str(k): str(s) for k, s in dict(v).items() if s is not None},
     "cache": lambda v: dict(v) if isinstance(v, Mapping) else None,
+    "tested": lambda v: dict(v) if isinstance(v, Mapping) else None,
     "manylinux": lambda v: dict(v) if isinstance(v, Mapping) else None,
 }
 
