@@ -32,6 +32,8 @@ Runs one after another (so they do not compete for the machine), each in its own
   toolchain   bench_toolchain.py: the demo's manywheels with the portable toolchain (glibc 2.31
               sysroot, manylinux 2_28) against the host's plain gcc; the toolchain's cold
               assembly (--quick: Python 3.12 only)
+  provenance  bench_provenance.py: a night of 8 builds of 32 MB wheels published to a file://
+              mirror, with `[provenance] key` against without (--quick: 4 builds, 1 run)
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
               tool of the same kind), or `python -m pip --version` when cibuildwheel is not
               installed (the table says which)
@@ -106,6 +108,8 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                    "bisect.json"),
         "toolchain": ([py, str(HERE / "bench_toolchain.py"),
                        *(["--pythons", "3.12"] if quick else [])], "toolchain.json"),
+        "provenance": ([py, str(HERE / "bench_provenance.py"),
+                        *(["--runs", "1", "--builds", "4"] if quick else [])], "provenance.json"),
     }  # fmt: skip
 
 
@@ -349,6 +353,11 @@ def rows_masking(d: dict[str, Any]) -> list[Row]:
              f"{d.get('secrets', '?')} secrets (s) / unmasked (s)", _num(d.get("masked_s")),
              _num(d.get("plain_s")), _num(d.get("ratio_masked_to_plain")),
              f"lower is better; {d.get('masked_mb_s', '?')} MB/s masked"]]
+def rows_provenance(d: dict[str, Any]) -> list[Row]:
+    med = d.get("median_s") or {}
+    return [["provenance", f"night of {d.get('builds')} builds x {d.get('size_mb')} MB: with signed "
+             "provenance (s) / without (s)", _num(med.get("with"), 2), _num(med.get("without"), 2),
+             _num(d.get("ratio_with_to_without")), f"lower is better; medians of {d.get('runs')}"]]
 
 
 def rows_bisect(d: dict[str, Any]) -> list[Row]:
@@ -377,7 +386,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls,
     "staging_store": rows_staging_store, "bisect": rows_bisect,
     "masking": rows_masking,
-    "toolchain": rows_toolchain,
+    "toolchain": rows_toolchain, "provenance": rows_provenance,
 }
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nightly.builds.reproducible import reproducible_env
 from nightly.config import Config
 from nightly.config.detect import resolve_version_from
 from nightly.executors.base import Job
@@ -133,6 +134,7 @@ class RunContext:
     version: str
     channel: str = "nightly"
     machine: str = ""
+    repro_builds: frozenset[str] = frozenset()  # built twice and compared (repro_check)
 
 
 def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
@@ -144,8 +146,8 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         cuda=build.cuda,
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ) | wheelhouse_env(ctx) | version_env(ctx, build) | manylinux_env(ctx.config, build,
-                                                                          executor),
+        ) | wheelhouse_env(ctx) | version_env(ctx, build)
+        | manylinux_env(ctx.config, build, executor) | reproducible_env(ctx.source_dir),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from nightly.builds import repro_check
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
@@ -68,6 +69,7 @@ class LocalPhase:
         ctx = RunContext(
             config=night.config, day=night.day, state=night.state, source_dir=night.source_dir,
             version=night.version, channel=night.channel, machine=self.machine.name,
+            repro_builds=repro_check.selected(night.config.build.check_reproducible, todo),
         )
         with make_executor(self.executor, night.config,
                            keep_container=self.keep_container) as ex:

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nightly.builds import cache as compiler_cache
+from nightly.builds import repro_check
 from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
 from nightly.builds.collect import PackageFile, check_policy, collect_build
 from nightly.builds.jobs import RunContext, make_job, prepare_toolchain
+from nightly.builds.reproducible import normalise_packages
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
 from nightly.plan.matrix import Build
@@ -143,6 +145,9 @@ class Runner:
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
             produced = _files(job.output_dir)
+            if result.exit_status == 0:
+                for note in normalise_packages(produced, job.env):
+                    sink(f"[nightly] {note}\n".encode())
             # The recipe's error line becomes the build's reason (state, summary, report).
             error_line = errors.line()
             if error_line:
@@ -226,6 +231,12 @@ class Runner:
             state.update(build.id, tested=dict(smoke.tested) if smoke.tested else None)
             if not smoke.ok:
                 reason = smoke.reason or "smoke test"
+        if reason is None and build.id in self.ctx.repro_builds:
+            try:
+                reason = repro_check.check(self.executor, job, build, produced, self.ctx.day,
+                                           sink, self.cancel)
+            except Exception as e:  # a checking bug fails this build only
+                reason = f"reproducibility check: error: {e!r}"
         return reason is None, reason, notes
 
     def _reap(self, job: Job) -> None:

@@ -113,6 +113,8 @@ def init(target: str) -> None:
 @click.option("--dry-run", is_flag=True, help="Show where and how each build would run.")
 @click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
 @click.option("--no-upload", is_flag=True, help="Keep the packages here; `nightly upload` publishes them.")
+@click.option("--check-reproducible", is_flag=True,
+              help="Build each twice (other work folder and umask) and fail on any difference.")
 def build(
     package: str,
     pythons: str,
@@ -122,6 +124,7 @@ def build(
     dry_run: bool,
     keep_container: bool,
     no_upload: bool,
+    check_reproducible: bool,
 ) -> None:
     """Build PACKAGE for the PYTHONS x CUDAS listed (comma lists), now, on this machine: a
     one-off build of the day, published to the nightly channel unless --no-upload, recorded
@@ -135,13 +138,19 @@ def build(
     from nightly.workspace.summary import manual_mark
 
     ctx = Ctx(builds=True)
-    builds = night.builds_from_cli(ctx.config, package, pythons, cudas)
+    config = ctx.config
+    if check_reproducible:
+        import dataclasses
+
+        config = dataclasses.replace(config, build=dataclasses.replace(
+            config.build, check_reproducible="all"))
+    builds = night.builds_from_cli(config, package, pythons, cudas)
     opts = night.NightOptions(
         machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
         rebuild=tuple(b.id for b in builds), no_upload=no_upload,
         manual=manual_mark(shlex.join(["nightly", *sys.argv[1:]])),
     )
-    night.run_builds(ctx.config, ctx.date, builds, opts)
+    night.run_builds(config, ctx.date, builds, opts)
 
 
 @cli.command()
@@ -461,9 +470,12 @@ def cluster_certs(folder: str, hosts: str, days: int) -> None:
 def _register_groups() -> None:
     from nightly.cli.bisect import bisect_command
     from nightly.cli.images import images
+    from nightly.cli.provenance import provenance_group, verify_command
 
     cli.add_command(images)
     cli.add_command(bisect_command)
+    cli.add_command(provenance_group)
+    cli.add_command(verify_command)
 
 
 _register_groups()
@@ -495,7 +507,7 @@ def main(argv: list[str] | None = None) -> None:
             import traceback
 
             traceback.print_exc()
-        if not (isinstance(e, BuildsFailed) and e.reported):
+        if not getattr(e, "reported", False):
             click.echo(f"nightly: error: {e}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:

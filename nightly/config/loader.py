@@ -29,6 +29,7 @@ from nightly.config.runtime import (
     parse_cluster,
     parse_min_free_gb,
     parse_notify,
+    parse_provenance,
     parse_smoke,
 )
 from nightly.config.scheduling import (
@@ -95,6 +96,7 @@ def parse(
     cluster = parse_cluster(top, ctx, base)
     build = parse_build(top, ctx)
     cache = parse_cache(top, ctx, base, publish)
+    provenance = parse_provenance(top, base)
     top.finish()
     builds = select_builds(matrices, include, exclude, machines, ctx)
     check_references(images, builders, builds, ctx)
@@ -124,6 +126,7 @@ def parse(
         cluster=cluster,
         build=build,
         cache=cache,
+        provenance=provenance,
         builds=tuple(builds),
         builders=builders,
     )

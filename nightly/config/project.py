@@ -56,6 +56,7 @@ def parse_build(top: Table, ctx: Ctx) -> BuildSettings:
         extra_index_urls=tuple(bu.str_list("extra_index_urls")),
         find_links=tuple(bu.str_list("find_links")),
         wheelhouse=bu.bool("wheelhouse"),
+        check_reproducible=bu.choice("check_reproducible", ("none", "sample", "all")),
     )
     bu.finish()
     if settings.wheelhouse and not settings.isolation:

@@ -8,7 +8,15 @@ import urllib.parse
 from pathlib import Path
 
 from nightly.config.reader import Ctx, Table, resolve_path, store_url
-from nightly.config.schema import EXECUTORS, CacheConfig, ClusterConfig, Notify, Publish, Smoke
+from nightly.config.schema import (
+    EXECUTORS,
+    CacheConfig,
+    ClusterConfig,
+    Notify,
+    ProvenanceConfig,
+    Publish,
+    Smoke,
+)
 
 # sccache's SCCACHE_CACHE_SIZE: a number of bytes with an optional K, M, G or T.
 _SIZE = re.compile(r"^[0-9]+[KMGT]?$")
@@ -123,3 +131,10 @@ def parse_cache(top: Table, ctx: Ctx, base: Path, publish: Publish) -> CacheConf
     )
     ca.finish()
     return c
+
+
+def parse_provenance(top: Table, base: Path) -> ProvenanceConfig:
+    pr = top.table("provenance")
+    key = pr.str("key")
+    pr.finish()
+    return ProvenanceConfig(key=resolve_path(os.path.expanduser(key), base) if key else None)

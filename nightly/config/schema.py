@@ -41,6 +41,9 @@ class BuildSettings:
     find_links: tuple[str, ...] = ()
     # Prepare a wheelhouse of build requirements once per night and build from it alone.
     wheelhouse: bool = False
+    # Build twice and compare (nightly.builds.repro_check): none, sample (one build per package
+    # type), all.
+    check_reproducible: str = "none"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,6 +193,13 @@ class CacheConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProvenanceConfig:
+    """[provenance]: the key that signs each package's provenance (nightly.publish.provenance)."""
+
+    key: Path | None = None  # a PEM private key (Ed25519 or ECDSA P-256); None: no provenance
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     path: Path
     root: Path
@@ -218,6 +228,7 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     build: BuildSettings = field(default_factory=BuildSettings)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    provenance: ProvenanceConfig = field(default_factory=ProvenanceConfig)
     builds: tuple[Build, ...] = field(default=())  # the matrix after the config's selectors
     # Declared builder images ([builders.NAME]); an [images] entry "@NAME" uses one.
     builders: Mapping[str, BuilderSpec] = field(default_factory=dict)

@@ -36,6 +36,7 @@ from nightly.night import notify, wheelhouse
 from nightly.night import source as src
 from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spec
 from nightly.plan.schedule import make_plan, select_cli
+from nightly.publish import attest
 from nightly.publish import conda as conda_client
 from nightly.publish.upload import open_destination, publish_day, record_publication
 from nightly.publish.validate import validate_day
@@ -187,7 +188,8 @@ def run_night(
 
 def _after_builds(night: NightContext, phase: BuildPhase, opts: NightOptions,
                   date: dt.date) -> None:
-    """Publish, record, report, prune, let the phase clean up: each step never fatal."""
+    """Sign, publish, record, report, prune, let the phase clean up: each step never fatal."""
+    attest.provenance_step(night)
     if not opts.no_upload:
         publish_step(night, replace=opts.rebuild)
     try:

@@ -9,6 +9,7 @@ upload is recorded as the build's `upload_error` and the package stays where it 
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
-from nightly.publish import anaconda, conda, gate, metadata
+from nightly.publish import anaconda, attest, conda, gate, metadata, provenance
 from nightly.publish.index import IndexOptions
 from nightly.publish.layout import STORE_KINDS, conda_channel_dir, kind_of, remote_folder
 from nightly.publish.manifest import FileRecord
@@ -105,6 +106,7 @@ def publish_day(
             dest = f"{store.url}/{key}"
             report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
             try:
+                prov_sha = attest.publish_beside(store, key, day.path / pkg["path"], log)
                 uploaded = _ensure(store, key, day.path / pkg["path"], pkg["sha256"],
                                    may_replace=dest in entry.published or _matches(bid, replace))
             except (PublishError, OSError) as e:
@@ -113,6 +115,7 @@ def publish_day(
                 log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
                 continue
             record = _publish_metadata(store, key, day.path / pkg["path"], pkg["sha256"], uploaded, log)
+            record = dataclasses.replace(record, provenance_sha256=prov_sha)
             report.records.setdefault(folder, {})[pkg["name"]] = record
             state.add_published(bid, dest, pkg["sha256"])
             (report.uploaded if uploaded else report.skipped).append(dest)
@@ -206,6 +209,7 @@ def _retire_replaced(
         try:
             store.delete(key)
             store.delete(key + metadata.METADATA_SUFFIX)
+            store.delete(key + provenance.SUFFIX)
         except PublishError as e:
             log(f"could not delete the replaced {dest}: {e} (rerun `nightly upload`)")
             continue
@@ -277,6 +281,8 @@ def _publish_conda(
                 state.update(bid, upload_error=f"{dest}: {e}")
             log(f"conda channel {folder}: {e}")
         else:
+            attest.copy_to_channel(folder, [(conda.channel_key(day.path / p["path"]),
+                                             day.path / p["path"]) for _, p in files])
             for bid, p in files:
                 key = conda.channel_key(day.path / p["path"])
                 _record(state, bid, f"{dest}/{key}", p["sha256"])

@@ -74,6 +74,7 @@ init_recipe() {
     fi
     mkdir -p "$WORK_DIR"
     export WORK_DIR
+    reproducible_flags
     BUILD_NUMBER="${BUILD_NUMBER:-1}"
     export BUILD_NUMBER
     case "$DESIRED_CUDA" in
@@ -82,6 +83,27 @@ init_recipe() {
     esac
     log "building ${PACKAGE_TYPE} python=${DESIRED_PYTHON:-none} cuda=${DESIRED_CUDA} version=${BUILD_VERSION} build=${BUILD_NUMBER} channel=${CHANNEL:-?} date=${NIGHTLY_DATE:-?}"
     log "source ${SOURCE_DIR}; output ${OUTPUT_DIR}; scratch ${WORK_DIR}"
+}
+
+# reproducible_flags : no path of this machine in what the compilers write (debug info,
+# __FILE__): the work and source folders are mapped to fixed names for C, C++ and CUDA's host
+# compiler. NIGHTLY_UMASK (the second build of a reproducibility check) sets the umask.
+reproducible_flags() {
+    [[ -n "${NIGHTLY_UMASK:-}" ]] && umask "$NIGHTLY_UMASK"
+    local opt=-fdebug-prefix-map map="" dir to
+    # -ffile-prefix-map (gcc >= 8, clang >= 10) maps __FILE__ too; older ones debug info only.
+    if "${CC:-cc}" -ffile-prefix-map=/a=/b -x c -c /dev/null -o /dev/null >/dev/null 2>&1; then
+        opt=-ffile-prefix-map
+    fi
+    for dir in "$WORK_DIR" "$SOURCE_DIR"; do
+        to=/nightly/work
+        [[ "$dir" == "$SOURCE_DIR" ]] && to=/nightly/source
+        map+="${map:+ }$opt=$dir=$to"
+    done
+    export CFLAGS="${CFLAGS:+$CFLAGS }$map" CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }$map"
+    export CUDAFLAGS="${CUDAFLAGS:+$CUDAFLAGS }-Xcompiler=${map// /,}"
+    [[ -n "${SOURCE_DATE_EPOCH:-}" ]] && log "SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH (${NIGHTLY_SOURCE_DATE_ORIGIN:-given}); $opt for the work and source folders"
+    return 0
 }
 
 # set_project_version VERSION : tells the project's build which version to give its package,
@@ -390,6 +412,13 @@ build_python_wheel() {
     set_project_version "$version"
     copy_source "$src"
     setup_build_venv "$src"
+    local ldshared
+    # The interpreter's own -Wl,-rpath (a copied interpreter's LDFLAGS) must not become the
+    # extensions' RUNPATH.
+    if ldshared="$("$PYTHON" "$PYHELPER" ldshared-without-rpath 2>/dev/null)"; then
+        export LDSHARED="$ldshared"
+        log "LDSHARED without the interpreter's rpath: $LDSHARED"
+    fi
     log "building the wheel of $SOURCE_DIR as version $version"
     WHEEL="$(build_wheel "$src" "$WORK_DIR/dist")"
     [[ "${NIGHTLY_VERSION_FROM:-env}" == rewrite ]] && rewrite_wheel_version "$version"
