@@ -184,14 +184,8 @@ class LocalExecutor(Executor):
         # Missing interpreters/toolkits fail their own builds (with a log), not the night.
         return None
 
-    def run(self, job: Job, out: OutputSink, cancel: threading.Event) -> ExecResult:
-        if not job.recipe.exists():
-            return ExecResult(exit_status=None, reason=f"recipe {job.recipe} does not exist")
-        try:
-            env = self.environment(job)
-        except NotFound as e:
-            out(f"[nightly] {e}\n".encode())
-            return ExecResult(exit_status=None, reason=str(e))
+    def _prepare(self, job: Job, env: dict[str, str], out: OutputSink) -> None:
+        """The build's own folders (handed to the build user, if any), and what runs it."""
         for d in (job.work_dir / "home", job.work_dir / "tmp", job.output_dir):
             d.mkdir(parents=True, exist_ok=True)
         if self.user is not None:
@@ -200,6 +194,16 @@ class LocalExecutor(Executor):
         out(f"[nightly] interpreter {env['PYTHON']}\n".encode())
         if "CUDA_HOME" in env:
             out(f"[nightly] CUDA toolkit {env['CUDA_HOME']}\n".encode())
+
+    def run(self, job: Job, out: OutputSink, cancel: threading.Event) -> ExecResult:
+        if not job.recipe.exists():
+            return ExecResult(exit_status=None, reason=f"recipe {job.recipe} does not exist")
+        try:
+            env = self.environment(job)
+        except NotFound as e:
+            out(f"[nightly] {e}\n".encode())
+            return ExecResult(exit_status=None, reason=str(e))
+        self._prepare(job, env, out)
         gate_r, gate_w = os.pipe()
         try:
             proc = subprocess.Popen(

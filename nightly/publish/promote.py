@@ -69,19 +69,7 @@ def promote(
     lock = DayLock(day.lock_path).acquire("promote") if not dry_run else None
     try:
         state = State(day.state_path)
-        left_out, refused = completeness(config, state, allow_partial)
-        if refused:
-            raise UsageError(
-                f"candidate {candidate_name(version, rc)} is incomplete: "
-                f"{len(refused)} build(s) missing or failed: {', '.join(refused)}. "
-                "Rebuild them, or name what is left out with --allow-partial GLOB"
-            )
-        if left_out:
-            log(f"promoting without (--allow-partial): {', '.join(left_out)}")
-        unverified = attest.unverified(config, day, state)
-        if unverified:
-            raise NotVerified(f"refusing to promote {candidate_name(version, rc)}: provenance "
-                              f"does not verify for {'; '.join(unverified)}")
+        _check_candidate(config, day, state, candidate_name(version, rc), allow_partial, log)
         pub = config.publish
         store = open_destination(config) if pub.url else None
         report = UploadReport()
@@ -126,6 +114,25 @@ def promote(
     finally:
         if lock is not None:
             lock.release()
+
+
+def _check_candidate(
+    config: Config, day: Day, state: State, name: str, allow_partial: Sequence[str], log: Log
+) -> None:
+    """The candidate is complete (or what is missing is allowed) and its provenance verifies."""
+    left_out, refused = completeness(config, state, allow_partial)
+    if refused:
+        raise UsageError(
+            f"candidate {name} is incomplete: "
+            f"{len(refused)} build(s) missing or failed: {', '.join(refused)}. "
+            "Rebuild them, or name what is left out with --allow-partial GLOB"
+        )
+    if left_out:
+        log(f"promoting without (--allow-partial): {', '.join(left_out)}")
+    unverified = attest.unverified(config, day, state)
+    if unverified:
+        raise NotVerified(f"refusing to promote {name}: provenance "
+                          f"does not verify for {'; '.join(unverified)}")
 
 
 def _candidate_files(
