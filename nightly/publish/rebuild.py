@@ -29,7 +29,7 @@ def rebuild_all(
     if options.aggregate:
         folders = sorted(set(folders) | {channel_root(f) for f in folders})
     reports = idx.regenerate(
-        store, folders, full=True, known=known, options=options, listing=listing
+        store, folders, full=True, known=known, options=options, listing=listing, log_line=log
     )
     for r in reports:
         log(f"regenerated {store.url}/{r.folder}/ ({r.files} files, {r.heads} HEADs, "
