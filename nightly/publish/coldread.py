@@ -250,7 +250,9 @@ class ReadPool:
             return {}
         out: dict[str, Learned] = {}
         for obj in objects:
-            name = obj.key.rpartition("/")[2]
+            folder_of, _, name = obj.key.rpartition("/")
+            if folder_of != folder:
+                continue  # an object of a sub-folder: that folder's own record covers it
             entry = files.get(name)
             ident = identity(obj)
             if not isinstance(entry, dict) or any(entry.get(k) != v for k, v in ident.items()):

@@ -15,6 +15,10 @@ How a folder is regenerated
     x-amz-meta-sha256 or x-amz-meta-checksum-sha256, or S3's own checksum) and GET only
     the `.metadata` files not yet recorded; write the manifest and the pages. So a first full
     run on a bucket nightly did not write records everything, and later runs ask nothing.
+    With a version cap only files the pages show are asked about. Given the whole listing
+    (`nightly index --full`), what every folder needs is read first, by one bounded pool
+    (`coldread.py`: `[publish] index_workers`, retries, progress, a checkpoint that an
+    interrupted run resumes from), before any folder's manifest is touched.
     Pages are rendered completely in memory from complete manifests before anything is
     written, so a failed listing or GET raises before a single page is touched; pages are
     replaced in place (one PUT each), and pages of projects that have gone are deleted only
