@@ -45,6 +45,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from nightly.errors import PublishError
@@ -83,6 +84,8 @@ __all__ = [
     "render_folder",
 ]
 
+LIST_SPLIT = 2  # levels listed with a delimiter before folders are listed side by side
+LIST_WORKERS = 8
 MAX_ROUNDS = 12  # rounds of "write pages, find a manifest changed" before giving up
 BACKOFF_S = 0.05  # first pause between rounds; doubles, jittered, so racing writers spread out
 
@@ -219,9 +222,27 @@ def _prefetch(
     return bases, learned
 
 
-def list_index_prefixes(store: Store, prefixes: Iterable[str] = INDEX_PREFIXES) -> list[ObjectInfo]:
-    """One listing of everything under the index prefixes (what a full run works from)."""
-    return [obj for prefix in prefixes for obj in store.list(prefix)]
+def list_index_prefixes(
+    store: Store, prefixes: Iterable[str] = INDEX_PREFIXES, *, workers: int = LIST_WORKERS
+) -> list[ObjectInfo]:
+    """One listing of everything under the index prefixes (what a full run works from), in
+    key order. A listing is one page of 1,000 keys after another, so a bucket's takes as many
+    round trips as it has pages; instead the first LIST_SPLIT levels (whl/, whl/nightly/)
+    are listed with a delimiter and the folders below them (whl/nightly/cu126/) side by side,
+    `workers` at a time. A failed page raises: nothing is built from part of a listing."""
+    objects: list[ObjectInfo] = []
+    level = list(prefixes)
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="index-list") as pool:
+        for _ in range(LIST_SPLIT):
+            below: list[str] = []
+            for found, subs in pool.map(store.list_level, level):
+                objects += found
+                below += subs
+            level = below
+        for part in pool.map(lambda p: list(store.list(p)), level):
+            objects += part
+    objects.sort(key=lambda o: o.key.encode())  # S3's order: UTF-8 bytes
+    return objects
 
 
 def discover_folders(

@@ -19,7 +19,7 @@ from nightly.publish.stores import Store
 def rebuild_all(
     store: Store, options: idx.IndexOptions, *, backfill: bool, log: Callable[[str], None]
 ) -> list[idx.FolderReport]:
-    listing = idx.list_index_prefixes(store)
+    listing = idx.list_index_prefixes(store, workers=min(options.workers, idx.LIST_WORKERS))
     known: dict[str, dict[str, FileRecord]] = {}
     if backfill:
         result = backfill_metadata(store, listing, log=log)

@@ -19,7 +19,8 @@ import pytest
 from nightly.errors import PublishError
 from nightly.publish import coldread
 from nightly.publish.coldread import CHECKPOINT_NAME, Progress
-from nightly.publish.index import MANIFEST_NAME, IndexOptions, read_manifest
+from nightly.publish.index import MANIFEST_NAME, IndexOptions, list_index_prefixes, read_manifest
+from nightly.publish.layout import INDEX_PREFIXES
 from nightly.publish.rebuild import rebuild_all
 from nightly.publish.stores import FileStore, ObjectInfo
 
@@ -227,7 +228,7 @@ def test_a_listing_that_breaks_writes_no_page(root: Path, serial: dict[str, byte
     rebuild_all(store, options(workers=8), backfill=False, log=lambda _: None)
     before = written(store)
     put(store, tmp_path, "whl/nightly/cpu/torch-2.10.0.dev20261130+cpu-cp312-cp312-linux_x86_64.whl", b"new")
-    store.fail_list_after = 40
+    store.fail_list_after = 10  # within the listing of one accelerator folder
     with pytest.raises(PublishError, match="connection reset"):
         rebuild_all(store, options(workers=8), backfill=False, log=lambda _: None)
     assert written(store) == before
@@ -274,3 +275,15 @@ def test_read_pool_retries_then_reports_one_clear_error(tmp_path: Path) -> None:
     store.always_fail.clear()
     got: Any = pool.read([want])
     assert got[("whl/a", "x-1.0-py3-none-any.whl")].sha256 == hashlib.sha256(b"x").hexdigest()
+
+
+def test_split_listing_is_the_whole_listing(root: Path, serial: dict[str, bytes]) -> None:
+    store = FileStore(root)
+    rebuild_all(store, options(workers=4), backfill=False, log=lambda _: None)  # pages in sub-folders too
+    whole = sorted((o.key for p in INDEX_PREFIXES for o in store.list(p)), key=str.encode)
+    assert any(k.endswith("/torch/index.html") for k in whole)
+    assert [o.key for o in list_index_prefixes(store, workers=3)] == whole
+    objects, subs = store.list_level("whl/nightly/")
+    assert {o.key for o in objects} == {k for k in whole if k.count("/") == 2}
+    assert "whl/nightly/cpu/" in subs
+    assert "whl/nightly/pytorch-triton/" in subs

@@ -6,6 +6,7 @@ and conditional writes (If-Match / If-None-Match) for the index manifest.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import hashlib
 import json
@@ -163,6 +164,29 @@ class FileStore(Store):
         found.sort(key=lambda kv: kv[0].encode())  # S3 lists in UTF-8 byte order
         for key, st in found:
             yield ObjectInfo(key, st.st_size, None, None, _mtime(st))
+
+    def list_level(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+        if not prefix.endswith("/"):
+            return super().list_level(prefix)
+        self._count("list")
+        base = self.root / prefix
+        objects: builtins.list[ObjectInfo] = []
+        subs: builtins.list[str] = []
+        try:
+            entries = builtins.list(os.scandir(base))
+        except (FileNotFoundError, NotADirectoryError):
+            return [], []
+        for e in entries:
+            try:  # as `list` (os.walk) sees them
+                if e.is_dir():
+                    subs.append(f"{prefix}{e.name}/")
+                else:
+                    st = os.stat(e.path)
+                    objects.append(ObjectInfo(prefix + e.name, st.st_size, None, None, _mtime(st)))
+            except FileNotFoundError:
+                continue  # deleted while we looked
+        objects.sort(key=lambda o: o.key.encode())
+        return objects, sorted(subs)
 
     def get(self, key: str, local_path: Path) -> None:
         src = self._path(key)

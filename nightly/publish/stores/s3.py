@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import hashlib
 import mimetypes
 import os
@@ -236,6 +237,30 @@ class S3Store(Store):
                 )
             if not page.get("IsTruncated"):
                 return
+            token = page["NextContinuationToken"]
+
+    def list_level(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        objects: builtins.list[ObjectInfo] = []
+        subs: builtins.list[str] = []
+        token: str | None = None
+        while True:
+            def fetch(token: str | None = token) -> Any:
+                if token is None:
+                    return self._client.list_objects_v2(Bucket=self.bucket, Prefix=full, Delimiter="/")
+                return self._client.list_objects_v2(
+                    Bucket=self.bucket, Prefix=full, Delimiter="/", ContinuationToken=token
+                )
+
+            page = self._call("list", prefix, fetch)
+            objects += [
+                ObjectInfo(key=self._rel(o["Key"]), size=int(o["Size"]), etag=o.get("ETag"),
+                           last_modified=o.get("LastModified"))
+                for o in page.get("Contents", [])
+            ]
+            subs += [self._rel(p["Prefix"]) for p in page.get("CommonPrefixes", [])]
+            if not page.get("IsTruncated"):
+                return objects, subs
             token = page["NextContinuationToken"]
 
     def get(self, key: str, local_path: Path) -> None:
