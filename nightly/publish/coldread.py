@@ -17,7 +17,7 @@ Progress and resuming
     A run that reads many objects reports objects read / total, the rate and the time left:
     a live line on a terminal, a log line every PROGRESS_EVERY_S seconds otherwise (cron).
     What it learns is recorded every CHECKPOINT_EVERY_S seconds, and when it stops (a
-    failure, Ctrl-C), in `<folder>/.index-progress.json`: facts about objects, each tied to
+    failure, Ctrl-C, SIGTERM), in `<folder>/.index-progress.json`: facts about objects, each tied to
     the object's size, ETag and time in the listing, so a replaced object is read again. The
     next run takes them from there and reads only the rest; a folder's record is deleted once
     its manifest is written. Any writer may replace it: it is a cache, never an input of pages.
@@ -25,13 +25,15 @@ Progress and resuming
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO, TypeVar
@@ -158,14 +160,15 @@ class ReadPool:
         with ThreadPoolExecutor(min(self.workers, len(todo)), thread_name_prefix="index-read") as pool:
             futures: dict[Future[FileRecord | None], Want] = {pool.submit(self._one, w): w for w in todo}
             try:
-                for future in as_completed(futures):
-                    want = futures[future]
-                    out[(want.folder, want.name)] = record = future.result()
-                    self._remember(want, record)
-                    progress.advance()
-                    if time.monotonic() - last_save >= CHECKPOINT_EVERY_S:
-                        self.save()
-                        last_save = time.monotonic()
+                with _terminate_as_interrupt():
+                    for future in as_completed(futures):
+                        want = futures[future]
+                        out[(want.folder, want.name)] = record = future.result()
+                        self._remember(want, record)
+                        progress.advance()
+                        if time.monotonic() - last_save >= CHECKPOINT_EVERY_S:
+                            self.save()
+                            last_save = time.monotonic()
             except BaseException:
                 for f in futures:
                     f.cancel()
@@ -285,6 +288,24 @@ class ReadPool:
         if folder in self._kept:
             self.store.delete(f"{folder}/{CHECKPOINT_NAME}")
             self._kept.discard(folder)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (cron's `timeout`, a stopped service) as Ctrl-C while reading, so that what was
+    read is recorded before the process goes; only the main thread can take signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _record(entry: Mapping[str, Any]) -> FileRecord:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -86,6 +88,8 @@ class FaultyStore(FileStore):
     def __init__(self, root: Path, *, seed: int = 7, company: bool = True) -> None:
         super().__init__(root)
         self.company = company
+        self.slow = 0.0  # seconds added to every read
+        self.terminate_at: int | None = None  # SIGTERM this process at that many reads
         self.rng = random.Random(seed)
         self.always_fail: set[str] = set()
         self.fail_list_after: int | None = None
@@ -109,7 +113,7 @@ class FaultyStore(FileStore):
             deadline = time.monotonic() + 1.0
             while self.company and self.most_inflight < 2 and time.monotonic() < deadline:
                 time.sleep(0.001)
-            time.sleep(delay)
+            time.sleep(delay + self.slow)
             if key in self.always_fail or flaky:
                 with self.lock:
                     self.failures += 1
@@ -122,6 +126,8 @@ class FaultyStore(FileStore):
         if key.endswith(".whl"):
             self._fault(key)
             self.reads.append(key)
+            if len(self.reads) == self.terminate_at:
+                os.kill(os.getpid(), signal.SIGTERM)
         return super().head(key)
 
     def get_bytes(self, key: str) -> tuple[bytes, str] | None:
@@ -287,3 +293,14 @@ def test_split_listing_is_the_whole_listing(root: Path, serial: dict[str, bytes]
     assert {o.key for o in objects} == {k for k in whole if k.count("/") == 2}
     assert "whl/nightly/cpu/" in subs
     assert "whl/nightly/pytorch-triton/" in subs
+
+
+def test_sigterm_records_what_was_read_and_writes_no_page(root: Path) -> None:
+    store = FaultyStore(root, company=False)
+    store.slow, store.terminate_at = 0.01, 9
+    with pytest.raises(KeyboardInterrupt):
+        rebuild_all(store, options(workers=2), backfill=False, log=lambda _: None)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back as it was
+    assert written(store) == {}
+    recorded = sum(len(json.loads(p.read_bytes())["files"]) for p in root.rglob(CHECKPOINT_NAME))
+    assert 0 < recorded < (1 + len(ACCELERATORS) * 2) * VERSIONS
