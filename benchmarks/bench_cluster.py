@@ -49,8 +49,8 @@ from nightly.cluster.dispatch import (  # noqa: E402
     lpt_priorities,
     task_key,
 )
-from nightly.matrix import Build  # noqa: E402
-from nightly.schedule import make_plan  # noqa: E402
+from nightly.plan.matrix import Build  # noqa: E402
+from nightly.plan.schedule import make_plan  # noqa: E402
 
 LINUX_WORKERS, MACOS_WORKERS = 16, 4
 PYTHONS = [f"3.{i}" for i in range(5, 25)]  # 20 spellings (the simulation needs no interpreter)

@@ -63,7 +63,7 @@ class Cluster:
     def security(self) -> Any:
         if self.certs is None:
             return None
-        from nightly.tls import TlsFiles, security
+        from nightly.cluster.tls import TlsFiles, security
 
         c = self.certs
         return security(TlsFiles(ca_file=c / "ca.pem", cert=c / "orchestrator.pem",
@@ -153,7 +153,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=500)
     ap.add_argument("--package-mb", type=int, default=256)
     args = ap.parse_args()
-    from nightly.tls import make_certs
+    from nightly.cluster.tls import make_certs
 
     with tempfile.TemporaryDirectory(prefix="bench-tls-") as tmp:
         base = Path(tmp)

@@ -44,7 +44,7 @@ from common import format_table, write_results  # noqa: E402
 from nightly.config import load  # noqa: E402
 from nightly.images import engine  # noqa: E402
 from nightly.images.spec import BuilderSpec  # noqa: E402
-from nightly.matrix import cuda_version  # noqa: E402
+from nightly.plan.matrix import cuda_version  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "container-engine.sh"
 

@@ -49,11 +49,11 @@ sys.path.insert(0, str(REPO))
 from common import median, print_table, timed, write_results  # noqa: E402
 
 from nightly import config as cfg  # noqa: E402
+from nightly.builds.jobs import RunContext  # noqa: E402
+from nightly.builds.runner import Runner  # noqa: E402
 from nightly.executors.local import LocalExecutor  # noqa: E402
-from nightly.jobs import RunContext  # noqa: E402
-from nightly.matrix import Build, normalize_cuda  # noqa: E402
-from nightly.runner import Runner  # noqa: E402
-from nightly.schedule import Plan, make_plan  # noqa: E402
+from nightly.plan.matrix import Build, normalize_cuda  # noqa: E402
+from nightly.plan.schedule import Plan, make_plan  # noqa: E402
 from nightly.workspace import Day, State  # noqa: E402
 
 DATE = dt.date(2019, 1, 31)

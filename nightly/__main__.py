@@ -1,3 +1,3 @@
-from nightly.cli import main
+from nightly.cli.main import main
 
 main()

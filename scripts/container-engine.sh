@@ -22,9 +22,9 @@
 # The builder images a configuration declares ([builders]: interpreters, tools, one image per
 # CUDA version) are built by `nightly images build` on this engine; see docs/images.md.
 #
-# Needs root (apt-get, rootful podman). Facts behind the configuration:
-# docs ../shared/notes/container-engine.md (crun refuses hybrid cgroups here, runc works;
-# podman's default open-files limit is above what this sandbox allows).
+# Needs root (apt-get, rootful podman). Facts behind the configuration: crun refuses hybrid
+# cgroups on these machines and runc works; podman's default open-files limit is above what
+# this sandbox allows.
 set -euo pipefail
 
 DIR=${NIGHTLY_ENGINE_DIR:-/tmp/nightly-engine}
@@ -104,7 +104,7 @@ install_packages() {
 write_conf() {
     local tmp="$CONF.tmp.$$"
     cat >"$tmp" <<'EOF'
-# Written by scripts/container-engine.sh; see ../shared/notes/container-engine.md.
+# Written by scripts/container-engine.sh (crun refuses hybrid cgroups; runc works).
 [containers]
 # podman's default open-files limit is above what this sandbox allows
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]

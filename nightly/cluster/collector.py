@@ -2,7 +2,7 @@
 
 The orchestrator (nightly.cluster.orchestrator) hands builds to the scheduler; this follows
 them: each attempt's start and end (the workers' events), a worker lost mid-build, a task that
-erred or was cancelled, and each result, filed into the day folder with nightly.collect (the
+erred or was cancelled, and each result, filed into the day folder with nightly.builds.collect (the
 step the local queues end each build with). A rerun after kill -9 adopts attempts that had
 finished in staging before the run that submitted them died.
 """
@@ -16,14 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nightly.builds.collect import collect_build
+from nightly.builds.phase import NightContext
+from nightly.builds.progress import Progress
 from nightly.cluster.dispatch import TaskItem
 from nightly.cluster.staging import RESULT_JSON, StagingDay, attempt_prefix
 from nightly.cluster.verify import check_packages, sealed
-from nightly.collect import collect_build
 from nightly.errors import PublishError
-from nightly.matrix import Build
-from nightly.phase import NightContext
-from nightly.progress import Progress
+from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, BuildEntry
 
 
@@ -179,7 +179,7 @@ class Collector:
     def file(self, build: Build, result: Mapping[str, Any]) -> None:
         """Collect one attempt's result: packages fetched from staging into packages/, the
         log (with any earlier attempts' that died) into logs/succeeded|failed/, then
-        state.json and history (nightly.collect)."""
+        state.json and history (nightly.builds.collect)."""
         day, token = self.day, str(result.get("token") or "")
         status = str(result.get("status") or FAILED)
         ok, reason = status == SUCCEEDED, result.get("reason")

@@ -25,7 +25,7 @@ from typing import Any
 from nightly.cluster.worker import GPU, SLOTS, platform_resource
 from nightly.config import Config
 from nightly.errors import NightlyError
-from nightly.matrix import Build
+from nightly.plan.matrix import Build
 
 WORKER_CHECK_S = 5.0  # how often the workers' capacity is looked at while builds wait
 Resources = Mapping[str, float]

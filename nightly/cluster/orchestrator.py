@@ -1,12 +1,12 @@
 """`nightly run --cluster ADDRESS`: the build phase of a night on a Dask cluster.
 
 The night itself (lock, day folder, source, resume, publish, report, prune, summary) is
-nightly.night's pipeline, as on one machine; this phase submits every build of the night (all
+nightly.night.pipeline's pipeline, as on one machine; this phase submits every build of the night (all
 platforms) to the Dask scheduler, one task per build (nightly.cluster.dispatch: resources,
 priorities, retries), and each build runs on its worker through the ordinary Runner
 (nightly.cluster.worker). Its packages and log go to the staging store, never through the
 scheduler (nightly.cluster.staging); the task returns a small dict. As results arrive, this
-process fetches the packages and files the build with nightly.collect (the same step the local
+process fetches the packages and files the build with nightly.builds.collect (the same step the local
 queues end each build with): packages into `packages/<package>/<cuda>/`, the log (every
 attempt's, dead workers' included) into `logs/succeeded|failed/`, then state.json and the
 history. Publishing happens once, in the pipeline, after the builds.
@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from nightly.builds.phase import NightContext
+from nightly.builds.progress import Progress
 from nightly.cluster.collector import Collector
 from nightly.cluster.dispatch import (
     WORKER_CHECK_S,
@@ -49,17 +51,15 @@ from nightly.cluster.staging import (
     inputs_key,
     make_tarball,
 )
+from nightly.cluster.tls import client_security
 from nightly.cluster.verify import night_key
 from nightly.cluster.worker import SLOTS, TaskSpec, run_build_task, running_attempts
 from nightly.config import Config, Machine
 from nightly.errors import ConfigError, NightlyError, NothingSelected, PublishError, UsageError
-from nightly.history import History, history_path
-from nightly.history import estimator as history_estimator
-from nightly.matrix import Build, nightly_version
-from nightly.phase import NightContext
-from nightly.progress import Progress
-from nightly.schedule import make_plan, select_cli
-from nightly.tls import client_security
+from nightly.history.db import History, history_path
+from nightly.history.db import estimator as history_estimator
+from nightly.plan.matrix import Build, nightly_version
+from nightly.plan.schedule import make_plan, select_cli
 from nightly.workspace import INTERRUPTED, PENDING, RUNNING, Day, write_json
 
 LEFTOVER_WAIT_S = 60.0  # how long a rerun waits for a killed run's attempts to stop
@@ -107,11 +107,11 @@ def check_options(config: Config, opts: ClusterOptions) -> str:
 
 
 class ClusterPhase:
-    """The build phase on a Dask cluster (nightly.phase.BuildPhase)."""
+    """The build phase on a Dask cluster (nightly.builds.phase.BuildPhase)."""
 
     def __init__(self, config: Config, date: dt.date, opts: ClusterOptions) -> None:
         self.address = check_options(config, opts)
-        # distributed.Security: mutual TLS (nightly.tls)
+        # distributed.Security: mutual TLS (nightly.cluster.tls)
         self.security = client_security(config.cluster, self.address, config=str(config.path))
         self.config, self.date, self.opts = config, date, opts
         est = estimator(config)

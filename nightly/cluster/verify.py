@@ -2,7 +2,7 @@
 
 Every host of the build network can write to staging (a shared folder, an S3 prefix): what is
 there is not trusted as found. The record of a build is the result its worker returned over
-the authenticated Dask channel (mutual TLS, nightly.tls): each package's name, key, size and
+the authenticated Dask channel (mutual TLS, nightly.cluster.tls): each package's name, key, size and
 sha256. The orchestrator downloads each package and compares it with that record before the
 package counts as built; a mismatch fails the build, and a failed build publishes nothing.
 

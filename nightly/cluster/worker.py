@@ -34,6 +34,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from nightly.builds.jobs import RunContext, make_job
+from nightly.builds.runner import Runner
+from nightly.builds.smoke import SmokeTester
 from nightly.cluster.staging import (
     ATTEMPT_JSON,
     LOG_CHUNKS,
@@ -54,12 +57,9 @@ from nightly.errors import NightlyError
 from nightly.executors import make_executor
 from nightly.executors.base import Job
 from nightly.files import process_alive, process_identity, sha256_file
-from nightly.jobs import RunContext, make_job
-from nightly.matrix import Build
+from nightly.plan.matrix import Build
 from nightly.publish import Store
 from nightly.publish import conda as conda_client
-from nightly.runner import Runner
-from nightly.smoke import SmokeTester
 from nightly.workspace import FAILED, PENDING, Day, State, write_json
 
 # Worker resources (docs/cluster.md). A build takes one slot; a capability (platform, GPU)
@@ -251,7 +251,11 @@ def run_build_task(spec: TaskSpec) -> dict[str, Any]:
             try:
                 ts = worker.state.tasks.get(key)
                 gone = ts is None or ts.state == "cancelled"
-            except Exception:
+            except Exception as e:  # distributed's internals moved under us
+                # Without the task's state no cancel can be seen: say so in the build's
+                # events rather than watch silently for nothing.
+                emit("note", {"build": spec.build.id,
+                              "note": f"cancel watch stopped: {type(e).__name__}: {e}"})
                 return
             strikes = strikes + 1 if gone else 0
             if strikes >= CANCEL_STRIKES:
@@ -441,7 +445,7 @@ def _put_result(
         "packages": packages, "log_key": f"{prefix}{LOG_TXT}" if log_sha else "",
         "log_sha256": log_sha, "log_chunks": chunks,
         "commit": spec.commit, "version": spec.version, "channel": spec.channel,
-        "cache": entry.cache,  # the compiler cache's statistics (nightly.cache)
+        "cache": entry.cache,  # the compiler cache's statistics (nightly.builds.cache)
     }
     if spec.seal_key:
         result[SEAL] = seal(spec.seal_key, result)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from nightly.config.reader import Ctx, Table
 from nightly.errors import did_you_mean
 from nightly.images.spec import BuilderSpec, SpecError, parse_spec
-from nightly.matrix import Build
+from nightly.plan.matrix import Build
 
 
 def parse_builders(top: Table, ctx: Ctx) -> dict[str, BuilderSpec]:

@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 
 from nightly.config.reader import Ctx
 from nightly.errors import did_you_mean
-from nightly.matrix import PACKAGES, PLATFORMS, SpellingError, normalize_cuda, normalize_python
+from nightly.plan.matrix import PACKAGES, PLATFORMS, SpellingError, normalize_cuda, normalize_python
 
 
 @dataclass(frozen=True)

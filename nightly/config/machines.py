@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nightly.config.reader import Ctx, Table, check_template
 from nightly.config.schema import EXECUTORS, ContainerConfig, LocalSettings, Machine
-from nightly.matrix import PACKAGES, PLATFORMS, SpellingError, normalize_cuda, normalize_python
+from nightly.plan.matrix import PACKAGES, PLATFORMS, SpellingError, normalize_cuda, normalize_python
 
 
 def parse_machines(top: Table, ctx: Ctx) -> list[Machine]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from nightly.config.reader import Ctx, Table, resolve_path, unique
 from nightly.config.schema import BuildSettings, Machine, Project
-from nightly.matrix import (
+from nightly.plan.matrix import (
     LIBTORCH_ALL,
     LIBTORCH_VARIANTS,
     PACKAGE_PLATFORMS,

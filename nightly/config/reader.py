@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly.errors import ConfigError, did_you_mean
-from nightly.matrix import SpellingError
+from nightly.plan.matrix import SpellingError
 
 if sys.version_info >= (3, 11):
     import tomllib

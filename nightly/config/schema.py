@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nightly.errors import ConfigError, did_you_mean
 from nightly.images.spec import BuilderSpec, SpecError
-from nightly.matrix import Build, PackageMatrix
+from nightly.plan.matrix import Build, PackageMatrix
 
 EXECUTORS = ("local", "container")
 SCHEDULE_MODES = ("explicit", "auto")
@@ -154,7 +154,7 @@ class ClusterConfig:
     connect_timeout_s: float = 30.0
     task_retries: int = 1
     keep_staging: bool = False
-    # Mutual TLS with the scheduler (nightly.tls, docs/cluster.md); paths resolved.
+    # Mutual TLS with the scheduler (nightly.cluster.tls, docs/cluster.md); paths resolved.
     tls_ca_file: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -164,7 +164,7 @@ class ClusterConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class CacheConfig:
-    """[cache]: the compiler cache (sccache) in front of every build's compilers (nightly.cache)."""
+    """[cache]: the compiler cache (sccache) in front of every build's compilers (nightly.builds.cache)."""
 
     enabled: bool = False  # the section's default (defaults.toml) turns it on
     dir: Path = Path()  # the local cache folder of this machine (one subfolder per toolchain)

@@ -13,10 +13,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from nightly.cache import BuildCache
+
+class CompilerCache(Protocol):
+    """What an executor needs of a build's compiler cache (nightly.builds.cache.BuildCache is
+    the one implementation; the executors sit below the build layer and only see this)."""
+
+    def env(self, *, container: bool) -> dict[str, str]: ...
+
+    def command(self, recipe: str, *, container: bool) -> list[str]: ...
+
+    def mounts(self) -> list[tuple[str, str, bool]]: ...
 
 # Called with each chunk of the build's output as it arrives. Thread-safe per build.
 OutputSink = Callable[[bytes], None]
@@ -30,7 +38,7 @@ class Job:
     package: str
     python: str
     cuda: str
-    # The recipe environment of DESIGN *without* the path variables (SOURCE_DIR, OUTPUT_DIR):
+    # The recipe environment (docs/recipes.md) *without* the path variables (SOURCE_DIR, OUTPUT_DIR):
     # those differ between host and container, so each executor adds them itself.
     env: Mapping[str, str]
     recipes_dir: Path  # recipes/; the recipe is recipes_dir / package / "build.sh"
@@ -41,7 +49,7 @@ class Job:
     image: str | None = None  # container image, when the executor uses one
     memory_limit: str | None = None  # e.g. "8g", container executor
     gpu: bool = False  # request GPU access (smoke tests on GPU hosts only)
-    cache: BuildCache | None = None  # the compiler cache (nightly.cache.attach)
+    cache: CompilerCache | None = None  # the compiler cache (nightly.builds.cache.attach)
 
     @property
     def recipe(self) -> Path:

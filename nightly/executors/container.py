@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -466,6 +467,8 @@ class ContainerExecutor(Executor):
                 names = [str(c.get("Name", "")) for c in version.get("Components", [])]
                 if any("podman" in n.lower() for n in names):
                     self._engine_cli = "podman"
-            except Exception:
-                pass
+            except Exception as e:  # the engine's error types vary (docker/requests)
+                # Only the hint we print (`docker` or `podman` commands) depends on this.
+                print(f"[nightly] could not ask the engine its name ({e}); hints say `docker`",
+                      file=sys.stderr)
         return self._engine_cli == "podman"

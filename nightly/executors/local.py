@@ -21,7 +21,7 @@ from pathlib import Path
 
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.files import boot_id, proc_stat
-from nightly.matrix import cuda_version, python_number
+from nightly.plan.matrix import cuda_version, python_number
 
 # Variables passed through from the caller: harmless, and needed for a sane build.
 PASSTHROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SOURCE_DATE_EPOCH")

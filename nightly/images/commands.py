@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from nightly.errors import NightlyError, UsageError
 from nightly.images.spec import BuilderSpec, SpecError
-from nightly.matrix import Build, SpellingError, normalize_cuda
+from nightly.plan.matrix import Build, SpellingError, normalize_cuda
 
 if TYPE_CHECKING:
     from docker import DockerClient

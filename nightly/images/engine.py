@@ -26,7 +26,7 @@ from nightly.errors import NightlyError
 from nightly.executors.container_engine import NVCC_LABEL
 from nightly.images import context, cuda, rootfs
 from nightly.images.spec import BuilderSpec
-from nightly.matrix import cuda_version
+from nightly.plan.matrix import cuda_version
 
 if TYPE_CHECKING:
     from docker import DockerClient

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nightly.matrix import SpellingError, cuda_version, normalize_cuda
+from nightly.plan.matrix import SpellingError, cuda_version, normalize_cuda
 
 # Bump a layer's revision when the build procedure changes what that layer holds for the
 # same declaration (its images and those above get new tags; the layers below stay).

@@ -36,7 +36,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -44,7 +43,7 @@ from pathlib import Path
 
 from nightly.errors import PublishError
 from nightly.files import tail
-from nightly.publish.childenv import child_env
+from nightly.publish.childenv import child_env, run_client
 from nightly.redact import mask, safe_url
 
 TOKEN_ENV = "BINSTAR_API_TOKEN"
@@ -127,32 +126,13 @@ def _run_anaconda(args: Sequence[str], *, site: str | None, token: str, timeout:
     with tempfile.TemporaryDirectory(prefix="nightly-anaconda-") as tmp:
         config_dir = Path(tmp)
         cmd = [*_anaconda_command(), *_site_args(site, config_dir), *args]
-        try:
-            proc = subprocess.run(
-                cmd,
-                env=_child_env(token, config_dir),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=tmp,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as e:
-            out = safe_url(mask(_decode(e.output), token))
-            raise PublishError(f"{what}: timed out after {timeout:g}s{tail(out)}") from None
-        except OSError as e:
-            raise PublishError(f"{what}: could not run anaconda-client: {e}") from None
-    out = safe_url(mask(_decode(proc.stdout), token))
-    if proc.returncode != 0:
-        raise PublishError(f"{what}: anaconda-client exited with status {proc.returncode}{tail(out)}")
+        code, out = run_client(
+            cmd, env=_child_env(token, config_dir), cwd=config_dir, timeout=timeout,
+            what=what, clean=lambda text: safe_url(mask(text, token)),
+        )
+    if code != 0:
+        raise PublishError(f"{what}: anaconda-client exited with status {code}{tail(out)}")
     return out
-
-
-def _decode(data: bytes | str | None) -> str:
-    if data is None:
-        return ""
-    return data if isinstance(data, str) else data.decode("utf-8", "replace")
 
 
 def anaconda_upload(

@@ -1,4 +1,5 @@
-"""The environment the publishing clients (anaconda-client, twine) run with.
+"""How the publishing clients (anaconda-client, twine) run: their environment, and one way to
+run them (a timeout, output captured and masked, errors that name what was being done).
 
 Only what a client needs to find programs, reach its server (TLS bundles, proxies) and read
 the user's own client settings; never the caller's credentials of other services. Each
@@ -8,6 +9,12 @@ caller adds the one secret its client needs through that client's own variable.
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from nightly.errors import PublishError
+from nightly.files import tail
 
 PASSTHROUGH = (
     "PATH",
@@ -42,3 +49,34 @@ def child_env() -> dict[str, str]:
         if name in env:
             env[name] = ",".join(x for x in (env[name], "127.0.0.1", "localhost", "::1") if x)
     return env
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode("utf-8", "replace")
+
+
+def run_client(
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    timeout: float,
+    what: str,
+    clean: Callable[[str], str],
+) -> tuple[int, str]:
+    """Run a publishing client; (its exit status, its combined output passed through `clean`,
+    which masks the client's secret). A timeout or a client that cannot start is a
+    PublishError that says `what` was being done, with the tail of the (cleaned) output."""
+    try:
+        proc = subprocess.run(
+            list(cmd), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, cwd=cwd, timeout=timeout, check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        out = clean(_text(e.output))
+        raise PublishError(f"{what}: timed out after {timeout:g}s{tail(out)}") from None
+    except OSError as e:
+        raise PublishError(f"{what}: could not run {Path(cmd[0]).name}: {e}") from None
+    return proc.returncode, clean(_text(proc.stdout))

@@ -1,17 +1,13 @@
 """Self-hosted conda channels: a channel folder, or a channel kept in a nightly Store,
 indexed with py-rattler. (anaconda.org uploads are in `nightly.publish.anaconda`.)
 
-`publish_to_channel` copies packages into `<channel>/<subdir>/` (the subdir read from the
-package's own `info/index.json`), atomically (temporary file + rename), skipping files already
-there with the same sha256, and re-indexes the touched subdirs with `rattler.index.index_fs`, so
-`repodata.json` is current after every call. Publishers on one host are serialised with an
-`fcntl` lock on `<channel>/.nightly-channel.lock`.
-
-`publish_to_store_channel` does the same for a channel kept in a nightly `Store` (S3 or a
-`file://` mirror) without downloading the channel: packages go up with `Store.ensure`, and
+One publisher for both: `publish_to_store_channel` publishes into a channel kept in a nightly
+`Store` (S3, or a folder through the `file://` store: `publish_to_channel`) without downloading
+the channel: packages go to `<subdir>/<file>` (the subdir read from the package's own
+`info/index.json`) with `Store.ensure` (skipped when the object already has this sha256), and
 each subdir's `repodata.json` is merged with the new entries (made by indexing the new files
-locally with py-rattler) and written back with a conditional write (If-Match/If-None-Match),
-retried on conflict, which is what makes concurrent publishers safe there.
+locally with py-rattler) by compare-and-swap (`Store.update`), which is what makes concurrent
+publishers safe.
 """
 
 from __future__ import annotations
@@ -19,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import fcntl
+import functools
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -74,32 +70,6 @@ def channel_key(path: Path) -> str:
 # -- self-hosted channel ---------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def channel_lock(channel: Path) -> Iterator[None]:
-    """Exclusive lock of a channel folder (fcntl; serialises publishers on one host)."""
-    fd = os.open(channel / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def _atomic_copy(src: Path, dest: Path) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)  # build outputs may be 0600; a channel is served to others
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _run_coro(coro: Coroutine[Any, Any, T]) -> T:
     """asyncio.run, also from inside a running event loop (in a worker thread then)."""
     try:
@@ -110,91 +80,23 @@ def _run_coro(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-def _repodata_lists(subdir_path: Path, files: dict[str, str]) -> bool:
-    """True when the subdir's repodata.json exists and lists each file with this sha256."""
-    try:
-        data = json.loads((subdir_path / "repodata.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    entries: dict[str, Any] = {}
-    for section in ("packages", "packages.conda"):
-        part = data.get(section) if isinstance(data, dict) else None
-        if isinstance(part, dict):
-            entries.update(part)
-    for name, sha in files.items():
-        entry = entries.get(name)
-        if not isinstance(entry, dict) or entry.get("sha256") != sha:
-            return False
-    return True
-
-
-def _index(channel: Path, subdir: str, *, force: bool) -> None:
-    from rattler import Subdir
-    from rattler.index import index_fs
-
-    try:
-        _run_coro(index_fs(channel, target_platform=Subdir(subdir), force=force))
-    except Exception as e:  # rattler raises its own exception types
-        raise PublishError(f"indexing {channel / subdir} failed: {e}") from None
-
-
 def publish_to_channel(channel: Path, files: Sequence[Path]) -> list[str]:
-    """Copy conda packages into the channel folder and re-index it.
+    """Publish conda packages into a channel folder: the folder is a nightly Store
+    (`file://`), published into like any other (publish_to_store_channel).
 
     Returns the keys (`<subdir>/<file>`) of the files written by this call; a file already
     there with the same sha256 is skipped (so publishing again returns [] and changes
     nothing), one with other content is replaced. Afterwards `repodata.json` of every subdir
-    involved lists each file with its current sha256 (a subdir is re-indexed when something
-    was written or when its repodata does not match, e.g. after an interrupted publish).
+    involved (and noarch's) lists each file with its current sha256.
     """
+    from nightly.publish.stores.folder import FileStore
+
     channel = Path(channel)
-    items: list[tuple[Path, str, str]] = []
-    for f in files:
-        f = Path(f)
-        if not f.is_file():
-            raise PublishError(f"cannot publish {f}: no such file")
-        items.append((f, package_subdir(f), file_sha256(f)))
     try:
         channel.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PublishError(f"cannot create channel folder {channel}: {e}") from None
-
-    written: list[str] = []
-    with channel_lock(channel):
-        subdirs = {"noarch"} | {subdir for _, subdir, _ in items}
-        for subdir in sorted(subdirs):
-            (channel / subdir).mkdir(exist_ok=True)
-        replaced: set[str] = set()
-        for src, subdir, sha in items:
-            dest = channel / subdir / src.name
-            if dest.is_symlink() or (dest.exists() and not dest.is_file()):
-                raise PublishError(f"refusing to overwrite {dest}: not a regular file")
-            if dest.is_file():
-                if file_sha256(dest) == sha:
-                    continue
-                replaced.add(subdir)
-            try:
-                _atomic_copy(src, dest)
-            except OSError as e:
-                raise PublishError(f"copying {src.name} into {channel / subdir} failed: {e}") from None
-            written.append(f"{subdir}/{src.name}")
-
-        wanted: dict[str, dict[str, str]] = {}
-        for src, subdir, sha in items:
-            wanted.setdefault(subdir, {})[src.name] = sha
-        touched = {key.split("/", 1)[0] for key in written}
-        for subdir in sorted(subdirs):
-            listed = wanted.get(subdir, {})
-            if subdir in touched or not _repodata_lists(channel / subdir, listed):
-                _index(channel, subdir, force=subdir in replaced)
-                if not _repodata_lists(channel / subdir, listed):
-                    # An incremental index trusts older entries of a file name; rebuild fully.
-                    _index(channel, subdir, force=True)
-                    if not _repodata_lists(channel / subdir, listed):
-                        raise PublishError(
-                            f"{channel / subdir}/repodata.json does not list the published files"
-                        )
-    return written
+    return publish_to_store_channel(FileStore(channel), "", files)
 
 
 def _scratch_records(items: Sequence[tuple[Path, str, str]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -258,11 +160,6 @@ def publish_to_store_channel(
     from the store are not removed here (that is retention's job). Returns the keys (relative
     to `prefix`) of the package files uploaded by this call.
     """
-    import random
-    import time
-
-    from nightly.publish.stores import PreconditionFailed
-
     base = prefix.strip("/")
     items: list[tuple[Path, str, str]] = []
     for f in files:
@@ -284,42 +181,37 @@ def publish_to_store_channel(
 
     for subdir in sorted(records):
         repodata_key = key(f"{subdir}/repodata.json")
-        for attempt in range(attempts):
-            current = store.get_bytes(repodata_key)
-            if current is None:
-                doc: dict[str, Any] = {"info": {"subdir": subdir}, "packages": {}, "packages.conda": {}}
-                doc["repodata_version"] = 1
-            else:
-                try:
-                    doc = json.loads(current[0])
-                    if not isinstance(doc, dict):
-                        raise ValueError("not an object")
-                except ValueError as e:
-                    raise PublishError(
-                        f"{store.url}/{repodata_key} is not valid JSON ({e}); not touching it"
-                    ) from None
-            changed = current is None
-            for section, entries in records[subdir].items():
-                have = doc.setdefault(section, {})
-                for name, entry in entries.items():
-                    old = have.get(name)
-                    if not isinstance(old, dict) or old.get("sha256") != entry["sha256"]:
-                        have[name] = entry
-                        changed = True
-            if not changed:
-                break
-            data = json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
-            try:
-                if current is None:
-                    store.put_bytes(repodata_key, data, "application/json", if_none_match=True)
-                else:
-                    store.put_bytes(repodata_key, data, "application/json", if_match=current[1])
-                break
-            except PreconditionFailed:
-                time.sleep(random.uniform(0, min(2.0, 0.05 * 2**attempt)))
-        else:
-            raise PublishError(f"{store.url}/{repodata_key}: gave up after {attempts} conflicting updates")
+        store.update(
+            repodata_key, functools.partial(_merge_repodata, subdir, records[subdir],
+                                            f"{store.url}/{repodata_key}"),
+            "application/json", what=f"{store.url}/{repodata_key}", rounds=attempts,
+        )
     return written
+
+
+def _merge_repodata(
+    subdir: str, entries_by_section: dict[str, dict[str, Any]], where: str, current: bytes | None
+) -> bytes | None:
+    """repodata.json with these entries merged in; None when it has them all already."""
+    if current is None:
+        doc: dict[str, Any] = {"info": {"subdir": subdir}, "packages": {}, "packages.conda": {}}
+        doc["repodata_version"] = 1
+    else:
+        try:
+            doc = json.loads(current)
+            if not isinstance(doc, dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            raise PublishError(f"{where} is not valid JSON ({e}); not touching it") from None
+    changed = current is None
+    for section, entries in entries_by_section.items():
+        have = doc.setdefault(section, {})
+        for name, entry in entries.items():
+            old = have.get(name)
+            if not isinstance(old, dict) or old.get("sha256") != entry["sha256"]:
+                have[name] = entry
+                changed = True
+    return json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n" if changed else None
 
 
 def install_from_channel(

@@ -1,4 +1,4 @@
-"""The bucket layout (DESIGN "Publishing layout"): which folder each kind of package goes to
+"""The bucket layout (docs/folders.md, "The publishing layout"): which folder each kind of package goes to
 in each channel, and how to read a folder's kind and channel back.
 
     kind      nightly                   test                   release

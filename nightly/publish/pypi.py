@@ -14,7 +14,6 @@ import html
 import importlib.util
 import logging
 import re
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from nightly.errors import PublishError
 from nightly.files import tail
-from nightly.publish.childenv import child_env
+from nightly.publish.childenv import child_env, run_client
 from nightly.redact import mask, safe_url
 
 __all__ = ["safe_url", "twine_upload"]
@@ -116,30 +115,17 @@ def _twine(
                 "TERM": "dumb",
             }
         )
-        try:
-            proc = subprocess.run(
-                cmd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=tmp,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as e:
-            out = _clean(e.output, password, repository_url)
-            raise PublishError(f"{what}: timed out after {timeout:g}s{tail(out)}") from None
-        except OSError as e:
-            raise PublishError(f"{what}: could not run twine: {e}") from None
-    if proc.returncode == 0:
+        exit_status, out = run_client(
+            cmd, env=env, cwd=Path(tmp), timeout=timeout, what=what,
+            clean=lambda text: _clean(text, password, repository_url),
+        )
+    if exit_status == 0:
         return
-    out = _clean(proc.stdout, password, repository_url)
     status = _HTTP_ERROR.search(out)
     code = int(status.group(1)) if status else None
     if code == 409 or (code == 400 and "already exist" in " ".join(out.lower().split())):
         raise _AlreadyExists(f"{what}: the repository already has this file (HTTP {code})")
-    raise PublishError(f"{what}: twine exited with status {proc.returncode}{tail(_summary(out))}")
+    raise PublishError(f"{what}: twine exited with status {exit_status}{tail(_summary(out))}")
 
 
 _CRASH = "Traceback (most recent call last):"
@@ -170,8 +156,7 @@ def _summary(out: str) -> str:
     return f"{errors}\nserver said: {body}" if body else errors
 
 
-def _clean(data: bytes | str | None, password: str, url: str) -> str:
-    text = "" if data is None else data if isinstance(data, str) else data.decode("utf-8", "replace")
+def _clean(text: str, password: str, url: str) -> str:
     text = text.replace(url, safe_url(url))
     text = "\n".join(line.rstrip() for line in text.splitlines())  # rich pads lines with blanks
     return mask(safe_url(text), password)

@@ -278,3 +278,9 @@ def _publish_conda(
 
 def _record(state: State, bid: str, dest: str, sha256: str) -> None:
     state.add_published(bid, dest, sha256)
+
+
+def record_publication(state: State, report: UploadReport) -> None:
+    """The day's last publication outcome, in state.json's meta (summary.json's publish_error)."""
+    errors = [*report.failed.values(), *report.index_errors]
+    state.set_meta(publish_error="; ".join(errors)[:2000] if errors else None)

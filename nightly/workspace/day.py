@@ -1,4 +1,4 @@
-"""The day folder ROOT/YYYY_MM_DD and the paths of DESIGN's day-folder contract; atomic
+"""The day folder ROOT/YYYY_MM_DD and the paths of the day-folder contract (docs/folders.md); atomic
 writes; robust tree removal.
 
 Crash safety rests on three rules: state.json is replaced atomically (write, fsync, rename);
@@ -47,7 +47,7 @@ def write_json(path: Path, data: Any) -> None:
 
 
 class Day:
-    """ROOT/YYYY_MM_DD and the paths of DESIGN's day-folder contract."""
+    """ROOT/YYYY_MM_DD and the paths of the day-folder contract (docs/folders.md)."""
 
     def __init__(self, root: Path, date: dt.date, *, name: str | None = None) -> None:
         self.root = root

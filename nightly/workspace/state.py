@@ -77,7 +77,7 @@ class BuildEntry:
     upload_error: str | None = None
     promoted: Mapping[str, str] = field(default_factory=dict)  # release destination -> sha256
     manual: Mapping[str, str] = field(default_factory=dict)  # a one-off build: by, at, command
-    cache: Mapping[str, Any] | None = None  # compiler cache statistics (nightly.cache)
+    cache: Mapping[str, Any] | None = None  # compiler cache statistics (nightly.builds.cache)
     worker_name: str = ""  # cluster mode: the worker's name, host and attempt token
     host: str = ""
     token: str = ""

@@ -1,7 +1,7 @@
 # Shared functions of nightly's recipes. Sourced (not run) by recipes/<package>/build.sh.
 #
-# Everything here is driven by the recipe environment of DESIGN.md ("Recipe environment
-# (contract)") and knows nothing about a particular project. Variables read here beyond
+# Everything here is driven by the recipe environment of docs/recipes.md (the recipe
+# contract) and knows nothing about a particular project. Variables read here beyond
 # the contract, all optional:
 #
 #   PYTHON        interpreter for DESIRED_PYTHON (the local executor sets it). Unset: look in
@@ -50,7 +50,7 @@ require_env() {
     for var in "$@"; do
         [[ -n "${!var:-}" ]] || missing+=("$var")
     done
-    ((${#missing[@]} == 0)) || die "missing recipe environment: ${missing[*]} (see DESIGN.md, Recipe environment)"
+    ((${#missing[@]} == 0)) || die "missing recipe environment: ${missing[*]} (see docs/recipes.md in nightly, the recipe environment)"
 }
 
 # init_recipe: checks common to every recipe; sets WORK_DIR (and TMPDIR) up.

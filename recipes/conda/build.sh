@@ -10,7 +10,7 @@
 # with no channel. Where py-rattler-build is missing but conda-build is installed,
 # conda-build packages it from recipes/conda/meta.yaml instead.
 #
-# Environment: the recipe contract of DESIGN.md, plus (all optional) PYTHON, CUDA_HOME,
+# Environment: the recipe contract of docs/recipes.md, plus (all optional) PYTHON, CUDA_HOME,
 # WORK_DIR as described in recipes/common/lib.sh, and:
 #   NIGHTLY_PYTHON  an interpreter that has py-rattler-build (the orchestrator's own,
 #                   sys.executable). Unset: the first of python3 / python on PATH, then

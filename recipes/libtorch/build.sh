@@ -20,7 +20,7 @@
 # CUDA builds (DESIRED_CUDA != cpu) configure with -DUSE_CUDA=ON and the toolkit's nvcc
 # (CMAKE_CUDA_COMPILER, CUDAToolkit_ROOT), and the version gets +cuXYZ like the wheels.
 #
-# Environment: the recipe contract of DESIGN.md (DESIRED_PYTHON is not used), plus (all
+# Environment: the recipe contract of docs/recipes.md (DESIRED_PYTHON is not used), plus (all
 # optional) CUDA_HOME and WORK_DIR as described in recipes/common/lib.sh, and:
 #   CMAKE_SOURCE_SUBDIR  folder of the CMake project inside SOURCE_DIR. Unset: cpp/ when
 #                        SOURCE_DIR/cpp/CMakeLists.txt exists, else SOURCE_DIR itself.

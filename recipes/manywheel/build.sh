@@ -4,7 +4,7 @@
 # (+cuXYZ for CUDA builds, e.g. 0.1.0.dev20261121+cu130), repaired by auditwheel into a
 # manylinux wheel where auditwheel is installed.
 #
-# Environment: the recipe contract of DESIGN.md, plus (all optional) PYTHON, CUDA_HOME,
+# Environment: the recipe contract of docs/recipes.md, plus (all optional) PYTHON, CUDA_HOME,
 # WORK_DIR as described in recipes/common/lib.sh, and:
 #   AUDITWHEEL_PLAT   platform tag for `auditwheel repair --plat` (manylinux images set it,
 #                     e.g. manylinux2014_x86_64); unset: auditwheel's own choice, the most

@@ -4,7 +4,7 @@
 # cpu. Shared libraries from outside the system are copied into the wheel by
 # delocate-wheel when delocate is installed (the macOS counterpart of auditwheel).
 #
-# Environment: the recipe contract of DESIGN.md, plus (all optional) PYTHON and WORK_DIR
+# Environment: the recipe contract of docs/recipes.md, plus (all optional) PYTHON and WORK_DIR
 # as described in recipes/common/lib.sh, and:
 #   MACOSX_DEPLOYMENT_TARGET   oldest macOS the wheel supports (setuptools and the
 #                              compiler read it; it ends up in the wheel's platform tag).

@@ -1,6 +1,6 @@
 """Run nightly's recipes directly, the way an executor does, for the integration tests.
 
-A recipe gets the recipe environment of DESIGN.md and nothing else from the caller: the
+A recipe gets the recipe environment of docs/recipes.md and nothing else from the caller: the
 environment is built from scratch here (no inherited variables but PATH's system part and
 HOME for pip's cache), SOURCE_DIR is a read-only copy of examples/demo, and OUTPUT_DIR and
 WORK_DIR are fresh folders, so a recipe that writes into its source, leaves scratch files

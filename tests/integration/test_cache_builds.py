@@ -195,7 +195,7 @@ dir = "{cache_dir}"
 
     # sccache itself, one folder for both toolkits: the second nvcc misses, and its object is
     # its own (the runtime version compiled in differs).
-    from nightly import cache as cc
+    from nightly.builds import cache as cc
 
     tools = tmp_path / "tools"
     cc.write_tools(tools)

@@ -46,7 +46,7 @@ HOSTS = "scheduler,lin-a,lin-b,mac"
 
 
 def _certs(folder: Path, hosts: str = HOSTS) -> Path:
-    from nightly.tls import make_certs, parse_hosts
+    from nightly.cluster.tls import make_certs, parse_hosts
 
     make_certs(folder, parse_hosts(hosts))
     return folder

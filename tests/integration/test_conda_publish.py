@@ -125,7 +125,7 @@ class _Spy:
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
     s = _Spy()
-    monkeypatch.setattr(anaconda_mod.subprocess, "run", s)
+    monkeypatch.setattr(subprocess, "run", s)
     return s
 
 

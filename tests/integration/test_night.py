@@ -1,7 +1,7 @@
 """`nightly run` for real, as cron runs it: a subprocess, not on a terminal, with small bash
 recipes (tests/integration/conftest.py) so a night takes seconds.
 
-What a night leaves (DESIGN: day folder, recipe environment; issue 3: logs; issue 5: the
+What a night leaves (docs/folders.md, docs/recipes.md; issue 3: logs; issue 5: the
 night, resume, lock, retries) is checked from the outside: files, exit codes, processes.
 """
 
@@ -102,7 +102,7 @@ def test_full_night(night_project, run_cli, caller_secret, is_alive):
     assert elapsed < 30  # the hung build was stopped by its 2 s timeout
     day = p.day
 
-    # The day folder of DESIGN.
+    # The day folder of docs/folders.md.
     for sub in ("source", "logs/master", "logs/succeeded", "logs/failed", "packages"):
         assert (day / sub).is_dir(), sub
     assert (day / "state.json").is_file()
@@ -130,7 +130,7 @@ def test_full_night(night_project, run_cli, caller_secret, is_alive):
         text = (day / "logs" / where / f"{bid}.log").read_text()
         assert f"nightly build {bid}  (attempt 1)" in text
         assert "where:    host (local executor)" in text
-        # The recipe, started by the compiler cache's `run` (nightly.cache).
+        # The recipe, started by the compiler cache's `run` (nightly.builds.cache).
         assert re.search(rf"^command:  bash \S+/cache/run {p.path / 'recipes'}/", text, re.M)
         if bid in FULL_OK:
             assert "note:        compiler cache: 0 hits, 0 misses, 0 compile requests" in text
@@ -201,7 +201,7 @@ def test_full_night(night_project, run_cli, caller_secret, is_alive):
     assert plan["machines"][0]["name"] == "m"
     assert len(plan["machines"][0]["queues"]) == 2
 
-    # The recipe environment: DESIGN's contract, and nothing secret from the caller.
+    # The recipe environment: the contract of docs/recipes.md, and nothing secret from the caller.
     env = dict(
         line.split("=", 1)
         for line in (p.signals / "manywheel_3.6m_cu100.env").read_text().splitlines()

@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from nightly.errors import PublishError
-from nightly.publish import pypi as pypi_mod
 from nightly.publish.pypi import safe_url, twine_upload
 
 USER = "uploader"
@@ -144,7 +143,7 @@ def test_twine_upload_then_pip_install(
             calls.append((list(cmd), dict(env)))
         return real_run(cmd, **kw)  # type: ignore[call-overload, no-any-return]
 
-    monkeypatch.setattr(pypi_mod.subprocess, "run", spy)
+    monkeypatch.setattr(subprocess, "run", spy)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-twine")
     dist = tmp_path / "dist"
     dist.mkdir()

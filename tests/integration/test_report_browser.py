@@ -19,10 +19,10 @@ import pytest
 from rich.console import Console
 
 from nightly import config as cfg
-from nightly import report
-from nightly import status as status_view
-from nightly.history import History, estimator, history_path
-from nightly.schedule import make_plan
+from nightly.history.db import History, estimator, history_path
+from nightly.plan.schedule import make_plan
+from nightly.report import html as report
+from nightly.report import status as status_view
 from nightly.workspace import Day, State
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 bad command lines. Each must end with exit 2 and a one-line message naming the file (for a
 configuration) — never a traceback, never exit 0.
 
-`nightly.cli.main` is called in this process (a `nightly plan`, which only reads the
+`nightly.cli.main.main` is called in this process (a `nightly plan`, which only reads the
 configuration), so well over a thousand configurations take seconds.
 """
 
@@ -25,14 +25,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nightly import cli
+from nightly.cli import main as cli
+from nightly.config.loader import DEFAULTS_PATH
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-DEFAULTS = tomllib.loads((Path(cli.__file__).with_name("defaults.toml")).read_text())
+DEFAULTS = tomllib.loads(DEFAULTS_PATH.read_text())
 PACKAGES = ("conda", "manywheel", "wheel", "libtorch")
 PLATFORMS = ("linux", "macos")
 
@@ -173,7 +174,7 @@ def test_the_base_config_is_valid(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------- mutations
 
-PY_OK = re.compile(r"^(2|3)\.([0-9]{1,2})(m|mu|dm|t)?$")  # DESIGN's spellings, ASCII digits
+PY_OK = re.compile(r"^(2|3)\.([0-9]{1,2})(m|mu|dm|t)?$")  # the identifiers' spellings, ASCII digits
 CUDA_DOT = re.compile(r"^(?:cuda)?([0-9]{1,2})\.([0-9])$")
 CUDA_CU = re.compile(r"^(?:cu|cuda)([1-9][0-9]{1,3})$")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly.cli import main
+from nightly.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_2019 = REPO / "configs" / "pytorch-2019.toml"

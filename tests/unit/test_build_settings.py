@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from nightly.builds.jobs import build_env
 from nightly.config import load
 from nightly.errors import ConfigError
-from nightly.jobs import build_env
-from nightly.matrix import nightly_version
+from nightly.plan.matrix import nightly_version
 
 WriteConfig = Callable[..., Path]
 BUILDREQS = Path(__file__).resolve().parents[2] / "recipes" / "common" / "buildreqs.py"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nightly import buildlog
+from nightly.builds import buildlog
 from nightly.executors.base import Job
 
 

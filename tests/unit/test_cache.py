@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from nightly import cache as cc
-from nightly import report
+from nightly.builds import cache as cc
 from nightly.config import load
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
+from nightly.report import html as report
 from nightly.workspace import Day
 
 STATS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -54,9 +55,22 @@ def test_help_does_not_import_heavy_modules(nightly_process: Run) -> None:
     p = nightly_process(["--help"], command=[sys.executable, "-X", "importtime", "-m", "nightly"])
     assert p.returncode == 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()}
-    assert "nightly.cli" in imported
-    for heavy in ("rich", "boto3", "docker", "dask", "nightly.config", "nightly.schedule"):
-        assert heavy not in imported
+    assert "nightly.cli.main" in imported
+    heavy = ("rich", "boto3", "docker", "dask", "distributed", "cryptography")
+    for name in (*heavy, "nightly.config", "nightly.plan.schedule", "nightly.cluster"):
+        assert name not in imported
+
+
+@pytest.mark.parametrize(
+    "module", ["nightly.builds.runner", "nightly.cluster.worker", "nightly.night.pipeline"]
+)
+def test_the_build_phase_loads_no_heavy_library(module: str) -> None:
+    """A Runner and a Dask worker load neither rich nor the cloud and container clients:
+    they are imported where they are used."""
+    heavy = "{'rich', 'boto3', 'docker', 'dask', 'cryptography'}"
+    code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy}))"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout.strip() == "[]"
 
 
 def test_unknown_option_is_a_usage_error(nightly: Run, config_2019: Path) -> None:
@@ -274,6 +288,16 @@ def test_debug_shows_the_traceback(nightly: Run, bad_config: Any, write_config: 
     assert "Traceback (most recent call last)" in r.err
     assert "ConfigError" in r.err
     assert bad_config.message in r.err
+
+
+def test_debug_is_the_option_not_a_word_anywhere(
+    nightly: Run, bad_config: Any, write_config: WriteConfig
+) -> None:
+    """--debug as the value of another option is that option's value, not --debug."""
+    path = write_config(bad_config.text)
+    r = nightly("plan", "--config", str(path), "--select", "--debug")
+    assert r.code == 2
+    assert "Traceback" not in r.err
 
 
 def test_missing_config_file(nightly: Run, tmp_path: Path) -> None:

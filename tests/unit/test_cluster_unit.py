@@ -35,7 +35,7 @@ from nightly.cluster.staging import (
 )
 from nightly.cluster.worker import _Slots, new_token, platform_resource, worker_config, worker_folder
 from nightly.errors import PublishError
-from nightly.matrix import Build
+from nightly.plan.matrix import Build
 from nightly.publish.stores import FileStore
 from nightly.workspace import Day
 

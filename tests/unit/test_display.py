@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from nightly import display
+from nightly.report import terminal as display
 
 WHEELS = [
     "nightlydemo-0.1.0.dev20261122-cp311-cp311-manylinux_2_28_x86_64.manylinux2014_x86_64.whl",

@@ -1,5 +1,5 @@
 """One exit-code path: commands raise the errors of nightly.errors, cli.main alone maps them
-to exit codes (DESIGN: 0 ok, 1 builds or uploads failed, 2 bad usage, 3 nothing selected,
+to exit codes (README: 0 ok, 1 builds or uploads failed, 2 bad usage, 3 nothing selected,
 4 lock held)."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def test_a_held_lock_is_exit_4_with_one_error_line(
 def test_builds_failed_is_printed_unless_the_command_showed_it(
     reported: bool, shown: bool, nightly: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nightly import cli
+    from nightly.cli import main as cli
 
     @cli.cli.command(name="fail-for-test")
     def fail() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from nightly import config as cfg
-from nightly.history import History, estimator, history_path, recorder
-from nightly.schedule import make_plan
+from nightly.history.db import History, estimator, history_path, recorder
+from nightly.plan.schedule import make_plan
 from nightly.workspace import State
 
 T0 = 1_714_500_000.0  # a night's start, epoch seconds
@@ -132,7 +132,7 @@ def test_concurrent_threads_lose_nothing(tmp_path: Path) -> None:
 WRITER = textwrap.dedent(
     """
     import sys, threading
-    from nightly.history import History
+    from nightly.history.db import History
     path, proc = sys.argv[1], int(sys.argv[2])
     h = History(path)
     def work(t):

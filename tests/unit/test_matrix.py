@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from nightly.matrix import (
+from nightly.plan.matrix import (
     LIBTORCH_VARIANTS,
     Build,
     PackageMatrix,

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from nightly import config as cfg
-from nightly import release as rel
 from nightly.errors import UsageError
+from nightly.publish import promote
 from nightly.workspace import FAILED, SUCCEEDED, PackageFile, State
+from nightly.workspace import candidate as rel
 
 
 def test_candidate_folder_names() -> None:
@@ -48,14 +49,14 @@ def test_completeness_allows_only_the_listed_gaps(
 
 def test_promotions_are_recorded_per_destination_and_sha256(tmp_path: Path) -> None:
     state = State(tmp_path / "state.json")
-    assert not rel._recorded(state, "b", "s3://x/whl/a.whl", "1" * 64)
-    rel._record(state, "b", "s3://x/whl/a.whl", "1" * 64)
+    assert not promote._recorded(state, "b", "s3://x/whl/a.whl", "1" * 64)
+    promote._record(state, "b", "s3://x/whl/a.whl", "1" * 64)
     again = State(tmp_path / "state.json")
-    assert rel._recorded(again, "b", "s3://x/whl/a.whl", "1" * 64)
-    assert not rel._recorded(again, "b", "s3://x/whl/a.whl", "2" * 64)  # another file
+    assert promote._recorded(again, "b", "s3://x/whl/a.whl", "1" * 64)
+    assert not promote._recorded(again, "b", "s3://x/whl/a.whl", "2" * 64)  # another file
 
 
 def test_pypi_destinations_never_carry_a_password() -> None:
-    dest = rel._pypi_dest("https://user:s3cret@pypi.example/legacy/", "demo-2.1.0.whl")
+    dest = promote._pypi_dest("https://user:s3cret@pypi.example/legacy/", "demo-2.1.0.whl")
     assert "s3cret" not in dest
     assert dest.endswith("pypi.example/legacy/demo-2.1.0.whl")

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from nightly import nightview, report
-from nightly import status as status_view
 from nightly.errors import UsageError
-from nightly.history import History
+from nightly.history.db import History
+from nightly.report import html as report
+from nightly.report import status as status_view
+from nightly.report import view as nightview
 from nightly.workspace import Day
 
 DATE = dt.date(2024, 5, 1)

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from nightly import config as cfg
+from nightly.builds.jobs import RunContext, make_job, recipe_env
+from nightly.builds.runner import Runner, _Dispatcher
 from nightly.executors.local import LocalExecutor, NotFound, _record_group
-from nightly.jobs import RunContext, make_job, recipe_env
-from nightly.matrix import Build
+from nightly.plan.matrix import Build
 from nightly.redact import mask_env
-from nightly.runner import Runner, _Dispatcher
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State
 
 DATE = dt.date(2019, 1, 31)

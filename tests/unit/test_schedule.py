@@ -17,12 +17,13 @@ from hypothesis import strategies as st
 
 from nightly.config import Config, Machine, load
 from nightly.errors import ConfigError, NothingSelected, UsageError
-from nightly.matrix import Build
-from nightly.schedule import Plan, filter_plan, lower_bound, make_plan, plan_night, select_cli
+from nightly.plan.matrix import Build
+from nightly.plan.schedule import Plan, filter_plan, lower_bound, make_plan, plan_night, select_cli
 
 WriteConfig = Callable[..., Path]
 
-# The January 2019 schedule (../shared/reference/README.md), written out build by build:
+# The January 2019 schedule of PyTorch's old scripts (configs/pytorch-2019.toml), written out
+# build by build:
 # machine -> queues -> build ids in the order they ran.
 EXPECTED_2019: dict[str, list[list[str]]] = {
     "0": [

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from nightly import config as cfg
+from nightly.builds.smoke import SCRIPTS, SmokeTester, _check_zip_layout, _conda_name, expected_wheel_version
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
-from nightly.matrix import Build
-from nightly.smoke import SCRIPTS, SmokeTester, _check_zip_layout, _conda_name, expected_wheel_version
+from nightly.plan.matrix import Build
 
 CPU = Build(package="manywheel", python="3.7m", cuda="cpu")
 CUDA = Build(package="manywheel", python="3.7m", cuda="cu100")

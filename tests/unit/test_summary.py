@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly import summary
-from nightly.workspace import Day, State, write_json
+from nightly.workspace import Day, State, summary, write_json
 
 DATE = dt.date(2024, 5, 1)
 

@@ -1,4 +1,4 @@
-"""nightly.tls: `nightly cluster certs`, the cluster address check, the client's Security.
+"""nightly.cluster.tls: `nightly cluster certs`, the cluster address check, the client's Security.
 
 The certificates are checked with the ssl module (a TLS handshake between two of them over a
 socket pair), not only by reading them back."""
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from nightly import tls
+from nightly.cluster import tls
 from nightly.errors import ConfigError, UsageError
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from nightly import config as cfg
 from nightly.publish.upload import publish_day
@@ -71,3 +75,38 @@ def test_a_failed_upload_is_recorded_and_the_package_stays(tmp_path: Path, minim
     assert WHEEL in entry.upload_error
     assert dict(entry.published) == {}
     assert (day.path / entry.packages[0].path).exists()
+
+
+def test_store_update_is_compare_and_swap_and_loses_no_change(tmp_path: Path) -> None:
+    """Store.update: a writer that lost the race reads again and merges, and one that cannot
+    win within its rounds says so (one mechanism for every read-change-write of nightly)."""
+    from nightly.errors import PublishError
+    from nightly.publish.stores import open_store
+
+    store = open_store(tmp_path.as_uri())
+    calls = []
+
+    def add(item: str) -> Callable[[bytes | None], bytes | None]:
+        def change(current: bytes | None) -> bytes | None:
+            calls.append(item)
+            items = set(json.loads(current)) if current else set()
+            if item == "a" and len(calls) == 1:  # another writer slips in between
+                store.put_bytes("k.json", json.dumps(["b"]).encode(), "application/json")
+            if item in items:
+                return None
+            return json.dumps(sorted(items | {item})).encode()
+
+        return change
+
+    store.update("k.json", add("a"), "application/json", what="k.json")
+    assert json.loads(store.get_bytes("k.json")[0]) == ["a", "b"]  # type: ignore[index]
+    assert calls == ["a", "a"]  # the first round lost the race and was done again
+    assert store.update("k.json", add("b"), "application/json", what="k.json") is not None
+
+    def always_raced(current: bytes | None) -> bytes:
+        calls.append("raced")  # someone else writes something new every time
+        store.put_bytes("k.json", json.dumps([len(calls)]).encode(), "application/json")
+        return b'["x"]'
+
+    with pytest.raises(PublishError, match="kept changing during 3 rounds"):
+        store.update("k.json", always_raced, "application/json", what="k.json", rounds=3)

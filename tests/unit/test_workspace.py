@@ -1,4 +1,4 @@
-"""The day folder (DESIGN's layout), the day's lock, state.json and log moves."""
+"""The day folder (docs/folders.md), the day's lock, state.json and log moves."""
 
 from __future__ import annotations
 

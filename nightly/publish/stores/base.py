@@ -8,11 +8,13 @@ PublishError with a message that never contains credentials.
 from __future__ import annotations
 
 import builtins
+import random
 import re
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +25,20 @@ from nightly.files import sha256_file
 file_sha256 = sha256_file  # the stores' name for nightly.files.sha256_file
 
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+CAS_ROUNDS = 12  # read-change-write rounds before a writer gives up on a busy object
+CAS_BACKOFF_S = 0.05  # first pause between rounds; doubles, capped at 2 s, with jitter
+
+
+def cas_rounds(what: str, *, rounds: int = CAS_ROUNDS, retry: str = "run the command again") -> Iterator[int]:
+    """Rounds 1..N of a compare-and-swap (or write-then-check) loop, pausing before each
+    retry with one backoff for all of nightly's writers. Exhausted, it raises PublishError
+    naming `what` and what to do."""
+    for n in range(1, rounds + 1):
+        if n > 1:
+            time.sleep(min(CAS_BACKOFF_S * 2 ** (n - 2), 2.0) * random.uniform(0.5, 1.5))
+        yield n
+    raise PublishError(f"{what}: it kept changing during {rounds} rounds; {retry}")
 
 
 @dataclass(frozen=True)
@@ -133,6 +149,35 @@ class Store(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Delete an object; deleting a missing object is not an error (as on S3)."""
+
+    def update(
+        self,
+        key: str,
+        change: Callable[[bytes | None], bytes | None],
+        content_type: str,
+        *,
+        what: str,
+        rounds: int = CAS_ROUNDS,
+    ) -> str | None:
+        """Read-change-write a small object by compare-and-swap: `change` gets its current
+        content (None: it does not exist) and returns the new content, or None when nothing
+        needs writing. Another writer's change in between (PreconditionFailed) means read
+        and change again, so no writer's change is ever lost. Returns the object's ETag
+        (None when it does not exist and nothing was written)."""
+        for _ in cas_rounds(what, rounds=rounds):
+            current = self.get_bytes(key)
+            new = change(None if current is None else current[0])
+            if new is None:
+                return None if current is None else current[1]
+            try:
+                return self.put_bytes(
+                    key, new, content_type,
+                    if_match=None if current is None else current[1],
+                    if_none_match=current is None,
+                )
+            except PreconditionFailed:
+                continue
+        raise AssertionError("unreachable: cas_rounds raises when exhausted")
 
     def ensure(self, key: str, local_path: Path, sha256: str) -> bool:
         """Upload unless the object already exists with this sha256. True if it uploaded."""

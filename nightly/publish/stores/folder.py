@@ -94,6 +94,7 @@ class FileStore(Store):
         """Move a finished temporary file into place with its metadata; caller holds the lock."""
         dest = self._path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a mirror or a channel is served to others
         os.replace(tmp, dest)
         meta["stamp"] = self._stamp(dest.stat())
         meta_path = self._meta_path(key)

@@ -30,7 +30,6 @@ from nightly.workspace import SUCCEEDED, Day, State, write_json
 
 if TYPE_CHECKING:
     from nightly.config import Config
-    from nightly.publish.upload import UploadReport
 
 MANUAL_PREFIX = "manual-"
 
@@ -58,12 +57,6 @@ def mark_manual(state: State, build_ids: Iterable[str], mark: Mapping[str, str] 
     for bid in build_ids:
         if mark is not None or state.get(bid).manual:
             state.update(bid, manual=dict(mark) if mark is not None else None)
-
-
-def record_publication(state: State, report: UploadReport) -> None:
-    """The day's last publication outcome, in state.json's meta (summary.json's publish_error)."""
-    errors = [*report.failed.values(), *report.index_errors]
-    state.set_meta(publish_error="; ".join(errors)[:2000] if errors else None)
 
 
 def why_not_published(config: Config, *, no_upload: bool, day: Day) -> str:

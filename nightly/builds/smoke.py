@@ -23,7 +23,7 @@ from typing import Protocol
 from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
 from nightly.executors.local import NotFound, find_python
-from nightly.matrix import Build, python_number
+from nightly.plan.matrix import Build, python_number
 
 SCRIPTS = Path(__file__).with_name("smoke_scripts")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from nightly.config import Config, Machine
 from nightly.errors import ConfigError, NothingSelected, UsageError
-from nightly.matrix import Build, SpellingError, near_misses, parse_spec
+from nightly.plan.matrix import Build, SpellingError, near_misses, parse_spec
 
 
 @dataclass(frozen=True, kw_only=True)

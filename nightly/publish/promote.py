@@ -1,22 +1,16 @@
-"""Release builds and promotion.
+"""Promotion: `nightly promote VERSION [--rc N]`.
 
-`nightly release VERSION [--rc N]` is a night with channel `test` and BUILD_VERSION=VERSION,
-in its own folder `ROOT/release/VERSION[-rcN]/` (retention only ever looks at dated folders
-directly under ROOT, so it never touches releases), published to the test destinations.
-
-`nightly promote VERSION [--rc N]` copies exactly the test channel's files of that candidate
-to the release destinations (S3 server-side copy), checks every copy's sha256 against the one
-recorded when the build finished, regenerates the release index pages, re-uploads conda
-packages under the release label and uploads wheels to a PyPI-style index with twine when one
-is configured. It refuses an incomplete candidate unless --allow-partial names what is left
-out. Everything it did is recorded in the candidate's state.json, so promoting twice changes
-nothing.
+It copies exactly the test channel's files of that candidate to the release destinations (S3
+server-side copy), checks every copy's sha256 against the one recorded when the build
+finished, regenerates the release index pages, re-uploads conda packages under the release
+label and uploads wheels to a PyPI-style index with twine when one is configured. It refuses an
+incomplete candidate unless --allow-partial names what is left out. Everything it did is
+recorded in the candidate's state.json, so promoting twice changes nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import fnmatch
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,44 +26,9 @@ from nightly.publish.layout import conda_channel_dir, kind_of, remote_folder
 from nightly.publish.upload import UploadReport, open_destination, regenerate_index
 from nightly.redact import safe_url
 from nightly.workspace import SUCCEEDED, Day, DayLock, State
+from nightly.workspace.candidate import candidate_name, completeness, release_day
 
 Log = Callable[[str], None]
-
-
-def candidate_name(version: str, rc: int | None) -> str:
-    return f"release/{version}" + (f"-rc{rc}" if rc is not None else "")
-
-
-def check_version(version: str) -> str:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        Version(version)
-    except InvalidVersion as e:
-        raise UsageError(f"'{version}' is not a version (PEP 440), e.g. 2.1.0") from e
-    if ".dev" in version:
-        raise UsageError(f"'{version}' is a development version; releases are e.g. 2.1.0")
-    return version
-
-
-def release_day(config: Config, version: str, rc: int | None) -> Day:
-    return Day(config.root, dt.date.today(), name=candidate_name(version, rc))
-
-
-def completeness(
-    config: Config, state: State, allow_partial: Sequence[str]
-) -> tuple[list[str], list[str]]:
-    """(builds left out and allowed, builds missing or failed and not allowed)."""
-    allowed: list[str] = []
-    refused: list[str] = []
-    for b in config.builds:
-        entry = state.get(b.id)
-        if entry.status == SUCCEEDED and entry.packages:
-            continue
-        (allowed if any(fnmatch.fnmatchcase(b.id, g) for g in allow_partial) else refused).append(
-            b.id
-        )
-    return allowed, refused
 
 
 @dataclass

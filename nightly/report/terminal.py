@@ -1,30 +1,36 @@
-"""Terminal output with rich: plans, build tables. Imported only by commands that print."""
+"""Terminal output with rich: plans, build tables. rich is imported inside the functions, so
+that importing the night's pipeline (and with it this module) does not load it."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from nightly.format import hms, human_size
+from nightly.plan.schedule import Plan
 
-from nightly.nightview import human_size
-from nightly.schedule import Plan
-
-console = Console()
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
-def hms(seconds: float) -> str:
-    s = round(seconds)
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+console: Console | None = None  # made on first use; a test may put its own
+
+
+def _console() -> Console:
+    global console
+    if console is None:
+        from rich.console import Console
+
+        console = Console()
+    return console
 
 
 def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
+    from rich.table import Table
+    console = _console()
+
     console.print(f"[bold]Plan for {date:%Y_%m_%d}[/bold]  version {version}")
     for m in plan.machines:
         if not m.builds:
@@ -57,6 +63,10 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
     """The night's (or the build command's) outcome as a table, failures first, then every
     package in full, one per line (never cut to the terminal's width: a package's name is what
     a person looks for, and cron's mail has no width at all)."""
+    from rich.markup import escape
+    from rich.table import Table
+    console = _console()
+
     title = f"{summary['date']} on machine {summary['machine']}"
     manual = summary.get("manual")
     if isinstance(manual, dict):  # a one-off build's own summary
@@ -97,6 +107,8 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
 def print_packages(con: Console, packages: Sequence[tuple[str, str, int]]) -> None:
     """`build  package  size`, one package a line, whole: soft-wrapped (a terminal folds the
     line on screen, a copy of it is the whole name; a file gets it on one line)."""
+    from rich.markup import escape
+
     if not packages:
         return
     con.print(f"packages ({len(packages)}):")
@@ -113,7 +125,10 @@ def print_destinations(summary: dict[str, Any], day_path: Path, *, not_published
     """Where each package of the summary's builds went: its file in the day folder, and every
     destination it was published to, else why it was not (`not_published`, or the build's
     failure or failed upload)."""
-    from nightly.summary import package_destinations
+    from rich.markup import escape
+    console = _console()
+
+    from nightly.workspace.summary import package_destinations
 
     rows = package_destinations(summary)
     if not rows:

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from nightly.display import hms
+from nightly.format import hms
 
 
 class Progress:

@@ -15,12 +15,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nightly.nightview import MIN_SLOWER_S, REGRESSION, TREND_NIGHTS, NightView, clock, load_night, took
-from nightly.report_parts import builds_table, esc, failures, timeline
+from nightly.format import clock, took
+from nightly.report.sections import builds_table, esc, failures, timeline
+from nightly.report.view import MIN_SLOWER_S, REGRESSION, TREND_NIGHTS, NightView, load_night
 from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, Day, atomic_write
 
 if TYPE_CHECKING:
-    from nightly.history import History
+    from nightly.history.db import History
 
 REPORT_NAME = "report.html"
 HTML_TAIL = 30

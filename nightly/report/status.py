@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nightly.nightview import (
+from nightly.format import human_size, took
+from nightly.report.view import (
     NightView,
-    human_size,
     load_night,
     log_tail,
     manual_text,
     outcome_text,
-    took,
 )
 from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, Day
 
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from nightly.history import History
+    from nightly.history.db import History
 
 
 def show(
@@ -42,7 +41,7 @@ def show(
     con.print(_heading(night))
     con.print(_counts_line(c))
     con.print(_table(night))
-    from nightly.display import print_packages
+    from nightly.report.terminal import print_packages
 
     print_packages(con, [(b.id, name, size) for b in night.builds for name, size in b.files])
     _manual_builds(con, night)

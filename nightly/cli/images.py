@@ -7,21 +7,16 @@ from typing import TYPE_CHECKING
 
 import click
 
+from nightly.cli.context import config_option, debug_option, shared
+
 if TYPE_CHECKING:
     from nightly.config import Config
 
 
-def _load(config_path: str | None) -> Config:
+def _load() -> Config:
     from nightly import config as cfg
 
-    return cfg.load(cfg.find_config_path(config_path))
-
-
-_config_option = click.option(
-    "--config", "config_path", metavar="FILE",
-    help="Configuration file (default ./nightly.toml, else $NIGHTLY_CONFIG).",
-)
-_debug_option = click.option("--debug", is_flag=True, help="Show tracebacks.")
+    return cfg.load(cfg.find_config_path(shared().config_path))
 
 
 @click.group(name="images")
@@ -30,16 +25,16 @@ def images() -> None:
 
 
 @images.command(name="build")
-@_config_option
-@_debug_option
+@config_option
+@debug_option
 @click.option("--cuda", "cudas", metavar="LIST", help="Only these CUDA flavours (cpu,11.8,cu130).")
 @click.option("--package", metavar="TYPE", help="Only the images of this package type.")
-def build_command(config_path: str | None, debug: bool, cudas: str | None,
+def build_command(cudas: str | None,
                   package: str | None) -> int:
     """Build the images the matrix needs (those present are kept). Cached, resumable."""
     from nightly.images import commands
 
-    config = _load(config_path)
+    config = _load()
     t0 = time.monotonic()
 
     def log(line: str) -> None:
@@ -53,10 +48,10 @@ def build_command(config_path: str | None, debug: bool, cudas: str | None,
 
 
 @images.command(name="list")
-@_config_option
-@_debug_option
+@config_option
+@debug_option
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
-def list_command(config_path: str | None, debug: bool, as_json: bool) -> int:
+def list_command(as_json: bool) -> int:
     """Each image the matrix needs: present or missing, size, spec hash, age, manylinux tag,
     where its interpreters come from."""
     import dataclasses
@@ -64,7 +59,7 @@ def list_command(config_path: str | None, debug: bool, as_json: bool) -> int:
 
     from nightly.images import commands
 
-    rows = commands.list_images(_load(config_path))
+    rows = commands.list_images(_load())
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return 0
@@ -79,12 +74,12 @@ def list_command(config_path: str | None, debug: bool, as_json: bool) -> int:
 
 
 @images.command(name="check")
-@_config_option
-@_debug_option
-def check_command(config_path: str | None, debug: bool) -> int:
+@config_option
+@debug_option
+def check_command() -> int:
     """Fail (exit 1) naming the command that builds them when images are missing."""
     from nightly.images import commands
 
-    wanted = commands.check_images(_load(config_path))
+    wanted = commands.check_images(_load())
     click.echo(f"all {len(wanted)} image(s) the matrix needs are present")
     return 0

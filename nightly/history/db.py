@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nightly.history_schema import (
+from nightly.history.schema import (
     BUILD_COLUMNS,
     SCHEMA,
     SCHEMA_VERSION,
@@ -40,7 +40,7 @@ from nightly.workspace import BuildEntry
 
 if TYPE_CHECKING:
     from nightly.config import Config
-    from nightly.matrix import Build
+    from nightly.plan.matrix import Build
     from nightly.workspace import State
 
 FILENAME = "history.sqlite"

@@ -1,10 +1,10 @@
 """The build phase of a night, and what the night hands it.
 
-A night (nightly.night) is one pipeline: lock, source, plan, *build phase*, publish, history,
+A night (nightly.night.pipeline) is one pipeline: lock, source, plan, *build phase*, publish, history,
 report, prune, summary, notify. Only the build phase differs between a machine running its
-own queues (nightly.runner.LocalPhase) and a Dask cluster running every machine's builds
+own queues (nightly.builds.local_phase.LocalPhase) and a Dask cluster running every machine's builds
 (nightly.cluster.orchestrator.ClusterPhase). Both file each finished build with
-nightly.collect.collect_build, so what follows the phase reads one day folder either way.
+nightly.builds.collect.collect_build, so what follows the phase reads one day folder either way.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nightly.config import Config, Machine
-from nightly.history import History
-from nightly.matrix import Build
+from nightly.history.db import History
+from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 
 

@@ -1,4 +1,4 @@
-"""A build as a job for an executor: the recipe environment of DESIGN, where the build's
+"""A build as a job for an executor: the recipe environment (docs/recipes.md), where the build's
 output and scratch folders are, its timeout and image; and the context a night's builds share
 (config, day, state, source, version, channel).
 """
@@ -11,14 +11,14 @@ from pathlib import Path
 
 from nightly.config import Config
 from nightly.executors.base import Job
-from nightly.matrix import Build
+from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 
 
 def recipe_env(
     config: Config, build: Build, *, version: str, date: dt.date, channel: str
 ) -> dict[str, str]:
-    """The recipe environment of DESIGN, minus the path variables each executor adds."""
+    """The recipe environment (docs/recipes.md), minus the path variables each executor adds."""
     env = {
         "PACKAGE_TYPE": build.package,
         "DESIRED_PYTHON": build.python,

@@ -2,8 +2,8 @@
 (report.py) show.
 
 Reads state.json, summary.json, logs/master/plan.json and the logs of the day folder and, for
-trends, the history database; writes nothing. Also the formatting both views share (durations,
-sizes, clock times) and the tail of a build's log.
+trends, the history database; writes nothing. Also the tail of a build's log (formatting of
+durations, sizes and times is nightly/format.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from nightly.errors import NightlyError, UsageError
 from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, BuildEntry, Day
 
 if TYPE_CHECKING:
-    from nightly.history import History
+    from nightly.history.db import History
 
 TREND_NIGHTS = 30
 REGRESSION = 0.20  # more than 20% slower or larger than the build's median is a regression
@@ -61,7 +61,7 @@ class BuildView:
     # A one-off `nightly build` (not the night): who ran it, when (ISO), the command.
     manual: dict[str, str] | None = None
     log: Path | None = None  # absolute
-    # The compiler cache's statistics of the build (nightly.cache.CacheStats.to_json) or None.
+    # The compiler cache's statistics of the build (nightly.builds.cache.CacheStats.to_json) or None.
     cache: dict[str, Any] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
     past_durations: list[float] = field(default_factory=list)
@@ -277,33 +277,6 @@ def log_tail(path: Path | None, lines: int, *, max_bytes: int = 256 * 1024) -> l
 
 
 # ---------------------------------------------------------------------------- formatting
-
-
-def took(seconds: float | None) -> str:
-    """A duration as people read it: 42s, 16m 40s, 2h 05m."""
-    if seconds is None:
-        return "-"
-    s = round(seconds)
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    if h:
-        return f"{h}h {m:02d}m"
-    return f"{m}m {sec:02d}s" if m else f"{sec}s"
-
-
-def human_size(n: float | None) -> str:
-    if not n:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1024 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
-def clock(t: float | None) -> str:
-    return "-" if t is None else dt.datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
 
 def manual_text(b: BuildView) -> str:

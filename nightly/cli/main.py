@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from nightly.cli_context import Ctx, common_options, existing_day
+from nightly.cli.context import Ctx, Shared, common_options, existing_day
 from nightly.errors import BuildsFailed, NightlyError, UsageError
 
 
@@ -33,20 +33,16 @@ def cli() -> None:
 @click.option("--machine", metavar="N", help="Only this machine (name or index).")
 @click.option("--select", "selects", metavar="GLOB", multiple=True, help="Only builds matching.")
 def plan(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     as_json: bool,
     machine: str | None,
     selects: tuple[str, ...],
 ) -> None:
     """The night's builds, their machines and queues, estimates and lower bound."""
-    from nightly.history import planning_estimator
-    from nightly.matrix import nightly_version
-    from nightly.schedule import plan_night
+    from nightly.history.db import planning_estimator
+    from nightly.plan.matrix import nightly_version
+    from nightly.plan.schedule import plan_night
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     result = plan_night(
         ctx.config, machine=machine, selects=selects, estimate=planning_estimator(ctx.config)
     )
@@ -57,7 +53,7 @@ def plan(
         data = result.to_json(date=f"{ctx.date:%Y_%m_%d}", version=version)
         click.echo(json.dumps(data, indent=2))
     else:
-        from nightly import display
+        from nightly.report import terminal as display
 
         display.print_plan(result, date=ctx.date, version=version)
 
@@ -73,10 +69,6 @@ def plan(
 @click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
 @click.option("--no-upload", is_flag=True, help="Keep the packages here; `nightly upload` publishes them.")
 def build(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     package: str,
     pythons: str,
     cudas: str,
@@ -94,10 +86,10 @@ def build(
     """
     import shlex
 
-    from nightly import night
-    from nightly.summary import manual_mark
+    from nightly.night import pipeline as night
+    from nightly.workspace.summary import manual_mark
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     builds = night.builds_from_cli(ctx.config, package, pythons, cudas)
     opts = night.NightOptions(
         machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
@@ -117,10 +109,6 @@ def build(
 @click.option("--select", "selects", metavar="GLOB", multiple=True, help="Only builds matching.")
 @click.option("--keep-container", is_flag=True, help="Keep build containers for debugging.")
 def run(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     machine: str | None,
     cluster: str | None,
     dry_run: bool,
@@ -130,9 +118,9 @@ def run(
     keep_container: bool,
 ) -> None:
     """The whole night for this machine: build, publish, index, prune, summarize. Resumable."""
-    from nightly import night
+    from nightly.night import pipeline as night
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     if cluster or (machine is None and ctx.config.cluster.address):
         night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
             address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
@@ -140,26 +128,26 @@ def run(
         ))
         return
     m = night.pick_machine(ctx.config, machine)
-    order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m, selects)
+    share = night.plan_share(ctx.config, m, selects)
     opts = night.NightOptions(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
         keep_container=keep_container, notify=True, prune=True,
     )
     night.run_builds(
-        ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
-        estimate_s=makespan, estimates=estimates,
+        ctx.config, ctx.date, share.order, opts, queues=share.queues, plan_json=share.plan_json,
+        estimate_s=share.makespan_s, estimates=share.estimates,
     )
 
 
 @cli.command()
 @common_options
-def upload(config_path: str | None, root: str | None, date_text: str | None, debug: bool) -> None:
+def upload() -> None:
     """Publish the day's succeeded packages that are not yet published (idempotent)."""
-    from nightly.publish.upload import publish_day
-    from nightly.summary import record_publication, refresh
+    from nightly.publish.upload import publish_day, record_publication
     from nightly.workspace import DayLock, State
+    from nightly.workspace.summary import refresh
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     day = existing_day(ctx)
     if not (ctx.config.publish.url or ctx.config.publish.conda_channel
             or ctx.config.publish.anaconda_user):
@@ -190,7 +178,7 @@ def upload(config_path: str | None, root: str | None, date_text: str | None, deb
 @click.option("--backfill-metadata", is_flag=True,
               help="First store <wheel>.metadata (PEP 658) for wheels without one; implies --full.")
 def index(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool, full: bool,
+    full: bool,
     backfill_metadata: bool,
 ) -> None:
     """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
@@ -203,7 +191,7 @@ def index(
     )
     from nightly.workspace import State
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     if not ctx.config.publish.url:
         raise UsageError(f"{ctx.config.path}: [publish] url is empty: no index to regenerate")
     store = open_destination(ctx.config)
@@ -233,14 +221,12 @@ def index(
 @cli.command()
 @common_options
 @click.option("--dry-run", is_flag=True, help="List what would be deleted.")
-def prune(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool, dry_run: bool
-) -> None:
+def prune(dry_run: bool) -> None:
     """Delete old day folders locally; apply retention to the nightly channel remotely."""
     from nightly.publish import retention
     from nightly.workspace import apply_local_prune, is_locked, plan_local_prune
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     cfg = ctx.config
     doomed = plan_local_prune(cfg.root, ctx.date, cfg.retention.local_days, is_locked)
     for p in doomed:
@@ -277,10 +263,6 @@ def prune(
 @click.option("--no-upload", is_flag=True, help="Build only; publish later with `nightly upload`.")
 @click.option("--rebuild", metavar="GLOB", multiple=True, help="Rebuild even if succeeded.")
 def release(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     version: str,
     rc: int | None,
     machine: str | None,
@@ -289,21 +271,11 @@ def release(
     rebuild: tuple[str, ...],
 ) -> None:
     """Build the whole matrix as VERSION and publish it to the test channel. Resumable."""
-    from nightly import night
-    from nightly import release as rel
+    from nightly.night.release import run_release
 
-    ctx = Ctx(config_path, root, date_text)
-    rel.check_version(version)
-    m = night.pick_machine(ctx.config, machine)
-    order, queues, plan_json, makespan, estimates = night.plan_share(ctx.config, m)
-    opts = night.NightOptions(
-        machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
-        channel="test", version=version, day_name=rel.candidate_name(version, rc),
-    )
-    night.run_builds(
-        ctx.config, ctx.date, order, opts, queues=queues, plan_json=plan_json,
-        estimate_s=makespan, estimates=estimates,
-    )
+    ctx = Ctx()
+    run_release(ctx.config, ctx.date, version, rc, machine=machine, dry_run=dry_run,
+                no_upload=no_upload, rebuild=rebuild)
 
 
 @cli.command()
@@ -314,37 +286,32 @@ def release(
               help="Promote although these builds are missing or failed.")
 @click.option("--dry-run", is_flag=True, help="Show what would be copied and uploaded.")
 def promote(
-    config_path: str | None,
-    root: str | None,
-    date_text: str | None,
-    debug: bool,
     version: str,
     rc: int | None,
     allow_partial: tuple[str, ...],
     dry_run: bool,
 ) -> None:
     """Copy exactly the test channel's files of VERSION to the release channel."""
-    from nightly import release as rel
+    from nightly.publish.promote import promote as promote_candidate
+    from nightly.workspace.candidate import check_version
 
-    ctx = Ctx(config_path, root, date_text)
-    rel.check_version(version)
-    rel.promote(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
-                       log=click.echo)
+    ctx = Ctx()
+    check_version(version)
+    promote_candidate(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
+                      log=click.echo)
 
 
 @cli.command()
 @common_options
 @click.option("--tail", default=15, show_default=True, metavar="N",
               help="Log lines shown per failed (or running) build.")
-def status(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool, tail: int
-) -> None:
+def status(tail: int) -> None:
     """The day in the terminal: each build's state, outcome, duration and size, failures
     first with the tail of their logs. Exit status 1 when a build failed."""
-    from nightly import status as status_view
-    from nightly.history import History, history_path
+    from nightly.history.db import History, history_path
+    from nightly.report import status as status_view
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     day = existing_day(ctx)
     hp = history_path(ctx.config.root)
     if status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None):
@@ -356,16 +323,15 @@ def status(
 @click.option("--out", "out_path", metavar="FILE",
               help="Also write the page here (its log links made relative to FILE).")
 def report_command(
-    config_path: str | None, root: str | None, date_text: str | None, debug: bool,
     out_path: str | None,
 ) -> None:
     """The day as one static, self-contained HTML page: ROOT/DAY/report.html (and --out)."""
     from pathlib import Path
 
-    from nightly import report
-    from nightly.history import History, history_path
+    from nightly.history.db import History, history_path
+    from nightly.report import html as report
 
-    ctx = Ctx(config_path, root, date_text)
+    ctx = Ctx()
     day = existing_day(ctx)
     hp = history_path(ctx.config.root)
     out = Path(out_path) if out_path else None
@@ -393,7 +359,7 @@ def cluster_certs(folder: str, hosts: str, days: int) -> None:
     certificates for the new hosts only. Keys are written mode 0600 and never printed."""
     from pathlib import Path
 
-    from nightly import tls
+    from nightly.cluster import tls
 
     made = tls.make_certs(Path(folder), tls.parse_hosts(hosts), days=days)
     click.echo(f"{'created' if made.ca_created else 'reused'} the CA: {made.ca_cert} "
@@ -408,7 +374,7 @@ def cluster_certs(folder: str, hosts: str, days: int) -> None:
 
 
 def _register_groups() -> None:
-    from nightly.images.cli import images
+    from nightly.cli.images import images
 
     cli.add_command(images)
 
@@ -418,7 +384,7 @@ _register_groups()
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args
+    opts = Shared()  # the command's --debug lands here (cli.context.common_options)
     # cron's `timeout`, systemd and kill send SIGTERM: stop like Ctrl-C (builds marked
     # interrupted, logs kept, containers removed) instead of dying mid-write.
     import signal
@@ -428,7 +394,7 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, _term)
     try:
-        cli.main(args=args, prog_name="nightly", standalone_mode=False)
+        cli.main(args=args, prog_name="nightly", standalone_mode=False, obj=opts)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
@@ -438,7 +404,7 @@ def main(argv: list[str] | None = None) -> None:
         e.show()
         sys.exit(2)
     except NightlyError as e:
-        if debug:
+        if opts.debug:
             import traceback
 
             traceback.print_exc()

@@ -267,7 +267,7 @@ def finish(job: Job, record: Callable[..., object]) -> list[str]:
 def read_stats(job: Job) -> CacheStats | None:
     """The statistics `run` left for this build (None when the build had no cache)."""
     cache = job.cache
-    if cache is None:
+    if not isinstance(cache, BuildCache):  # no cache, or not one this module attached
         return None
     # A server that was killed with its build leaves its socket file behind.
     Path(cache.socket).unlink(missing_ok=True)
@@ -324,7 +324,7 @@ def write_tools(folder: Path) -> None:
 
 
 RUN = r"""#!/bin/bash
-# Written by nightly (nightly/cache.py): this build's compiler cache, then the recipe.
+# Written by nightly (nightly/builds/cache.py): this build's compiler cache, then the recipe.
 tools="$(cd "$(dirname "$0")" && pwd)"
 sc="$NIGHTLY_SCCACHE"
 say() { printf '[nightly] %s\n' "$*"; }
@@ -380,7 +380,7 @@ exit $rc
 # {var}: CC or CXX. Only compiles go through the cache; a server that went away means the
 # compiler runs directly (never a failed build, never a new server started by a client).
 WRAPPER = r"""#!/bin/sh
-# Written by nightly (nightly/cache.py): {var} behind this build's sccache server.
+# Written by nightly (nightly/builds/cache.py): {var} behind this build's sccache server.
 real="${{NIGHTLY_CACHE_{var}:-{default}}}"
 if [ "${{NIGHTLY_CACHE:-}}" = on ] && [ -S "${{SCCACHE_SERVER_UDS:-}}" ]; then
     for arg in "$@"; do
@@ -393,7 +393,7 @@ exec $real "$@"
 """
 
 LAUNCH = r"""#!/bin/sh
-# Written by nightly (nightly/cache.py): CMAKE_<LANG>_COMPILER_LAUNCHER. CMake calls
+# Written by nightly (nightly/builds/cache.py): CMAKE_<LANG>_COMPILER_LAUNCHER. CMake calls
 # `launch COMPILER ARGS...`; nightly's own cc/c++ wrappers are replaced by the compilers they
 # stand for, so the cache is keyed on the real compiler and never runs sccache twice.
 compiler="$1"

@@ -3,8 +3,8 @@ report -> prune -> summary -> notify.
 
 `nightly run`, `nightly build`, `nightly release` and `nightly run --cluster` all go through
 `run_night`; they differ only in which builds (the plan's share of this machine, the command
-line, the whole matrix) and in the build phase (nightly.phase.BuildPhase): this machine's
-queues (nightly.runner.LocalPhase) or a Dask cluster (nightly.cluster.orchestrator).
+line, the whole matrix) and in the build phase (nightly.builds.phase.BuildPhase): this machine's
+queues (nightly.builds.local_phase.LocalPhase) or a Dask cluster (nightly.cluster.orchestrator).
 docs/architecture.md draws the whole picture.
 """
 
@@ -24,22 +24,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nightly import display, notify, wheelhouse
-from nightly import source as src
-from nightly import summary as day_record
+from nightly.builds.local_phase import LocalPhase, SmokeFactory
+from nightly.builds.phase import BuildPhase, NightContext
+from nightly.builds.smoke import SmokeTester
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError
 from nightly.files import append_line
-from nightly.history import History, history_path, planning_estimator
-from nightly.matrix import Build, SpellingError, nightly_version, parse_spec
-from nightly.phase import BuildPhase, NightContext
+from nightly.history.db import History, history_path, planning_estimator
+from nightly.night import notify, wheelhouse
+from nightly.night import source as src
+from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spec
+from nightly.plan.schedule import make_plan, select_cli
 from nightly.publish import conda as conda_client
-from nightly.publish.upload import open_destination, publish_day
-from nightly.report import write_report
-from nightly.runner import LocalPhase, SmokeFactory
-from nightly.schedule import make_plan, select_cli
-from nightly.smoke import SmokeTester
+from nightly.publish.upload import open_destination, publish_day, record_publication
+from nightly.report import terminal as display
+from nightly.report.html import write_report
 from nightly.workspace import (
     INTERRUPTED,
     SUCCEEDED,
@@ -51,6 +51,7 @@ from nightly.workspace import (
     plan_local_prune,
     write_json,
 )
+from nightly.workspace import summary as day_record
 
 
 @dataclass(kw_only=True)
@@ -292,7 +293,7 @@ def publish_step(night: NightContext) -> None:
         night.log(f"publish failed: {e}")
         night.state.set_meta(publish_error=str(e))
         return
-    day_record.record_publication(night.state, report)
+    record_publication(night.state, report)
     night.log(
         f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed"
@@ -341,7 +342,7 @@ def write_summary(
     manual: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], Path]:
     """summary.json for a night; a one-off build's (`manual`) own summary (then summary.json,
-    if the day has a night, is only refreshed: see nightly/summary.py). (summary, its path)"""
+    if the day has a night, is only refreshed: see nightly/workspace/summary.py). (summary, its path)"""
     state = night.state
     builds: dict[str, Any] = {}
     for b in night.builds:
@@ -397,11 +398,19 @@ def write_summary(
 # ---------------------------------------------------------------------------- what to build
 
 
-def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) -> tuple[
-    list[Build], list[list[Build]], dict[str, Any], float, dict[str, float]
-]:
-    """This machine's builds, its queues in plan order, the plan JSON, its estimated makespan
-    and per-build estimates."""
+@dataclass(frozen=True, kw_only=True)
+class Share:
+    """This machine's part of the night's plan."""
+
+    order: list[Build]  # its builds, in plan order
+    queues: list[list[Build]]  # its queues, each in plan order
+    plan_json: dict[str, Any]  # the whole plan, for logs/master/plan.json
+    makespan_s: float  # its estimated makespan
+    estimates: dict[str, float]  # build id -> estimated seconds
+
+
+def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) -> Share:
+    """This machine's builds and queues (only the selected ones, when selectors are given)."""
     full = make_plan(config, estimate=planning_estimator(config))
     chosen = {b.id for b in select_cli(config, selects)} if selects else None
     mp = full.machine(machine.name)
@@ -410,8 +419,9 @@ def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) ->
     order = [pb.build for pb in mp.in_order() if chosen is None or pb.build.id in chosen]
     if not order:
         raise NothingSelected(f"nothing selected for machine '{machine.name}'")
-    estimates = {pb.build.id: pb.estimate_s for pb in mp.builds}
-    return order, queues, full.to_json(), mp.makespan_s, estimates
+    return Share(order=order, queues=queues, plan_json=full.to_json(),
+                 makespan_s=mp.makespan_s,
+                 estimates={pb.build.id: pb.estimate_s for pb in mp.builds})
 
 
 def builds_from_cli(config: Config, package: str, pythons: str, cudas: str) -> list[Build]:
@@ -434,6 +444,7 @@ def builds_from_cli(config: Config, package: str, pythons: str, cudas: str) -> l
 __all__ = [
     "ClusterOptions",
     "NightOptions",
+    "Share",
     "builds_from_cli",
     "pick_machine",
     "plan_share",

@@ -1,4 +1,5 @@
-"""Runs builds: one build's lifecycle, and a machine's parallel, work-conserving queues.
+"""Runs builds: one build's lifecycle, and parallel, work-conserving queues of builds (the
+local build phase that drives them on this machine is nightly.builds.local_phase).
 
 A build's lifecycle: state -> running; log opened (appended to earlier attempts' text) with a
 header; the executor streams output into it; the files in the build's own output folder are
@@ -9,7 +10,6 @@ any two leaves something a rerun completes (a build left 'running' is run again)
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,20 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from nightly import cache as compiler_cache
-from nightly.buildlog import footer, header, last_footer
-from nightly.collect import PackageFile, collect_build
-from nightly.config import Config, Machine
-from nightly.executors import make_executor
+from nightly.builds import cache as compiler_cache
+from nightly.builds.buildlog import footer, header, last_footer
+from nightly.builds.collect import PackageFile, collect_build
+from nightly.builds.jobs import RunContext, make_job
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
-from nightly.history import recorder
-from nightly.images.commands import preflight as images_preflight
-from nightly.jobs import RunContext, make_job
-from nightly.matrix import Build
-from nightly.phase import NightContext
-from nightly.progress import Progress
-from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State, remove_tree
+from nightly.plan.matrix import Build
+from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, remove_tree
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
 
@@ -44,7 +38,7 @@ class SmokeOutcome(Protocol):
     def notes(self) -> tuple[str, ...]: ...
 
 
-# (build, produced files, job, log sink, cancel) -> outcome; see nightly.smoke.SmokeTester.
+# (build, produced files, job, log sink, cancel) -> outcome; see nightly.builds.smoke.SmokeTester.
 SmokeHook = Callable[[Build, list[Path], Job, Callable[[bytes], None], threading.Event], SmokeOutcome]
 
 
@@ -313,95 +307,6 @@ class Runner:
                 ev.wait()
             raise
         return results
-
-
-# (config, executor, source dir) -> the smoke hook of a night; see nightly.smoke.SmokeTester.
-SmokeFactory = Callable[[Config, Executor, Path], SmokeHook]
-
-
-class LocalPhase:
-    """The build phase on this machine (nightly.phase.BuildPhase): its queues, in parallel,
-    each serially, work-conserving (Runner.run_queues)."""
-
-    def __init__(
-        self,
-        config: Config,
-        machine: Machine,
-        executor: str,
-        *,
-        queues: Sequence[Sequence[Build]] | None = None,
-        estimate_s: float = 0.0,
-        keep_container: bool = False,
-        smoke: SmokeFactory | None = None,
-    ) -> None:
-        self.config = config
-        self._machine = machine
-        self.executor = executor
-        self.queues = queues
-        self.estimate_s = estimate_s
-        self.keep_container = keep_container
-        self.smoke = smoke
-
-    @property
-    def machine(self) -> Machine:
-        return self._machine
-
-    def meta(self) -> dict[str, Any]:
-        return {}
-
-    def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> None:
-        config = self.config
-        state = State(day.path / "nonexistent-state.json")
-        ctx = RunContext(config=config, day=day, state=state, source_dir=day.source,
-                         version=version, channel=channel, machine=self.machine.name)
-        ex = make_executor(self.executor, config, keep_container=self.keep_container)
-        for b in builds:
-            desc = ex.describe(make_job(ctx, b, executor=ex.name))
-            print(json.dumps({"build": b.id, "machine": self.machine.name, **desc}, indent=2,
-                             default=str))
-
-    def run(self, night: NightContext, todo: Sequence[Build]) -> float:
-        ctx = RunContext(
-            config=night.config, day=night.day, state=night.state, source_dir=night.source_dir,
-            version=night.version, channel=night.channel, machine=self.machine.name,
-        )
-        with make_executor(self.executor, night.config,
-                           keep_container=self.keep_container) as ex:
-            if todo:
-                if ex.name == "container":
-                    images_preflight(night.config, todo)  # a missing builder image names its build command
-                ex.preflight([make_job(ctx, b, executor=ex.name) for b in todo])
-            n_q = len(self.queues) if self.queues is not None else self.machine.queues
-            progress = Progress(
-                total=len(todo), master_log=night.day.master / "run.log",
-                estimate_s=self.estimate_s, live=night.live, queue_logs=night.day.master,
-            )
-            with progress:
-                progress.log(
-                    f"night {night.day.name} on machine {self.machine.name}: {len(todo)} to "
-                    f"build, {len(night.builds) - len(todo)} already succeeded, {n_q} queues, "
-                    f"executor {ex.name}, source {night.source_describe}"
-                )
-                smoke = self.smoke(night.config, ex, night.source_dir) if self.smoke else None
-                record = recorder(night.history, night.day.name, night.state,
-                                  commit=night.commit, channel=night.channel, log=night.log)
-
-                def on_event(kind: str, info: Mapping[str, Any]) -> None:
-                    progress(kind, info)
-                    record(kind, info)
-
-                runner = Runner(ctx, ex, on_event=on_event, smoke=smoke)
-                todo_ids = {b.id for b in todo}
-                if self.queues is not None:
-                    qs = [[b for b in q if b.id in todo_ids] for q in self.queues]
-                    runner.run_queues(qs, order=[b for b in night.builds if b.id in todo_ids])
-                else:
-                    qs = [list(todo[i::n_q]) for i in range(n_q)]
-                    runner.run_queues(qs, order=todo)
-        return self.estimate_s
-
-    def finish(self, night: NightContext) -> None:
-        pass
 
 
 class _Dispatcher:

@@ -1,6 +1,6 @@
 """Collecting a finished build into the day folder: the one step both build phases end with.
 
-The local queues (nightly.runner) and the Dask orchestrator (nightly.cluster.orchestrator) both
+The local queues (nightly.builds.runner) and the Dask orchestrator (nightly.cluster.orchestrator) both
 finish a build the same way: its package files are hashed and renamed into
 `packages/<package>/<cuda>/`, its log is filed into `logs/succeeded|failed/`, and then (last,
 so a kill -9 before it leaves a build that a rerun redoes or adopts) its state.json entry says
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly.files import sha256_file
-from nightly.matrix import Build
+from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, SUCCEEDED, BuildEntry, Day, PackageFile, State
 
 # (ok, reason, the filed packages) -> where the build's log now is (in succeeded/ or failed/)

@@ -11,17 +11,15 @@ import statistics
 import urllib.parse
 from collections.abc import Sequence
 
-from nightly.cache import night_total
-from nightly.nightview import (
+from nightly.builds.cache import night_total
+from nightly.format import clock, human_size, took
+from nightly.report.view import (
     TREND_NIGHTS,
     BuildView,
     NightView,
-    clock,
-    human_size,
     log_tail,
     manual_text,
     outcome_text,
-    took,
 )
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED
 

@@ -1,0 +1,109 @@
+"""The build phase on this machine: its queues in parallel, each serially, work-conserving
+(Runner.run_queues), with live progress and every attempt recorded in the history."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from nightly.builds.jobs import RunContext, make_job
+from nightly.builds.phase import NightContext
+from nightly.builds.progress import Progress
+from nightly.builds.runner import Runner, SmokeHook
+from nightly.config import Config, Machine
+from nightly.executors import make_executor
+from nightly.executors.base import Executor
+from nightly.history.db import recorder
+from nightly.images.commands import preflight as images_preflight
+from nightly.plan.matrix import Build
+from nightly.workspace import Day, State
+
+# (config, executor, source dir) -> the smoke hook of a night; see nightly.builds.smoke.SmokeTester.
+SmokeFactory = Callable[[Config, Executor, Path], SmokeHook]
+
+
+class LocalPhase:
+    """The build phase on this machine (nightly.builds.phase.BuildPhase): its queues, in parallel,
+    each serially, work-conserving (Runner.run_queues)."""
+
+    def __init__(
+        self,
+        config: Config,
+        machine: Machine,
+        executor: str,
+        *,
+        queues: Sequence[Sequence[Build]] | None = None,
+        estimate_s: float = 0.0,
+        keep_container: bool = False,
+        smoke: SmokeFactory | None = None,
+    ) -> None:
+        self.config = config
+        self._machine = machine
+        self.executor = executor
+        self.queues = queues
+        self.estimate_s = estimate_s
+        self.keep_container = keep_container
+        self.smoke = smoke
+
+    @property
+    def machine(self) -> Machine:
+        return self._machine
+
+    def meta(self) -> dict[str, Any]:
+        return {}
+
+    def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> None:
+        config = self.config
+        state = State(day.path / "nonexistent-state.json")
+        ctx = RunContext(config=config, day=day, state=state, source_dir=day.source,
+                         version=version, channel=channel, machine=self.machine.name)
+        ex = make_executor(self.executor, config, keep_container=self.keep_container)
+        for b in builds:
+            desc = ex.describe(make_job(ctx, b, executor=ex.name))
+            print(json.dumps({"build": b.id, "machine": self.machine.name, **desc}, indent=2,
+                             default=str))
+
+    def run(self, night: NightContext, todo: Sequence[Build]) -> float:
+        ctx = RunContext(
+            config=night.config, day=night.day, state=night.state, source_dir=night.source_dir,
+            version=night.version, channel=night.channel, machine=self.machine.name,
+        )
+        with make_executor(self.executor, night.config,
+                           keep_container=self.keep_container) as ex:
+            if todo:
+                if ex.name == "container":
+                    images_preflight(night.config, todo)  # a missing builder image names its build command
+                ex.preflight([make_job(ctx, b, executor=ex.name) for b in todo])
+            n_q = len(self.queues) if self.queues is not None else self.machine.queues
+            progress = Progress(
+                total=len(todo), master_log=night.day.master / "run.log",
+                estimate_s=self.estimate_s, live=night.live, queue_logs=night.day.master,
+            )
+            with progress:
+                progress.log(
+                    f"night {night.day.name} on machine {self.machine.name}: {len(todo)} to "
+                    f"build, {len(night.builds) - len(todo)} already succeeded, {n_q} queues, "
+                    f"executor {ex.name}, source {night.source_describe}"
+                )
+                smoke = self.smoke(night.config, ex, night.source_dir) if self.smoke else None
+                record = recorder(night.history, night.day.name, night.state,
+                                  commit=night.commit, channel=night.channel, log=night.log)
+
+                def on_event(kind: str, info: Mapping[str, Any]) -> None:
+                    progress(kind, info)
+                    record(kind, info)
+
+                runner = Runner(ctx, ex, on_event=on_event, smoke=smoke)
+                todo_ids = {b.id for b in todo}
+                if self.queues is not None:
+                    qs = [[b for b in q if b.id in todo_ids] for q in self.queues]
+                    runner.run_queues(qs, order=[b for b in night.builds if b.id in todo_ids])
+                else:
+                    qs = [list(todo[i::n_q]) for i in range(n_q)]
+                    runner.run_queues(qs, order=todo)
+        return self.estimate_s
+
+    def finish(self, night: NightContext) -> None:
+        pass
