@@ -14,6 +14,9 @@ Runs one after another (so they do not compete for the machine), each in its own
   cluster     bench_cluster.py: 1,000 builds planned and run on 20 Dask workers
   cluster_tls bench_cluster_tls.py: mutual TLS against plain tcp on real Dask processes;
               sha256 of a fetched package against its copy (verified staging)
+  staging_store bench_staging_store.py: the folder staging store read without following
+              symlinks (package fetch, listing, a 32 MiB log read back and scrubbed) against
+              plain copyfile / os.walk / read of the same files
   index_peer  bench_index_peer.py: index pages against PyTorch's test-infra manage_v2.py on
               one moto bucket of 5,000 and 20,000 wheels (--quick: 1,000)
   images      bench_images.py: builder images cold/warm per CUDA, sizes, and the demo CUDA
@@ -77,6 +80,9 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
         "cluster_tls": ([py, str(HERE / "bench_cluster_tls.py"),
                          *(["--runs", "3", "--tasks", "200", "--package-mb", "64"] if quick else [])],
                         "cluster_tls.json"),
+        "staging_store": ([py, str(HERE / "bench_staging_store.py"),
+                           *(["--runs", "3", "--package-mb", "64"] if quick else [])],
+                          "staging_store.json"),
         "index_peer": ([py, str(HERE / "bench_index_peer.py"),
                         *(["--sizes", "1000"] if quick else [])], "index_peer.json"),
         "images": ([py, str(HERE / "bench_images.py"), *(["--warm-only", "--no-night"] if quick else [])],
@@ -246,6 +252,21 @@ def rows_cluster_tls(d: dict[str, Any]) -> list[Row]:
     ]
 
 
+def rows_staging_store(d: dict[str, Any]) -> list[Row]:
+    med, r = d.get("median_s") or {}, d.get("ratio") or {}
+    return [
+        ["staging_store", f"{d.get('package_mb', '?')} MB package: get(max_bytes) / copyfile (s)",
+         _num(med.get("get")), _num(med.get("copyfile")), _num(r.get("get_to_copyfile")),
+         "lower is better; no symlink followed, capped"],
+        ["staging_store", f"list {d.get('files_listed', '?')} files: store / os.walk (s)",
+         _num(med.get("list")), _num(med.get("os_walk")), _num(r.get("list_to_os_walk")),
+         "lower is better"],
+        ["staging_store", f"{d.get('log_mb', '?')} MiB log: read back, scrubbed / read (s)",
+         _num(med.get("staged_log")), _num(med.get("read_log")), _num(r.get("staged_log_to_read")),
+         "once per build, at most this size"],
+    ]
+
+
 def rows_cli(d: dict[str, Any]) -> list[Row]:
     med = d.get("median_s") or {}
     base = d.get("baseline", "?")
@@ -298,6 +319,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
     "cluster": rows_cluster, "cache": rows_cache, "cli": rows_cli, "images": rows_images,
     "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls,
+    "staging_store": rows_staging_store,
 }
 
 

@@ -85,6 +85,21 @@ class PublishError(NightlyError):
     exit_code = 1
 
 
+class UnsafeEntry(PublishError):
+    """A folder store (staging, a file:// mirror) holds a symlink, or something that is not a
+    regular file or folder, where it keeps objects: other hosts can write there, so nightly
+    never follows or reads it."""
+
+
+class ObjectTooLarge(PublishError):
+    """An object is larger than the size it was expected to have (what its writer reported,
+    or a documented limit): it is not read past that size. `size`: what it holds (at least)."""
+
+    def __init__(self, message: str, *, size: int = 0) -> None:
+        super().__init__(message)
+        self.size = size
+
+
 def did_you_mean(word: str, choices: Iterable[str], *, quote: bool = True) -> str | None:
     """'did you mean X?' for the closest choice, or None when nothing is close."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

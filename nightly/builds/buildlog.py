@@ -21,6 +21,43 @@ _RULE = "=" * 78
 _PACKAGE_LINE = re.compile(r"^  (.+)  (\d+) bytes  sha256 ([0-9a-f]{64})$")
 
 
+class ErrorLine:
+    """Watches a recipe's output for why it failed: the last `ERROR:` line it printed, else
+    its last non-empty line. Fed the output as it comes, in chunks cut anywhere."""
+
+    MAX = 300  # characters kept: a reason, not a log
+
+    def __init__(self) -> None:
+        self._partial = b""
+        self._error = ""
+        self._last = ""
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self._partial + chunk).split(b"\n")
+        # A line still being written; a runaway one (no newline) is cut to its end.
+        self._partial = lines.pop()[-4 * self.MAX:]
+        for raw in lines:
+            self._take(raw)
+
+    def _take(self, raw: bytes) -> None:
+        line = _ANSI.sub("", raw.decode("utf-8", errors="replace")).strip()
+        if not line:
+            return
+        self._last = line
+        if "ERROR:" in line:
+            self._error = line
+
+    def line(self) -> str:
+        if self._partial:
+            self._take(self._partial)
+            self._partial = b""
+        found = self._error or self._last
+        return found if len(found) <= self.MAX else found[: self.MAX - 3] + "..."
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def header(
     job: Job, desc: Mapping[str, object], *, attempt: int, queue: int, started: float,
     machine: str, executor: str,

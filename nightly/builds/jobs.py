@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightly.config import Config
+from nightly.config.detect import resolve_version_from
 from nightly.executors.base import Job
 from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
@@ -66,6 +67,28 @@ def build_env(config: Config) -> dict[str, str]:
     return env
 
 
+LOCAL_VERSION_PACKAGES = ("manywheel", "wheel", "libtorch")
+
+
+def package_version(build: Build, version: str, version_from: str) -> str:
+    """The version a package of this build carries (PACKAGE_VERSION), decided here once for
+    the recipes and the smoke test: CUDA wheels and libtorch zips get `+<cuda>` (1.0.dev20261124
+    +cu130); conda versions have no local part; a project that keeps its own version, or a
+    version that already has a local part, is left as it is."""
+    if (build.is_cuda and build.package in LOCAL_VERSION_PACKAGES and version_from != "keep"
+            and "+" not in version):
+        return f"{version}+{build.cuda}"
+    return version
+
+
+def version_env(ctx: RunContext, build: Build) -> dict[str, str]:
+    """NIGHTLY_VERSION_FROM as the build uses it ("auto" resolved from the night's source),
+    NIGHTLY_VERSION_REASON, which the recipe logs, and the package's version."""
+    choice = resolve_version_from(ctx.config.project.version_from, ctx.source_dir)
+    return {"NIGHTLY_VERSION_FROM": choice.strategy, "NIGHTLY_VERSION_REASON": choice.reason,
+            "PACKAGE_VERSION": package_version(build, ctx.version, choice.strategy)}
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunContext:
     config: Config
@@ -86,7 +109,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         cuda=build.cuda,
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ) | wheelhouse_env(ctx),
+        ) | wheelhouse_env(ctx) | version_env(ctx, build),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",
@@ -97,4 +120,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
     )
 
 
-__all__ = ["RunContext", "build_env", "make_job", "recipe_env", "wheelhouse_env"]
+__all__ = [
+    "RunContext", "build_env", "make_job", "package_version", "recipe_env", "version_env",
+    "wheelhouse_env",
+]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nightly.builds import cache as compiler_cache
-from nightly.builds.buildlog import footer, header, last_footer
+from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
 from nightly.builds.collect import PackageFile, collect_build
 from nightly.builds.jobs import RunContext, make_job
 from nightly.executors.base import ExecResult, Executor, Job
@@ -114,21 +114,27 @@ class Runner:
         with log_path.open("ab", buffering=0) as log:
             write_lock = threading.Lock()
 
+            errors = ErrorLine()
+
             def sink(chunk: bytes) -> None:
                 with write_lock:
                     log.write(chunk)
+
+            def recipe_sink(chunk: bytes) -> None:
+                sink(chunk)
+                errors.feed(chunk)
 
             log.write(header(job, self.executor.describe(job), attempt=attempt, queue=queue,
                              started=started, machine=ctx.machine,
                              executor=self.executor.name).encode())
             log.write(f"[nightly] {cache_note}\n".encode() if cache_note else b"")
             try:
-                result = self.executor.run(job, sink, self.cancel)
+                result = self.executor.run(job, recipe_sink, self.cancel)
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
             produced = _files(job.output_dir)
-            ok, reason, notes = self._verdict(build, job, result, produced, sink)
+            ok, reason, notes = self._verdict(build, job, result, produced, sink, errors.line())
             failed_status = INTERRUPTED if result.interrupted else FAILED
 
             def file_log(ok: bool, reason: str | None, packages: list[PackageFile]) -> Path:
@@ -177,7 +183,7 @@ class Runner:
 
     def _verdict(
         self, build: Build, job: Job, result: ExecResult, produced: list[Path],
-        sink: Callable[[bytes], None],
+        sink: Callable[[bytes], None], error_line: str = "",
     ) -> tuple[bool, str | None, list[str]]:
         """Did the attempt succeed: the recipe's verdict, a package produced, the smoke test
         (before the build counts as succeeded, so before any upload). (ok, reason, notes)"""
@@ -185,7 +191,9 @@ class Runner:
         cache_notes = compiler_cache.finish(job, lambda **f: state.update(build.id, **f))
         reason = result.reason
         if reason is None and result.exit_status != 0:
-            reason = f"recipe failed with exit status {result.exit_status}"
+            # The recipe's own words first: the table, status and report show the reason.
+            reason = f"recipe failed with exit status {result.exit_status}" + (
+                f": {error_line}" if error_line else "")
         if reason is None and not produced:
             reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
         notes = [*result.notes, *cache_notes]

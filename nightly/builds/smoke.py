@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from nightly.builds.buildlog import ErrorLine
 from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
 from nightly.executors.local import NotFound, find_python
@@ -41,13 +42,6 @@ class SmokeResult:
     ok: bool
     reason: str | None = None  # "smoke test: ..." when it failed
     notes: tuple[str, ...] = ()  # e.g. "GPU check not run"
-
-
-def expected_wheel_version(build: Build, version: str) -> str:
-    """The version a wheel of this build carries: CUDA manywheels get a +cuXYZ local tag."""
-    if build.package == "manywheel" and build.is_cuda and "+" not in version:
-        return f"{version}+{build.cuda}"
-    return version
 
 
 class SmokeTester:
@@ -118,7 +112,7 @@ class SmokeTester:
             env = dict(job.env)
             env.update(
                 SMOKE_IMPORT=sm.import_name,
-                EXPECT_VERSION=expected_wheel_version(build, env["BUILD_VERSION"]),
+                EXPECT_VERSION=env.get("PACKAGE_VERSION") or env["BUILD_VERSION"],
                 SMOKE_CUDA_CHECK=sm.cuda_check,
                 SMOKE_GPU_CHECK=sm.gpu_check,
                 SMOKE_GPU="1" if sm.gpu else "0",
@@ -141,10 +135,18 @@ class SmokeTester:
             )
             smoke_job.output_dir.mkdir()
             smoke_job.work_dir.mkdir()
-            result = self.executor.run(smoke_job, out, cancel)
+            errors = ErrorLine()
+
+            def watched(chunk: bytes) -> None:
+                out(chunk)
+                errors.feed(chunk)
+
+            result = self.executor.run(smoke_job, watched, cancel)
         if result.exit_status == 0 and result.reason is None:
             return SmokeResult(ok=True)
-        why = result.reason or f"exit status {result.exit_status}"
+        # The script's last line says what it found wrong.
+        line = errors.line()
+        why = result.reason or f"exit status {result.exit_status}" + (f": {line}" if line else "")
         return SmokeResult(ok=False, reason=f"smoke test: {why}")
 
     def _conda(self, build: Build, files: list[Path], job: Job, out: OutputSink) -> SmokeResult:
@@ -178,11 +180,14 @@ class SmokeTester:
             code = (
                 "import importlib, sys; m = importlib.import_module(sys.argv[1]); "
                 "v = getattr(m, '__version__', None); print('smoke: imported', m.__file__, v); "
-                "sys.exit(0 if v in (None, sys.argv[2]) else 'version ' + str(v) + ' != ' + sys.argv[2])"
+                "sys.exit(0 if v in (None, sys.argv[2]) or sys.argv[3] == 'rewrite' "
+                "else 'version ' + str(v) + ' != ' + sys.argv[2])"
             )
+            # version_from = rewrite: the code's __version__ still says the release.
+            strategy = job.env.get("NIGHTLY_VERSION_FROM", "")
             env = {"PYTHONPATH": str(site[0]), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
             proc = subprocess.run(
-                [py, "-c", code, self.config.smoke.import_name, job.env["BUILD_VERSION"]],
+                [py, "-c", code, self.config.smoke.import_name, job.env["BUILD_VERSION"], strategy],
                 cwd=t, env=env, capture_output=True, timeout=self.config.smoke.timeout_s,
             )
             out(proc.stdout + proc.stderr)

@@ -82,12 +82,18 @@ def shared() -> Shared:
 class Ctx:
     """What every command needs: the loaded config and the day (from the shared options)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, builds: bool = False) -> None:
         from nightly import config as cfg
 
         opts = shared()
         self.date = parse_date(opts.date_text)
         self.config = cfg.load(cfg.find_config_path(opts.config_path), root_override=opts.root)
+        if builds:
+            # Commands that plan builds (plan, run, build, release) need every recipe of the
+            # matrix: checked before anything of the night is created on disk.
+            from nightly.config.recipes import check_recipes
+
+            check_recipes(self.config)
 
 
 def existing_day(ctx: Ctx) -> Any:

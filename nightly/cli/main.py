@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
-from nightly.cli.context import Ctx, Shared, common_options, existing_day
+from nightly.cli.context import (
+    Ctx,
+    Shared,
+    common_options,
+    config_option,
+    debug_option,
+    existing_day,
+    shared,
+)
 from nightly.errors import BuildsFailed, NightlyError, UsageError
 
 
@@ -42,20 +51,56 @@ def plan(
     from nightly.plan.matrix import nightly_version
     from nightly.plan.schedule import plan_night
 
-    ctx = Ctx()
+    ctx = Ctx(builds=True)
     result = plan_night(
         ctx.config, machine=machine, selects=selects, estimate=planning_estimator(ctx.config)
     )
     version = nightly_version(
         ctx.config.project.base_version, ctx.date, ctx.config.project.version_from
     )
+    strategy, why = _version_strategy(ctx.config)
     if as_json:
         data = result.to_json(date=f"{ctx.date:%Y_%m_%d}", version=version)
+        data["version_from"] = {"strategy": strategy, "reason": why}
         click.echo(json.dumps(data, indent=2))
     else:
         from nightly.report import terminal as display
 
         display.print_plan(result, date=ctx.date, version=version)
+        click.echo(f"version strategy: {strategy} ({why})")
+
+
+def _version_strategy(config: Any) -> tuple[str, str]:
+    """The version strategy `nightly plan` shows: detected from a local source now; from a
+    git URL only once the night has checked it out."""
+    import os
+
+    from nightly.config.detect import resolve_version_from
+
+    source, configured = config.project.source, config.project.version_from
+    if configured == "auto" and ("://" in source or source.startswith("git@")):
+        return "auto", "decided from the night's checkout of the source"
+    path = (config.path.resolve().parent / os.path.expanduser(source)).resolve()
+    choice = resolve_version_from(configured, path)
+    return choice.strategy, choice.reason
+
+
+@cli.command()
+@click.argument("target", default=".", metavar="[PATH | SDIST]")
+@config_option
+@debug_option
+def init(target: str) -> None:
+    """Write a commented nightly.toml (or --config FILE) for the project in PATH (default:
+    here), or for an sdist (unpacked beside the file): its name, version strategy, Pythons,
+    builder image, smoke import and a local mirror. Never overwrites a file."""
+    from pathlib import Path
+
+    from nightly.cli.scaffold import init_project
+    from nightly.config import find_config_path
+
+    config_path = find_config_path(shared().config_path)
+    for line in init_project(Path(target), config_path).lines():
+        click.echo(line)
 
 
 @cli.command()
@@ -89,7 +134,7 @@ def build(
     from nightly.night import pipeline as night
     from nightly.workspace.summary import manual_mark
 
-    ctx = Ctx()
+    ctx = Ctx(builds=True)
     builds = night.builds_from_cli(ctx.config, package, pythons, cudas)
     opts = night.NightOptions(
         machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
@@ -120,7 +165,7 @@ def run(
     """The whole night for this machine: build, publish, index, prune, summarize. Resumable."""
     from nightly.night import pipeline as night
 
-    ctx = Ctx()
+    ctx = Ctx(builds=True)
     if cluster or (machine is None and ctx.config.cluster.address):
         night.run_cluster(ctx.config, ctx.date, night.ClusterOptions(
             address=cluster or "", machine=machine, dry_run=dry_run, no_upload=no_upload,
@@ -273,7 +318,7 @@ def release(
     """Build the whole matrix as VERSION and publish it to the test channel. Resumable."""
     from nightly.night.release import run_release
 
-    ctx = Ctx()
+    ctx = Ctx(builds=True)
     run_release(ctx.config, ctx.date, version, rc, machine=machine, dry_run=dry_run,
                 no_upload=no_upload, rebuild=rebuild)
 
@@ -299,6 +344,31 @@ def promote(
     check_version(version)
     promote_candidate(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
                       log=click.echo)
+
+
+@cli.command()
+@common_options
+@click.option("--channel", type=click.Choice(["nightly", "test", "release"]), default=None,
+              help="The channel whose day it is (default: the day's own).")
+def validate(channel: str | None) -> None:
+    """Check what users get: each published package of the day resolved through the published
+    index (pip, with the build's Python), compared with what was built, installed and
+    imported. Exit status 1 when any is missing, unreachable, different or failing."""
+    from nightly.publish.validate import validate_day
+    from nightly.workspace import State
+
+    ctx = Ctx()
+    day = existing_day(ctx)
+    state = State(day.state_path)
+    if channel is not None and state.meta.get("channel", "nightly") != channel:
+        raise UsageError(f"{day.path} is a {state.meta.get('channel', 'nightly')} day, "
+                         f"not {channel}: pass its --date (or no --channel)")
+    checks = validate_day(ctx.config, day, state, log=click.echo)
+    bad = [c for c in checks if not c.ok]
+    click.echo(f"validate: {len(checks) - len(bad)} of {len(checks)} published package(s) as built")
+    if bad:
+        raise BuildsFailed(f"{len(bad)} published package(s) are not what users should get: "
+                           + ", ".join(c.package for c in bad))
 
 
 @cli.command()

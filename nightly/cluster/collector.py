@@ -20,11 +20,15 @@ from nightly.builds.collect import collect_build
 from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
 from nightly.cluster.dispatch import TaskItem
+from nightly.cluster.messages import AttemptResult, WorkerEvent
 from nightly.cluster.staging import RESULT_JSON, StagingDay, attempt_prefix
 from nightly.cluster.verify import check_packages, sealed
-from nightly.errors import PublishError
+from nightly.errors import ObjectTooLarge, PublishError
 from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, BuildEntry
+
+UNCOLLECTED = ("verifying staging: a package is not the one its worker built (it was changed in "
+               "staging after the build); nothing of it is published")
 
 
 class Collector:
@@ -47,7 +51,7 @@ class Collector:
             version, rebuild, keep_staging, note)
         self.progress: Progress | None = None
         self.filed: set[str] = set()
-        self.current: dict[str, dict[str, Any]] = {}  # build -> its latest start event
+        self.current: dict[str, WorkerEvent] = {}  # build -> its latest start event
         self.lanes: dict[tuple[str, int], int] = {}
         self.given_up: set[str] = set()
         self.interrupting = False
@@ -80,7 +84,7 @@ class Collector:
                     continue
                 self.note(f"adopt  {b.id}: attempt {tok} on {r.get('worker')} had finished "
                           "before the run that submitted it died")
-                self.file(b, r)
+                self.file(b, AttemptResult.from_json(r))
                 adopted.add(b.id)
                 break
         return adopted
@@ -94,49 +98,46 @@ class Collector:
         if self.progress is not None:
             self.progress(kind, info)
 
-    def on_event(self, msg: dict[str, Any]) -> None:
-        kind, bid = str(msg.get("kind", "")), str(msg.get("build", ""))
+    def on_event(self, msg: Mapping[str, Any]) -> None:
+        ev = WorkerEvent.from_json(msg)
+        bid = ev.build
         if bid not in self.by_id or bid in self.filed:
             return
         b, state = self.by_id[bid], self.night.state
-        if kind == "start":
-            tok, attempt = str(msg.get("token", "")), int(msg.get("attempt") or 1)
+        if ev.kind == "start":
             cur = self.current.get(bid)
             if cur is not None:
-                if tok < cur["token"] or (tok == cur["token"] and attempt <= cur["attempt"]):
+                if ev.token < cur.token or (ev.token == cur.token and ev.attempt <= cur.attempt):
                     return  # a late event of an attempt already superseded
-                if tok != cur["token"]:
-                    self._lost(b, cur, msg)
-            self.current[bid] = {"token": tok, "attempt": attempt, "worker": msg.get("worker")}
-            slot = int(msg.get("slot") or 0)
+                if ev.token != cur.token:
+                    self._lost(b, cur, ev)
+            self.current[bid] = ev
             state.update(
-                bid, status=RUNNING, attempts=attempt, started=float(msg.get("started") or
-                                                                     time.time()),
-                ended=None, machine=str(msg.get("worker")), queue=slot,
-                executor=str(msg.get("executor") or ""), reason=None, package=b.package,
+                bid, status=RUNNING, attempts=ev.attempt, started=ev.started,
+                ended=None, machine=ev.worker, queue=ev.slot,
+                executor=ev.executor, reason=None, package=b.package,
                 python=b.python, cuda=b.cuda, variant=b.variant,
-                worker_name=str(msg.get("worker_name") or ""), host=str(msg.get("host") or ""),
-                token=tok,
+                worker_name=ev.worker_name, host=ev.host, token=ev.token,
             )
-            self._progress("start", {"build": bid, "attempt": attempt,
-                                     "queue": self._lane(str(msg.get("worker")), slot)})
-        elif kind == "end":
-            if msg.get("status") != SUCCEEDED:  # a local attempt that failed (maybe retried)
+            self._progress("start", {"build": bid, "attempt": ev.attempt,
+                                     "queue": self._lane(ev.worker, ev.slot)})
+        elif ev.kind == "end":
+            if ev.status != SUCCEEDED:  # a local attempt that failed (maybe retried)
                 self._record(BuildEntry.from_json({
-                    **state.get(bid).to_json(), "status": msg.get("status"),
-                    "reason": msg.get("reason"), "ended": time.time(),
-                    "duration_s": msg.get("duration_s"), "attempts": msg.get("attempt")}), bid)
-        elif kind == "retry":
-            self.note(f"retry  {bid} on {msg.get('worker')}: {msg.get('reason')}")
+                    **state.get(bid).to_json(), "status": ev.status,
+                    "reason": ev.reason, "ended": time.time(),
+                    "duration_s": ev.duration_s, "attempts": ev.attempt}), bid)
+        elif ev.kind == "retry":
+            self.note(f"retry  {bid} on {ev.worker}: {ev.reason}")
         else:
-            self.note(f"{kind} {bid} on {msg.get('worker')}: {msg.get('note', '')}")
+            self.note(f"{ev.kind} {bid} on {ev.worker}: {ev.note}")
 
-    def _lost(self, build: Build, cur: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-        reason = (f"attempt on {cur.get('worker')} ended without a result (its worker was lost); "
-                  f"run again on {new.get('worker')}")
+    def _lost(self, build: Build, cur: WorkerEvent, new: WorkerEvent) -> None:
+        reason = (f"attempt on {cur.worker} ended without a result (its worker was lost); "
+                  f"run again on {new.worker}")
         self._record(BuildEntry.from_json({
             **self.night.state.get(build.id).to_json(), "status": INTERRUPTED, "reason": reason,
-            "ended": time.time(), "attempts": cur.get("attempt")}), build.id)
+            "ended": time.time(), "attempts": cur.attempt}), build.id)
         self.note(f"lost   {build.id}: {reason}")
 
     def _record(self, entry: BuildEntry, build_id: str) -> None:
@@ -147,15 +148,17 @@ class Collector:
         except (sqlite3.Error, OSError) as e:
             self.note(f"history: could not record {build_id}: {e}")
 
-    def on_result(self, item: TaskItem, result: dict[str, Any]) -> None:
+    def on_result(self, item: TaskItem, returned: object) -> None:
         """A result returned over the (authenticated) Dask channel: the record staging is
         checked against (verify). It must be this very task's."""
-        if (result.get("build") != item.build_id
-                or result.get("submission") != getattr(item.spec, "submission", None)):
+        result = (returned if isinstance(returned, AttemptResult)
+                  else AttemptResult.from_json(returned if isinstance(returned, Mapping) else {}))
+        if (result.build != item.build_id
+                or result.submission != getattr(item.spec, "submission", None)):
             self.file_without_result(
                 self.by_id[item.build_id], FAILED,
-                f"the task returned a result for {result.get('build')!r} (submission "
-                f"{result.get('submission')!r}), not for this build's task: not used")
+                f"the task returned a result for {result.build!r} (submission "
+                f"{result.submission!r}), not for this build's task: not used")
             return
         self.file(self.by_id[item.build_id], result)
 
@@ -176,49 +179,51 @@ class Collector:
 
     # ------------------------------------------------------------------ filing
 
-    def file(self, build: Build, result: Mapping[str, Any]) -> None:
+    def file(self, build: Build, result: AttemptResult) -> None:
         """Collect one attempt's result: packages fetched from staging into packages/, the
         log (with any earlier attempts' that died) into logs/succeeded|failed/, then
         state.json and history (nightly.builds.collect)."""
-        day, token = self.day, str(result.get("token") or "")
-        status = str(result.get("status") or FAILED)
-        ok, reason = status == SUCCEEDED, result.get("reason")
-        tmp = day.work / build.id / f"fetch-{result.get('token')}"
+        day, token, status = self.day, result.token, result.status
+        ok, reason = status == SUCCEEDED, result.reason
+        tmp = day.work / build.id / f"fetch-{token}"
         files: list[Path] = []
         expected: dict[str, tuple[int, str]] = {}
-        infra = bool(result.get("infra"))
+        infra = result.infra
+        unsafe = self.staging.unsafe(build.id, token)
+        if unsafe:  # a symlink or a FIFO among its files: nothing of this attempt is used
+            ok, reason, infra = False, f"{unsafe}; nothing of this attempt is used", True
         try:
             if ok:
                 try:
                     files, expected = self.fetch_packages(result, tmp)
+                except ObjectTooLarge as e:  # as a package whose sha256 is not the worker's
+                    ok, reason, infra = False, f"{UNCOLLECTED}: {e}", True
                 except (PublishError, OSError, ValueError) as e:
                     ok, reason, infra = False, f"fetching its packages from staging failed: {e}", True
             collect_build(
                 day, self.night.state, build, ok=ok, reason=reason, files=files,
                 expected=expected, failed_status=FAILED if status == SUCCEEDED else status,
-                uncollected=("verifying staging: a package is not the one its worker built (it "
-                             "was changed in staging after the build); nothing of it is "
-                             "published"),
+                uncollected=UNCOLLECTED,
                 infra=infra, infra_if_uncollected=True,
                 # A build that failed only in collection: its log says why at the end.
                 file_log=lambda filed, why, _packages: self.staging.assemble_log(
-                    day, build.id, token, filed, result,
-                    reason=str(why or "") if status == SUCCEEDED and not filed else ""),
-                exit_status=result.get("exit_status"),
-                attempts=int(result.get("attempts") or 1), started=result.get("started"),
-                ended=result.get("ended") or time.time(), duration_s=result.get("duration_s"),
-                machine=str(result.get("worker") or ""), queue=int(result.get("slot") or 0),
-                executor=str(result.get("executor") or ""), package=build.package,
+                    day, build.id, token, filed, result.to_json(),
+                    reason=str(why or "") if (status == SUCCEEDED or unsafe) and not filed
+                    else ""),
+                exit_status=result.exit_status,
+                attempts=result.attempts, started=result.started,
+                ended=result.ended or time.time(), duration_s=result.duration_s,
+                machine=result.worker, queue=result.slot,
+                executor=result.executor, package=build.package,
                 python=build.python, cuda=build.cuda, variant=build.variant,
-                worker_name=str(result.get("worker_name") or ""),
-                host=str(result.get("host") or ""), token=token, cache=result.get("cache"),
+                worker_name=result.worker_name, host=result.host, token=token,
+                cache=None if result.cache is None else dict(result.cache),
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         entry = self.night.state.get(build.id)
-        self._finish(build, entry.status, entry.reason,
-                     float(result.get("duration_s") or 0.0),
-                     lane=self._lane(str(result.get("worker") or ""), int(result.get("slot") or 0)))
+        self._finish(build, entry.status, entry.reason, result.duration_s,
+                     lane=self._lane(result.worker, result.slot))
 
     def file_without_result(self, build: Build, status: str, reason: str) -> None:
         collect_build(
@@ -239,7 +244,7 @@ class Collector:
             self.staging.drop(build.id)
 
     def fetch_packages(
-        self, result: Mapping[str, Any], tmp: Path
+        self, result: AttemptResult, tmp: Path
     ) -> tuple[list[Path], dict[str, tuple[int, str]]]:
         """Download the attempt's packages into `tmp` (in work/, on the day's filesystem, so
         filing them is a rename); with the size and sha256 the worker reported of each."""
@@ -247,13 +252,16 @@ class Collector:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         files, expected = [], {}
-        prefix = attempt_prefix(self.day.name, str(result.get("build") or ""),
-                                str(result.get("token") or ""))
-        for p in check_packages(result, prefix):  # names, keys under the attempt, sha256s
-            name = p["name"]
-            self.staging.get(p["key"], tmp / name)
-            files.append(tmp / name)
-            expected[name] = (p["size"], p["sha256"])
+        prefix = attempt_prefix(self.day.name, result.build, result.token)
+        for p in check_packages(result.packages, prefix):  # names, keys under the attempt, sha256s
+            try:
+                self.staging.get(p.key, tmp / p.name, p.size)
+            except ObjectTooLarge as e:  # never read past what the worker reported
+                raise ObjectTooLarge(
+                    f"{p.name}: staging holds {e.size} bytes, the worker reported {p.size} "
+                    f"bytes sha256 {p.sha256} (not read past them)", size=e.size) from e
+            files.append(tmp / p.name)
+            expected[p.name] = (p.size, p.sha256)
         return files, expected
 
 

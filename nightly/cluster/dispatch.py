@@ -226,7 +226,7 @@ class Dispatcher:
     def run(
         self,
         *,
-        on_result: Callable[[TaskItem, dict[str, Any]], None],
+        on_result: Callable[[TaskItem, object], None],  # an AttemptResult (cluster.messages)
         on_error: Callable[[TaskItem, BaseException | None], None],
         on_event: Callable[[dict[str, Any]], None] | None = None,
         on_tick: Callable[[set[str]], None] | None = None,
@@ -265,7 +265,7 @@ class Dispatcher:
     def _done(
         item: TaskItem,
         fut: Any,
-        on_result: Callable[[TaskItem, dict[str, Any]], None],
+        on_result: Callable[[TaskItem, object], None],  # an AttemptResult (cluster.messages)
         on_error: Callable[[TaskItem, BaseException | None], None],
     ) -> None:
         if fut is None or fut.status == "cancelled":

@@ -25,6 +25,7 @@ import datetime as dt
 import fnmatch
 import hashlib
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -60,6 +61,7 @@ from nightly.history.db import History, history_path
 from nightly.history.db import estimator as history_estimator
 from nightly.plan.matrix import Build, nightly_version
 from nightly.plan.schedule import make_plan, select_cli
+from nightly.redact import environment_secrets
 from nightly.workspace import INTERRUPTED, PENDING, RUNNING, Day, write_json
 
 LEFTOVER_WAIT_S = 60.0  # how long a rerun waits for a killed run's attempts to stop
@@ -224,6 +226,8 @@ class ClusterPhase:
         cc = self.config.cluster
         # Made once per day (a rerun adopts with it); kept in the day folder, never in staging.
         self.seal_key = self.collector.seal_key = night_key(self.day.work / "cluster" / "seal.key")
+        # Masked in every log read back from staging (no worker has a reason to print them).
+        self.staging.secrets = (self.seal_key.hex(), *environment_secrets(os.environ))
         source_sha, recipes_sha = self.stage_inputs()
         client = connect(self.address, cc.connect_timeout_s, self.security)
         try:
@@ -285,6 +289,8 @@ class ClusterPhase:
             source_sha256=source_sha,
             recipes_key=inputs_key(self.day.name, "recipes", recipes_sha),
             recipes_sha256=recipes_sha,
+            source_size=self._input_size("source.tar.gz"),
+            recipes_size=self._input_size("recipes.tar.gz"),
             attempts=self.night.state.get(b.id).attempts,
             submission=hashlib.sha1(key.encode()).hexdigest(),
             topic=self.topic, log_flush_s=cc.log_flush_s, seal_key=self.seal_key,
@@ -308,6 +314,12 @@ class ClusterPhase:
                     state.update(bid, status=INTERRUPTED,
                                  reason="interrupted by the user (Ctrl-C)")
             raise
+
+    def _input_size(self, name: str) -> int:
+        try:
+            return (self.day.work / "cluster" / name).stat().st_size
+        except OSError:
+            return 0  # not capped
 
     def stage_inputs(self) -> tuple[str, str]:
         """The day's source and the recipes, as tarballs in staging (each host fetches them

@@ -34,17 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nightly.errors import NightlyError, PublishError
+from nightly.cluster.stagedlog import LOG_CHUNKS, LOG_TXT, read_staged_log
+from nightly.errors import NightlyError, ObjectTooLarge, PublishError, UnsafeEntry
 from nightly.files import sha256_file
-from nightly.publish import Store, open_store
+from nightly.publish import FileStore, Store, open_store
 from nightly.workspace import INTERRUPTED, Day, atomic_write
 
 # Staging layout (keys relative to the staging store's root).
 ATTEMPT_JSON = "attempt.json"
 RESULT_JSON = "result.json"
-LOG_TXT = "log.txt"
-LOG_CHUNKS = "log/"
 PACKAGES = "packages/"
+JSON_MAX = 1024 * 1024  # attempt.json, result.json: a few hundred bytes each
 
 KEEP_INPUTS_S = 2 * 86400  # fetched inputs unused this long are dropped from a host
 
@@ -96,12 +96,18 @@ def _store(spec: StagingSpec) -> Store:
                 region=spec.region or None,
                 profile=spec.profile or None,
             )
+            if isinstance(store, FileStore):
+                store.label = "staging"  # its errors say "symlink in staging: ..."
             _stores[spec] = store
         return store
 
 
 def read_json(store: Store, key: str) -> dict[str, Any] | None:
-    got = store.get_bytes(key)
+    """A small JSON table from staging; None when missing, not one, or too large."""
+    try:
+        got = store.get_bytes(key, max_bytes=JSON_MAX)
+    except (ObjectTooLarge, UnsafeEntry):
+        return None  # not a worker's: a worker writes a small regular file
     if got is None:
         return None
     try:
@@ -158,9 +164,12 @@ def _extract(archive: Path, dest: Path) -> None:
             tar.extractall(dest)
 
 
-def ensure_input(store: Store, key: str, sha256: str, folder: Path, kind: str) -> Path:
-    """The day's source or recipes on this host: fetched from staging and unpacked once per
-    content (several builds of one host share it; an flock makes them wait for one fetch)."""
+def ensure_input(
+    store: Store, key: str, sha256: str, folder: Path, kind: str, *, size: int = 0
+) -> Path:
+    """The day's source or recipes on this host: fetched from staging (never more than the
+    `size` the orchestrator staged, when known) and unpacked once per content (several builds
+    of one host share it; an flock makes them wait for one fetch)."""
     folder.mkdir(parents=True, exist_ok=True)
     name = f"{kind}-{sha256[:16]}"
     dest, done = folder / name, folder / f"{name}.ok"
@@ -171,7 +180,7 @@ def ensure_input(store: Store, key: str, sha256: str, folder: Path, kind: str) -
             done.touch()  # its time of last use, for prune_inputs
             return dest
         archive = folder / f"{name}.tar.gz"
-        store.get(key, archive)
+        store.get(key, archive, max_bytes=size or None)
         got = sha256_file(archive)
         if got != sha256:
             raise NightlyError(f"staging {key}: sha256 {got} is not the expected {sha256}")
@@ -279,8 +288,9 @@ class LogStreamer:
 class StagingDay:
     """The orchestrator's view of one day in staging: each build's attempts and their logs."""
 
-    def __init__(self, store: Store, day: str) -> None:
+    def __init__(self, store: Store, day: str, secrets: tuple[str, ...] = ()) -> None:
         self.store, self.day = store, day
+        self.secrets = secrets  # masked in every log read back (nightly.redact.scrub_staged)
 
     @property
     def url(self) -> str:
@@ -302,20 +312,28 @@ class StagingDay:
         return read_json(self.store, attempt_prefix(self.day, build_id, token) + name)
 
     def attempt_log(self, build_id: str, token: str, names: set[str]) -> bytes:
-        """An attempt's whole log, else the chunks it streamed before it ended."""
-        prefix = attempt_prefix(self.day, build_id, token)
-        if LOG_TXT in names:
-            got = self.store.get_bytes(prefix + LOG_TXT)
-            if got is not None:
-                return bytes(got[0])
-        out = b""
-        for name in sorted(n for n in names if n.startswith(LOG_CHUNKS)):
-            got = self.store.get_bytes(prefix + name)
-            out += got[0] if got is not None else b""
-        return out
+        """An attempt's whole log, else the chunks it streamed before it ended: read safely,
+        bounded and scrubbed (nightly.cluster.stagedlog)."""
+        return read_staged_log(self.store, attempt_prefix(self.day, build_id, token), names,
+                               secrets=self.secrets).text
 
-    def get(self, key: str, dest: Path) -> None:
-        self.store.get(key, dest)
+    def get(self, key: str, dest: Path, size: int) -> None:
+        """A package, never more than the `size` its worker reported (ObjectTooLarge)."""
+        self.store.get(key, dest, max_bytes=size)
+
+    def unsafe(self, build_id: str, token: str) -> str:
+        """Why an attempt's files in a folder store cannot be used ("symlink in staging:
+        ...", a FIFO, a device), or "" when every one is a regular file."""
+        if not isinstance(self.store, FileStore):
+            return ""  # an object store holds objects only
+        try:
+            for obj in self.store.list(attempt_prefix(self.day, build_id, token)):
+                self.store.head(obj.key)
+        except UnsafeEntry as e:
+            return str(e)
+        except (PublishError, OSError):
+            return ""  # unreadable is reported where it is read
+        return ""
 
     def drop(self, build_id: str | None = None) -> None:
         """Delete a build's attempts (None: everything of the day). Best effort."""
@@ -354,8 +372,10 @@ class StagingDay:
             parts.append(self._earlier_attempt(bid, tok, attempts[tok]))
         if token and _marker(token).encode() not in prior:
             parts.append(_attempt_head(token, result or {}).encode())
-            body = self.attempt_log(bid, token, attempts.get(token, {LOG_TXT}))
-            parts += [body, _log_check(body, str((result or {}).get("log_sha256") or ""))]
+            log = read_staged_log(self.store, attempt_prefix(self.day, bid, token),
+                                  attempts.get(token, {LOG_TXT}), secrets=self.secrets)
+            want = str((result or {}).get("log_sha256") or "")
+            parts += [log.text, _log_check(log.raw, want) if log.whole else b""]
         if reason:
             parts.append(f"\n[nightly] {reason}\n".encode())
         dest = (day.succeeded if ok else day.failed) / f"{bid}.log"
@@ -397,8 +417,11 @@ def _marker(token: str) -> str:
 
 
 def _attempt_head(token: str, about: Mapping[str, Any]) -> str:
-    return (f"\n{_marker(token)}on worker {about.get('worker', '?')} "
-            f"({about.get('worker_name', '?')}, host {about.get('host', '?')})\n")
+    def field(name: str) -> str:  # attempt.json is staging's: one short line, no controls
+        return "".join(c for c in str(about.get(name, "?"))[:200] if c.isprintable())
+
+    return (f"\n{_marker(token)}on worker {field('worker')} "
+            f"({field('worker_name')}, host {field('host')})\n")
 
 
 __all__ = [

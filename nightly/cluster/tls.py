@@ -25,7 +25,6 @@ import os
 import re
 import ssl
 import stat
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +110,9 @@ def make_certs(folder: Path, hosts: Sequence[str], *, days: int = DEFAULT_DAYS) 
         raise UsageError(f"{missing} is missing: the CA needs both {CA_CERT} and {CA_KEY} to "
                          "issue certificates (or neither, to create a new CA)")
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # mkdir's mode is not applied to a folder that existed (nor past the umask): the folder
+    # holds the CA's and the hosts' keys, so only its owner may list or enter it.
+    os.chmod(folder, 0o700)
     created = not ca_cert_path.exists()
     if created:
         ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -257,15 +259,18 @@ class TlsFiles:
 
 
 def split_address(address: str) -> tuple[str, str]:
-    """(scheme, host) of a Dask address; no scheme means tcp, as in Dask."""
-    scheme, sep, _ = address.partition("://")
-    if not sep:
-        scheme, address = "tcp", f"tcp://{address}"
+    """(scheme, host) of a Dask address as Dask itself parses it (the host it will connect
+    to: a URL parser reads `tcp://192.0.2.2@127.0.0.1:8786` differently); no scheme means
+    tcp, as in Dask."""
+    from distributed.comm.addressing import get_address_host, parse_address
+
     try:
-        host = urllib.parse.urlsplit(address).hostname or ""
-    except ValueError as e:
-        raise UsageError(f"cluster address {address!r} is not an address: {e}") from e
-    return scheme.lower(), host
+        scheme, loc = parse_address(address)
+        scheme = scheme.lower()
+        host = "" if scheme == "inproc" else str(get_address_host(f"{scheme}://{loc}"))
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"cluster address {address!r} is not a Dask address: {e}") from e
+    return scheme, host
 
 
 def is_loopback(host: str) -> bool:

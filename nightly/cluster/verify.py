@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nightly.cluster.messages import StagedPackage
+
 SEAL = "seal"
 KEY_BYTES = 32
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -70,12 +72,11 @@ def new_token_part() -> str:
     return secrets.token_hex(16)
 
 
-def check_packages(result: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+def check_packages(packages: object, prefix: str) -> list[StagedPackage]:
     """The packages a result records, each with a plain file name, a key under its own
     attempt's prefix (`prefix` + "packages/"), a size and a sha256. ValueError otherwise."""
     out = []
-    packages = result.get("packages") or []
-    if not isinstance(packages, list):
+    if not isinstance(packages, (list, tuple)):
         raise ValueError("the result's packages are not a list")
     for p in packages:
         if not isinstance(p, Mapping):
@@ -91,7 +92,7 @@ def check_packages(result: Mapping[str, Any], prefix: str) -> list[dict[str, Any
         size = p.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ValueError(f"{name}: size {size!r} is not a byte count")
-        out.append({"name": name, "key": key, "size": size, "sha256": sha})
+        out.append(StagedPackage(name=name, key=key, size=size, sha256=sha))
     return out
 
 

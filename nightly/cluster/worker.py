@@ -37,6 +37,7 @@ from typing import Any
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.runner import Runner
 from nightly.builds.smoke import SmokeTester
+from nightly.cluster.messages import AttemptResult, StagedPackage, WorkerEvent
 from nightly.cluster.staging import (
     ATTEMPT_JSON,
     LOG_CHUNKS,
@@ -51,7 +52,7 @@ from nightly.cluster.staging import (
     prune_inputs,
     read_json,
 )
-from nightly.cluster.verify import SEAL, new_token_part, seal
+from nightly.cluster.verify import new_token_part, seal
 from nightly.config import Config
 from nightly.errors import NightlyError
 from nightly.executors import make_executor
@@ -105,6 +106,9 @@ class TaskSpec:
     # The night's key sealing result.json (nightly.cluster.verify); travels only inside the
     # task, over TLS, and never in a repr (Dask logs a failed task's arguments).
     seal_key: bytes = field(default=b"", repr=False)
+    # The inputs' sizes: a worker never reads more of them from staging (0: not capped).
+    source_size: int = 0
+    recipes_size: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,8 +224,8 @@ def worker_folder(local_directory: str) -> Path:
     return local.parent / "nightly-worker"
 
 
-def run_build_task(spec: TaskSpec) -> dict[str, Any]:
-    """The Dask task: run `spec.build` on this worker; return the small result dict."""
+def run_build_task(spec: TaskSpec) -> AttemptResult:
+    """The Dask task: run `spec.build` on this worker; return its (small) result."""
     from dask.context import thread_state
     from distributed import get_worker
 
@@ -319,6 +323,10 @@ class _Attempt:
         base = {"build": build.id, "token": self.token, "worker": self.info.address,
                 "worker_name": self.info.name, "host": self.ident["host"], "slot": self.slot}
 
+        def send(event: WorkerEvent) -> None:
+            data = event.to_json()
+            emit(event.kind, {k: v for k, v in data.items() if k != "kind"})
+
         def on_event(kind: str, ev: Mapping[str, Any]) -> None:
             if kind == "start":
                 attempt = int(ev.get("attempt", about["attempt"]))
@@ -326,21 +334,23 @@ class _Attempt:
                     about["attempt"] = attempt
                     with contextlib.suppress(Exception):
                         self.put_about()
-                emit("start", {**base, "attempt": attempt, "started": time.time(),
-                               "executor": spec.executor})
+                send(WorkerEvent.from_json({**base, "kind": "start", "attempt": attempt,
+                                            "started": time.time(), "executor": spec.executor}))
             elif kind == "end":
-                emit("end", {**base, "attempt": about["attempt"],
-                             "status": str(ev.get("status")), "reason": ev.get("reason"),
-                             "duration_s": float(ev.get("duration_s") or 0.0)})
+                send(WorkerEvent.from_json({**base, "kind": "end", "attempt": about["attempt"],
+                                            "status": str(ev.get("status")),
+                                            "reason": ev.get("reason"),
+                                            "duration_s": ev.get("duration_s")}))
             else:
-                emit(kind, {**base, **{k: _plain(v) for k, v in ev.items() if k != "build"}})
+                plain = {k: _plain(v) for k, v in ev.items() if k != "build"}
+                send(WorkerEvent.from_json({**base, **plain, "kind": kind}))
 
         return on_event
 
 
 def run_on_host(
     spec: TaskSpec, info: WorkerInfo, emit: Emit, cancel: threading.Event
-) -> dict[str, Any]:
+) -> AttemptResult:
     """One attempt of one build on this host (no Dask in here: see run_build_task)."""
     build = spec.build
     store = spec.staging.open()
@@ -363,8 +373,10 @@ def run_on_host(
         reap_orphans(info.folder, spec.config, spec.executor, emit)
         inputs = info.folder / "inputs"
         prune_inputs(inputs)
-        source = ensure_input(store, spec.source_key, spec.source_sha256, inputs, "source")
-        recipes = ensure_input(store, spec.recipes_key, spec.recipes_sha256, inputs, "recipes")
+        source = ensure_input(store, spec.source_key, spec.source_sha256, inputs, "source",
+                              size=spec.source_size)
+        recipes = ensure_input(store, spec.recipes_key, spec.recipes_sha256, inputs, "recipes",
+                               size=spec.recipes_size)
         config = worker_config(spec.config, recipes, info.folder, info.gpu)
         day = Day(info.folder / "attempts", spec.date, name=token)
         day.create()
@@ -377,7 +389,7 @@ def run_on_host(
                          version=spec.version, channel=spec.channel, machine=info.address)
         executor_name, chunks = _run(att, ctx, emit, cancel)
         result = _put_result(att, day, state, executor_name, chunks)
-        if result["status"] == FAILED:
+        if result.status == FAILED:
             write_json(owner_path, {**ident, "build": build.id, "token": token,
                                     "started": att.started, "finished": time.time()})
         else:
@@ -421,7 +433,7 @@ def _run(
 
 def _put_result(
     att: _Attempt, day: Day, state: State, executor_name: str, chunks: int
-) -> dict[str, Any]:
+) -> AttemptResult:
     """The attempt's log and packages into staging, then (last) its result.json."""
     spec, build, prefix, info = att.spec, att.spec.build, att.prefix, att.info
     entry = state.get(build.id)
@@ -433,24 +445,24 @@ def _put_result(
     for p in entry.packages:
         key = f"{prefix}{PACKAGES}{p.name}"
         att.store.put(key, day.path / p.path, p.sha256)
-        packages.append({"name": p.name, "size": p.size, "sha256": p.sha256, "key": key})
-    result: dict[str, Any] = {
-        "build": build.id, "token": att.token, "submission": spec.submission,
-        "worker": info.address, "worker_name": info.name, "host": att.ident["host"],
-        "slot": att.slot, "status": entry.status or FAILED,
-        "reason": entry.reason, "exit_status": entry.exit_status, "infra": entry.infra,
-        "attempts": entry.attempts or att.about["attempt"],
-        "started": entry.started or att.started, "ended": entry.ended or time.time(),
-        "duration_s": entry.duration_s or 0.0, "executor": executor_name,
-        "packages": packages, "log_key": f"{prefix}{LOG_TXT}" if log_sha else "",
-        "log_sha256": log_sha, "log_chunks": chunks,
-        "commit": spec.commit, "version": spec.version, "channel": spec.channel,
-        "cache": entry.cache,  # the compiler cache's statistics (nightly.builds.cache)
-    }
+        packages.append(StagedPackage(name=p.name, size=p.size, sha256=p.sha256, key=key).to_json())
+    result = AttemptResult(
+        build=build.id, token=att.token, submission=spec.submission,
+        worker=info.address, worker_name=info.name, host=att.ident["host"],
+        slot=att.slot, status=entry.status or FAILED,
+        reason=entry.reason, exit_status=entry.exit_status, infra=bool(entry.infra),
+        attempts=entry.attempts or att.about["attempt"],
+        started=entry.started or att.started, ended=entry.ended or time.time(),
+        duration_s=entry.duration_s or 0.0, executor=executor_name,
+        packages=tuple(packages), log_key=f"{prefix}{LOG_TXT}" if log_sha else "",
+        log_sha256=log_sha, log_chunks=chunks,
+        commit=spec.commit, version=spec.version, channel=spec.channel,
+        cache=entry.cache,  # the compiler cache's statistics (nightly.builds.cache)
+    )
     if spec.seal_key:
-        result[SEAL] = seal(spec.seal_key, result)
-    att.store.put_bytes(f"{prefix}{RESULT_JSON}", json.dumps(result).encode(), "application/json",
-                        if_none_match=True)
+        result = replace(result, seal=seal(spec.seal_key, result.to_json()))
+    att.store.put_bytes(f"{prefix}{RESULT_JSON}", json.dumps(result.to_json()).encode(),
+                        "application/json", if_none_match=True)
     return result
 
 

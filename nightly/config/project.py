@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from nightly.config.reader import Ctx, Table, resolve_path, unique
+from nightly.config.recipes import installed_recipes
 from nightly.config.schema import BuildSettings, Machine, Project
 from nightly.plan.matrix import (
     LIBTORCH_ALL,
@@ -43,7 +44,7 @@ def parse_project(top: Table, ctx: Ctx) -> Project:
     return project
 
 
-VERSION_FROM = ("env", "setuptools-scm", "keep")
+VERSION_FROM = ("auto", "env", "setuptools-scm", "rewrite", "keep")
 
 
 def parse_build(top: Table, ctx: Ctx) -> BuildSettings:
@@ -74,7 +75,14 @@ def parse_paths(top: Table, base: Path, root_override: str | None) -> tuple[Path
     if root_override:
         top.str("root")
     recipes_s = top.str("recipes")
-    recipes = resolve_path(recipes_s, base) if recipes_s else base / "recipes"
+    if recipes_s:
+        recipes = resolve_path(recipes_s, base)
+    else:
+        # Empty: a `recipes/` beside the config that holds recipes (<package>/build.sh), a
+        # project's own; else the recipes installed with nightly.
+        beside = base / "recipes"
+        own = any((beside / p / "build.sh").is_file() for p in PACKAGES)
+        recipes = beside if own else installed_recipes()
     return root, recipes
 
 

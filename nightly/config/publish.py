@@ -61,6 +61,8 @@ def parse_publish(top: Table, ctx: Ctx, base: Path, project: str) -> Publish:
         pypi_username=py.str("username"),
         pypi_password_env=py.str("password_env"),
         project=project,
+        public_url=_public_url(pt.str("public_url"), ctx),
+        validate=pt.bool("validate"),
     )
     co.finish()
     py.finish()
@@ -94,3 +96,16 @@ def _find_links(template: str, ctx: Ctx, project: str) -> str:
         ctx.fail(f"'{template}' does not name a file in the folder", "publish.find_links",
                  hint='write e.g. "{project}_{channel}.html"')
     return template
+
+
+def _public_url(text: str, ctx: Ctx) -> str:
+    """An http(s):// or file:// base without credentials (it is printed and logged)."""
+    if not text:
+        return ""
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https", "file"):
+        ctx.fail(f"'{text}' is not an http(s):// or file:// URL", "publish.public_url",
+                 hint="write the URL users download from, e.g. https://download.example.com/")
+    if parts.username or parts.password:
+        ctx.fail("a public URL carries no credentials", "publish.public_url")
+    return text.rstrip("/")

@@ -26,8 +26,9 @@ class Project:
     ref: str
     base_version: str
     build_number: int
-    # How the project's build takes the version: env, setuptools-scm or keep.
-    version_from: str = "env"
+    # How the project's build takes the version: auto, env, setuptools-scm, rewrite or keep
+    # (nightly.config.detect resolves auto from the source).
+    version_from: str = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +133,8 @@ class Publish:
     pypi_username: str
     pypi_password_env: str
     project: str  # [project] name, for {project} in find_links
+    public_url: str = ""  # where users read the store (nightly validate); "" = the file:// url
+    validate: bool = False  # validate what was published at the end of the night
 
     def find_links_name(self, channel: str) -> str:
         """The flat find-links page of a folder of `channel` (nightly, test, release)."""

@@ -38,6 +38,7 @@ from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spe
 from nightly.plan.schedule import make_plan, select_cli
 from nightly.publish import conda as conda_client
 from nightly.publish.upload import open_destination, publish_day, record_publication
+from nightly.publish.validate import validate_day
 from nightly.report import terminal as display
 from nightly.report.html import write_report
 from nightly.workspace import (
@@ -52,6 +53,7 @@ from nightly.workspace import (
     write_json,
 )
 from nightly.workspace import summary as day_record
+from nightly.workspace.summary import BuildSummary, Summary
 
 
 @dataclass(kw_only=True)
@@ -124,7 +126,7 @@ def run_night(
     *,
     plan_json: dict[str, Any] | None = None,
     estimates: Mapping[str, float] | None = None,
-) -> dict[str, Any] | None:
+) -> Summary | None:
     """Lock the day, prepare it, run the build phase on what is not done yet, publish,
     record, report, prune, summarize, notify. Returns the summary (None for a dry run);
     raises BuildsFailed when a build or an upload failed."""
@@ -155,17 +157,17 @@ def run_night(
         summary, summary_path = write_summary(night, started=started, estimate_s=estimate_s,
                                               estimates=dict(estimates or {}), manual=opts.manual)
         if opts.notify:
-            for line in notify.send(config.notify, summary):
+            for line in notify.send(config.notify, summary.to_json()):
                 night.log(line)
-        display.print_summary(summary, path=summary_path)
+        display.print_summary(summary.to_json(), path=summary_path)
         if opts.manual is not None:
             why = day_record.why_not_published(config, no_upload=opts.no_upload, day=day)
             display.print_destinations(summary, day.path, not_published=why)
-        if summary["exit_code"]:
-            c = summary["counts"]
+        if summary.exit_code:
+            c = summary.counts
             raise BuildsFailed(
                 f"{c['total'] - c['succeeded']} of {c['total']} build(s) did not succeed, "
-                f"{len(summary['failed_uploads'])} upload(s) failed", reported=True)
+                f"{len(summary.failed_uploads)} upload(s) failed", reported=True)
         return summary
     except KeyboardInterrupt:
         append_line(day.master / "run.log", "interrupted by the user (Ctrl-C)")
@@ -242,7 +244,7 @@ def run_builds(
     plan_json: dict[str, Any] | None = None,
     estimate_s: float = 0.0,
     estimates: dict[str, float] | None = None,
-) -> dict[str, Any] | None:
+) -> Summary | None:
     """The night on this machine: `builds` in `queues` (the plan's), else in the machine's
     number of queues (`nightly build`). The summary, as run_night."""
     machine = pick_machine(config, opts.machine, strict=queues is not None)
@@ -257,7 +259,7 @@ def run_builds(
                      estimates=estimates)
 
 
-def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> dict[str, Any] | None:
+def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> Summary | None:
     """`nightly run --cluster`: every machine's builds of the night on a Dask cluster."""
     phase = ClusterPhase(config, date, copts)
     opts = NightOptions(
@@ -298,6 +300,24 @@ def publish_step(night: NightContext) -> None:
         f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed"
     )
+    if pub.validate:
+        validate_step(night)
+
+
+def validate_step(night: NightContext) -> None:
+    """[publish] validate: what users get, checked from the published side; a failed check
+    is the night's publish error (exit 1), named in the summary and the report."""
+    try:
+        checks = validate_day(night.config, night.day, night.state, log=night.log)
+    except NightlyError as e:
+        night.log(f"validate failed: {e}")
+        night.state.set_meta(publish_error=f"validate: {e}")
+        return
+    bad = [f"{c.package}: {c.reason}" for c in checks if not c.ok]
+    if bad:
+        previous = night.state.meta.get("publish_error")
+        night.state.set_meta(publish_error="; ".join(
+            [*([str(previous)] if previous else []), f"validate: {'; '.join(bad)}"])[:2000])
 
 
 def report_step(night: NightContext, history: History, *, publish: bool) -> None:
@@ -340,59 +360,44 @@ def prune_step(config: Config, today: dt.date, log: Callable[[str], None]) -> No
 def write_summary(
     night: NightContext, *, started: float, estimate_s: float, estimates: dict[str, float],
     manual: dict[str, str] | None = None,
-) -> tuple[dict[str, Any], Path]:
+) -> tuple[Summary, Path]:
     """summary.json for a night; a one-off build's (`manual`) own summary (then summary.json,
     if the day has a night, is only refreshed: see nightly/workspace/summary.py). (summary, its path)"""
     state = night.state
-    builds: dict[str, Any] = {}
+    builds: dict[str, BuildSummary] = {}
     for b in night.builds:
         e = state.get(b.id)
-        builds[b.id] = {
-            "outcome": e.status,
-            "reason": e.reason,
-            "duration_s": e.duration_s,
-            "estimate_s": estimates.get(b.id),
-            "attempts": e.attempts,
-            "queue": e.queue,
-            "packages": [p.to_json() for p in e.packages],
-            "published": dict(e.published),
-            "log": e.log,
-        }
-    ok = all(v["outcome"] == SUCCEEDED for v in builds.values())
-    failed_uploads = [
-        bid for bid, e in state.builds.items() if e.upload_error and bid in builds
-    ]
+        builds[b.id] = BuildSummary(
+            outcome=e.status or "", reason=e.reason, duration_s=e.duration_s,
+            estimate_s=estimates.get(b.id), attempts=e.attempts or 0, queue=e.queue,
+            packages=tuple(p.to_json() for p in e.packages), published=dict(e.published),
+            log=e.log,
+        )
+    failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]
     publish_error = state.meta.get("publish_error")
     ended = time.time()
-    summary = {
-        "date": night.day.name,
-        "machine": night.machine.name,
-        "version": night.version,
-        "channel": night.channel,
-        "commit": night.commit,
-        "source": night.source_describe,
-        "started": dt.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
-        "ended": dt.datetime.fromtimestamp(ended).isoformat(timespec="seconds"),
-        "duration_s": round(ended - started, 3),
-        "estimated_makespan_s": estimate_s,
-        "counts": {
+    outcomes = [v.outcome for v in builds.values()]
+    summary = Summary(
+        date=night.day.name, machine=night.machine.name, version=night.version,
+        channel=night.channel, commit=night.commit, source=night.source_describe,
+        started=dt.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+        ended=dt.datetime.fromtimestamp(ended).isoformat(timespec="seconds"),
+        duration_s=round(ended - started, 3), estimated_makespan_s=estimate_s,
+        counts={
             "total": len(builds),
-            "succeeded": sum(v["outcome"] == SUCCEEDED for v in builds.values()),
-            "failed": sum(v["outcome"] not in (SUCCEEDED,) for v in builds.values()),
-            "interrupted": sum(v["outcome"] == INTERRUPTED for v in builds.values()),
+            "succeeded": outcomes.count(SUCCEEDED),
+            "failed": sum(o != SUCCEEDED for o in outcomes),
+            "interrupted": outcomes.count(INTERRUPTED),
         },
-        "failed_uploads": failed_uploads,
-        "publish_error": publish_error,
-        "builds": builds,
-        "exit_code": 0 if ok and not failed_uploads and not publish_error else 1,
-        "manual": manual if manual is not None else day_record.manual_builds(state),
-    }
+        failed_uploads=failed_uploads, publish_error=publish_error, builds=builds,
+        exit_code=day_record.exit_code(builds, failed_uploads, publish_error),
+        manual=manual if manual is not None else day_record.manual_builds(state),
+    )
     path = night.day.summary_path if manual is None else day_record.manual_summary_path(night.day, started)
-    write_json(path, summary)
+    write_json(path, summary.to_json())
     if manual is not None:
         day_record.refresh(night.day, state, by=manual["command"])
     return summary, path
-
 
 
 # ---------------------------------------------------------------------------- what to build

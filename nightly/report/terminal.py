@@ -14,6 +14,8 @@ from nightly.plan.schedule import Plan
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from nightly.workspace.summary import Summary
+
 
 console: Console | None = None  # made on first use; a test may put its own
 
@@ -84,8 +86,9 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
         pk = [p for p in b.get("packages") or [] if isinstance(p, dict)]
         packages += [(bid, str(p.get("name")), int(p.get("size") or 0)) for p in pk]
         reason = str(b.get("reason") or "")
-        if len(reason) > 90:  # the whole reason is in the log and summary.json
-            reason = reason[:87] + "..."
+        # Long enough for a recipe's own ERROR line; the whole reason is in summary.json.
+        if len(reason) > 240:
+            reason = reason[:237] + "..."
         outcome = escape(b["outcome"] + (f": {reason}" if reason else ""))
         t.add_row(
             escape(bid),
@@ -121,7 +124,7 @@ def print_packages(con: Console, packages: Sequence[tuple[str, str, int]]) -> No
         )
 
 
-def print_destinations(summary: dict[str, Any], day_path: Path, *, not_published: str) -> None:
+def print_destinations(summary: Summary, day_path: Path, *, not_published: str) -> None:
     """Where each package of the summary's builds went: its file in the day folder, and every
     destination it was published to, else why it was not (`not_published`, or the build's
     failure or failed upload)."""
@@ -134,7 +137,7 @@ def print_destinations(summary: dict[str, Any], day_path: Path, *, not_published
     if not rows:
         console.print("no package was made", highlight=False)
         return
-    failed_uploads = set(summary.get("failed_uploads") or ())
+    failed_uploads = set(summary.failed_uploads)
     console.print("where the packages went:", highlight=False)
     for bid, _name, path, dests in rows:
         console.print(f"  {escape(str(day_path / path))}", soft_wrap=True, highlight=False)
@@ -142,7 +145,8 @@ def print_destinations(summary: dict[str, Any], day_path: Path, *, not_published
             console.print(f"    published: {escape(dest)}", soft_wrap=True, highlight=False)
         if dests:
             continue
-        outcome = (summary["builds"].get(bid) or {}).get("outcome")
+        built = summary.builds.get(bid)
+        outcome = built.outcome if built is not None else None
         if outcome != "succeeded":
             why = f"the build {outcome}"
         elif bid in failed_uploads:

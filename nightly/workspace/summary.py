@@ -23,6 +23,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,133 @@ if TYPE_CHECKING:
     from nightly.config import Config
 
 MANUAL_PREFIX = "manual-"
+
+
+def _opt_float(v: object) -> float | None:
+    try:
+        return None if v is None or isinstance(v, bool) else float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _opt_int(v: object) -> int | None:
+    try:
+        return None if v is None or isinstance(v, bool) else int(v)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSummary:
+    """One build's line of summary.json."""
+
+    outcome: str
+    reason: str | None = None
+    duration_s: float | None = None
+    estimate_s: float | None = None
+    attempts: int = 0
+    queue: int | None = None
+    packages: tuple[Mapping[str, Any], ...] = ()  # PackageFile.to_json() records
+    published: Mapping[str, str] = field(default_factory=dict)  # destination -> sha256
+    log: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys other versions wrote
+
+    _KEYS = ("outcome", "reason", "duration_s", "estimate_s", "attempts", "queue", "packages",
+             "published", "log")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.extra, "outcome": self.outcome, "reason": self.reason,
+                "duration_s": self.duration_s, "estimate_s": self.estimate_s,
+                "attempts": self.attempts, "queue": self.queue,
+                "packages": [dict(p) for p in self.packages], "published": dict(self.published),
+                "log": self.log}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BuildSummary:
+        packages, published = data.get("packages"), data.get("published")
+        return cls(
+            outcome=str(data.get("outcome") or ""),
+            reason=None if data.get("reason") is None else str(data.get("reason")),
+            duration_s=_opt_float(data.get("duration_s")),
+            estimate_s=_opt_float(data.get("estimate_s")),
+            attempts=_opt_int(data.get("attempts")) or 0, queue=_opt_int(data.get("queue")),
+            packages=tuple(p for p in packages if isinstance(p, Mapping))
+            if isinstance(packages, list) else (),
+            published={str(k): str(v) for k, v in published.items()}
+            if isinstance(published, Mapping) else {},
+            log=None if data.get("log") is None else str(data.get("log")),
+            extra={k: v for k, v in data.items() if k not in cls._KEYS},
+        )
+
+
+@dataclass(kw_only=True)
+class Summary:
+    """summary.json: the night's outcome (or a one-off build's own record). Read back with
+    `from_json`, which keeps the keys it does not know, so a summary written by another
+    version of nightly survives a refresh by this one."""
+
+    date: str
+    machine: str = ""
+    version: str = ""
+    channel: str = ""
+    commit: str | None = None
+    source: str = ""
+    started: str = ""
+    ended: str = ""
+    duration_s: float | None = None
+    estimated_makespan_s: float | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    failed_uploads: list[str] = field(default_factory=list)
+    publish_error: str | None = None
+    builds: dict[str, BuildSummary] = field(default_factory=dict)
+    exit_code: int = 0
+    manual: Any = None  # the one-off builds of the day (a list), or a one-off's own mark
+    updated: dict[str, str] | None = None  # the last command that refreshed it
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _KEYS = ("date", "machine", "version", "channel", "commit", "source", "started", "ended",
+             "duration_s", "estimated_makespan_s", "counts", "failed_uploads", "publish_error",
+             "builds", "exit_code", "manual", "updated")
+
+    def to_json(self) -> dict[str, Any]:
+        data = {**self.extra, **{k: getattr(self, k) for k in self._KEYS if k != "builds"}}
+        data["builds"] = {bid: b.to_json() for bid, b in self.builds.items()}
+        if self.updated is None:
+            data.pop("updated")
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Summary:
+        builds = data.get("builds")
+        counts = data.get("counts")
+        return cls(
+            date=str(data.get("date") or ""), machine=str(data.get("machine") or ""),
+            version=str(data.get("version") or ""), channel=str(data.get("channel") or ""),
+            commit=None if data.get("commit") is None else str(data.get("commit")),
+            source=str(data.get("source") or ""), started=str(data.get("started") or ""),
+            ended=str(data.get("ended") or ""), duration_s=_opt_float(data.get("duration_s")),
+            estimated_makespan_s=_opt_float(data.get("estimated_makespan_s")),
+            counts={str(k): int(v) for k, v in counts.items() if isinstance(v, int)}
+            if isinstance(counts, Mapping) else {},
+            failed_uploads=[str(x) for x in data.get("failed_uploads") or []],
+            publish_error=None if not data.get("publish_error") else str(data["publish_error"]),
+            builds={str(k): BuildSummary.from_json(v) for k, v in builds.items()
+                    if isinstance(v, Mapping)} if isinstance(builds, Mapping) else {},
+            exit_code=_opt_int(data.get("exit_code")) or 0, manual=data.get("manual"),
+            updated=dict(data["updated"]) if isinstance(data.get("updated"), Mapping) else None,
+            extra={k: v for k, v in data.items() if k not in cls._KEYS},
+        )
+
+
+def read_summary(path: Path) -> Summary | None:
+    """summary.json (or a one-off build's), None when missing or unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("builds"), dict):
+        return None
+    return Summary.from_json(data)
 
 
 def who() -> str:
@@ -95,37 +223,32 @@ def failed_uploads(state: State, build_ids: Iterable[str]) -> list[str]:
     return [bid for bid in build_ids if state.get(bid).upload_error]
 
 
-def exit_code(builds: Mapping[str, Mapping[str, Any]], failed: list[str], publish_error: object) -> int:
-    ok = all(b.get("outcome") == SUCCEEDED for b in builds.values())
+def exit_code(builds: Mapping[str, BuildSummary], failed: list[str], publish_error: object) -> int:
+    ok = all(b.outcome == SUCCEEDED for b in builds.values())
     return 0 if ok and not failed and not publish_error else 1
 
 
-def refresh(day: Day, state: State, *, by: str) -> dict[str, Any] | None:
+def refresh(day: Day, state: State, *, by: str) -> Summary | None:
     """Bring the night's summary.json up to date with state.json after `by` (a command) changed
     the day: publication of the night's builds and the day's one-off builds. Returns the new
     summary, or None when the day has no night (no summary.json, or an unreadable one)."""
-    try:
-        summary = json.loads(day.summary_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    summary = read_summary(day.summary_path)
+    if summary is None:
         return None
-    if not isinstance(summary, dict) or not isinstance(summary.get("builds"), dict):
-        return None
-    builds: dict[str, dict[str, Any]] = summary["builds"]
     night_ids = []
-    for bid, b in builds.items():
+    for bid, b in list(summary.builds.items()):
         e = state.get(bid)
-        if not isinstance(b, dict) or _shas([p.to_json() for p in e.packages]) != _shas(
-                b.get("packages")):
+        if _shas([p.to_json() for p in e.packages]) != _shas(list(b.packages)):
             continue  # rebuilt by hand since the night: the night's record of it stays
         night_ids.append(bid)
-        b["published"] = dict(e.published)
-    failed = failed_uploads(state, night_ids)
-    summary["failed_uploads"] = failed
-    summary["publish_error"] = state.meta.get("publish_error")
-    summary["exit_code"] = exit_code(builds, failed, summary["publish_error"])
-    summary["manual"] = manual_builds(state)
-    summary["updated"] = {"at": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "by": by}
-    write_json(day.summary_path, summary)
+        summary.builds[bid] = replace(b, published=dict(e.published))
+    summary.failed_uploads = failed_uploads(state, night_ids)
+    summary.publish_error = state.meta.get("publish_error")
+    summary.exit_code = exit_code(summary.builds, summary.failed_uploads, summary.publish_error)
+    summary.manual = manual_builds(state)
+    summary.updated = {"at": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                       "by": by}
+    write_json(day.summary_path, summary.to_json())
     return summary
 
 
@@ -135,16 +258,15 @@ def _shas(packages: object) -> list[str]:
     return [str(p.get("sha256")) for p in packages if isinstance(p, Mapping)]
 
 
-def package_destinations(summary: Mapping[str, Any]) -> list[tuple[str, str, str, list[str]]]:
+def package_destinations(summary: Summary) -> list[tuple[str, str, str, list[str]]]:
     """(build, package, local path relative to the day folder, where it was published) for
     every package of a summary's builds; an empty list of destinations: not published."""
     out = []
-    for bid, b in sorted((summary.get("builds") or {}).items()):
-        published = b.get("published") or {}
-        for p in b.get("packages") or []:
+    for bid, b in sorted(summary.builds.items()):
+        for p in b.packages:
             name = str(p.get("name"))
             # A destination ends with the file's name (s3://.../whl/nightly/cpu/NAME,
             # file://.../linux-64/NAME, anaconda:user/label/NAME).
-            dests = sorted(d for d in published if d.rsplit("/", 1)[-1] == name)
+            dests = sorted(d for d in b.published if d.rsplit("/", 1)[-1] == name)
             out.append((bid, name, str(p.get("path") or ""), dests))
     return out

@@ -17,8 +17,10 @@
 #                 packages, checked first by buildreqs.py ([build] isolation = false).
 #   NIGHTLY_WHEELHOUSE  a folder of build-requirement wheels: the only source of them
 #                 (PIP_NO_INDEX=1) ([build] wheelhouse = true).
-#   NIGHTLY_VERSION_FROM  env (default), setuptools-scm or keep ([project] version_from):
+#   NIGHTLY_VERSION_FROM  env (default), setuptools-scm, rewrite or keep ([project]
+#                 version_from; nightly resolves "auto" to one of them before the build):
 #                 how the project takes the version, see set_project_version.
+#   NIGHTLY_VERSION_REASON  why that strategy (logged), when nightly chose it.
 #
 # Conventions for the project being built:
 #   - it is built through pip's PEP 517 front end (any build backend: setuptools,
@@ -89,10 +91,13 @@ init_recipe() {
 #   setuptools-scm  SETUPTOOLS_SCM_PRETEND_VERSION and the per-distribution
 #                   SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME> (NAME: PROJECT_NAME upper-cased,
 #                   runs of "-", "_" and "." as "_", as setuptools-scm spells it)
+#   rewrite         nothing: the project builds its own version and build_python_wheel
+#                   rewrites the wheel to VERSION afterwards (rewrite_wheel.py)
 #   keep            nothing: the project builds its own version (the orchestrator then
 #                   expects [project] base_version, and check_wheel_version checks it)
 set_project_version() {
     local from="${NIGHTLY_VERSION_FROM:-env}" dist
+    [[ -n "${NIGHTLY_VERSION_REASON:-}" ]] && log "version strategy: $from ($NIGHTLY_VERSION_REASON)"
     case "$from" in
         env)
             export BUILD_VERSION="$1" PYTORCH_BUILD_VERSION="$1" OVERRIDE_PACKAGE_VERSION="$1"
@@ -105,12 +110,16 @@ set_project_version() {
                 log "version $1 through SETUPTOOLS_SCM_PRETEND_VERSION(_FOR_${dist})"
             fi
             ;;
-        keep)
+        keep | rewrite)
             # The aliases would change what a project that reads them builds: unset them.
             unset PYTORCH_BUILD_VERSION OVERRIDE_PACKAGE_VERSION
-            log "version: the project's own (version_from = keep), expected $1"
+            if [[ "$from" == keep ]]; then
+                log "version: the project's own (version_from = keep), expected $1"
+            else
+                log "version: the project's own, rewritten to $1 after the build (version_from = rewrite)"
+            fi
             ;;
-        *) die "NIGHTLY_VERSION_FROM=$from is none of env, setuptools-scm, keep ([project] version_from)" ;;
+        *) die "NIGHTLY_VERSION_FROM=$from is none of env, setuptools-scm, rewrite, keep ([project] version_from)" ;;
     esac
 }
 
@@ -347,36 +356,42 @@ check_wheel_version() {
     # The base interpreter: it has pip (and so packaging), the isolated build venv has not.
     "$PYTHON" "$PYHELPER" same-version "$got" "$2" && return 0
     case "$from" in
-        env) fix="[project] version_from = \"env\": the project's build must read BUILD_VERSION (or PYTORCH_BUILD_VERSION). If it uses setuptools-scm, set version_from = \"setuptools-scm\"; if it sets its own version, set version_from = \"keep\" and base_version = \"${got%%+*}\"" ;;
+        env) fix="[project] version_from = \"env\": the project's build must read BUILD_VERSION (or PYTORCH_BUILD_VERSION). If it uses setuptools-scm, set version_from = \"setuptools-scm\"; if it sets its own version, set version_from = \"rewrite\" (or \"auto\", which detects both)" ;;
         setuptools-scm) fix="[project] version_from = \"setuptools-scm\": the project's build did not take SETUPTOOLS_SCM_PRETEND_VERSION; if it does not use setuptools-scm, set version_from = \"env\" or \"keep\"" ;;
         *) fix="[project] version_from = \"keep\" expects [project] base_version to be the project's own version: set base_version = \"${got%%+*}\"" ;;
     esac
     die "the wheel has version $got but $2 was expected. $fix"
 }
 
+# rewrite_wheel_version VERSION : replaces WHEEL by a copy whose version is VERSION
+# (dist-info renamed, METADATA, RECORD regenerated, file renamed).
+rewrite_wheel_version() {
+    local from
+    from="$(wheel_field "$WHEEL" version)"
+    mkdir -p "$WORK_DIR/rewritten"
+    WHEEL="$("$PYTHON" "$NIGHTLY_RECIPES_COMMON/rewrite_wheel.py" "$WHEEL" "$1" "$WORK_DIR/rewritten")" ||
+        die "rewriting the wheel's version $from to $1 failed (output above)"
+    log "rewrote the wheel's version $from to $1: $(basename "$WHEEL")"
+    warn "a version compiled into the code (a C macro, a __version__ literal) still says $from; only the package metadata says $1"
+}
+
 # build_python_wheel [--no-local-version] : the part manywheel, wheel and conda share.
-# Finds the interpreter and the toolkit, builds the project's wheel with the nightly
-# version (+cuXYZ for CUDA builds, unless --no-local-version: conda versions have no
-# local part) and sets WHEEL to its path in WORK_DIR.
+# Finds the interpreter and the toolkit, builds the project's wheel as PACKAGE_VERSION
+# (--no-local-version: BUILD_VERSION as it is, for conda, whose versions have no local part)
+# and sets WHEEL to its path in WORK_DIR.
 build_python_wheel() {
-    local version="$BUILD_VERSION" src="$WORK_DIR/src" local_version=1
-    [[ "${1:-}" == --no-local-version ]] && local_version=0
+    # PACKAGE_VERSION: the version nightly decided for this build's package (+cuXYZ for CUDA
+    # wheels); a recipe run by hand without it builds BUILD_VERSION as it is.
+    local version="${PACKAGE_VERSION:-$BUILD_VERSION}" src="$WORK_DIR/src"
+    [[ "${1:-}" == --no-local-version ]] && version="$BUILD_VERSION"
     find_python
     setup_cuda
-    # A project that keeps its own version has no say in a +cuXYZ either.
-    [[ "${NIGHTLY_VERSION_FROM:-env}" == keep ]] && local_version=0
-    if is_cuda_build && ((local_version)); then
-        if [[ "$version" == *+* ]]; then
-            log "BUILD_VERSION=$version already has a local version; not adding +$DESIRED_CUDA"
-        else
-            version="$version+$DESIRED_CUDA"
-        fi
-    fi
     set_project_version "$version"
     copy_source "$src"
     setup_build_venv "$src"
     log "building the wheel of $SOURCE_DIR as version $version"
     WHEEL="$(build_wheel "$src" "$WORK_DIR/dist")"
+    [[ "${NIGHTLY_VERSION_FROM:-env}" == rewrite ]] && rewrite_wheel_version "$version"
     check_wheel_version "$WHEEL" "$version"
     log "built $(basename "$WHEEL")"
 }

@@ -57,10 +57,7 @@ fi
 log "CMake project: $cmake_src"
 
 setup_cuda
-version="$BUILD_VERSION"
-if is_cuda_build && [[ "$version" != *+* ]]; then
-    version="$version+$DESIRED_CUDA"
-fi
+version="${PACKAGE_VERSION:-$BUILD_VERSION}"  # with +cuXYZ for CUDA builds (nightly decides)
 set_project_version "$version"
 
 jobs="${MAX_JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}"

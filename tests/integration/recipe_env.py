@@ -19,6 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nightly.builds.jobs import package_version
+from nightly.plan.matrix import Build
+
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "recipes"
 DEMO = REPO / "examples" / "demo"
@@ -134,6 +137,11 @@ def contract_env(
         "PYTORCH_BUILD_VERSION": build_version,
         "PYTORCH_BUILD_NUMBER": build_number,
         "OVERRIDE_PACKAGE_VERSION": build_version,
+        # What nightly decides for the package (+cuXYZ for CUDA wheels and zips).
+        "PACKAGE_VERSION": package_version(
+            Build(package=package_type, python=desired_python or "3", cuda=desired_cuda,
+                  variant=libtorch_variant),
+            build_version, (extra or {}).get("NIGHTLY_VERSION_FROM", "env")),
         # py-rattler-build lives in the test runner's environment.
         "NIGHTLY_PYTHON": sys.executable,
     }

@@ -111,7 +111,8 @@ class DaskCluster:
         protocol = self.address.split("://")[0]
         self.procs["scheduler"] = self._spawn("scheduler", [
             "scheduler", "--protocol", protocol, "--host", "127.0.0.1", "--port", port,
-            "--no-dashboard", *self.tls_args("scheduler")])
+            "--no-dashboard", "--dashboard-address", "127.0.0.1:0",  # its HTTP server stays
+            *self.tls_args("scheduler")])                             # even without a dashboard
         self.ensure()
 
     def ensure(self) -> None:
@@ -124,7 +125,8 @@ class DaskCluster:
                 self.procs[name] = self._spawn(name, [
                     "worker", self.address, "--name", name, "--nthreads", _slots(resources),
                     "--resources", resources, "--local-directory", str(folder), "--no-nanny",
-                    "--host", "127.0.0.1", "--no-dashboard", "--death-timeout", "60",
+                    "--host", "127.0.0.1", "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
+                    "--death-timeout", "60",
                     *self.tls_args(name),
                 ])
                 started.append(name)

@@ -364,5 +364,38 @@ def test_project_that_ignores_build_version_fails(tmp_path: Path) -> None:
     assert run.returncode == 1, run.describe()
     assert f"the wheel has version 1.0 but {renv.BUILD_VERSION} was expected" in run.output
     # The message names the setting to change.
-    assert 'version_from = "keep" and base_version = "1.0"' in run.output
+    assert 'set version_from = "rewrite"' in run.output
     assert run.packages == []
+
+
+def test_rewrite_gives_a_project_with_its_own_version_the_nightly_version(tmp_path: Path) -> None:
+    """version_from = rewrite: the project builds 1.0 (a literal it compiles in), the recipe
+    rewrites the wheel to BUILD_VERSION (+cpu has no local part), warns about the code, and
+    the wheel installs with that version."""
+    python = need_python("3.11")
+    src = tmp_path / "src"
+    (src / "litpkg").mkdir(parents=True)
+    (src / "litpkg" / "__init__.py").write_text('__version__ = "1.0"\n')
+    (src / "setup.py").write_text(
+        "from setuptools import setup\nsetup(name='lit-pkg', version='1.0', packages=['litpkg'])\n"
+    )
+    env = renv.contract_env(
+        package_type="manywheel", source_dir=src, output_dir=tmp_path / "out",
+        work_dir=tmp_path / "work", desired_python="3.11", python=python,
+        extra={"NIGHTLY_VERSION_FROM": "rewrite", "NIGHTLY_VERSION_REASON": "on purpose"},
+    )
+    run = renv.run_recipe("manywheel", env)
+    assert run.returncode == 0, run.describe()
+    assert "version strategy: rewrite (on purpose)" in run.output
+    assert f"rewrote the wheel's version 1.0 to {renv.BUILD_VERSION}" in run.output
+    assert "still says 1.0" in run.output
+    (wheel,) = run.packages
+    assert wheel.name.startswith(f"lit_pkg-{renv.BUILD_VERSION}-py3-none-any")
+    site = tmp_path / "site"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--target", str(site), str(wheel)], check=True)
+    got = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('lit-pkg'))"],
+        env={"PYTHONPATH": str(site)}, capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    assert got == renv.BUILD_VERSION

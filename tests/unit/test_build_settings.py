@@ -23,11 +23,12 @@ def test_defaults_are_isolated_env_builds_from_the_hosts_pip_config(
     write_config: WriteConfig, minimal_config_text: str
 ) -> None:
     config = load(write_config(minimal_config_text))
-    assert config.project.version_from == "env"
+    assert config.project.version_from == "auto"
     assert config.build.isolation is True
     assert config.build.wheelhouse is False
     env = build_env(config)
-    assert env == {"NIGHTLY_VERSION_FROM": "env", "NIGHTLY_BUILD_ISOLATION": "1"}
+    # "auto" is resolved per night from the source (jobs.version_env), not here.
+    assert env == {"NIGHTLY_VERSION_FROM": "auto", "NIGHTLY_BUILD_ISOLATION": "1"}
     assert not any(k.startswith("PIP_") for k in env)
 
 
@@ -60,7 +61,7 @@ def test_bad_version_from_names_the_choices(
     with pytest.raises(ConfigError) as exc:
         load(write_config(text))
     assert exc.value.key == "project.version_from"
-    assert "env, setuptools-scm, keep" in str(exc.value)
+    assert "auto, env, setuptools-scm, rewrite, keep" in str(exc.value)
     assert "setuptools-scm" in (exc.value.hint or str(exc.value))
 
 

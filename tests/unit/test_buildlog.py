@@ -28,3 +28,23 @@ def test_no_toolkit_line_without_one() -> None:
     desc = {"image": "nightly-builder:cpu-abc", "command": ["true"], "env": {}}
     text = buildlog.header(_job(), desc, attempt=1, queue=0, started=0.0, machine="m", executor="container")
     assert "toolkit:" not in text
+
+
+def test_error_line_is_the_last_error_line_across_chunks_else_the_last_line() -> None:
+    from nightly.builds.buildlog import ErrorLine
+
+    seen = ErrorLine()
+    # Chunks cut mid-line, colour codes, a later non-error line: the ERROR line wins.
+    for chunk in (b"[manywheel] building\n[manywheel] ERR", b"OR: first\n",
+                  b"\x1b[31m[manywheel] ERROR: the wheel has version 1.0\x1b[0m\r\n",
+                  b"cleanup done\n", b"  \n"):
+        seen.feed(chunk)
+    assert seen.line() == "[manywheel] ERROR: the wheel has version 1.0"
+    plain = ErrorLine()
+    plain.feed(b"one\ntwo, no newline at the end")
+    assert plain.line() == "two, no newline at the end"
+    assert ErrorLine().line() == ""
+    long = ErrorLine()
+    long.feed(b"ERROR: " + b"x" * 1000 + b"\n")
+    assert len(long.line()) == ErrorLine.MAX
+    assert long.line().endswith("...")

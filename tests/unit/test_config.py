@@ -35,7 +35,8 @@ def test_minimal_config_loads_with_defaults(minimal_config: Path, minimal_ids: l
     assert c.retention.local_days == 5
     # Relative paths are relative to the config file, not to the working directory.
     assert c.root == minimal_config.parent / "nightlies"
-    assert c.recipes == minimal_config.parent / "recipes"
+    # No `recipes`: the recipes installed with nightly (here: the checkout's).
+    assert c.recipes == Path(__file__).resolve().parents[2] / "recipes"
     assert [b.id for b in c.builds] == minimal_ids
     assert [(m.name, m.platform, m.queues, m.executor) for m in c.machines] == [
         ("a", "linux", 2, "local")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from nightly import config as cfg
-from nightly.builds.smoke import SCRIPTS, SmokeTester, _check_zip_layout, _conda_name, expected_wheel_version
+from nightly.builds.jobs import package_version
+from nightly.builds.smoke import SCRIPTS, SmokeTester, _check_zip_layout, _conda_name
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.plan.matrix import Build
 
@@ -21,12 +22,17 @@ CPU = Build(package="manywheel", python="3.7m", cuda="cpu")
 CUDA = Build(package="manywheel", python="3.7m", cuda="cu100")
 
 
-def test_cuda_manywheels_carry_a_local_version_tag() -> None:
-    assert expected_wheel_version(CUDA, "1.0.0.dev20240501") == "1.0.0.dev20240501+cu100"
-    assert expected_wheel_version(CPU, "1.0.0.dev20240501") == "1.0.0.dev20240501"
-    assert expected_wheel_version(CUDA, "1.0.0+cu100") == "1.0.0+cu100"  # already tagged
+def test_cuda_packages_carry_a_local_version_tag_decided_once() -> None:
+    """PACKAGE_VERSION (jobs.package_version): the one place the +cuXYZ rule is written."""
+    v = "1.0.0.dev20240501"
+    assert package_version(CUDA, v, "env") == f"{v}+cu100"
+    assert package_version(CPU, v, "env") == v
+    assert package_version(CUDA, "1.0.0+cu100", "env") == "1.0.0+cu100"  # already tagged
+    assert package_version(CUDA, v, "keep") == v  # the project keeps its own version
     conda = Build(package="conda", python="3.7", cuda="cu100")
-    assert expected_wheel_version(conda, "1.0.0") == "1.0.0"
+    assert package_version(conda, "1.0.0", "env") == "1.0.0"
+    libtorch = Build(package="libtorch", python="3", cuda="cu100", variant="shared-with-deps")
+    assert package_version(libtorch, v, "rewrite") == f"{v}+cu100"
 
 
 @pytest.mark.parametrize(("file", "name"), [
@@ -82,7 +88,8 @@ def config(tmp_path: Path, minimal_config_text: str) -> cfg.Config:
 def _job(tmp_path: Path, build: Build) -> Job:
     (tmp_path / "work" / "scratch").mkdir(parents=True, exist_ok=True)
     return Job(build_id=build.id, package=build.package, python=build.python, cuda=build.cuda,
-               env={"BUILD_VERSION": "1.0", "DESIRED_PYTHON": build.python},
+               env={"BUILD_VERSION": "1.0", "PACKAGE_VERSION": package_version(build, "1.0", "env"),
+                    "DESIRED_PYTHON": build.python},
                recipes_dir=tmp_path / "recipes", source_dir=tmp_path / "src",
                output_dir=tmp_path / "work" / "out", work_dir=tmp_path / "work" / "scratch",
                timeout_s=60, image="builder:1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from nightly.cluster import verify as sv
+from nightly.cluster.messages import AttemptResult
 
 PREFIX = "2024_05_01/builds/manywheel_3.7m_cpu/tok/"
 SHA = "ab" * 32
@@ -52,9 +54,9 @@ def test_a_seal_covers_every_field() -> None:
 
 
 def test_package_records_are_checked() -> None:
-    (p,) = sv.check_packages(_result(), PREFIX)
-    assert p["size"] == 10
-    assert sv.check_packages(_result(packages=[]), PREFIX) == []
+    (p,) = sv.check_packages(_result()["packages"], PREFIX)
+    assert p.size == 10
+    assert sv.check_packages([], PREFIX) == []
     bad = [
         ({"name": "../x.whl", "key": f"{PREFIX}packages/../x.whl"}, "bad package name"),
         ({"key": "2024_05_01/builds/other/tok2/packages/demo-1.0-py3-none-any.whl"},
@@ -69,9 +71,24 @@ def test_package_records_are_checked() -> None:
         r = _result()
         r["packages"][0].update(change)
         with pytest.raises(ValueError, match=error):
-            sv.check_packages(r, PREFIX)
+            sv.check_packages(r["packages"], PREFIX)
     with pytest.raises(ValueError, match="not a list"):
-        sv.check_packages(_result(packages="x"), PREFIX)
+        sv.check_packages(AttemptResult.from_json(_result(packages="x")).packages, PREFIX)
+
+
+def test_a_result_reads_back_as_written_and_its_seal_holds() -> None:
+    """The typed result's JSON form is what the worker seals and stages; read back from
+    staging (untrusted), it is the same record, and the seal still checks."""
+    key = b"k" * 32
+    raw = AttemptResult.from_json(_result()).to_json()
+    raw[sv.SEAL] = sv.seal(key, raw)
+    again = AttemptResult.from_json(json.loads(json.dumps(raw)))
+    assert again.to_json() == raw
+    assert sv.sealed(key, again.to_json())
+    assert again.packages is not None
+    assert again.packages[0]["size"] == 10
+    odd = AttemptResult.from_json({"build": 3, "slot": "x", "attempts": None, "infra": 1})
+    assert (odd.build, odd.slot, odd.attempts, odd.infra) == ("3", 0, 1, True)
 
 
 def test_tokens_are_unpredictable() -> None:

@@ -37,8 +37,9 @@ def test_refresh_updates_publication_and_keeps_the_nights_record(tmp_path: Path)
     state.set_meta(publish_error=None)
     state.update("c", status="failed", manual={"by": "bob", "at": "2024-05-01T15:00:00+00:00",
                                                 "command": "nightly build x"})
-    new = summary.refresh(day, state, by="nightly upload")
-    assert new is not None
+    refreshed = summary.refresh(day, state, by="nightly upload")
+    assert refreshed is not None
+    new = refreshed.to_json()
     on_disk = json.loads(day.summary_path.read_text())
     assert on_disk == new
     assert new["failed_uploads"] == []
@@ -58,11 +59,32 @@ def test_a_night_build_rebuilt_by_hand_keeps_its_night_record(tmp_path: Path) ->
     rebuilt = [{"name": "b2.whl", "path": "packages/x/cpu/b2.whl", "size": 1, "sha256": "11"}]
     state.update("b", manual={"by": "bob", "at": "x", "command": "nightly build"},
                  packages=rebuilt, published={"file:///m/whl/b2.whl": "11"})
-    new = summary.refresh(day, state, by="nightly build")
-    assert new is not None
+    refreshed = summary.refresh(day, state, by="nightly build")
+    assert refreshed is not None
+    new = refreshed.to_json()
     assert new["builds"]["b"]["published"] == {}  # the night's b was never published
     assert new["failed_uploads"] == []  # b's upload error, if any, is the one-off build's now
     assert [m["id"] for m in new["manual"]] == ["b"]
+
+
+def test_a_summary_of_another_version_keeps_what_this_one_does_not_know(tmp_path: Path) -> None:
+    """summary.json read and rewritten by this version keeps the keys it does not know
+    (written by a later version, or by an earlier one), at the top and per build."""
+    day, state = night(tmp_path)
+    data = json.loads(day.summary_path.read_text())
+    data["from_the_future"] = {"x": 1}
+    data["builds"]["a"]["gpu_test"] = "passed"
+    write_json(day.summary_path, data)
+    again = summary.read_summary(day.summary_path)
+    assert again is not None
+    assert again.extra == {"from_the_future": {"x": 1}}
+    assert again.builds["a"].extra == {"gpu_test": "passed"}
+    refreshed = summary.refresh(day, state, by="nightly upload")
+    assert refreshed is not None
+    on_disk = json.loads(day.summary_path.read_text())
+    assert on_disk["from_the_future"] == {"x": 1}
+    assert on_disk["builds"]["a"]["gpu_test"] == "passed"
+    assert summary.Summary.from_json(on_disk).to_json() == on_disk
 
 
 def test_no_night_no_summary(tmp_path: Path) -> None:
@@ -94,7 +116,7 @@ def test_package_destinations_match_by_file_name() -> None:
     s = {"builds": {"x": {"packages": [{"name": "p.whl", "path": "packages/m/cpu/p.whl"},
                                        {"name": "q.whl", "path": "packages/m/cpu/q.whl"}],
                           "published": {"s3://b/whl/nightly/cpu/p.whl": "00", "anaconda:u/l/p.whl": "00"}}}}
-    assert summary.package_destinations(s) == [
+    assert summary.package_destinations(summary.Summary.from_json(s)) == [
         ("x", "p.whl", "packages/m/cpu/p.whl", ["anaconda:u/l/p.whl", "s3://b/whl/nightly/cpu/p.whl"]),
         ("x", "q.whl", "packages/m/cpu/q.whl", []),
     ]

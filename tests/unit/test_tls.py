@@ -74,6 +74,23 @@ def test_certs_make_a_ca_and_a_working_pair_per_host(tmp_path: Path) -> None:
     assert "did not return a certificate" in _handshake(files["build1"], None).lower()
 
 
+def test_certs_make_an_existing_folder_private(tmp_path: Path) -> None:
+    folder = tmp_path / "certs"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    tls.make_certs(folder, ["build1"], days=30)
+    assert _mode(folder) == 0o700
+    folder.chmod(0o775)  # adding a host to an existing CA tightens it again
+    tls.make_certs(folder, ["build2"], days=30)
+    assert _mode(folder) == 0o700
+
+
+def test_a_garbled_address_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="is not a Dask address") as e:
+        _check("nosuchscheme://10.0.0.5:8786")
+    assert e.value.exit_code == 2
+
+
 def test_certs_name_the_host_and_allow_both_directions(tmp_path: Path) -> None:
     from cryptography import x509
     from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -166,6 +183,9 @@ def test_the_command_prints_paths_never_keys(tmp_path: Path, nightly: Callable[.
     ("TCP://10.1.2.3:8786", "tcp", "10.1.2.3", False),
     ("tcp://0.0.0.0:8786", "tcp", "0.0.0.0", False),
     ("tcp://127.0.0.1.example.com:1", "tcp", "127.0.0.1.example.com", False),
+    # Where a URL parser and Dask disagree, the host is Dask's (the one it connects to).
+    ("tcp://192.0.2.2@127.0.0.1:8786", "tcp", "192.0.2.2@127.0.0.1", False),
+    ("tcp://127.0.0.1#@192.0.2.2:8786", "tcp", "127.0.0.1#@192.0.2.2", False),
 ])
 def test_split_address(address: str, scheme: str, host: str, loopback: bool) -> None:
     assert tls.split_address(address) == (scheme, host)
@@ -188,7 +208,8 @@ def _check(address: str, files: tls.TlsFiles | None = None, *, insecure: bool = 
 def test_plain_addresses_off_loopback_are_refused_unless_insecure(pair: tls.TlsFiles) -> None:
     _check("tcp://127.0.0.1:8786")
     _check("localhost:8786")
-    for address in ("tcp://10.0.0.5:8786", "sched:8786", "ws://10.0.0.5:8786"):
+    for address in ("tcp://10.0.0.5:8786", "sched:8786", "ws://10.0.0.5:8786",
+                    "tcp://192.0.2.2@127.0.0.1:8786", "tcp://127.0.0.1#@192.0.2.2:8786"):
         with pytest.raises(UsageError) as e:
             _check(address)
         text = str(e.value)

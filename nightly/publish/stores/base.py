@@ -119,12 +119,19 @@ class Store(ABC):
         """`length` bytes of an object from offset `start` (fewer at its end)."""
 
     @abstractmethod
-    def get(self, key: str, local_path: Path) -> None:
-        """Download one object to a file (atomically)."""
+    def read_prefix(self, key: str, length: int) -> tuple[bytes, int] | None:
+        """The first `length` bytes of an object (never more) and its whole size; None when
+        it does not exist."""
 
     @abstractmethod
-    def get_bytes(self, key: str) -> tuple[bytes, str] | None:
-        """A small object's content and ETag, or None when it does not exist."""
+    def get(self, key: str, local_path: Path, *, max_bytes: int | None = None) -> None:
+        """Download one object to a file (atomically); ObjectTooLarge, and nothing written,
+        when it holds more than `max_bytes`."""
+
+    @abstractmethod
+    def get_bytes(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, str] | None:
+        """A small object's content and ETag, or None when it does not exist; ObjectTooLarge
+        when it holds more than `max_bytes` (not read past that)."""
 
     @abstractmethod
     def put_bytes(

@@ -6,12 +6,12 @@ and conditional writes (If-Match / If-None-Match) for the index manifest.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
+import errno
 import hashlib
 import json
 import os
-import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -19,12 +19,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nightly.errors import PublishError
-from nightly.publish.stores.base import ObjectInfo, PreconditionFailed, Store, check_key, file_sha256
+from nightly.errors import ObjectTooLarge, PublishError
+from nightly.publish.stores.base import ObjectInfo, PreconditionFailed, Store, check_key
+from nightly.publish.stores.nofollow import Tree, copy_fd, read_fd, write_all
 
 T = TypeVar("T")
 
 _RESERVED = ".nightly-store"  # metadata, locks and temporary files; never listed
+_TMP = (_RESERVED, "tmp")
+_LOCKS = (_RESERVED, "locks")
+_META_MAX = 64 * 1024  # an object's metadata is a few hundred bytes
 STALE_TMP_S = 6 * 3600  # a temporary file untouched this long belongs to a writer that died
 
 
@@ -35,12 +39,26 @@ class FileStore(Store):
     describes) lives in `root/.nightly-store/meta/k.json`. Writers replace files with
     os.replace from a temporary file in the same file system, and take a per-key flock so
     that conditional writes are compare-and-swap and data and metadata change together.
+
+    Other hosts may write the folder (the cluster's staging store), so nothing below the root
+    is reached through a symlink (nightly.publish.stores.nofollow): a symlink, FIFO or device
+    where an object or folder should be is refused with UnsafeEntry ("symlink in <label>"),
+    and reads can be capped (`max_bytes`: ObjectTooLarge past it).
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, label: str = "") -> None:
         super().__init__()
         self.root = root
+        self.tree = Tree(root, label or f"the folder store {root.as_uri()}")
         self._swept = False
+
+    @property
+    def label(self) -> str:
+        return self.tree.label
+
+    @label.setter
+    def label(self, value: str) -> None:
+        self.tree.label = value
 
     @property
     def url(self) -> str:
@@ -52,31 +70,33 @@ class FileStore(Store):
             raise PublishError(f"invalid object key {key!r} (reserved)")
         return self.root / key
 
-    def _meta_path(self, key: str) -> Path:
-        return self.root / _RESERVED / "meta" / f"{key}.json"
+    @staticmethod
+    def _meta_key(key: str) -> str:
+        return f"{_RESERVED}/meta/{key}.json"
 
-    def _tmp(self) -> Path:
-        d = self.root / _RESERVED / "tmp"
-        d.mkdir(parents=True, exist_ok=True)
+    def _new_tmp(self) -> tuple[int, str]:
+        """A new temporary file in root/.nightly-store/tmp: (descriptor, name)."""
         if not self._swept:
             # What a writer killed mid-copy left (up to a whole package): once per store
             # object, remove temporary files no live writer can still be using.
             self._swept = True
             cutoff = time.time() - STALE_TMP_S
-            with os.scandir(d) as entries:
+            with contextlib.suppress(OSError), self.tree.folder(_TMP, create=True) as d, \
+                    os.scandir(d) as entries:
                 for e in entries:
                     with contextlib.suppress(OSError):
-                        stale = e.stat(follow_symlinks=False).st_mtime < cutoff
-                        if stale and e.is_file(follow_symlinks=False):
-                            os.unlink(e.path)
-        return d
+                        if e.stat(follow_symlinks=False).st_mtime < cutoff:
+                            os.unlink(e.name, dir_fd=d)
+        return self.tree.create_temp(_TMP)
+
+    def _discard_tmp(self, name: str) -> None:
+        with contextlib.suppress(OSError):
+            self.tree.unlink(f"{_RESERVED}/tmp/{name}")
 
     def _lock(self, key: str, exclusive: bool) -> _FileLock:
         # 256 striped lock files: bounded, and unrelated keys rarely wait for each other.
         stripe = hashlib.sha1(key.encode()).hexdigest()[:2]
-        d = self.root / _RESERVED / "locks"
-        d.mkdir(parents=True, exist_ok=True)
-        return _FileLock(d / f"{stripe}.lock", exclusive)
+        return _FileLock(self.tree, f"{stripe}.lock", exclusive)
 
     @staticmethod
     def _stamp(st: os.stat_result) -> list[int]:
@@ -84,25 +104,20 @@ class FileStore(Store):
 
     def _read_meta(self, key: str, st: os.stat_result) -> dict[str, Any]:
         try:
-            meta: dict[str, Any] = json.loads(self._meta_path(key).read_bytes())
-        except (OSError, ValueError):
+            meta: dict[str, Any] = json.loads(self.tree.read(self._meta_key(key), _META_MAX))
+        except (OSError, ValueError, PublishError):
             return {}
         # A crash between the data and the metadata rename leaves stale metadata: ignore it.
         return meta if meta.get("stamp") == self._stamp(st) else {}
 
-    def _install(self, key: str, tmp: Path, meta: dict[str, Any]) -> str:
+    def _install(self, key: str, tmp: str, meta: dict[str, Any]) -> str:
         """Move a finished temporary file into place with its metadata; caller holds the lock."""
-        dest = self._path(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a mirror or a channel is served to others
-        os.replace(tmp, dest)
-        meta["stamp"] = self._stamp(dest.stat())
-        meta_path = self._meta_path(key)
-        meta_path.parent.mkdir(parents=True, exist_ok=True)
-        fd, mtmp = tempfile.mkstemp(dir=self._tmp())
+        self._path(key)
+        meta["stamp"] = self._stamp(self.tree.rename_in(_TMP, tmp, key))
+        fd, mtmp = self._new_tmp()
         with os.fdopen(fd, "w") as f:
             json.dump(meta, f)
-        os.replace(mtmp, meta_path)
+        self.tree.rename_in(_TMP, mtmp, self._meta_key(key))
         return str(meta["etag"])
 
     def _io(self, action: str, key: str, fn: Callable[[], T]) -> T:
@@ -114,30 +129,42 @@ class FileStore(Store):
         except OSError as exc:
             raise PublishError(f"{action} {self.url}/{key} failed: {exc}") from None
 
-    def put(self, key: str, local_path: Path, sha256: str) -> None:
-        def run() -> None:
-            fd, tmp = tempfile.mkstemp(dir=self._tmp())
+    def _write_tmp(self, fill: Callable[[int], object]) -> str:
+        """A temporary file filled by `fill(fd)`; its name (removed again if `fill` fails)."""
+        fd, tmp = self._new_tmp()
+        try:
+            fill(fd)
+        except BaseException:
             os.close(fd)
+            self._discard_tmp(tmp)
+            raise
+        os.close(fd)
+        return tmp
+
+    def put(self, key: str, local_path: Path, sha256: str) -> None:
+        self._path(key)
+
+        def fill(fd: int) -> None:
+            with open(local_path, "rb") as src:  # the caller's own file
+                copy_fd(src.fileno(), fd, None, lambda n: ObjectTooLarge(str(n)))
+
+        def run() -> None:
+            tmp = self._write_tmp(fill)
             try:
-                shutil.copyfile(local_path, tmp)
                 with self._lock(key, True):
-                    self._install(key, Path(tmp), {"sha256": sha256, "etag": f'"{sha256}"'})
+                    self._install(key, tmp, {"sha256": sha256, "etag": f'"{sha256}"'})
             finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+                self._discard_tmp(tmp)
 
         self._io("upload", key, run)
 
     def head(self, key: str) -> ObjectInfo | None:
-        path = self._path(key)
+        self._path(key)
 
         def run() -> ObjectInfo | None:
             with self._lock(key, False):
-                try:
-                    st = path.stat()
-                except FileNotFoundError:
-                    return None
-                if not path.is_file():
+                st = self.tree.lstat(key)
+                if st is None or not stat.S_ISREG(st.st_mode):
                     return None
                 meta = self._read_meta(key, st)
             return ObjectInfo(key, st.st_size, meta.get("sha256"), meta.get("etag"), _mtime(st))
@@ -148,56 +175,24 @@ class FileStore(Store):
         self._count("list")
         # Walk only the directory the prefix points into, then filter by string prefix
         # exactly like S3 does (a prefix need not end at a '/').
-        base = self.root / prefix.rpartition("/")[0] if "/" in prefix else self.root
-        found: list[tuple[str, os.stat_result]] = []
-        for dirpath, dirnames, filenames in os.walk(base):
-            rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
-            rel_dir = "" if rel_dir == "." else rel_dir + "/"
-            if rel_dir == "":
-                dirnames[:] = [d for d in dirnames if d != _RESERVED]
-            for name in filenames:
-                key = rel_dir + name
-                if key.startswith(prefix) and not key.startswith(_RESERVED + "/"):
-                    try:
-                        found.append((key, os.stat(os.path.join(dirpath, name))))
-                    except FileNotFoundError:
-                        continue  # deleted while we walked
+        parts = prefix.rpartition("/")[0].split("/") if "/" in prefix else []
+        found = [(k, st) for k, st in self.tree.walk(parts, skip_top=_RESERVED)
+                 if k.startswith(prefix)]
         found.sort(key=lambda kv: kv[0].encode())  # S3 lists in UTF-8 byte order
         for key, st in found:
             yield ObjectInfo(key, st.st_size, None, None, _mtime(st))
 
-    def list_level(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
-        if not prefix.endswith("/"):
-            return super().list_level(prefix)
-        self._count("list")
-        base = self.root / prefix
-        objects: builtins.list[ObjectInfo] = []
-        subs: builtins.list[str] = []
-        try:
-            entries = builtins.list(os.scandir(base))
-        except (FileNotFoundError, NotADirectoryError):
-            return [], []
-        for e in entries:
-            try:  # as `list` (os.walk) sees them
-                if e.is_dir():
-                    subs.append(f"{prefix}{e.name}/")
-                else:
-                    st = os.stat(e.path)
-                    objects.append(ObjectInfo(prefix + e.name, st.st_size, None, None, _mtime(st)))
-            except FileNotFoundError:
-                continue  # deleted while we looked
-        objects.sort(key=lambda o: o.key.encode())
-        return objects, sorted(subs)
-
-    def get(self, key: str, local_path: Path) -> None:
-        src = self._path(key)
+    def get(self, key: str, local_path: Path, *, max_bytes: int | None = None) -> None:
+        self._path(key)
 
         def run() -> None:
             local_path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".download-", dir=local_path.parent)
-            os.close(fd)
             try:
-                shutil.copyfile(src, tmp)
+                try:
+                    self.tree.copy_to(key, fd, max_bytes)
+                finally:
+                    os.close(fd)
                 os.replace(tmp, local_path)
             finally:
                 if os.path.exists(tmp):
@@ -206,26 +201,47 @@ class FileStore(Store):
         self._io("download", key, run)
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
-        path = self._path(key)
+        self._path(key)
 
         def run() -> bytes:
-            with open(path, "rb") as f:
-                f.seek(start)
-                return f.read(length)
+            with self.tree.open(key) as (fd, _):
+                return os.pread(fd, max(length, 0), start)
 
         return self._io("get", key, run)
 
-    def get_bytes(self, key: str) -> tuple[bytes, str] | None:
-        path = self._path(key)
+    def read_prefix(self, key: str, length: int) -> tuple[bytes, int] | None:
+        self._path(key)
+
+        def run() -> tuple[bytes, int] | None:
+            try:
+                with self.tree.open(key) as (fd, st):
+                    return read_fd(fd, length), st.st_size
+            except FileNotFoundError:
+                return None
+
+        return self._io("get", key, run)
+
+    def get_bytes(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, str] | None:
+        self._path(key)
 
         def run() -> tuple[bytes, str] | None:
             try:
-                data = path.read_bytes()
+                data = self.tree.read(key, max_bytes)
             except FileNotFoundError:
                 return None
             return data, f'"{hashlib.sha256(data).hexdigest()}"'
 
         return self._io("get", key, run)
+
+    def _current_etag(self, key: str) -> str | None:
+        h = hashlib.sha256()
+        try:
+            with self.tree.open(key) as (fd, _):
+                while buf := os.read(fd, 1 << 20):
+                    h.update(buf)
+        except FileNotFoundError:
+            return None
+        return f'"{h.hexdigest()}"'
 
     def put_bytes(
         self,
@@ -236,64 +252,66 @@ class FileStore(Store):
         if_match: str | None = None,
         if_none_match: bool = False,
     ) -> str:
-        path = self._path(key)
+        self._path(key)
         sha = hashlib.sha256(data).hexdigest()
 
         def run() -> str:
-            fd, tmp = tempfile.mkstemp(dir=self._tmp())
+            tmp = self._write_tmp(lambda fd: write_all(fd, data))
             try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
                 with self._lock(key, True):
                     # The ETag is the content hash, computed from the bytes on disk, so a
                     # compare-and-swap cannot be fooled by a recycled inode or a coarse mtime.
-                    try:
-                        current: str | None = f'"{file_sha256(path)}"'
-                    except FileNotFoundError:
-                        current = None
+                    current = self._current_etag(key)
                     if if_match is not None and current != if_match:
                         raise PreconditionFailed(f"{self.url}/{key} changed meanwhile")
                     if if_none_match and current is not None:
                         raise PreconditionFailed(f"{self.url}/{key} exists already")
                     meta = {"sha256": sha, "etag": f'"{sha}"', "content_type": content_type}
-                    return self._install(key, Path(tmp), meta)
+                    return self._install(key, tmp, meta)
             finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+                self._discard_tmp(tmp)
 
         return self._io("write", key, run)
 
     def copy(self, src_key: str, dst_key: str) -> None:
-        src = self._path(src_key)
+        self._path(src_key)
+        self._path(dst_key)
 
         def run() -> None:
             with self._lock(src_key, False):
-                st = src.stat()
+                st = self.tree.lstat(src_key)
+                if st is None:
+                    raise FileNotFoundError(errno.ENOENT, "no such object", src_key)
                 meta = self._read_meta(src_key, st)
-                fd, tmp = tempfile.mkstemp(dir=self._tmp())
-                os.close(fd)
-                shutil.copyfile(src, tmp)
+                tmp = self._write_tmp(lambda fd: self.tree.copy_to(src_key, fd))
             try:
                 meta.pop("stamp", None)
-                meta.setdefault("etag", f'"{file_sha256(Path(tmp))}"')
+                if "etag" not in meta:
+                    with self.tree.open(f"{_RESERVED}/tmp/{tmp}") as (fd, _):
+                        meta["etag"] = f'"{_sha256_fd(fd)}"'
                 with self._lock(dst_key, True):
-                    self._install(dst_key, Path(tmp), meta)
+                    self._install(dst_key, tmp, meta)
             finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+                self._discard_tmp(tmp)
 
         self._io("copy", src_key, run)
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
+        self._path(key)
 
         def run() -> None:
             with self._lock(key, True):
-                for p in (path, self._meta_path(key)):
-                    with contextlib.suppress(FileNotFoundError):
-                        p.unlink()
+                for k in (key, self._meta_key(key)):
+                    self.tree.unlink(k)
 
         self._io("delete", key, run)
+
+
+def _sha256_fd(fd: int) -> str:
+    h = hashlib.sha256()
+    while buf := os.read(fd, 1 << 20):
+        h.update(buf)
+    return h.hexdigest()
 
 
 def _mtime(st: os.stat_result) -> datetime:
@@ -301,14 +319,16 @@ def _mtime(st: os.stat_result) -> datetime:
 
 
 class _FileLock:
-    def __init__(self, path: Path, exclusive: bool) -> None:
-        self.path, self.exclusive = path, exclusive
+    def __init__(self, tree: Tree, name: str, exclusive: bool) -> None:
+        self.tree, self.name, self.exclusive = tree, name, exclusive
         self._fd = -1
 
     def __enter__(self) -> _FileLock:
         import fcntl
 
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        with self.tree.folder(_LOCKS, create=True) as d:
+            self._fd = os.open(self.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                               0o644, dir_fd=d)
         fcntl.flock(self._fd, fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH)
         return self
 

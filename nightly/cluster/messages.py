@@ -1,0 +1,180 @@
+"""What a worker tells the orchestrator, as typed records with their JSON form.
+
+Two messages cross from a build host to the orchestrator:
+
+- `AttemptResult`: an attempt's outcome. It is the task's return value over the
+  authenticated Dask channel, and the attempt's `result.json` in staging (written last),
+  which a later orchestrator adopts only when it carries the night's seal
+  (nightly.cluster.verify). The seal covers the JSON form, so `to_json` is the one place that
+  form is made.
+- `WorkerEvent`: a progress event on the orchestrator's topic (start, end, retry, note...).
+
+`from_json` reads what a worker (or staging, which is untrusted) wrote: missing fields take
+their defaults and values are coerced to their types, never trusted as given.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nightly.workspace import FAILED
+
+
+def _str(v: object, default: str = "") -> str:
+    return default if v is None else str(v)
+
+
+def _opt_str(v: object) -> str | None:
+    return None if v is None else str(v)
+
+
+def _int(v: object, default: int = 0) -> int:
+    try:
+        return default if v is None or isinstance(v, bool) else int(v)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return default
+
+
+def _opt_int(v: object) -> int | None:
+    return None if v is None else _int(v)
+
+
+def _float(v: object, default: float = 0.0) -> float:
+    try:
+        return default if v is None or isinstance(v, bool) else float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return default
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagedPackage:
+    """A package as its worker recorded it: name, size, sha256, and its staging key."""
+
+    name: str
+    size: int
+    sha256: str
+    key: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "sha256": self.sha256, "key": self.key}
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptResult:
+    """One attempt's outcome, as its worker reports it."""
+
+    build: str
+    token: str
+    submission: str | None = None
+    worker: str = ""
+    worker_name: str = ""
+    host: str = ""
+    slot: int = 0
+    status: str = FAILED
+    reason: str | None = None
+    exit_status: int | None = None
+    infra: bool = False
+    attempts: int = 1
+    started: float | None = None
+    ended: float | None = None
+    duration_s: float = 0.0
+    executor: str = ""
+    # Raw records: nightly.cluster.verify.check_packages validates them against the attempt.
+    # None: what the worker sent was not a list (check_packages says so).
+    packages: tuple[Mapping[str, Any], ...] | None = ()
+    log_key: str = ""
+    log_sha256: str = ""
+    log_chunks: int = 0
+    commit: str | None = None
+    version: str = ""
+    channel: str = ""
+    cache: Mapping[str, Any] | None = None  # the compiler cache's statistics
+    seal: str | None = None  # HMAC of every other field (nightly.cluster.verify.seal)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "build": self.build, "token": self.token, "submission": self.submission,
+            "worker": self.worker, "worker_name": self.worker_name, "host": self.host,
+            "slot": self.slot, "status": self.status, "reason": self.reason,
+            "exit_status": self.exit_status, "infra": self.infra, "attempts": self.attempts,
+            "started": self.started, "ended": self.ended, "duration_s": self.duration_s,
+            "executor": self.executor,
+            "packages": None if self.packages is None else [dict(p) for p in self.packages],
+            "log_key": self.log_key, "log_sha256": self.log_sha256,
+            "log_chunks": self.log_chunks, "commit": self.commit, "version": self.version,
+            "channel": self.channel,
+            "cache": None if self.cache is None else dict(self.cache),
+        }
+        if self.seal is not None:
+            data["seal"] = self.seal
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AttemptResult:
+        packages = data.get("packages") or []
+        cache = data.get("cache")
+        return cls(
+            build=_str(data.get("build")), token=_str(data.get("token")),
+            submission=_opt_str(data.get("submission")), worker=_str(data.get("worker")),
+            worker_name=_str(data.get("worker_name")), host=_str(data.get("host")),
+            slot=_int(data.get("slot")), status=_str(data.get("status"), FAILED),
+            reason=_opt_str(data.get("reason")), exit_status=_opt_int(data.get("exit_status")),
+            infra=bool(data.get("infra")), attempts=_int(data.get("attempts"), 1) or 1,
+            started=None if data.get("started") is None else _float(data.get("started")),
+            ended=None if data.get("ended") is None else _float(data.get("ended")),
+            duration_s=_float(data.get("duration_s")), executor=_str(data.get("executor")),
+            packages=tuple(packages) if isinstance(packages, list) else None,
+            log_key=_str(data.get("log_key")), log_sha256=_str(data.get("log_sha256")),
+            log_chunks=_int(data.get("log_chunks")), commit=_opt_str(data.get("commit")),
+            version=_str(data.get("version")), channel=_str(data.get("channel")),
+            cache=cache if isinstance(cache, Mapping) else None,
+            seal=_opt_str(data.get("seal")),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerEvent:
+    """A progress event of an attempt, on the orchestrator's topic."""
+
+    kind: str  # start | end | retry | note | ...
+    build: str
+    token: str = ""
+    worker: str = ""
+    worker_name: str = ""
+    host: str = ""
+    slot: int = 0
+    attempt: int = 1
+    started: float = field(default_factory=time.time)
+    executor: str = ""
+    status: str = ""
+    reason: str | None = None
+    duration_s: float = 0.0
+    note: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)  # other fields of other kinds
+
+    _FIELDS = ("build", "token", "worker", "worker_name", "host", "slot", "attempt", "started",
+               "executor", "status", "reason", "duration_s", "note")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.extra, "kind": self.kind,
+                **{name: getattr(self, name) for name in self._FIELDS}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkerEvent:
+        return cls(
+            kind=_str(data.get("kind")), build=_str(data.get("build")),
+            token=_str(data.get("token")), worker=_str(data.get("worker")),
+            worker_name=_str(data.get("worker_name")), host=_str(data.get("host")),
+            slot=_int(data.get("slot")), attempt=_int(data.get("attempt"), 1) or 1,
+            started=_float(data.get("started"), time.time()),
+            executor=_str(data.get("executor")), status=_str(data.get("status")),
+            reason=_opt_str(data.get("reason")), duration_s=_float(data.get("duration_s")),
+            note=_str(data.get("note")),
+            extra={k: v for k, v in data.items() if k not in cls._FIELDS and k != "kind"},
+        )
+
+
+__all__ = ["AttemptResult", "StagedPackage", "WorkerEvent"]

@@ -1,0 +1,182 @@
+"""Any project, from a non-editable install: nightly built as a wheel (recipes inside),
+installed into a fresh venv, used from a folder that has nothing of this repository.
+
+- `nightly init SDIST` + `nightly run` on two real PyPI sdists, the written file unchanged:
+  setproctitle (its version a literal `__version__` in `__init__.py`, also compiled in as a C
+  macro: version_from = rewrite) and ujson (setuptools-scm); every wheel is
+  `<version>.devYYYYMMDD`, installs from the mirror's index and passes the project's tests.
+- A build that fails on purpose: the night's table, `nightly status`, summary.json and the
+  report give the recipe's own ERROR line.
+- A recipe folder that does not exist: exit 2 at plan time, nothing created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+try:  # run from the repository root (python -m pytest): a namespace package
+    from tests.integration import corpus
+    from tests.integration import recipe_env as renv
+except ImportError:  # run from elsewhere: pytest put this folder on sys.path
+    import corpus  # type: ignore[no-redef]
+    import recipe_env as renv  # type: ignore[no-redef]
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+pytestmark = pytest.mark.slow
+
+DATE, DEV = corpus.DATE, corpus.DEV
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`nightly` from a wheel built by pypa/build (sdist, then the wheel from it) and
+    installed into a fresh venv. Built from a copy of the working tree, so the build leaves
+    nothing in the repository."""
+    tree = tmp_path_factory.mktemp("tree")
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=corpus.REPO,
+        capture_output=True, text=True, check=True,
+    ).stdout.split("\0")
+    for rel in filter(None, files):
+        src = corpus.REPO / rel
+        if src.is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / rel)
+    dist = tmp_path_factory.mktemp("dist")
+    _ok([sys.executable, "-m", "build", "--outdir", str(dist), str(tree)])
+    (wheel,) = dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert "nightly/recipes/manywheel/build.sh" in z.namelist()
+        assert "nightly/recipes/common/rewrite_wheel.py" in z.namelist()
+    venv = tmp_path_factory.mktemp("venv")
+    _ok([sys.executable, "-m", "venv", str(venv)])
+    _ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)])
+    return venv / "bin" / "nightly"
+
+
+def _ok(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
+    assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stdout}\n{proc.stderr}"
+    return proc  # type: ignore[no-any-return]
+
+
+def _env() -> dict[str, str]:
+    # A wide terminal: the table's cells are not wrapped mid-word.
+    return {**{k: v for k, v in os.environ.items() if k != "NIGHTLY_CONFIG"}, "COLUMNS": "400"}
+
+
+def _run(nightly: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(nightly), *args], cwd=cwd, capture_output=True, text=True,
+                          env=_env(), timeout=1800)
+
+
+@pytest.mark.parametrize(
+    ("key", "strategy"), [("setproctitle", "rewrite"), ("ujson", "setuptools-scm")],
+)
+def test_init_then_run_gives_nightly_wheels_that_pass_the_projects_tests(
+    installed: Path, tmp_path: Path, key: str, strategy: str
+) -> None:
+    project = corpus.BY_KEY[key]
+    corpus.unpack(project)  # the tests the sdist ships, for run_own_tests
+    sdist = corpus.fetch(project)
+    work = tmp_path / "night"
+    work.mkdir()
+    init = _run(installed, "init", str(sdist), cwd=work)
+    assert init.returncode == 0, init.stderr
+    config = work / "nightly.toml"
+    written = config.read_text()
+    data = tomllib.loads(written)
+    assert data["project"]["version_from"] == strategy
+    assert data["project"]["base_version"] == project.version
+    assert data["smoke"]["import_name"] == project.import_name
+    for command in ("nightly plan", "nightly images build", "nightly run"):
+        assert command in init.stdout
+    # Never overwritten.
+    again = _run(installed, "init", str(sdist), cwd=work)
+    assert again.returncode == 2
+    assert "never overwrites" in again.stderr
+    assert config.read_text() == written
+
+    plan = _run(installed, "plan", "--date", DATE, cwd=work)
+    assert plan.returncode == 0, plan.stderr
+    assert f"version strategy: {strategy}" in plan.stdout
+    night = _run(installed, "run", "--date", DATE, cwd=work)
+    assert night.returncode == 0, night.stdout + night.stderr
+    assert config.read_text() == written
+    # The installed recipes ran: no recipes folder appeared beside the config.
+    assert not (work / "recipes").exists()
+
+    folder = work / "mirror" / "whl" / "nightly" / "cpu"
+    wheels = sorted(folder.glob("*.whl"))
+    assert len(wheels) == len(data["matrix"]["linux"]["manywheel"]["pythons"])
+    nightly_version = project.version + DEV
+    assert all(w.name.split("-")[1] == nightly_version for w in wheels), wheels
+    python = renv.pyenv_python(data["matrix"]["linux"]["manywheel"]["pythons"][-1])
+    assert python is not None
+    result = corpus.run_own_tests(
+        dataclasses.replace(project, wheel_version=nightly_version), python,
+        folder.as_uri() + "/", tmp_path / "tests",
+    )
+    assert result.failed == 0, result.output
+    assert result.errors == 0, result.output
+    assert result.passed > 0, result.output
+    assert "/venv/" in result.module_file  # the installed wheel, not a source tree
+
+
+def test_a_failing_build_shows_the_recipes_error_line(installed: Path, tmp_path: Path) -> None:
+    """A project with its own static version, configured as if it read BUILD_VERSION: the
+    recipe's version check fails, and every view of the night says so in its words."""
+    src = tmp_path / "proj"
+    (src / "tinyfail").mkdir(parents=True)
+    (src / "tinyfail" / "__init__.py").write_text("")
+    (src / "setup.py").write_text(
+        "from setuptools import setup\nsetup(name='tinyfail', version='2.0', packages=['tinyfail'])\n"
+    )
+    (tmp_path / "nightly.toml").write_text(
+        '[project]\nname = "tinyfail"\nsource = "proj"\nbase_version = "2.0"\n'
+        'version_from = "env"\n\n[matrix.linux.manywheel]\npythons = ["3.11"]\ncudas = ["cpu"]\n\n'
+        '[[machines]]\nname = "m"\nplatform = "linux"\nqueues = 1\n'
+    )
+    night = _run(installed, "run", "--date", DATE, cwd=tmp_path)
+    assert night.returncode == 1, night.stdout + night.stderr
+    said = f"ERROR: the wheel has version 2.0 but 2.0{DEV} was expected"
+    assert said in night.stdout
+    status = _run(installed, "status", "--date", DATE, cwd=tmp_path)
+    assert said in status.stdout
+    day = tmp_path / "nightlies" / DATE
+    summary = json.loads((day / "summary.json").read_text())
+    failed = summary["builds"]["manywheel_3.11_cpu"]
+    assert failed["reason"].startswith("recipe failed with exit status 1: [manywheel] ")
+    assert said in failed["reason"]
+    report = _run(installed, "report", "--date", DATE, "--out", str(tmp_path / "r.html"),
+                  cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert said in (tmp_path / "r.html").read_text()
+
+
+def test_a_missing_recipe_folder_stops_at_plan_time_creating_nothing(
+    installed: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "nightly.toml").write_text(
+        'recipes = "gone"\n[project]\nname = "x"\nsource = "."\nbase_version = "1.0"\n\n'
+        '[matrix.linux.manywheel]\npythons = ["3.11"]\ncudas = ["cpu"]\n\n'
+        '[[machines]]\nname = "m"\nplatform = "linux"\nqueues = 1\n'
+    )
+    for args in (("plan",), ("run", "--dry-run"), ("build", "manywheel", "3.11", "cpu")):
+        proc = _run(installed, *args, "--date", DATE, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert f"{tmp_path / 'gone'} does not exist" in proc.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["nightly.toml"]
