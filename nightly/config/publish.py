@@ -50,6 +50,7 @@ def parse_publish(top: Table, ctx: Ctx, base: Path, project: str) -> Publish:
         index=pt.bool("index"),
         index_shared=tuple(pt.str_list("index_shared", item=lambda f: _folder(f, ctx))),
         index_aggregate=pt.bool("index_aggregate"),
+        index_workers=_workers(pt, ctx),
         conda_channel=str(resolve_path(channel, base).resolve()) if channel else "",
         anaconda_user=co.str("anaconda_user"),
         anaconda_label=co.str("anaconda_label"),
@@ -69,6 +70,17 @@ def parse_publish(top: Table, ctx: Ctx, base: Path, project: str) -> Publish:
     py.finish()
     pt.finish()
     return p
+
+
+MAX_INDEX_WORKERS = 256  # more threads than this only queue on the HTTP connection pool
+
+
+def _workers(pt: Table, ctx: Ctx) -> int:
+    workers = pt.int("index_workers", minimum=1)
+    if workers > MAX_INDEX_WORKERS:
+        ctx.fail(f"must be at most {MAX_INDEX_WORKERS}, not {workers}", "publish.index_workers",
+                 hint="32 suits S3; use 1 to read one object after another")
+    return workers
 
 
 def _find_links(template: str, ctx: Ctx, project: str) -> str:

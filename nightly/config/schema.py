@@ -133,6 +133,7 @@ class Publish:
     index: bool
     index_shared: tuple[str, ...]  # folders listed in every accelerator folder of their channel
     index_aggregate: bool  # channel roots list all their accelerator folders' files
+    index_workers: int  # requests a full index run makes at once (1: one after another)
     conda_channel: str  # an absolute folder path, "" for none
     anaconda_user: str
     anaconda_label: str

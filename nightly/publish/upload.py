@@ -59,6 +59,7 @@ def open_destination(config: Config) -> Any:
             region=p.region or None,
             profile=p.profile or None,
             acl=p.acl or None,
+            connections=p.index_workers,
         )
     except ConfigError as e:
         if e.file:
@@ -225,6 +226,7 @@ def index_options(config: Config) -> IndexOptions:
         shared=config.publish.index_shared,
         aggregate=config.publish.index_aggregate,
         versions=config.retention.index_versions,
+        workers=config.publish.index_workers,
     )
 
 
