@@ -42,13 +42,10 @@ Why several machines may regenerate at once without losing entries
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from nightly.errors import PublishError
 from nightly.publish import caching, coldread
 from nightly.publish.coldread import CHECKPOINT_NAME, DEFAULT_WORKERS, Learned, ReadPool, Want
 from nightly.publish.layout import INDEX_PREFIXES, channel_of, channel_root
@@ -59,12 +56,14 @@ from nightly.publish.manifest import (
     Manifest,
     Records,
     as_record,
+    decode_manifest,
     encode_manifest,
     read_manifest,
 )
 from nightly.publish.names import is_package, parse_package, project_of
 from nightly.publish.pages import DEFAULT_FIND_LINKS, HTML_TYPE, Source, render_folder
 from nightly.publish.stores import ObjectInfo, PreconditionFailed, Store
+from nightly.publish.stores.base import cas_rounds
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +85,6 @@ __all__ = [
 
 LIST_SPLIT = 2  # levels listed with a delimiter before folders are listed side by side
 LIST_WORKERS = 8
-MAX_ROUNDS = 12  # rounds of "write pages, find a manifest changed" before giving up
-BACKOFF_S = 0.05  # first pause between rounds; doubles, jittered, so racing writers spread out
 
 Known = Mapping[str, "str | FileRecord"]
 
@@ -122,11 +119,6 @@ class FolderReport:
     metadata_reads: int = 0  # `.metadata` files read for their sha256 and Requires-Python
     rounds: int = 0  # >1 when another writer changed the folder meanwhile
     missing_sha256: list[str] = field(default_factory=list)
-
-
-def _pause(rounds: int) -> None:
-    if rounds > 1:
-        time.sleep(min(BACKOFF_S * 2 ** (rounds - 2), 2.0) * random.uniform(0.5, 1.5))
 
 
 def regenerate(
@@ -285,8 +277,9 @@ def _merge(
     read, `learned` what `_prefetch` read about the folder's objects."""
     manifest_key = f"{folder}/{MANIFEST_NAME}"
     resolved: Records | None = None
-    for report.rounds in range(1, MAX_ROUNDS + 1):
-        _pause(report.rounds)
+    # Compare-and-swap rounds with the stores' one backoff (cas_rounds raises when exhausted).
+    for report.rounds in cas_rounds(f"index of {store.url}/{folder}",
+                                    retry="run `nightly index` again"):
         if base is None or report.rounds > 1:
             base = read_manifest(store, folder)
         pages: set[str] = set()
@@ -324,10 +317,7 @@ def _merge(
         report.files = len(files)
         report.missing_sha256 = sorted(n for n, r in files.items() if r.sha256 is None)
         return Manifest(files, etag, folders), pages
-    raise PublishError(
-        f"index of {store.url}/{folder}: the folder kept changing during {MAX_ROUNDS} rounds; "
-        "run `nightly index` again"
-    )
+    raise AssertionError("unreachable: cas_rounds raises when exhausted")
 
 
 def _register(store: Store, folder: str) -> None:
@@ -336,23 +326,18 @@ def _register(store: Store, folder: str) -> None:
     if root == folder or folder.rpartition("/")[0] != root:
         return
     name = folder.rpartition("/")[2]
-    for rounds in range(1, MAX_ROUNDS + 1):
-        _pause(rounds)
-        base = read_manifest(store, root)
-        if name in base.folders:
-            return
+
+    def add(current: bytes | None) -> bytes | None:
+        base = decode_manifest(current) if current is not None else None
+        files, folders = (base.files, base.folders) if base is not None else (None, ())
+        if name in folders:
+            return None
         # Files None: nobody listed the root yet; its next run lists it, so that what it
         # holds from before (an adopted bucket) is never hidden by an empty record.
-        body = encode_manifest(base.files, (*base.folders, name))
-        try:
-            store.put_bytes(
-                f"{root}/{MANIFEST_NAME}", body, "application/json",
-                if_match=base.etag, if_none_match=base.etag is None,
-            )
-            return
-        except PreconditionFailed:
-            continue
-    raise PublishError(f"index of {store.url}/{root}: could not record {name}/; run `nightly index --full`")
+        return encode_manifest(files, (*folders, name))
+
+    store.update(f"{root}/{MANIFEST_NAME}", add, "application/json",
+                 what=f"index of {store.url}/{root}: recording {name}/")
 
 
 def _resolve_known(folder: str, known: Known, report: FolderReport, pool: ReadPool) -> Records:
@@ -422,8 +407,7 @@ def _write_pages(
 ) -> set[str]:
     """Render and write the folder's pages until the manifests they came from held still;
     returns the pages' paths (relative to the folder)."""
-    for rounds in range(1, MAX_ROUNDS + 1):
-        _pause(rounds)
+    for rounds in cas_rounds(f"index of {store.url}/{folder}", retry="run `nightly index` again"):
         if rounds > 1:
             report.rounds += 1
         own = first if first is not None and rounds == 1 else read_manifest(store, folder)
@@ -446,10 +430,7 @@ def _write_pages(
         checks = [(folder, own.etag), *((f, m.etag) for _, f, m in sources)]
         if all(_current_etag(store, f"{f}/{MANIFEST_NAME}") == etag for f, etag in checks):
             return set(pages)
-    raise PublishError(
-        f"index of {store.url}/{folder}: the folder kept changing during {MAX_ROUNDS} rounds; "
-        "run `nightly index` again"
-    )
+    raise AssertionError("unreachable: cas_rounds raises when exhausted")
 
 
 def _current_etag(store: Store, key: str) -> str | None:
