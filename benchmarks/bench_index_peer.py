@@ -12,6 +12,9 @@ checksum on the metadata files (which the peer requires). nightly is configured 
 
 For each size, measured from outside (wall seconds of each tool's process, every HTTP request
 counted at the server):
+  full-all  nightly's first run showing every version (no `index_versions`: it reads every
+            wheel's sha256 and .metadata, where the peer reads its 60 newest versions), against
+            the peer's first run; then nightly's manifests are deleted, so that
   full      the first run on the bucket (for nightly: adopting a bucket it did not write)
   rerun     the same again, nothing changed
   +50       after 50 new wheels (with .metadata) of the next night (its pytorch-triton and
@@ -22,7 +25,7 @@ local HTTP server over the bucket; the peer's absolute links to download-r2.pyto
 pointed at it), counting what they GET. Populating the bucket is not measured (objects go
 straight into moto's in-process backend).
 
-    .venv/bin/python benchmarks/bench_index_peer.py [--sizes 5000 20000]
+    .venv/bin/python benchmarks/bench_index_peer.py [--sizes 5000 20000] [--no-full-all]
 """
 
 from __future__ import annotations
@@ -183,8 +186,8 @@ def run_tool(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, app: Cou
     return {"seconds": round(seconds, 2), "requests": sum(requests.values()), "by_kind": requests}
 
 
-def nightly_config(work: Path, endpoint: str) -> Path:
-    path = work / "nightly.toml"
+def nightly_config(work: Path, endpoint: str, versions: int = 60) -> Path:
+    path = work / f"nightly-{versions}.toml"
     path.write_text(f"""\
 [project]
 name = "torch"
@@ -208,9 +211,20 @@ index_shared = ["whl/nightly"]
 index_aggregate = true
 
 [retention]
-index_versions = 60
+index_versions = {versions}
 """)
     return path
+
+
+def forget_index(client: Any) -> int:
+    """Delete nightly's manifests (and progress records): the bucket is again one nightly
+    did not write (pages stay, as the peer's would)."""
+    ours = ("/.index.json", "/.index-progress.json")
+    keys = [obj["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+            for obj in page.get("Contents", []) if obj["Key"].endswith(ours)]
+    for key in keys:
+        client.delete_object(Bucket=BUCKET, Key=key)
+    return len(keys)
 
 
 def snapshot(client: Any, prefix: str) -> dict[str, bytes]:
@@ -307,7 +321,9 @@ def clients(pages: dict[str, bytes], client: Any, work: Path, rewrite: bool) -> 
 # ---------------------------------------------------------------------------- one size
 
 
-def bench_size(wheels: int, app: Counting, endpoint: str, work: Path) -> dict[str, Any]:
+def bench_size(
+    wheels: int, app: Counting, endpoint: str, work: Path, full_all: bool = True
+) -> dict[str, Any]:
     import boto3
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.s3.models import s3_backends
@@ -337,13 +353,21 @@ def bench_size(wheels: int, app: Counting, endpoint: str, work: Path) -> dict[st
     log = work / "tools.log"
     phases: dict[str, dict[str, Any]] = {"peer": {}, "nightly": {}}
 
-    def both(label: str) -> None:
-        for tool, cmd, cwd in (("peer", peer, peer_cwd), ("nightly", ours, work)):
-            r = phases[tool][label] = run_tool(cmd, env, cwd, log, app)
-            print(f"  {tool:8} {label:6} {r['seconds']:8.1f}s {r['requests']:7} requests {r['by_kind']}",
-                  flush=True)
+    def one(tool: str, label: str, cmd: list[str], cwd: Path) -> None:
+        r = phases[tool][label] = run_tool(cmd, env, cwd, log, app)
+        print(f"  {tool:8} {label:8} {r['seconds']:8.1f}s {r['requests']:7} requests {r['by_kind']}",
+              flush=True)
 
-    both("full")
+    def both(label: str) -> None:
+        one("peer", label, peer, peer_cwd)
+        one("nightly", label, ours, work)
+
+    one("peer", "full", peer, peer_cwd)
+    if full_all:
+        everything = [*ours[:-1], str(nightly_config(work, endpoint, versions=0))]
+        one("nightly", "full-all", everything, work)
+        forget_index(client)
+    one("nightly", "full", ours, work)
     both("rerun")
     populate(backend, new)
     phases["peer"]["+50"] = run_tool(peer, env, peer_cwd, log, app)
@@ -366,8 +390,11 @@ def bench_size(wheels: int, app: Counting, endpoint: str, work: Path) -> dict[st
 
 def ratios(result: dict[str, Any]) -> list[list[object]]:
     rows: list[list[object]] = []
-    for label in ("full", "rerun", "+50"):
-        p, n = result["phases"]["peer"][label], result["phases"]["nightly"][label]
+    for label in ("full-all", "full", "rerun", "+50"):
+        if label not in result["phases"]["nightly"]:
+            continue
+        p = result["phases"]["peer"]["full" if label == "full-all" else label]
+        n = result["phases"]["nightly"][label]
         rows.append([result["wheels"], label, p["seconds"], n["seconds"],
                      round(n["seconds"] / p["seconds"], 3) if p["seconds"] else "n/a",
                      p["requests"], n["requests"],
@@ -378,6 +405,8 @@ def ratios(result: dict[str, Any]) -> list[list[object]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[5000, 20000])
+    ap.add_argument("--no-full-all", action="store_true",
+                    help="skip nightly's first run without a version cap")
     args = ap.parse_args()
     os.environ.update(CREDENTIALS)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -389,7 +418,7 @@ def main() -> int:
         for size in args.sizes:
             work = Path(tmp) / str(size)
             work.mkdir()
-            results.append(bench_size(size, app, endpoint, work))
+            results.append(bench_size(size, app, endpoint, work, full_all=not args.no_full_all))
     headers = ["wheels", "run", "peer s", "nightly s", "s ratio", "peer req", "nightly req", "req ratio"]
     rows = [row for r in results for row in ratios(r)]
     print("\nnightly vs test-infra manage_v2.py (ratio = nightly / peer; below 1 is better)")

@@ -12,6 +12,8 @@ Runs one after another (so they do not compete for the machine), each in its own
               (N = --index-objects, default 10,000, so that it takes minutes, not the
               half hour of its own default of 100,000)
   cluster     bench_cluster.py: 1,000 builds planned and run on 20 Dask workers
+  gpu_tests   bench_gpu_tests.py: 1,000 builds on 20 CPU + 2 GPU workers, simulated: GPU-host
+              seconds and makespan / bound, today's gpu_smoke against the test stage
   cluster_tls bench_cluster_tls.py: mutual TLS against plain tcp on real Dask processes;
               sha256 of a fetched package against its copy (verified staging)
   staging_store bench_staging_store.py: the folder staging store read without following
@@ -23,8 +25,15 @@ Runs one after another (so they do not compete for the machine), each in its own
               night's wall time against the sum of its builds (--quick: warm only, no night)
   cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
               through `nightly run`: warm / cold night, four Pythons with / without cache
+  masking     bench_masking.py: build output masked for every configured secret as it
+              streams into the log, against the same log written unmasked
   bisect      bench_bisect.py: `nightly bisect` over a 64-commit demo history with the
               compiler cache against without it
+  toolchain   bench_toolchain.py: the demo's manywheels with the portable toolchain (glibc 2.31
+              sysroot, manylinux 2_28) against the host's plain gcc; the toolchain's cold
+              assembly (--quick: Python 3.12 only)
+  provenance  bench_provenance.py: a night of 8 builds of 32 MB wheels published to a file://
+              mirror, with `[provenance] key` against without (--quick: 4 builds, 1 run)
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
               tool of the same kind), or `python -m pip --version` when cibuildwheel is not
               installed (the table says which)
@@ -79,6 +88,7 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                   "index.json"),
         "cluster": ([py, str(HERE / "bench_cluster.py"), *(["--no-baseline"] if quick else [])],
                     "cluster.json"),
+        "gpu_tests": ([py, str(HERE / "bench_gpu_tests.py")], "gpu_tests.json"),
         "cluster_tls": ([py, str(HERE / "bench_cluster_tls.py"),
                          *(["--runs", "3", "--tasks", "200", "--package-mb", "64"] if quick else [])],
                         "cluster_tls.json"),
@@ -89,11 +99,17 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                         *(["--sizes", "1000"] if quick else [])], "index_peer.json"),
         "images": ([py, str(HERE / "bench_images.py"), *(["--warm-only", "--no-night"] if quick else [])],
                    "images.json"),
+        "masking": ([py, str(HERE / "bench_masking.py"), *(["--mb", "50", "--runs", "3"] if quick else [])],
+                    "masking.json"),
         "cache": ([py, str(HERE / "bench_cache.py"),
                    *(["--cpp", "4", "--cuda", "2", "--templates", "4"] if quick else [])],
                   "cache.json"),
         "bisect": ([py, str(HERE / "bench_bisect.py"), *(["--gen", "8"] if quick else [])],
                    "bisect.json"),
+        "toolchain": ([py, str(HERE / "bench_toolchain.py"),
+                       *(["--pythons", "3.12"] if quick else [])], "toolchain.json"),
+        "provenance": ([py, str(HERE / "bench_provenance.py"),
+                        *(["--runs", "1", "--builds", "4"] if quick else [])], "provenance.json"),
     }  # fmt: skip
 
 
@@ -241,6 +257,19 @@ def rows_cluster(d: dict[str, Any]) -> list[Row]:
     return out
 
 
+def rows_gpu_tests(d: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for run in d.get("runs") or []:
+        out.append(["gpu_tests", f"{run.get('scenario')}: makespan (h) / lower bound (h)",
+                    _num(run.get("makespan_h")), _num(run.get("lower_bound_h")),
+                    _num(run.get("makespan_over_bound")), "goal <= 1.05"])
+    runs = d.get("runs") or [{}, {}]
+    out.append(["gpu_tests", "GPU-host seconds: today's gpu_smoke / test stage",
+                _num(runs[0].get("gpu_host_s"), 0), _num(runs[-1].get("gpu_host_s"), 0),
+                _num(d.get("gpu_host_s_today_over_test_stage"), 2), "goal >= 5"])
+    return out
+
+
 def rows_cluster_tls(d: dict[str, Any]) -> list[Row]:
     med, st = d.get("median_s") or {}, d.get("staging") or {}
     return [
@@ -319,19 +348,45 @@ def rows_cache(d: dict[str, Any]) -> list[Row]:
     ]
 
 
+def rows_masking(d: dict[str, Any]) -> list[Row]:
+    return [["masking", f"{d.get('mb', '?')} MB of build output into its log: masked for "
+             f"{d.get('secrets', '?')} secrets (s) / unmasked (s)", _num(d.get("masked_s")),
+             _num(d.get("plain_s")), _num(d.get("ratio_masked_to_plain")),
+             f"lower is better; {d.get('masked_mb_s', '?')} MB/s masked"]]
+def rows_provenance(d: dict[str, Any]) -> list[Row]:
+    med = d.get("median_s") or {}
+    return [["provenance", f"night of {d.get('builds')} builds x {d.get('size_mb')} MB: with signed "
+             "provenance (s) / without (s)", _num(med.get("with"), 2), _num(med.get("without"), 2),
+             _num(d.get("ratio_with_to_without")), f"lower is better; medians of {d.get('runs')}"]]
+
+
 def rows_bisect(d: dict[str, Any]) -> list[Row]:
     return [["bisect", "bisect of 64 commits: with cache / without (s)",
              _num(_get(d, "cache", "wall_s"), 1), _num(_get(d, "no_cache", "wall_s"), 1),
              _num(d.get("cache_over_no_cache")),
              f"lower is better; {_get(d, 'cache', 'builds')} builds, hit rate "
              f"{_num(_get(d, 'cache', 'hit_rate'), 2)}"]]
+def rows_toolchain(d: dict[str, Any]) -> list[Row]:
+    t = d.get("toolchain") or {}
+    return [
+        ["toolchain", f"demo manywheels ({d.get('builds_per_night', '?')} builds): portable "
+         "sysroot toolchain / plain gcc (s)", _num(d.get("portable_wall_s"), 1),
+         _num(d.get("plain_wall_s"), 1), _num(d.get("ratio_portable_to_plain")),
+         "lower is better; compiler cache off"],
+        ["toolchain", "toolchain assembled cold (s), size (MB)", _num(t.get("cold_s"), 1),
+         _num(t.get("size_mb"), 1), "", "once per cache; .debs "
+         f"{_num(t.get('debs_mb'), 1)} MB"],
+    ]
 
 
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "schedule": rows_schedule, "container": rows_container, "index": rows_index,
-    "cluster": rows_cluster, "cache": rows_cache, "cli": rows_cli, "images": rows_images,
+    "cluster": rows_cluster, "gpu_tests": rows_gpu_tests, "cache": rows_cache, "cli": rows_cli,
+    "images": rows_images,
     "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls,
     "staging_store": rows_staging_store, "bisect": rows_bisect,
+    "masking": rows_masking,
+    "toolchain": rows_toolchain, "provenance": rows_provenance,
 }
 
 

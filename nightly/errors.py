@@ -28,6 +28,16 @@ class BuildsFailed(NightlyError):
         self.reported = reported
 
 
+class NotVerified(NightlyError):
+    """A package whose provenance does not verify (`nightly verify`, `nightly promote`)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, reported: bool = False) -> None:
+        super().__init__(message)
+        self.reported = reported
+
+
 class UsageError(NightlyError):
     """Bad command-line input."""
 
@@ -59,6 +69,12 @@ class ConfigError(NightlyError):
         if hint:
             text += f" ({hint})"
         super().__init__(text)
+
+
+class StateError(NightlyError):
+    """A state.json that cannot be used: unreadable, not JSON, or not of its schema."""
+
+    exit_code = 2
 
 
 class NothingSelected(NightlyError):

@@ -19,7 +19,10 @@ sccache's own compiler hashing), or under an S3 prefix shared by a cluster's mac
 
 A cache that cannot start (unreachable store, unusable folder, missing binary) never fails a
 build: the reason goes into the log and the build compiles without it. S3 credentials reach
-only the sccache server: `run` removes them from the environment before the recipe starts.
+only the sccache server, never through an environment: a 0600 file (`credentials`) that `run`
+points the server at and deletes before the recipe starts; the server runs from an
+execute-only (so non-dumpable) copy of sccache. docs/cache.md says why. CC/CXX name the
+wrappers through a link without whitespace or quotes (setuptools and CMake split them).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,6 +49,10 @@ TOOLS_MOUNT = "/nightly/cache-tools"
 SCCACHE_MOUNT = "/nightly/sccache"
 STORAGE_MOUNT = "/nightly/sccache-dir"
 CONTAINER_SOCKET = "/tmp/nightly-sccache.sock"
+CREDENTIALS_FILE = "credentials"
+SERVER_BINARY = "sccache-server"
+# A path CC/CXX can carry as is: no whitespace, no quotes, nothing a shell or a word split cares for.
+_PLAIN_PATH = re.compile(r"^[A-Za-z0-9_./+,@%=-]+$")
 
 STATS_FILE = "stats.json"
 STATUS_FILE = "status"
@@ -83,12 +92,22 @@ class BuildCache:
     # (sccache's basedirs), or no build would hit another's objects.
     basedir: str = ""
     settings: Mapping[str, str] = field(default_factory=dict)  # SCCACHE_* of the backend
+    # The store's credentials: written to tools/credentials (0600) for the server, kept here
+    # only so that build output can be masked; never in an environment.
     credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # `tools` as the build's CC/CXX name it (a link when `tools` has whitespace or quotes).
+    link: str = ""
+
+    @property
+    def tools_path(self) -> str:
+        return self.link or str(self.tools)
 
     def env(self, *, container: bool) -> dict[str, str]:
         """Variables for the build's environment (`run` does the rest)."""
         env = dict(self.settings)
-        env.update(self.credentials)
+        if self.credentials:
+            tools = TOOLS_MOUNT if container else self.tools_path
+            env["NIGHTLY_CACHE_CREDENTIALS"] = f"{tools}/{CREDENTIALS_FILE}"
         env.update(
             NIGHTLY_SCCACHE=SCCACHE_MOUNT if container else str(self.sccache),
             NIGHTLY_CACHE_WHERE=self.where,
@@ -104,7 +123,7 @@ class BuildCache:
         return env
 
     def command(self, recipe: str, *, container: bool) -> list[str]:
-        tools = TOOLS_MOUNT if container else str(self.tools)
+        tools = TOOLS_MOUNT if container else self.tools_path
         return ["bash", f"{tools}/run", recipe]
 
     def mounts(self) -> list[tuple[str, str, bool]]:
@@ -204,6 +223,8 @@ def attach(settings: CacheSettings, job: Job) -> tuple[Job, str | None]:
         if settings.url:
             backend, where = s3_backend(settings, key)
             credentials = s3_credentials(settings)
+            if credentials:
+                write_credentials(tools, credentials, binary)
         else:
             storage = settings.dir / key
             storage.mkdir(parents=True, exist_ok=True)
@@ -217,9 +238,54 @@ def attach(settings: CacheSettings, job: Job) -> tuple[Job, str | None]:
         # Short and unique: a unix socket path has a 108-byte limit.
         socket=f"/tmp/nightly-sccache-{secrets.token_hex(6)}.sock",
         basedir=f"{job.work_dir}:{job.source_dir}",
-        settings=backend, credentials=credentials,
+        settings=backend, credentials=credentials, link=plain_link(tools),
     )
     return replace(job, cache=cache), None
+
+
+def write_credentials(tools: Path, credentials: Mapping[str, str], binary: Path) -> None:
+    """The store's credentials as an AWS shared credentials file only its owner reads, and the
+    execute-only copy of sccache the server runs from (non-dumpable, see the module's doc)."""
+    names = {"AWS_ACCESS_KEY_ID": "aws_access_key_id",
+             "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
+             "AWS_SESSION_TOKEN": "aws_session_token"}
+    text = "[default]\n" + "".join(f"{names[k]} = {v}\n" for k, v in credentials.items())
+    fd = os.open(tools / CREDENTIALS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), 0o600)  # whatever the umask
+        f.write(text)
+    server = tools / SERVER_BINARY
+    shutil.copyfile(binary, server)
+    server.chmod(stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def plain_link(tools: Path) -> str:
+    """"" when `tools` can be CC's folder as is; else a new link to it under /tmp (or
+    TMPDIR when that is plain), named without whitespace or quotes."""
+    if _PLAIN_PATH.match(str(tools)):
+        return ""
+    base = tempfile.gettempdir()
+    if not _PLAIN_PATH.match(base):
+        base = "/tmp"
+    link = Path(base) / f"nightly-cache-{secrets.token_hex(6)}"
+    link.symlink_to(tools, target_is_directory=True)
+    return str(link)
+
+
+def release(job: Job) -> None:
+    """Remove what `attach` made outside the build's folder (the link) and the credentials."""
+    cache = job.cache
+    if not isinstance(cache, BuildCache):
+        return
+    if cache.link:
+        Path(cache.link).unlink(missing_ok=True)
+    (cache.tools / CREDENTIALS_FILE).unlink(missing_ok=True)
+
+
+def credential_values(job: Job) -> tuple[str, ...]:
+    """The store's credentials this build's cache holds (for masking its output)."""
+    cache = job.cache
+    return tuple(cache.credentials.values()) if isinstance(cache, BuildCache) else ()
 
 
 def s3_backend(settings: CacheSettings, key: str) -> tuple[dict[str, str], str]:
@@ -258,6 +324,7 @@ def finish(job: Job, record: Callable[..., object]) -> list[str]:
     """After the build: its statistics recorded (`record(cache=...)`, the state entry), and
     the note for its log footer."""
     stats = read_stats(job)
+    release(job)
     if stats is None:
         return []
     record(cache=stats.to_json())
@@ -335,17 +402,30 @@ case "${CC:-}" in "" | "$tools/cc") CC=cc ;; esac
 case "${CXX:-}" in "" | "$tools/c++") CXX=c++ ;; esac
 export NIGHTLY_CACHE_CC="$CC" NIGHTLY_CACHE_CXX="$CXX"
 rm -f "$SCCACHE_SERVER_UDS"
+# The store's credentials: a file only the server reads (never its environment, which a
+# process of the same user could read), from an execute-only, hence non-dumpable, binary.
+creds="${NIGHTLY_CACHE_CREDENTIALS:-}"
+unset NIGHTLY_CACHE_CREDENTIALS
+server_bin="$sc"
+if [ -n "$creds" ]; then
+    export AWS_SHARED_CREDENTIALS_FILE="$creds" AWS_PROFILE=default
+    [ -x "$tools/sccache-server" ] && server_bin="$tools/sccache-server"
+fi
 # The server runs in the foreground as this script's child, not as a daemon: it stays in the
 # build's process group (and container), so a build that is killed takes its server and the
 # compilers it started along. It checks its storage before it listens: no socket, no cache.
 # (TMPDIR=/tmp: its own temporary files stay short of the unix socket path limit.)
-TMPDIR=/tmp SCCACHE_START_SERVER=1 SCCACHE_NO_DAEMON=1 "$sc" </dev/null >"$tools/server.log" 2>&1 &
+TMPDIR=/tmp SCCACHE_START_SERVER=1 SCCACHE_NO_DAEMON=1 "$server_bin" </dev/null >"$tools/server.log" 2>&1 &
 server=$!
+unset AWS_SHARED_CREDENTIALS_FILE AWS_PROFILE
 for _ in $(seq 600); do
     [ -S "$SCCACHE_SERVER_UDS" ] && break
     kill -0 "$server" 2>/dev/null || break
     sleep 0.05
 done
+# sccache read the credentials when it checked its storage, before it listened: gone before
+# the recipe starts.
+[ -z "$creds" ] || rm -f "$creds"
 if [ -S "$SCCACHE_SERVER_UDS" ]; then
     export NIGHTLY_CACHE=on CC="$tools/cc" CXX="$tools/c++"
     export CMAKE_C_COMPILER_LAUNCHER="$tools/launch" CMAKE_CXX_COMPILER_LAUNCHER="$tools/launch"
@@ -382,6 +462,7 @@ exit $rc
 WRAPPER = r"""#!/bin/sh
 # Written by nightly (nightly/builds/cache.py): {var} behind this build's sccache server.
 real="${{NIGHTLY_CACHE_{var}:-{default}}}"
+set -f  # $real is split into words (flags), never globbed
 if [ "${{NIGHTLY_CACHE:-}}" = on ] && [ -S "${{SCCACHE_SERVER_UDS:-}}" ]; then
     for arg in "$@"; do
         # shellcheck disable=SC2086  # CC may carry flags ("gcc -m64")
@@ -396,16 +477,21 @@ LAUNCH = r"""#!/bin/sh
 # Written by nightly (nightly/builds/cache.py): CMAKE_<LANG>_COMPILER_LAUNCHER. CMake calls
 # `launch COMPILER ARGS...`; nightly's own cc/c++ wrappers are replaced by the compilers they
 # stand for, so the cache is keyed on the real compiler and never runs sccache twice.
+# The compiler CMake names is one argument (its path may hold spaces); only CC/CXX, which
+# may carry flags ("gcc -m64"), are split into words (without globbing).
 compiler="$1"
 shift
+set -f
 case "$compiler" in
-    "$NIGHTLY_CACHE_TOOLS/cc") compiler="${NIGHTLY_CACHE_CC:-cc}" ;;
-    "$NIGHTLY_CACHE_TOOLS/c++") compiler="${NIGHTLY_CACHE_CXX:-c++}" ;;
-esac
-if [ "${NIGHTLY_CACHE:-}" = on ] && [ -S "${SCCACHE_SERVER_UDS:-}" ]; then
     # shellcheck disable=SC2086
-    exec "$NIGHTLY_SCCACHE" $compiler "$@"
+    "$NIGHTLY_CACHE_TOOLS/cc") set -- ${NIGHTLY_CACHE_CC:-cc} "$@" ;;
+    # shellcheck disable=SC2086
+    "$NIGHTLY_CACHE_TOOLS/c++") set -- ${NIGHTLY_CACHE_CXX:-c++} "$@" ;;
+    *) set -- "$compiler" "$@" ;;
+esac
+set +f
+if [ "${NIGHTLY_CACHE:-}" = on ] && [ -S "${SCCACHE_SERVER_UDS:-}" ]; then
+    exec "$NIGHTLY_SCCACHE" "$@"
 fi
-# shellcheck disable=SC2086
-exec $compiler "$@"
+exec "$@"
 """

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nightly import manylinux
 from nightly.files import sha256_file
 from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, SUCCEEDED, BuildEntry, Day, PackageFile, State
@@ -51,6 +52,19 @@ def file_packages(
         out.append(PackageFile(name=f.name, path=str(dest.relative_to(day.path)), size=size,
                                sha256=digest))
     return out
+
+
+def check_policy(
+    state: State, build: Build, env: Mapping[str, str], files: Sequence[Path]
+) -> manylinux.Verdict:
+    """The manylinux check of a finished build's packages, before anything is filed: a
+    manywheel must carry a manylinux tag no newer than its policy (NIGHTLY_MANYLINUX of the
+    recipe environment), whatever the recipe said; a libtorch zip's glibc is recorded. The
+    record (policy, tags reached, glibc needed) goes into the build's state entry."""
+    verdict = manylinux.check_packages(build.package, env.get(manylinux.ENV_POLICY, ""), files)
+    if verdict.record:
+        state.update(build.id, manylinux=verdict.record)
+    return verdict
 
 
 def collect_build(
@@ -92,4 +106,4 @@ def collect_build(
     )
 
 
-__all__ = ["LogFiler", "PackageFile", "collect_build", "file_packages"]
+__all__ = ["LogFiler", "PackageFile", "check_policy", "collect_build", "file_packages"]

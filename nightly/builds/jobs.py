@@ -6,12 +6,15 @@ output and scratch folders are, its timeout and image; and the context a night's
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nightly.builds.reproducible import reproducible_env
 from nightly.config import Config
 from nightly.config.detect import resolve_version_from
 from nightly.executors.base import Job
+from nightly.manylinux import ENV_POLICY, OFF, glibc_of, plat
 from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 
@@ -67,6 +70,39 @@ def build_env(config: Config) -> dict[str, str]:
     return env
 
 
+def manylinux_env(config: Config, build: Build, executor: str) -> dict[str, str]:
+    """A manywheel build's policy for the recipe (NIGHTLY_MANYLINUX, AUDITWHEEL_PLAT) and,
+    on the host, the glibc-targeting toolchain that meets it (an image has its own)."""
+    policy = config.manylinux_for(build, executor)
+    if not policy:
+        return {}
+    env = {ENV_POLICY: policy}
+    if policy != OFF:
+        env["AUDITWHEEL_PLAT"] = plat(policy)
+        if executor == "local":
+            from nightly.images import engine, sysroot
+
+            env.update(sysroot.host_env(glibc_of(policy), engine.default_cache()))
+    return env
+
+
+def prepare_toolchain(job: Job, out: Callable[[bytes], None]) -> str | None:
+    """Assemble the glibc-targeting toolchain a host build's environment names (once per
+    cache; here rather than in make_job, so a dry run or a preflight downloads nothing).
+    Returns why it could not be made, or None."""
+    from nightly.images import sysroot
+
+    if sysroot.ENV_CACHE not in job.env:
+        return None
+    try:
+        sysroot.ensure(job.env, lambda line: out(f"[nightly] {line}\n".encode()))
+    except sysroot.ToolchainError as e:
+        out(f"[nightly] {e}\n".encode())
+        return f"toolchain: {e}"
+    out(f"[nightly] toolchain {job.env['NIGHTLY_TOOLCHAIN']}: CC={job.env['CC']}\n".encode())
+    return None
+
+
 LOCAL_VERSION_PACKAGES = ("manywheel", "wheel", "libtorch")
 
 
@@ -98,6 +134,7 @@ class RunContext:
     version: str
     channel: str = "nightly"
     machine: str = ""
+    repro_builds: frozenset[str] = frozenset()  # built twice and compared (repro_check)
 
 
 def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
@@ -109,7 +146,8 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         cuda=build.cuda,
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
-        ) | wheelhouse_env(ctx) | version_env(ctx, build),
+        ) | wheelhouse_env(ctx) | version_env(ctx, build)
+        | manylinux_env(ctx.config, build, executor) | reproducible_env(ctx.source_dir),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",
@@ -121,6 +159,6 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
 
 
 __all__ = [
-    "RunContext", "build_env", "make_job", "package_version", "recipe_env", "version_env",
-    "wheelhouse_env",
+    "RunContext", "build_env", "make_job", "manylinux_env", "package_version",
+    "prepare_toolchain", "recipe_env", "version_env", "wheelhouse_env",
 ]

@@ -5,23 +5,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
+from nightly.builds import repro_check
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
 from nightly.builds.runner import Runner, SmokeHook
 from nightly.config import Config, Machine
 from nightly.executors import make_executor
-from nightly.executors.base import Executor
 from nightly.history.db import recorder
 from nightly.images.commands import preflight as images_preflight
 from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 
-# (config, executor, source dir) -> the smoke hook of a night; see nightly.builds.smoke.SmokeTester.
-SmokeFactory = Callable[[Config, Executor, Path], SmokeHook]
+# (config, executor, source dir, where=machine, gpu_host=bool) -> the smoke hook of a night;
+# see nightly.builds.smoke.SmokeTester.
+SmokeFactory = Callable[..., SmokeHook]
 
 
 class LocalPhase:
@@ -69,6 +69,7 @@ class LocalPhase:
         ctx = RunContext(
             config=night.config, day=night.day, state=night.state, source_dir=night.source_dir,
             version=night.version, channel=night.channel, machine=self.machine.name,
+            repro_builds=repro_check.selected(night.config.build.check_reproducible, todo),
         )
         with make_executor(self.executor, night.config,
                            keep_container=self.keep_container) as ex:
@@ -87,7 +88,8 @@ class LocalPhase:
                     f"build, {len(night.builds) - len(todo)} already succeeded, {n_q} queues, "
                     f"executor {ex.name}, source {night.source_describe}"
                 )
-                smoke = self.smoke(night.config, ex, night.source_dir) if self.smoke else None
+                smoke = (self.smoke(night.config, ex, night.source_dir, where=self.machine.name,
+                                    gpu_host=self.machine.gpu) if self.smoke else None)
                 record = recorder(night.history, night.day.name, night.state,
                                   commit=night.commit, channel=night.channel, log=night.log)
 

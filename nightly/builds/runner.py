@@ -18,12 +18,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nightly.builds import cache as compiler_cache
+from nightly.builds import repro_check
 from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
-from nightly.builds.collect import PackageFile, collect_build
-from nightly.builds.jobs import RunContext, make_job
+from nightly.builds.collect import PackageFile, check_policy, collect_build
+from nightly.builds.jobs import RunContext, make_job, prepare_toolchain
+from nightly.builds.reproducible import normalise_packages
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
 from nightly.plan.matrix import Build
+from nightly.redact import Masker, mask, safe_url, secret_values
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, remove_tree
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
@@ -36,6 +39,8 @@ class SmokeOutcome(Protocol):
     def reason(self) -> str | None: ...
     @property
     def notes(self) -> tuple[str, ...]: ...
+    @property
+    def tested(self) -> Mapping[str, Any] | None: ...
 
 
 # (build, produced files, job, log sink, cancel) -> outcome; see nightly.builds.smoke.SmokeTester.
@@ -49,6 +54,7 @@ class _SmokeError:
     reason: str
     ok: bool = False
     notes: tuple[str, ...] = ()
+    tested: Mapping[str, Any] | None = None
 
 
 @dataclass(kw_only=True)
@@ -113,32 +119,46 @@ class Runner:
         log_path = day.reopen_log(build.id)
         with log_path.open("ab", buffering=0) as log:
             write_lock = threading.Lock()
+            # Every configured credential is masked wherever the build prints it.
+            secrets = (*secret_values(ctx.config), *compiler_cache.credential_values(job))
+            masker = Masker(secrets)
 
             errors = ErrorLine()
 
             def sink(chunk: bytes) -> None:
                 with write_lock:
-                    log.write(chunk)
+                    log.write(masker.feed(chunk))
 
             def recipe_sink(chunk: bytes) -> None:
                 sink(chunk)
                 errors.feed(chunk)
 
-            log.write(header(job, self.executor.describe(job), attempt=attempt, queue=queue,
-                             started=started, machine=ctx.machine,
-                             executor=self.executor.name).encode())
+            head = header(job, self.executor.describe(job), attempt=attempt, queue=queue,
+                          started=started, machine=ctx.machine, executor=self.executor.name)
+            log.write(safe_url(mask(head, *secrets)).encode())
             log.write(f"[nightly] {cache_note}\n".encode() if cache_note else b"")
             try:
-                result = self.executor.run(job, recipe_sink, self.cancel)
+                problem = prepare_toolchain(job, sink)  # a host build's manylinux toolchain
+                result = (ExecResult(exit_status=None, reason=problem, infra=True) if problem
+                          else self.executor.run(job, recipe_sink, self.cancel))
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
             produced = _files(job.output_dir)
-            ok, reason, notes = self._verdict(build, job, result, produced, sink, errors.line())
+            if result.exit_status == 0:
+                for note in normalise_packages(produced, job.env):
+                    sink(f"[nightly] {note}\n".encode())
+            # The recipe's error line becomes the build's reason (state, summary, report).
+            error_line = errors.line()
+            if error_line:
+                error_line = safe_url(mask(error_line, *secrets))
+            ok, reason, notes = self._verdict(build, job, result, produced, sink, error_line)
             failed_status = INTERRUPTED if result.interrupted else FAILED
 
             def file_log(ok: bool, reason: str | None, packages: list[PackageFile]) -> Path:
                 status = SUCCEEDED if ok else failed_status
+                with write_lock:
+                    log.write(masker.flush())
                 log.write(footer(result, status, reason, duration, packages, produced,
                                  notes).encode())
                 return day.file_log(build.id, ok)
@@ -174,9 +194,9 @@ class Runner:
         job, cache_note = compiler_cache.attach(compiler_cache.settings_of(ctx.config), job)
         state.update(
             build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,
-            machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None,
+            machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None, tested=None,
             package=build.package, python=build.python, cuda=build.cuda, variant=build.variant,
-            cache=None,
+            cache=None, manylinux=None,
         )
         self.on_event("start", {"build": build.id, "queue": queue, "attempt": attempt})
         return job, attempt, cache_note
@@ -197,14 +217,26 @@ class Runner:
         if reason is None and not produced:
             reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
         notes = [*result.notes, *cache_notes]
+        if reason is None:  # a wheel that misses its policy is never smoke-tested nor filed
+            policy = check_policy(state, build, job.env, produced)
+            notes += policy.notes
+            reason = policy.reason
         if reason is None and self.smoke is not None:
             try:
                 smoke = self.smoke(build, produced, job, sink, self.cancel)
             except Exception as e:  # a smoke-test bug fails this build only
                 smoke = _SmokeError(reason=f"smoke test: error: {e!r}")
             notes += list(smoke.notes)
+            # The test stage's own record: passed / failed / not run, where, when, seconds.
+            state.update(build.id, tested=dict(smoke.tested) if smoke.tested else None)
             if not smoke.ok:
                 reason = smoke.reason or "smoke test"
+        if reason is None and build.id in self.ctx.repro_builds:
+            try:
+                reason = repro_check.check(self.executor, job, build, produced, self.ctx.day,
+                                           sink, self.cancel)
+            except Exception as e:  # a checking bug fails this build only
+                reason = f"reproducibility check: error: {e!r}"
         return reason is None, reason, notes
 
     def _reap(self, job: Job) -> None:

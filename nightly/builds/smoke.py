@@ -10,20 +10,23 @@ interpreter.
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from nightly.builds.buildlog import ErrorLine
 from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
-from nightly.executors.local import NotFound, find_python
+from nightly.executors.local import NotFound, find_python, give_to
+from nightly.hardening import BuildUser
 from nightly.plan.matrix import Build, python_number
 
 SCRIPTS = Path(__file__).with_name("smoke_scripts")
@@ -37,11 +40,40 @@ class CondaClient(Protocol):
     def install_from_channel(self, channel: Path, spec: str, prefix: Path) -> list[str]: ...
 
 
+PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
+
+
 @dataclass(frozen=True, kw_only=True)
 class SmokeResult:
     ok: bool
     reason: str | None = None  # "smoke test: ..." when it failed
     notes: tuple[str, ...] = ()  # e.g. "GPU check not run"
+    # state.json's `tested`: the overall result and each part's (result, where, when, seconds)
+    tested: Mapping[str, Any] | None = None
+
+
+def stage_part(result: str, where: str, started: float, *, attempts: int = 1,
+              reason: str | None = None) -> dict[str, Any]:
+    """One part of a build's test (cpu or gpu), as state.json's `tested` records it."""
+    part: dict[str, Any] = {"result": result, "where": where,
+                            "when": dt.datetime.fromtimestamp(started).astimezone()
+                            .isoformat(timespec="seconds"),
+                            "seconds": round(time.time() - started, 3) if result != NOT_RUN else 0.0}
+    if result != NOT_RUN:
+        part["attempts"] = attempts
+    if reason:
+        part["reason"] = reason
+    return part
+
+
+def tested_record(cpu: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The build's `tested`: failed if a part failed; not run if the GPU part (required) was
+    not run; else passed."""
+    parts = {"cpu": dict(cpu), **({"gpu": dict(gpu)} if gpu is not None else {})}
+    results = [p["result"] for p in parts.values()]
+    overall = FAILED if FAILED in results else NOT_RUN if NOT_RUN in results else PASSED
+    seconds = round(sum(float(p.get("seconds") or 0) for p in parts.values()), 3)
+    return {"result": overall, "seconds": seconds, **parts}
 
 
 class SmokeTester:
@@ -52,16 +84,65 @@ class SmokeTester:
         source_dir: Path,
         *,
         conda: CondaClient | None = None,
+        where: str = "",
+        gpu_host: bool = False,
     ) -> None:
         self.config = config
         self.executor = executor
         self.source_dir = source_dir
         self.conda = conda
+        self.where = where  # the machine (or worker) the CPU part runs on
+        # The GPU part runs here: a machine with gpu = true, or [smoke] gpu.
+        self.gpu_host = gpu_host or config.smoke.gpu
 
     def __call__(
         self, build: Build, files: list[Path], job: Job, out: OutputSink, cancel: threading.Event
     ) -> SmokeResult:
-        """Test the packages `files` of `build` (its job given for environment/paths)."""
+        """Test the packages `files` of `build` (its job given for environment/paths): the
+        CPU part here, then the GPU part of CUDA wheels where a GPU is (else "not run")."""
+        started = time.time()
+        cpu = self._cpu_part(build, files, job, out, cancel)
+        cpu_part = stage_part(PASSED if cpu.ok else FAILED, self.where, started, reason=cpu.reason)
+        wheels = [f for f in files if f.name.endswith(".whl")]
+        sm = self.config.smoke
+        if not cpu.ok or not (build.is_cuda and wheels and (sm.gpu_check or sm.gpu_command)):
+            return replace(cpu, tested=tested_record(cpu_part, None))
+        gpu, gpu_part = self.gpu_part(build, wheels, job, out, cancel)
+        return SmokeResult(ok=gpu.ok, reason=gpu.reason, notes=cpu.notes + gpu.notes,
+                           tested=tested_record(cpu_part, gpu_part))
+
+    def gpu_part(
+        self, build: Build, wheels: list[Path], job: Job, out: OutputSink, cancel: threading.Event
+    ) -> tuple[SmokeResult, dict[str, Any]]:
+        """The GPU part of a CUDA build's test: its own log section, timeout and retries. Not
+        run (recorded so) on a host without a GPU; a failure under [smoke] require_gpu."""
+        sm = self.config.smoke
+        started = time.time()
+        out(b"\n" + b"-" * 30 + b" GPU test " + b"-" * 38 + b"\n")
+        if not self.gpu_host:
+            why = "GPU part not run (no GPU on this host: [[machines]] gpu = true, or a cluster " \
+                  "worker with the gpu resource)"
+            out(f"gpu test: NOT RUN: {why}\n".encode())
+            if sm.require_gpu:
+                return (SmokeResult(ok=False, reason=f"smoke test: {why}; [smoke] require_gpu "
+                                    "= true"), stage_part(NOT_RUN, "", started, reason=why))
+            return SmokeResult(ok=True, notes=(why,)), stage_part(NOT_RUN, "", started, reason=why)
+        attempt, r = 0, SmokeResult(ok=False)
+        while attempt <= sm.gpu_retries and not cancel.is_set():
+            attempt += 1
+            out(f"gpu test: attempt {attempt} of {sm.gpu_retries + 1} on {self.where}\n".encode())
+            r = self._scripted("gputest", build, wheels, job, out, cancel,
+                               timeout_s=sm.gpu_timeout_s, gpu=True)
+            if r.ok:
+                break
+        reason = None if r.ok else (r.reason or "smoke test").replace("smoke test:", "GPU test:", 1)
+        part = stage_part(PASSED if r.ok else FAILED, self.where, started, attempts=attempt,
+                         reason=reason)
+        return SmokeResult(ok=r.ok, reason=reason), part
+
+    def _cpu_part(
+        self, build: Build, files: list[Path], job: Job, out: OutputSink, cancel: threading.Event
+    ) -> SmokeResult:
         sm = self.config.smoke
         out(b"\n" + b"-" * 30 + b" smoke test " + b"-" * 36 + b"\n")
         wheels = [f for f in files if f.name.endswith(".whl")]
@@ -72,8 +153,6 @@ class SmokeTester:
             r = self._scripted("wheel", build, wheels, job, out, cancel)
             if not r.ok:
                 return r
-            if build.is_cuda and sm.gpu_check and not sm.gpu:
-                notes.append("GPU check not run (no GPU runtime configured)")
         if zips:
             if not sm.libtorch_program:
                 out(b"smoke: libtorch zips: no smoke.libtorch_program configured; "
@@ -99,6 +178,9 @@ class SmokeTester:
         job: Job,
         out: OutputSink,
         cancel: threading.Event,
+        *,
+        timeout_s: float | None = None,
+        gpu: bool = False,
     ) -> SmokeResult:
         sm = self.config.smoke
         with tempfile.TemporaryDirectory(prefix=f"smoke-{build.id}-", dir=job.work_dir.parent) as t:
@@ -115,7 +197,7 @@ class SmokeTester:
                 EXPECT_VERSION=env.get("PACKAGE_VERSION") or env["BUILD_VERSION"],
                 SMOKE_CUDA_CHECK=sm.cuda_check,
                 SMOKE_GPU_CHECK=sm.gpu_check,
-                SMOKE_GPU="1" if sm.gpu else "0",
+                SMOKE_GPU_COMMAND=sm.gpu_command,
                 SMOKE_COMMAND=sm.command,
                 SMOKE_LIBS=" ".join(sm.libtorch_libs),
             )
@@ -128,9 +210,9 @@ class SmokeTester:
                 output_dir=tmp / "out",
                 work_dir=tmp / "work",
                 env=env,
-                timeout_s=sm.timeout_s,
+                timeout_s=timeout_s or sm.timeout_s,
                 image=(sm.image or job.image),
-                gpu=sm.gpu,
+                gpu=gpu,
                 cache=None,  # a smoke test tests the package, it compiles nothing to keep
             )
             smoke_job.output_dir.mkdir()
@@ -186,8 +268,15 @@ class SmokeTester:
             # version_from = rewrite: the code's __version__ still says the release.
             strategy = job.env.get("NIGHTLY_VERSION_FROM", "")
             env = {"PYTHONPATH": str(site[0]), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
+            # The package's code runs as the build user when there is one, like its build.
+            user: BuildUser | None = getattr(self.executor, "user", None)
+            prefix_cmd: list[str] = []
+            if user is not None:
+                give_to(Path(t), user)
+                prefix_cmd = user.setpriv()
             proc = subprocess.run(
-                [py, "-c", code, self.config.smoke.import_name, job.env["BUILD_VERSION"], strategy],
+                [*prefix_cmd, py, "-c", code, self.config.smoke.import_name,
+                 job.env["BUILD_VERSION"], strategy],
                 cwd=t, env=env, capture_output=True, timeout=self.config.smoke.timeout_s,
             )
             out(proc.stdout + proc.stderr)

@@ -16,7 +16,7 @@ from nightly.errors import UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_DATE_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})$")
+_DATE_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})$", re.ASCII)  # not "２０２４"
 
 
 def parse_date(text: str | None) -> dt.date:
@@ -84,16 +84,43 @@ class Ctx:
 
     def __init__(self, *, builds: bool = False) -> None:
         from nightly import config as cfg
+        from nightly.hardening import make_undumpable
 
+        # Before any credential is read: a recipe, or anything else this user runs, cannot
+        # read this process's environment or memory (docs/security.md).
+        make_undumpable()
         opts = shared()
         self.date = parse_date(opts.date_text)
         self.config = cfg.load(cfg.find_config_path(opts.config_path), root_override=opts.root)
+        check_root(self.config.root, given=opts.root is not None)
         if builds:
             # Commands that plan builds (plan, run, build, release) need every recipe of the
             # matrix: checked before anything of the night is created on disk.
             from nightly.config.recipes import check_recipes
 
             check_recipes(self.config)
+
+
+# Kernel file systems: nothing nightly writes belongs there, and reading them as day folders
+# only gives strange errors.
+_NOT_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def check_root(root: Any, *, given: bool) -> None:
+    """The root is a folder (or does not exist yet), outside the kernel's file systems."""
+    import os
+
+    what = f"--root {root}" if given else f"root ({root})"
+    try:
+        real = os.path.realpath(root)
+        if os.path.exists(real) and not os.path.isdir(real):
+            raise UsageError(f"{what} is not a folder: pass --root DIR, a folder for day folders")
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{what} cannot be used: {e}") from e
+    for kernel in _NOT_ROOTS:
+        if real == kernel or real.startswith(kernel + "/"):
+            raise UsageError(f"{what} is inside {kernel}: pass --root DIR, a folder for day "
+                             "folders")
 
 
 def existing_day(ctx: Ctx) -> Any:

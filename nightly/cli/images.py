@@ -64,11 +64,12 @@ def list_command(as_json: bool) -> int:
         click.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return 0
     click.echo(f"{'IMAGE':44} {'STATE':8} {'SIZE':>8} {'HASH':12} {'AGE':>5} {'BUILDS':>6}  "
-               "MANYLINUX")
+               "POLICY  CAN REACH")
     for r in rows:
         size = f"{r.size / 1e6:.0f} MB" if r.present else "-"
         click.echo(f"{r.tag:44} {'present' if r.present else 'MISSING':8} {size:>8} "
-                   f"{r.spec_hash:12} {r.age:>5} {r.builds:>6}  {r.manylinux}")
+                   f"{r.spec_hash:12} {r.age:>5} {r.builds:>6}  {r.policy:7} {r.manylinux}")
+        click.echo(f"    toolchain: {r.toolchain}")
         click.echo(f"    pythons: {r.pythons}" + (f"; nvcc {r.nvcc}" if r.nvcc else ""))
     return 0
 

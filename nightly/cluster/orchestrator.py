@@ -56,6 +56,7 @@ from nightly.cluster.tls import client_security
 from nightly.cluster.verify import night_key
 from nightly.cluster.worker import SLOTS, TaskSpec, run_build_task, running_attempts
 from nightly.config import Config, Machine
+from nightly.config.schema import ProvenanceConfig
 from nightly.errors import ConfigError, NightlyError, NothingSelected, PublishError, UsageError
 from nightly.history.db import History, history_path
 from nightly.history.db import estimator as history_estimator
@@ -106,6 +107,12 @@ def check_options(config: Config, opts: ClusterOptions) -> str:
             hint="a folder every host mounts, or s3://BUCKET/PREFIX (docs/cluster.md)",
         )
     return address
+
+
+def config_for_workers(config: Config) -> Config:
+    """The config a task carries: without the expanded matrix (size), and without the
+    provenance key's path: signing is the orchestrator's alone (nightly.publish.attest)."""
+    return dataclasses.replace(config, builds=(), provenance=ProvenanceConfig())
 
 
 class ClusterPhase:
@@ -280,7 +287,7 @@ class ClusterPhase:
         cc = self.config.cluster
         key = task_key(b, self.day.name, self.run_id)
         spec = TaskSpec(
-            config=dataclasses.replace(self.config, builds=()), build=b,
+            config=config_for_workers(self.config), build=b,
             day=self.day.name, date=self.date, version=self.version,
             channel=self.night.channel, commit=self.night.commit,
             executor=self.executor_for(b), keep_container=self.opts.keep_container,
@@ -411,4 +418,4 @@ class ClusterPhase:
 
 
 
-__all__ = ["ClusterOptions", "ClusterPhase", "check_options", "estimator"]
+__all__ = ["ClusterOptions", "ClusterPhase", "check_options", "config_for_workers", "estimator"]

@@ -229,6 +229,9 @@ def run_build_task(spec: TaskSpec) -> AttemptResult:
     from dask.context import thread_state
     from distributed import get_worker
 
+    from nightly.hardening import make_undumpable
+
+    make_undumpable()  # the worker's environment (its store credentials) out of a recipe's reach
     worker = get_worker()
     key = str(getattr(thread_state, "key", ""))
     resources = dict(getattr(worker.state, "total_resources", {}) or {})
@@ -421,7 +424,10 @@ def _run(
             except NightlyError as e:
                 _preflight_failed(day, ctx.state, build, str(e), att.about["attempt"])
             else:
-                smoke = (SmokeTester(ctx.config, ex, ctx.source_dir, conda=conda_client)
+                # The GPU part runs where the worker declares the gpu resource (worker_config
+                # sets [smoke] gpu from it); [cluster] gpu_smoke sends CUDA builds there.
+                smoke = (SmokeTester(ctx.config, ex, ctx.source_dir, conda=conda_client,
+                                     where=ctx.machine)
                          if ctx.config.smoke.enabled else None)
                 runner = Runner(ctx, ex, on_event=att.events(emit), cancel=cancel, smoke=smoke)
                 runner.run_build(build, queue=att.slot)

@@ -7,12 +7,13 @@ is `@NAME` names a declared builder that has an image for the build's CUDA.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from nightly.config.reader import Ctx, Table
 from nightly.errors import did_you_mean
 from nightly.images.spec import BuilderSpec, SpecError, parse_spec
-from nightly.plan.matrix import Build
+from nightly.plan.matrix import Build, PackageMatrix
 
 
 def parse_builders(top: Table, ctx: Ctx) -> dict[str, BuilderSpec]:
@@ -27,6 +28,18 @@ def parse_builders(top: Table, ctx: Ctx) -> dict[str, BuilderSpec]:
         except SpecError as e:
             ctx.fail(str(e), e.key or f"builders.{name}", hint=e.hint)
     return out
+
+
+def inherit_policy(
+    builders: Mapping[str, BuilderSpec], matrices: Sequence[PackageMatrix]
+) -> dict[str, BuilderSpec]:
+    """A builder that declares no manylinux policy takes the manywheel matrix's (the
+    matrix-level default), so its image gets the toolchain that policy needs."""
+    default = next((m.manylinux for m in matrices
+                    if m.package == "manywheel" and m.platform == "linux"), "")
+    return {name: spec if spec.manylinux or not default
+            else dataclasses.replace(spec, manylinux=default)
+            for name, spec in builders.items()}
 
 
 def check_references(

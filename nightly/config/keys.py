@@ -14,6 +14,8 @@ estimates. Values are not checked here: the section parsers do that, with the sa
 
 from __future__ import annotations
 
+import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -48,7 +50,7 @@ def _cuda_or_default(key: str) -> str:
 
 _PYTHON_KEYS = Open(normalize_python)
 _CUDA_KEYS = Open(normalize_cuda)
-_PACKAGE_KEYS = {"cudas": None, "pythons": None, "devtoolset": None}
+_PACKAGE_KEYS = {"cudas": None, "pythons": None, "devtoolset": None, "manylinux": None}
 _LIBTORCH_KEYS = {"cudas": None, "variants": None, "python": None, "devtoolset": None}
 _NAMES = ("default", *PACKAGES)
 
@@ -59,7 +61,8 @@ _EXTRA: dict[str, Shape] = {
         for plat in PLATFORMS
     },
     "machines": Tables(
-        {k: None for k in ("name", "platform", "queues", "executor", "hostname", "explicit_queues")}
+        {k: None for k in ("name", "platform", "queues", "executor", "hostname",
+                           "explicit_queues", "gpu")}
     ),
     "images": {name: Open(_cuda_or_default) for name in _NAMES},
     "timeouts": {
@@ -123,3 +126,55 @@ def check_keys(data: Mapping[str, Any], shape: Shape, ctx: Ctx, path: str = "") 
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+# Keys whose values are (lists of) URLs. Credentials never go in them: a URL is copied into
+# logs, build environments (SCCACHE_ENDPOINT, PIP_INDEX_URL) and messages.
+_URL_KEY = re.compile(r"(^|_)(url|urls|site|address|links)$")
+_CREDENTIALS_GO = {
+    "publish": "[publish] profile or the standard AWS variables",
+    "cache": "[cache] profile or the standard AWS variables",
+    "cluster": "[cluster] profile or the standard AWS variables",
+    "publish.conda": "[publish.conda] token_env or token_file",
+    "publish.pypi": "[publish.pypi] username and password_env",
+    "build": "pip's own configuration (pip.conf, a netrc or a keyring), outside nightly.toml",
+}
+
+
+def check_url_credentials(data: Mapping[str, Any], ctx: Ctx, prefix: str = "") -> None:
+    """Every URL-valued setting without `user:password@`: an error naming the key and where
+    credentials belong."""
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            check_url_credentials(value, ctx, f"{path}.")
+            continue
+        if not _URL_KEY.search(str(key)):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and _has_userinfo(item):
+                section = prefix.rstrip(".")
+                where = _CREDENTIALS_GO.get(section, "the environment or a file the docs name")
+                ctx.fail(f"credentials in {path} are not allowed", path,
+                         hint=f"write the URL without user:password@; credentials go in {where}")
+
+
+def _has_userinfo(text: str) -> bool:
+    if "://" not in text:
+        return False
+    try:
+        return "@" in urllib.parse.urlsplit(text.strip()).netloc
+    except ValueError:
+        return False
+
+
+def check_strings(data: Any, ctx: Ctx, path: str = "") -> None:
+    """No NUL character in any string (no path or name can hold one)."""
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            check_strings(value, ctx, f"{path}.{key}" if path else str(key))
+    elif isinstance(data, list):
+        for item in data:
+            check_strings(item, ctx, path)
+    elif isinstance(data, str) and "\0" in data:
+        ctx.fail(f"{path} contains a NUL character", path, hint="remove it")

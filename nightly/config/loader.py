@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nightly.config.builders import check_references, parse_builders
-from nightly.config.keys import check_keys, shape_of
+from nightly.config.builders import check_references, inherit_policy, parse_builders
+from nightly.config.keys import check_keys, check_strings, check_url_credentials, shape_of
 from nightly.config.machines import parse_executors, parse_images, parse_machines
 from nightly.config.project import (
     parse_build,
@@ -29,6 +29,7 @@ from nightly.config.runtime import (
     parse_cluster,
     parse_min_free_gb,
     parse_notify,
+    parse_provenance,
     parse_smoke,
 )
 from nightly.config.scheduling import (
@@ -39,13 +40,16 @@ from nightly.config.scheduling import (
     parse_timeouts,
 )
 from nightly.config.schema import Config
+from nightly.errors import UsageError
 
 # The single source of defaults; package data (pyproject's [tool.setuptools.package-data]).
 DEFAULTS_PATH = Path(__file__).resolve().parent.parent / "defaults.toml"
 
 
 def find_config_path(explicit: str | None) -> Path:
-    if explicit:
+    if explicit is not None:
+        if not explicit.strip() or "\0" in explicit:
+            raise UsageError(f"--config {explicit!r} is not a file name: pass --config FILE")
         return Path(explicit)
     env = os.environ.get("NIGHTLY_CONFIG")
     if env:
@@ -67,6 +71,8 @@ def parse(
     # named as such, not reported as whatever its absence breaks ("the matrix is empty").
     # Checked on the user's data (not the merge) so defaults never mask them.
     check_keys(data, shape_of(defaults), ctx)
+    check_url_credentials(data, ctx)
+    check_strings(data, ctx)
     top = Table(merge(defaults, data), "", ctx)
     base = path.resolve().parent
     # Sections are read in this order so that, of several mistakes, the same one is reported.
@@ -77,7 +83,7 @@ def parse(
     mode, history_estimates = parse_schedule(top)
     machines = parse_machines(top, ctx)
     images = parse_images(top, ctx)
-    builders = parse_builders(top, ctx)
+    builders = inherit_policy(parse_builders(top, ctx), matrices)
     timeouts = parse_timeouts(top)
     estimates = parse_estimates(top)
     retries_infra, retries_recipe = parse_retries(top)
@@ -90,6 +96,7 @@ def parse(
     cluster = parse_cluster(top, ctx, base)
     build = parse_build(top, ctx)
     cache = parse_cache(top, ctx, base, publish)
+    provenance = parse_provenance(top, base)
     top.finish()
     builds = select_builds(matrices, include, exclude, machines, ctx)
     check_references(images, builders, builds, ctx)
@@ -119,6 +126,7 @@ def parse(
         cluster=cluster,
         build=build,
         cache=cache,
+        provenance=provenance,
         builds=tuple(builds),
         builders=builders,
     )

@@ -31,6 +31,7 @@ def parse_machines(top: Table, ctx: Ctx) -> list[Machine]:
             )
         executor = t.choice("executor", EXECUTORS, default="local")
         hostname = t.str("hostname", default="")
+        gpu = t.bool("gpu") if t.get("gpu", default=None) is not None else False
         explicit_raw = t.get("explicit_queues", default=[])
         if not isinstance(explicit_raw, list) or not all(
             isinstance(q, list) and all(isinstance(s, str) for s in q) for q in explicit_raw
@@ -54,6 +55,7 @@ def parse_machines(top: Table, ctx: Ctx) -> list[Machine]:
                 executor=executor,
                 hostname=hostname,
                 explicit_queues=tuple(tuple(q) for q in explicit_raw),
+                gpu=gpu,
             )
         )
     return machines
@@ -104,6 +106,7 @@ def parse_executors(top: Table) -> tuple[LocalSettings, ContainerConfig]:
     local = LocalSettings(
         pythons=lo.str_map("pythons", key_check=normalize_python),
         cuda=lo.str_map("cuda", key_check=normalize_cuda),
+        user=lo.str("user"),
     )
     lo.finish()
     co = ex.table("container")

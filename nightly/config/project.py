@@ -8,6 +8,7 @@ from pathlib import Path
 from nightly.config.reader import Ctx, Table, resolve_path, unique
 from nightly.config.recipes import installed_recipes
 from nightly.config.schema import BuildSettings, Machine, Project
+from nightly.manylinux import parse_policy
 from nightly.plan.matrix import (
     LIBTORCH_ALL,
     LIBTORCH_VARIANTS,
@@ -55,6 +56,7 @@ def parse_build(top: Table, ctx: Ctx) -> BuildSettings:
         extra_index_urls=tuple(bu.str_list("extra_index_urls")),
         find_links=tuple(bu.str_list("find_links")),
         wheelhouse=bu.bool("wheelhouse"),
+        check_reproducible=bu.choice("check_reproducible", ("none", "sample", "all")),
     )
     bu.finish()
     if settings.wheelhouse and not settings.isolation:
@@ -153,6 +155,7 @@ def parse_matrix(top: Table, ctx: Ctx) -> list[PackageMatrix]:
                         pythons=pythons,
                         cudas=cudas,
                         devtoolset=devtoolset,
+                        manylinux=_manylinux(t, pkg, key, ctx),
                     )
                 )
             t.finish()
@@ -161,6 +164,18 @@ def parse_matrix(top: Table, ctx: Ctx) -> list[PackageMatrix]:
     if not out:
         ctx.fail("the matrix is empty: add e.g. [matrix.linux.manywheel]", "matrix")
     return out
+
+
+def _manylinux(t: Table, pkg: str, key: str, ctx: Ctx) -> str:
+    """[matrix.linux.manywheel] manylinux: the policy of builds whose builder declares none."""
+    text = t.str("manylinux", default="")
+    if text and pkg != "manywheel":
+        ctx.fail("manylinux applies to manywheel builds only", f"{key}.manylinux")
+    try:
+        return parse_policy(text)
+    except ValueError as e:
+        ctx.fail(str(e), f"{key}.manylinux")
+        return ""  # not reached: fail raises
 
 
 def _python_or_default(s: str) -> str:

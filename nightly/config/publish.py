@@ -9,6 +9,7 @@ from nightly.config.reader import Ctx, Table, placeholders, resolve_path, store_
 from nightly.config.schema import Publish
 
 FIND_LINKS_FIELDS = ("project", "channel")
+ATOMIC = ("build", "folder", "night")  # [publish] atomic
 
 
 def _folder(folder: str, ctx: Ctx) -> str:
@@ -49,6 +50,7 @@ def parse_publish(top: Table, ctx: Ctx, base: Path, project: str) -> Publish:
         index=pt.bool("index"),
         index_shared=tuple(pt.str_list("index_shared", item=lambda f: _folder(f, ctx))),
         index_aggregate=pt.bool("index_aggregate"),
+        index_workers=_workers(pt, ctx),
         conda_channel=str(resolve_path(channel, base).resolve()) if channel else "",
         anaconda_user=co.str("anaconda_user"),
         anaconda_label=co.str("anaconda_label"),
@@ -62,11 +64,23 @@ def parse_publish(top: Table, ctx: Ctx, base: Path, project: str) -> Publish:
         project=project,
         public_url=_public_url(pt.str("public_url"), ctx),
         validate=pt.bool("validate"),
+        atomic=pt.choice("atomic", ATOMIC),
     )
     co.finish()
     py.finish()
     pt.finish()
     return p
+
+
+MAX_INDEX_WORKERS = 256  # more threads than this only queue on the HTTP connection pool
+
+
+def _workers(pt: Table, ctx: Ctx) -> int:
+    workers = pt.int("index_workers", minimum=1)
+    if workers > MAX_INDEX_WORKERS:
+        ctx.fail(f"must be at most {MAX_INDEX_WORKERS}, not {workers}", "publish.index_workers",
+                 hint="32 suits S3; use 1 to read one object after another")
+    return workers
 
 
 def _find_links(template: str, ctx: Ctx, project: str) -> str:

@@ -12,6 +12,7 @@ import difflib
 import math
 import os
 import re
+import stat
 import string
 import sys
 import urllib.parse
@@ -31,20 +32,51 @@ _DURATION_RE = re.compile(r"^(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?$")
 _HEADER_RE = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 
 
-def read_toml(path: Path) -> tuple[dict[str, Any], str]:
-    """The parsed file and its text (kept to find the line of a key in messages)."""
+# A configuration is a few kilobytes; reading is bounded so that /dev/zero or a runaway file
+# fails at once instead of filling memory.
+MAX_CONFIG_BYTES = 4 << 20
+
+
+def read_config_text(path: Path) -> str:
+    """The file's text: a regular file (a FIFO would hang, /dev/zero never end), at most
+    MAX_CONFIG_BYTES, UTF-8 without a byte order mark."""
     try:
-        text = path.read_text(encoding="utf-8")
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise ConfigError(f"cannot read the config file: it is {kind} (pass --config FILE)",
+                              file=str(path))
+        with path.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError as e:
         raise ConfigError(
             "config file not found: pass --config FILE, set NIGHTLY_CONFIG, or run where "
             "nightly.toml is",
             file=str(path),
         ) from e
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, ValueError) as e:
         raise ConfigError(f"cannot read the config file: {e}", file=str(path)) from e
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"the config file is larger than {MAX_CONFIG_BYTES >> 20} MiB: "
+                          "not a nightly.toml", file=str(path))
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise ConfigError("the file starts with a byte order mark (BOM), which TOML does not "
+                          "allow", file=str(path), line=1,
+                          hint="save it as UTF-8 without BOM")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"cannot read the config file: {e}", file=str(path)) from e
+
+
+def read_toml(path: Path) -> tuple[dict[str, Any], str]:
+    """The parsed file and its text (kept to find the line of a key in messages)."""
+    text = read_config_text(path)
     try:
         return tomllib.loads(text), text
+    except RecursionError as e:
+        raise ConfigError("tables or arrays nested too deeply: not a nightly.toml",
+                          file=str(path)) from e
     except tomllib.TOMLDecodeError as e:
         # TOMLDecodeError.lineno exists from Python 3.14; before, the line is in the message.
         line = getattr(e, "lineno", None)

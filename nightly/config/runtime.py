@@ -8,7 +8,15 @@ import urllib.parse
 from pathlib import Path
 
 from nightly.config.reader import Ctx, Table, resolve_path, store_url
-from nightly.config.schema import EXECUTORS, CacheConfig, ClusterConfig, Notify, Publish, Smoke
+from nightly.config.schema import (
+    EXECUTORS,
+    CacheConfig,
+    ClusterConfig,
+    Notify,
+    ProvenanceConfig,
+    Publish,
+    Smoke,
+)
 
 # sccache's SCCACHE_CACHE_SIZE: a number of bytes with an optional K, M, G or T.
 _SIZE = re.compile(r"^[0-9]+[KMGT]?$")
@@ -52,6 +60,10 @@ def parse_smoke(top: Table, project_name: str) -> Smoke:
         libtorch_libs=tuple(sm.str_list("libtorch_libs")),
         image=sm.str("image"),
         timeout_s=sm.duration("timeout"),
+        gpu_command=sm.str("gpu_command"),
+        gpu_timeout_s=sm.duration("gpu_timeout"),
+        gpu_retries=sm.int("gpu_retries", minimum=0),
+        require_gpu=sm.bool("require_gpu"),
     )
     sm.finish()
     return smoke
@@ -119,3 +131,10 @@ def parse_cache(top: Table, ctx: Ctx, base: Path, publish: Publish) -> CacheConf
     )
     ca.finish()
     return c
+
+
+def parse_provenance(top: Table, base: Path) -> ProvenanceConfig:
+    pr = top.table("provenance")
+    key = pr.str("key")
+    pr.finish()
+    return ProvenanceConfig(key=resolve_path(os.path.expanduser(key), base) if key else None)

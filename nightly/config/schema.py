@@ -41,6 +41,9 @@ class BuildSettings:
     find_links: tuple[str, ...] = ()
     # Prepare a wheelhouse of build requirements once per night and build from it alone.
     wheelhouse: bool = False
+    # Build twice and compare (nightly.builds.repro_check): none, sample (one build per package
+    # type), all.
+    check_reproducible: str = "none"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +55,7 @@ class Machine:
     hostname: str = ""
     # Each inner tuple is one queue, as written: build ids, globs or "package pythons cudas".
     explicit_queues: tuple[tuple[str, ...], ...] = ()
+    gpu: bool = False  # has a GPU: the GPU part of CUDA builds' tests runs here
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +68,7 @@ class Estimate:
 class LocalSettings:
     pythons: Mapping[str, str]
     cuda: Mapping[str, str]
+    user: str = ""  # run recipes as this account ("": nightly's own user); nightly/hardening.py
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +115,11 @@ class Smoke:
     libtorch_libs: tuple[str, ...]
     image: str
     timeout_s: float
+    # The GPU part (gpu_check, gpu_command) is a test stage of its own (nightly.builds.smoke).
+    gpu_command: str = ""
+    gpu_timeout_s: float = 600.0
+    gpu_retries: int = 0
+    require_gpu: bool = False  # a CUDA build whose GPU part was not run fails
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +133,7 @@ class Publish:
     index: bool
     index_shared: tuple[str, ...]  # folders listed in every accelerator folder of their channel
     index_aggregate: bool  # channel roots list all their accelerator folders' files
+    index_workers: int  # requests a full index run makes at once (1: one after another)
     conda_channel: str  # an absolute folder path, "" for none
     anaconda_user: str
     anaconda_label: str
@@ -136,6 +147,9 @@ class Publish:
     project: str  # [project] name, for {project} in find_links
     public_url: str = ""  # where users read the store (nightly validate); "" = the file:// url
     validate: bool = False  # validate what was published at the end of the night
+    # What a failed build holds back (nightly.publish.gate): "build" (only itself), "folder"
+    # (every package of the folders it was destined for), "night" (everything).
+    atomic: str = "build"
 
     def find_links_name(self, channel: str) -> str:
         """The flat find-links page of a folder of `channel` (nightly, test, release)."""
@@ -180,6 +194,13 @@ class CacheConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProvenanceConfig:
+    """[provenance]: the key that signs each package's provenance (nightly.publish.provenance)."""
+
+    key: Path | None = None  # a PEM private key (Ed25519 or ECDSA P-256); None: no provenance
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     path: Path
     root: Path
@@ -208,6 +229,7 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     build: BuildSettings = field(default_factory=BuildSettings)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    provenance: ProvenanceConfig = field(default_factory=ProvenanceConfig)
     builds: tuple[Build, ...] = field(default=())  # the matrix after the config's selectors
     # Declared builder images ([builders.NAME]); an [images] entry "@NAME" uses one.
     builders: Mapping[str, BuilderSpec] = field(default_factory=dict)
@@ -248,6 +270,27 @@ class Config:
                     cuda_version=build.cuda_version,
                     cuda_digits=build.cuda[2:] if build.is_cuda else "",
                 )
+        return ""
+
+    def builder_for(self, build: Build) -> BuilderSpec | None:
+        """The declared builder whose image a container build of `build` runs in, if any."""
+        for table in (self.images.get(build.package, {}), self.images.get("default", {})):
+            image = table.get(build.cuda) or table.get("default")
+            if image:
+                return self.builders.get(image[1:]) if image.startswith("@") else None
+        return None
+
+    def manylinux_for(self, build: Build, executor: str = "container") -> str:
+        """A manywheel build's manylinux policy ("2_28", "off", "": none declared): its
+        builder's when it runs in a declared image that declares one, else the matrix's."""
+        if build.package != "manywheel" or build.platform != "linux":
+            return ""
+        builder = self.builder_for(build) if executor == "container" else None
+        if builder is not None and builder.manylinux:
+            return builder.manylinux
+        for m in self.matrices:
+            if m.package == build.package and m.platform == build.platform:
+                return m.manylinux
         return ""
 
     def timeout_for(self, build: Build) -> float:

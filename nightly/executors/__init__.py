@@ -13,13 +13,15 @@ from nightly.errors import ConfigError, UsageError
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.executors.container import ContainerExecutor, ContainerSettings
 from nightly.executors.local import LocalExecutor
+from nightly.hardening import recipe_user
 
 # (config, keep_container) -> a fresh executor
 ExecutorFactory = Callable[[Config, bool], Executor]
 
 
 def _local(config: Config, keep_container: bool) -> Executor:
-    return LocalExecutor(pythons=config.local.pythons, cuda=config.local.cuda)
+    return LocalExecutor(pythons=config.local.pythons, cuda=config.local.cuda,
+                         user=recipe_user(config))
 
 
 def _container(config: Config, keep_container: bool) -> Executor:

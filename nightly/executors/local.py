@@ -21,6 +21,7 @@ from pathlib import Path
 
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.files import boot_id, proc_stat
+from nightly.hardening import BuildUser
 from nightly.plan.matrix import cuda_version, python_number
 
 # Variables passed through from the caller: harmless, and needed for a sane build.
@@ -42,7 +43,10 @@ def find_python(python: str, configured: Mapping[str, str]) -> str:
         path = configured[python]
         if os.access(path, os.X_OK):
             return path
-        looked.append(f"{path} (configured: missing or not executable)")
+        raise NotFound(
+            f"python {python}: the configured interpreter {path} is missing or not "
+            f"executable ([executor.local.pythons] \"{python}\"): install it there or fix the path"
+        )
     number = "3" if python == "3" else python_number(python)
     free_threaded = python.endswith("t")
     names = [f"python{number}t"] if free_threaded else [f"python{number}"]
@@ -107,8 +111,12 @@ class LocalExecutor(Executor):
         pythons: Mapping[str, str] | None = None,
         cuda: Mapping[str, str] | None = None,
         base_env: Mapping[str, str] | None = None,
+        user: BuildUser | None = None,
     ) -> None:
         self.pythons = dict(pythons or {})
+        # Recipes run as this account (`[executor.local] user`): they cannot read nightly's
+        # credentials, its files or its processes. None: as nightly's own user.
+        self.user = user
         self.cuda = dict(cuda or {})
         # The caller's environment, from which only PASSTHROUGH is taken.
         self.base_env = dict(os.environ if base_env is None else base_env)
@@ -141,14 +149,18 @@ class LocalExecutor(Executor):
             TMPDIR=str(job.work_dir / "tmp"),
             PATH=os.pathsep.join(dict.fromkeys(path)),
             # Keep pip's download cache between builds (it holds no credentials).
-            PIP_CACHE_DIR=self.base_env.get(
-                "PIP_CACHE_DIR", os.path.expanduser("~/.cache/pip")
-            ),
+            PIP_CACHE_DIR=self._pip_cache(job),
             PIP_DISABLE_PIP_VERSION_CHECK="1",
         )
         if job.cache is not None:
             env.update(job.cache.env(container=False))
         return env
+
+    def _pip_cache(self, job: Job) -> str:
+        if self.user is not None:  # nightly's own cache is not the build user's to write
+            return str(Path(self.user.home) / ".cache" / "pip") if _owned(
+                self.user.home, self.user.uid) else str(job.work_dir / "pip-cache")
+        return self.base_env.get("PIP_CACHE_DIR", os.path.expanduser("~/.cache/pip"))
 
     def describe(self, job: Job) -> dict[str, object]:
         problem = None
@@ -159,7 +171,7 @@ class LocalExecutor(Executor):
             env, problem = self.environment(job, lookup=False), f"cannot run: {e}"
         desc: dict[str, object] = {
             "where": "host (local executor)",
-            "command": _command(job),
+            "command": _command(job, self.user),
             "cwd": str(job.work_dir),
             "timeout_s": job.timeout_s,
             "env": env,
@@ -172,6 +184,17 @@ class LocalExecutor(Executor):
         # Missing interpreters/toolkits fail their own builds (with a log), not the night.
         return None
 
+    def _prepare(self, job: Job, env: dict[str, str], out: OutputSink) -> None:
+        """The build's own folders (handed to the build user, if any), and what runs it."""
+        for d in (job.work_dir / "home", job.work_dir / "tmp", job.output_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        if self.user is not None:
+            give_to(job.work_dir.parent, self.user)
+            out(f"[nightly] recipe runs as {self.user.name} (uid {self.user.uid})\n".encode())
+        out(f"[nightly] interpreter {env['PYTHON']}\n".encode())
+        if "CUDA_HOME" in env:
+            out(f"[nightly] CUDA toolkit {env['CUDA_HOME']}\n".encode())
+
     def run(self, job: Job, out: OutputSink, cancel: threading.Event) -> ExecResult:
         if not job.recipe.exists():
             return ExecResult(exit_status=None, reason=f"recipe {job.recipe} does not exist")
@@ -180,15 +203,11 @@ class LocalExecutor(Executor):
         except NotFound as e:
             out(f"[nightly] {e}\n".encode())
             return ExecResult(exit_status=None, reason=str(e))
-        for d in (job.work_dir / "home", job.work_dir / "tmp", job.output_dir):
-            d.mkdir(parents=True, exist_ok=True)
-        out(f"[nightly] interpreter {env['PYTHON']}\n".encode())
-        if "CUDA_HOME" in env:
-            out(f"[nightly] CUDA toolkit {env['CUDA_HOME']}\n".encode())
+        self._prepare(job, env, out)
         gate_r, gate_w = os.pipe()
         try:
             proc = subprocess.Popen(
-                _gated(_command(job), gate_r),
+                _gated(_command(job, self.user), gate_r),
                 cwd=job.work_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -281,10 +300,25 @@ class LocalExecutor(Executor):
         return notes
 
 
-def _command(job: Job) -> list[str]:
+def _command(job: Job, user: BuildUser | None = None) -> list[str]:
+    prefix = user.setpriv() if user is not None else []
     if job.cache is not None:  # the compiler cache's `run` starts the recipe
-        return job.cache.command(str(job.recipe), container=False)
-    return ["bash", str(job.recipe)]
+        return [*prefix, *job.cache.command(str(job.recipe), container=False)]
+    return [*prefix, "bash", str(job.recipe)]
+
+
+def _owned(path: str, uid: int) -> bool:
+    try:
+        return os.stat(path).st_uid == uid
+    except OSError:
+        return False
+
+
+def give_to(folder: Path, user: BuildUser) -> None:
+    """The build's folder (scratch, output, compiler cache tools) to the build user."""
+    for root, dirs, files in os.walk(folder):
+        for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
+            os.chown(name, user.uid, user.gid, follow_symlinks=False)
 
 
 def _gated(command: list[str], fd: int) -> list[str]:

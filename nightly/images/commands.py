@@ -118,6 +118,8 @@ class Row:
     pythons: str
     builds: int
     nvcc: str
+    policy: str = "-"  # the declared manylinux policy of its manywheel builds
+    toolchain: str = ""  # what its toolchain guarantees (the glibc it links against)
 
 
 def _age(created: dt.datetime) -> str:
@@ -146,6 +148,9 @@ def list_images(config: Config, *, client: DockerClient | None = None) -> list[R
             spec_hash=spec_hash, age=_age(info.created) if info else "-",
             manylinux=manylinux, pythons=pythons, builds=len(n.builds),
             nvcc=labels.get(engine.LABEL_NVCC, ""),
+            policy=(n.spec.manylinux if n.spec else labels.get(engine.LABEL_POLICY, "")) or "-",
+            toolchain=(n.spec.toolchain_text() if n.spec
+                       else labels.get(engine.LABEL_TOOLCHAIN, "?")),
         ))
     return rows
 

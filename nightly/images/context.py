@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nightly.errors import NightlyError
+from nightly.images import sysroot
 from nightly.images.spec import SUITE_PYTHON, BuilderSpec, PythonSource
 
 Log = Callable[[str], None]
@@ -134,12 +135,31 @@ def _python_steps(p: PythonSource) -> list[str]:
     return steps
 
 
+def _env_line(env: dict[str, str]) -> str:
+    return "ENV " + " ".join(f"{k}={_quote(v)}" for k, v in sorted(env.items()))
+
+
+# The toolchain's self-test in the image: a threaded C program and a C++ one link against
+# the sysroot's glibc (no symbol newer than it) and run.
+TOOLCHAIN_SELFTEST = (
+    "printf '#include <pthread.h>\\nstatic void *f(void *a){return a;}\\nint main(void)"
+    "{pthread_t t; pthread_create(&t,0,f,0); return pthread_join(t,0);}\\n' > /tmp/t.c"
+    " && $CC /tmp/t.c -pthread -o /tmp/t && /tmp/t"
+    " && printf '#include <vector>\\nint main(){std::vector<int> v(3); return v[0];}\\n'"
+    " > /tmp/t.cpp && $CXX /tmp/t.cpp -o /tmp/t && /tmp/t && rm -f /tmp/t /tmp/t.c /tmp/t.cpp"
+)
+
+
 def cpu_dockerfile(spec: BuilderSpec, labels: dict[str, str]) -> str:
     lines = [f"FROM {spec.base_tag()}"]
     lines += [f"COPY pythons/{p.tag} {p.dest}" for p in spec.pythons if p.kind != "distro"]
     if spec.pythons or spec.pip_tools:
         lines.append("COPY wheels /tmp/ctx/wheels")
-    run = []
+    run = [
+        # Every builder image compiles C and C++ (a base image may lack them).
+        "for c in gcc g++; do command -v $c >/dev/null || { echo \"the base has no $c: "
+        "add it to packages (or to the base image)\" >&2; exit 1; }; done",
+    ]
     for p in spec.pythons:
         run += _python_steps(p)
     if spec.pip_tools:
@@ -148,6 +168,11 @@ def cpu_dockerfile(spec: BuilderSpec, labels: dict[str, str]) -> str:
                    f"/tmp/ctx/wheels/tools {' '.join(repr(t) for t in spec.pip_tools)}")
     run.append("rm -rf /tmp/ctx")
     lines.append("RUN set -e; " + "; ".join(run))
+    if spec.toolchain == "sysroot":
+        # Every compiler a build uses links against the sysroot's glibc (the policy's).
+        lines.append(f"COPY toolchain {sysroot.IMAGE_PATH}")
+        lines.append(_env_line(sysroot.toolchain_env(f"{sysroot.IMAGE_PATH}/bin")))
+        lines.append(f"RUN set -e; {TOOLCHAIN_SELFTEST}")
     # The tool environment first: its python3 is the suite's with the tools importable
     # (the conda recipe looks for py-rattler-build there); build interpreters are found
     # under /opt/python by the recipes.
@@ -195,7 +220,40 @@ def write_cpu_context(spec: BuilderSpec, labels: dict[str, str], cache: Path, de
             wheels = download(list(spec.pip_tools), tool_python, cache / "wheels" / "tools", log)
             for w in sorted(wheels.glob("*.whl")):
                 tar.add(str(w), arcname=f"wheels/tools/{w.name}")
+        if spec.toolchain == "sysroot":
+            add_toolchain(tar, spec, cache, log)
     return dest
+
+
+def add_toolchain(tar: tarfile.TarFile, spec: BuilderSpec, cache: Path, log: Log) -> None:
+    """The sysroot (assembled in the cache) and wrappers for the image's own compilers
+    (gcc, g++, and each declared g++-N as gccN/)."""
+    import tempfile
+
+    toolchain = sysroot.assemble(cache, mirror=spec.mirror, log=log)
+
+    def owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        return info
+
+    tar.add(str(toolchain / "sysroot"), arcname="toolchain/sysroot", filter=owner)
+    tar.add(str(toolchain / "lib"), arcname="toolchain/lib", filter=owner)
+    gccs = {f"gcc{c.split('-', 1)[1]}": f"-{c.split('-', 1)[1]}"
+            for c in spec.compilers if re.match(r"^g\+\+-\d+$", c)}
+    with tempfile.TemporaryDirectory(prefix="nightly-wrappers-") as t:
+        sysroot.write_wrappers(Path(t), gccs)
+        for d in sorted(Path(t).iterdir()):
+            tar.add(str(d), arcname=f"toolchain/{d.name}", filter=owner)
+
+
+def cuda_toolchain_env(spec: BuilderSpec, cuda: str) -> dict[str, str]:
+    """nvcc's host compiler in a CUDA image with the sysroot toolchain: the wrappers of the
+    gcc its CUDA accepts (gcc11/ for CUDA 11)."""
+    if spec.toolchain != "sysroot":
+        return {}
+    env = sysroot.toolchain_env(f"{sysroot.IMAGE_PATH}/bin", cuda_gcc=spec.host_gcc_for(cuda))
+    return {k: env[k] for k in ("CUDAHOSTCXX", "NVCC_CCBIN")}
 
 
 SELFTEST = r"""set -e
@@ -215,10 +273,23 @@ echo "CUDA self-test passed: nvcc -c + g++ -shared -lcudart"
 """
 
 
-def cuda_dockerfile(parent: str, version: str, labels: dict[str, str]) -> str:
+def cuda_dockerfile(parent: str, version: str, labels: dict[str, str],
+                    env: dict[str, str] | None = None) -> str:
     lines = [
         f"FROM {parent}",
+        *([_env_line(env)] if env else []),  # before the self-test: nvcc's host compiler
         f"COPY cuda-{version} /usr/local/cuda-{version}",
+    ]
+    host = (env or {}).get("NVCC_CCBIN", "")
+    if host and version.startswith("11."):
+        # The toolkit's hostcc/ wrappers (gcc-11 for CUDA 11's nvcc, found through
+        # nvcc.profile's PATH) become the sysroot's too, whether or not this nvcc reads
+        # NVCC_CCBIN.
+        hostcc = f"/usr/local/cuda-{version}/hostcc"
+        lines.append(
+            f"RUN for t in gcc g++; do printf '#!/bin/sh\\nexec {host.rsplit('/', 1)[0]}/%s"
+            f" \"$@\"\\n' $t > {hostcc}/$t; chmod 755 {hostcc}/$t; done")
+    lines += [
         "COPY selftest.sh /tmp/cuda-selftest.sh",
         # The runtime on the loader's path, as in NVIDIA's own images: ldd (the libtorch
         # recipe's dependency search) and programs built here find libcudart.
@@ -234,9 +305,9 @@ def cuda_dockerfile(parent: str, version: str, labels: dict[str, str]) -> str:
 
 
 def write_cuda_context(parent: str, version: str, prefix: Path, labels: dict[str, str],
-                       dest: Path) -> Path:
+                       dest: Path, env: dict[str, str] | None = None) -> Path:
     with tarfile.open(dest, "w") as tar:
-        _add_bytes(tar, "Dockerfile", cuda_dockerfile(parent, version, labels).encode())
+        _add_bytes(tar, "Dockerfile", cuda_dockerfile(parent, version, labels, env).encode())
         _add_bytes(tar, "selftest.sh", SELFTEST.encode(), 0o755)
 
         def owner(info: tarfile.TarInfo) -> tarfile.TarInfo | None:

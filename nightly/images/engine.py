@@ -40,6 +40,8 @@ LABEL_MANYLINUX = "org.nightly.manylinux"
 LABEL_PYTHONS = "org.nightly.pythons"
 LABEL_NVCC = NVCC_LABEL  # read back by the container executor for each build's log header
 LABEL_TOOLKIT = "org.nightly.cuda-sources"
+LABEL_POLICY = "org.nightly.manylinux-policy"
+LABEL_TOOLCHAIN = "org.nightly.toolchain"
 
 
 class ImageBuildError(NightlyError):
@@ -168,6 +170,13 @@ def ensure_base(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) 
     if inspect(client, tag) is not None:
         log(f"{tag}: present")
         return tag
+    if spec.base_image:
+        # An existing image (a registry's manylinux image...): the site pulls it, nightly
+        # never does (builds must not depend on a registry being reachable mid-night).
+        raise ImageBuildError(
+            f"builder {spec.name}: base_image {tag} is not on the engine; pull or load it "
+            f"first (e.g. `podman pull {tag}`)"
+        )
     mirror = spec.mirror or cuda.host_mirror()
     fs = rootfs.bootstrap(suite=spec.suite, packages=spec.base_packages, key=spec.base_hash(),
                           mirror=mirror, cache=cache, log=log)
@@ -217,7 +226,8 @@ def ensure_cpu(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) -
     ensure_base(client, spec, cache, log)
     labels = {
         LABEL_SPEC: spec.name, LABEL_HASH: spec.cpu_hash(), LABEL_CUDA: "cpu",
-        LABEL_MANYLINUX: spec.manylinux_tag(),
+        LABEL_MANYLINUX: spec.manylinux_tag(), LABEL_POLICY: spec.manylinux or "-",
+        LABEL_TOOLCHAIN: spec.toolchain_text(),
         LABEL_PYTHONS: " ".join(f"{p.version}={p.describe()}" for p in spec.pythons),
     }
     logfile = _logfile(cache, tag)
@@ -252,7 +262,8 @@ def ensure_cuda(client: DockerClient, spec: BuilderSpec, cuda_id: str, cache: Pa
     sources = (prefix / "nightly-sources.txt").read_text().split()
     labels = {
         LABEL_SPEC: spec.name, LABEL_HASH: spec.hash_for(cuda_id), LABEL_CUDA: cuda_id,
-        LABEL_MANYLINUX: spec.manylinux_tag(),
+        LABEL_MANYLINUX: spec.manylinux_tag(), LABEL_POLICY: spec.manylinux or "-",
+        LABEL_TOOLCHAIN: spec.toolchain_text(),
         LABEL_PYTHONS: " ".join(f"{p.version}={p.describe()}" for p in spec.pythons),
         LABEL_NVCC: next((line for line in nvcc.splitlines() if "release" in line), ""),
         LABEL_TOOLKIT: " ".join(sources),
@@ -264,7 +275,8 @@ def ensure_cuda(client: DockerClient, spec: BuilderSpec, cuda_id: str, cache: Pa
                                  "nvcc --version:", *(f"  {line}" for line in nvcc.splitlines())])
     return _build_from_context(
         client, cache / "tmp" / f"ctx-{spec.hash_for(cuda_id)}.tar", tag, logfile, log,
-        lambda ctx: context.write_cuda_context(parent, version, prefix, labels, ctx))
+        lambda ctx: context.write_cuda_context(parent, version, prefix, labels, ctx,
+                                               context.cuda_toolchain_env(spec, cuda_id)))
 
 
 def build(client: DockerClient, spec: BuilderSpec, cudas: list[str], cache: Path,

@@ -19,7 +19,7 @@ new tag and a build log that names the tag names exactly what it ran in. Hashing
 declaration only (never the host's files), so it is cheap and the same on every machine
 that loads the configuration.
 
-This module imports nothing of nightly but matrix and errors: config imports it.
+This module imports nothing of nightly but matrix and manylinux: config imports it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nightly.manylinux import OFF, glibc_of, parse_policy
 from nightly.plan.matrix import SpellingError, cuda_version, normalize_cuda
 
 # Bump a layer's revision when the build procedure changes what that layer holds for the
@@ -48,6 +49,13 @@ DEBIAN_TOOLS = frozenset({"ninja-build", "ccache", "chrpath", "file", "git"})
 
 # glibc of each Debian suite: the newest manylinux tag a wheel built on it can carry.
 SUITE_GLIBC = {"bullseye": "2.31", "bookworm": "2.36", "trixie": "2.41"}
+# The glibc-targeting toolchain (nightly.images.sysroot): the glibc it links against.
+SYSROOT_GLIBC = "2.31"
+TOOLCHAIN_REVISION = "3"  # bumped when its wrappers or shim change (in the cpu layer's hash)
+# What every builder image has, declared or not: a C and a C++ compiler, and auditwheel
+# with the patchelf it needs (manywheel builds are repaired in the image).
+REQUIRED_COMPILERS = ("gcc", "g++")
+REQUIRED_TOOLS = ("auditwheel", "patchelf")
 # The python3 of each suite (a `distro` interpreter must be this one).
 SUITE_PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}
 
@@ -101,6 +109,8 @@ class BuilderSpec:
     pythons: tuple[PythonSource, ...] = ()
     tools: tuple[str, ...] = ()
     cudas: tuple[str, ...] = ("cpu",)  # normalized: cpu, cu118, cu130
+    manylinux: str = ""  # the declared policy ("2_28", "off"; "": the matrix's)
+    base_image: str = ""  # an existing image as the base layer instead of debootstrap
 
     # -- hashes and tags ---------------------------------------------------------------------
 
@@ -111,23 +121,52 @@ class BuilderSpec:
     @property
     def base_packages(self) -> tuple[str, ...]:
         """Debian packages of the base layer: declared ones, compilers, Debian tools."""
-        debs = set(self.packages) | set(self.compilers)
+        debs = set(self.packages) | set(self.compilers) | set(REQUIRED_COMPILERS)
         debs |= {t for t in self.tools if t in DEBIAN_TOOLS}
         return tuple(sorted(debs))
 
     @property
     def pip_tools(self) -> tuple[str, ...]:
-        return tuple(t for t in self.tools if t not in DEBIAN_TOOLS)
+        declared = [t for t in self.tools if t not in DEBIAN_TOOLS]
+        names = {_requirement_name(t) for t in declared}
+        return tuple(declared + [t for t in REQUIRED_TOOLS if t not in names])
+
+    @property
+    def toolchain(self) -> str:
+        """'sysroot' when the policy is older than the base's glibc (the image then
+        compiles through nightly's glibc-targeting wrappers), else 'system'."""
+        if self.manylinux in ("", OFF):
+            return "system"
+        glibc = SUITE_GLIBC.get(self.suite, "")
+        if self.base_image or not glibc:
+            return "sysroot"  # a base's glibc is not known from the declaration
+        major, minor = glibc.split(".")
+        return "sysroot" if glibc_of(self.manylinux) < (int(major), int(minor)) else "system"
+
+    @property
+    def guaranteed_glibc(self) -> str:
+        """The newest glibc the image's toolchain links against (what its wheels can need
+        at most; the symbols a wheel really uses decide its tag)."""
+        if self.toolchain == "sysroot":
+            return SYSROOT_GLIBC
+        return "" if self.base_image else SUITE_GLIBC.get(self.suite, "")
 
     def base_hash(self) -> str:
-        return self._digest("base", {"suite": self.suite, "packages": list(self.base_packages)})
+        parts: dict[str, Any] = {"suite": self.suite, "packages": list(self.base_packages)}
+        if self.base_image:
+            parts = {"base_image": self.base_image}
+        return self._digest("base", parts)
 
     def cpu_hash(self) -> str:
-        return self._digest("cpu", {
+        parts: dict[str, Any] = {
             "base": self.base_hash(),
             "pythons": [[p.version, p.kind, p.path] for p in self.pythons],
             "tools": sorted(self.pip_tools),
-        })
+        }
+        if self.toolchain != "system":
+            # Only then: images declared before policies existed keep their tags.
+            parts["toolchain"] = [self.toolchain, SYSROOT_GLIBC, TOOLCHAIN_REVISION]
+        return self._digest("cpu", parts)
 
     def hash_for(self, cuda: str) -> str:
         if cuda == "cpu":
@@ -135,6 +174,8 @@ class BuilderSpec:
         return self._digest("cuda", {"cpu": self.cpu_hash(), "cuda": cuda_version(cuda)})
 
     def base_tag(self) -> str:
+        if self.base_image:
+            return self.base_image
         return f"{self.repository}-base:{self.suite}-{self.base_hash()}"
 
     def tag_for(self, cuda: str) -> str:
@@ -148,8 +189,17 @@ class BuilderSpec:
         return f"{self.repository}:{cuda}-{self.hash_for(cuda)}"
 
     def manylinux_tag(self) -> str:
-        glibc = SUITE_GLIBC.get(self.suite, "")
+        """The newest tag the image's toolchain can give a wheel (its guarantee)."""
+        glibc = self.guaranteed_glibc
         return f"manylinux_{glibc.replace('.', '_')}_x86_64" if glibc else "?"
+
+    def toolchain_text(self) -> str:
+        """What `nightly images list` says the toolchain guarantees."""
+        if self.toolchain == "sysroot":
+            return f"gcc + glibc {SYSROOT_GLIBC} sysroot (bullseye): wheels need <= {SYSROOT_GLIBC}"
+        if self.guaranteed_glibc:
+            return f"{self.suite}'s gcc, glibc {self.guaranteed_glibc}"
+        return "the base image's gcc (glibc unknown)"
 
     def host_gcc_for(self, cuda: str) -> str | None:
         """The gcc version nvcc of this CUDA must use (11 for CUDA 11.x), or None."""
@@ -158,7 +208,8 @@ class BuilderSpec:
 
 # -- parsing ---------------------------------------------------------------------------------
 
-SPEC_KEYS = ("repository", "suite", "mirror", "packages", "compilers", "pythons", "tools", "cudas")
+SPEC_KEYS = ("repository", "suite", "mirror", "packages", "compilers", "pythons", "tools", "cudas",
+             "manylinux", "base_image")
 
 
 def parse_spec(name: str, table: Mapping[str, Any]) -> BuilderSpec:
@@ -193,9 +244,18 @@ def parse_spec(name: str, table: Mapping[str, Any]) -> BuilderSpec:
             _check_requirement(tool, f"{key}.tools")
     cudas = _cudas(table, key)
     pythons = _pythons(table.get("pythons", {}), f"{key}.pythons")
+    try:
+        manylinux = parse_policy(_str(table, "manylinux", key))
+    except ValueError as e:
+        raise SpecError(str(e), key=f"{key}.manylinux") from e
+    base_image = _str(table, "base_image", key)
+    if base_image and (" " in base_image or base_image.startswith("@")):
+        raise SpecError(f"base_image '{base_image}' is not an image reference",
+                        key=f"{key}.base_image", hint='write e.g. "quay.io/pypa/manylinux_2_28_x86_64"')
     spec = BuilderSpec(
         name=name, repository=repository, suite=suite, mirror=_str(table, "mirror", key),
         packages=packages, compilers=compilers, pythons=pythons, tools=tools, cudas=cudas,
+        manylinux=manylinux, base_image=base_image,
     )
     _check_cudas(spec, key)
     for p in pythons:
@@ -228,6 +288,16 @@ def _debs(table: Mapping[str, Any], k: str, key: str) -> tuple[str, ...]:
         if not _PACKAGE_RE.match(n):
             raise SpecError(f"'{n}' in {key}.{k} is not a Debian package name", key=f"{key}.{k}")
     return tuple(names)
+
+
+def _requirement_name(text: str) -> str:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        return canonicalize_name(Requirement(text).name)
+    except InvalidRequirement:
+        return text
 
 
 def _check_requirement(text: str, key: str) -> None:

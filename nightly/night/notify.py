@@ -1,6 +1,10 @@
 """Tell people how the night went: a configured command gets summary.json on stdin, and/or
 an email goes out through a configured SMTP server. A notification failure is reported in the
-master log; it never changes the night's outcome."""
+master log; it never changes the night's outcome.
+
+The command runs with a minimal environment (`ENV_KEPT`: PATH, HOME, LANG and the NOTIFY_*
+variables of the caller, for the command's own settings), never nightly's credentials; what
+it prints is masked like build output before it reaches the master log."""
 
 from __future__ import annotations
 
@@ -8,9 +12,21 @@ import json
 import os
 import shlex
 import subprocess
+from collections.abc import Mapping
 from typing import Any
 
 from nightly.config import Notify
+from nightly.redact import SECRET_RE, mask, safe_url
+
+# What the notification command inherits: enough to find programs and speak the language, plus
+# NOTIFY_* (a webhook's URL or token for the command, named so on purpose).
+ENV_KEPT = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
+ENV_PREFIX = "NOTIFY_"
+
+
+def command_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if k in ENV_KEPT or k.startswith(ENV_PREFIX)}
 
 
 def subject(summary: dict[str, Any]) -> str:
@@ -60,24 +76,25 @@ def body(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def send(cfg: Notify, summary: dict[str, Any]) -> list[str]:
+def send(cfg: Notify, summary: dict[str, Any], secrets: tuple[str, ...] = ()) -> list[str]:
     """Send what is configured. Returns messages for the master log (errors included)."""
     if summary["exit_code"] == 0 and not cfg.always:
         return []
     out: list[str] = []
+    # The caller's values of secret-looking variables (TWINE_PASSWORD, AWS_*, tokens) at least.
+    secrets = (*secrets, *(v for k, v in os.environ.items() if SECRET_RE.search(k) and len(v) > 5))
     payload = json.dumps(summary, indent=2, sort_keys=True)
     if cfg.command:
         try:
             proc = subprocess.run(
                 shlex.split(cfg.command), input=payload, text=True, capture_output=True,
-                timeout=120,
+                timeout=120, env=command_env(),
             )
             if proc.returncode == 0:
                 out.append(f"notified: {cfg.command}")
             else:
-                out.append(
-                    f"notification command exited {proc.returncode}: {proc.stderr.strip()[-500:]}"
-                )
+                said = safe_url(mask(proc.stderr, *secrets)).strip()[-500:]
+                out.append(f"notification command exited {proc.returncode}: {said}")
         except (OSError, subprocess.TimeoutExpired) as e:
             out.append(f"notification command failed: {e}")
     if cfg.smtp_host and cfg.smtp_to:

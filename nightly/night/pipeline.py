@@ -36,6 +36,7 @@ from nightly.night import notify, wheelhouse
 from nightly.night import source as src
 from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spec
 from nightly.plan.schedule import make_plan, select_cli
+from nightly.publish import attest
 from nightly.publish import conda as conda_client
 from nightly.publish.upload import open_destination, publish_day, record_publication
 from nightly.publish.validate import validate_day
@@ -53,6 +54,7 @@ from nightly.workspace import (
     write_json,
 )
 from nightly.workspace import summary as day_record
+from nightly.workspace.cost import GpuHosts, build_cost, gpu_host_seconds
 from nightly.workspace.summary import BuildSummary, Summary
 
 
@@ -104,7 +106,11 @@ def pick_machine(config: Config, key: str | None, *, strict: bool = True) -> Mac
 def check_free_space(config: Config) -> None:
     if config.min_free_gb <= 0:
         return
-    config.root.mkdir(parents=True, exist_ok=True)
+    try:
+        config.root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot write the day folder {config.root}: {e.strerror or e} (pass "
+                         "--root DIR, or set root, to a folder nightly can write)") from e
     free_gb = shutil.disk_usage(config.root).free / 1e9
     if free_gb < config.min_free_gb:
         raise NightlyError(
@@ -182,9 +188,10 @@ def run_night(
 
 def _after_builds(night: NightContext, phase: BuildPhase, opts: NightOptions,
                   date: dt.date) -> None:
-    """Publish, record, report, prune, let the phase clean up: each step never fatal."""
+    """Sign, publish, record, report, prune, let the phase clean up: each step never fatal."""
+    attest.provenance_step(night)
     if not opts.no_upload:
-        publish_step(night)
+        publish_step(night, replace=opts.rebuild)
     try:
         night.history.record_state(night.day.name, night.state, commit=night.commit,
                                    channel=opts.channel)
@@ -285,7 +292,7 @@ def smoke_factory(config: Config) -> SmokeFactory | None:
 # ---------------------------------------------------------------------------- after the builds
 
 
-def publish_step(night: NightContext) -> None:
+def publish_step(night: NightContext, *, replace: Sequence[str] = ()) -> None:
     """Upload the day's good packages and refresh the index; failures are recorded per build
     (upload_error) and reported in the summary, never fatal to the night."""
     pub = night.config.publish
@@ -294,7 +301,7 @@ def publish_step(night: NightContext) -> None:
         return
     try:
         report = publish_day(night.config, night.day, night.state, channel=night.channel,
-                             log=night.log)
+                             log=night.log, replace=replace)
     except NightlyError as e:
         night.log(f"publish failed: {e}")
         night.state.set_meta(publish_error=str(e))
@@ -303,6 +310,9 @@ def publish_step(night: NightContext) -> None:
     night.log(
         f"publish: {len(report.uploaded)} uploaded, {len(report.skipped)} already there, "
         f"{len(report.failed)} failed"
+        + (f", {len(report.held_back)} build(s) held back ([publish] atomic = "
+           f"\"{pub.atomic}\"; `nightly upload --force-partial` publishes them)"
+           if report.held_back else "")
     )
     if pub.validate:
         validate_step(night)
@@ -370,13 +380,21 @@ def write_summary(
     if the day has a night, is only refreshed: see nightly/workspace/summary.py). (summary, its path)"""
     state = night.state
     builds: dict[str, BuildSummary] = {}
+    gpu = GpuHosts(
+        names=frozenset(m.name for m in night.config.machines if m.gpu)
+        | (frozenset({night.machine.name}) if night.config.smoke.gpu else frozenset()),
+        cuda_builds=bool(night.config.cluster.gpu_smoke and state.meta.get("cluster")),
+    )
+    costs = []
     for b in night.builds:
         e = state.get(b.id)
+        cost = build_cost(e, gpu)
+        costs.append(cost)
         builds[b.id] = BuildSummary(
             outcome=e.status or "", reason=e.reason, duration_s=e.duration_s,
             estimate_s=estimates.get(b.id), attempts=e.attempts or 0, queue=e.queue,
             packages=tuple(p.to_json() for p in e.packages), published=dict(e.published),
-            log=e.log,
+            log=e.log, test_s=cost.test_s, built_on=cost.built_on, tested_on=cost.tested_on,
         )
     failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]
     publish_error = state.meta.get("publish_error")
@@ -397,6 +415,8 @@ def write_summary(
         failed_uploads=failed_uploads, publish_error=publish_error, builds=builds,
         exit_code=day_record.exit_code(builds, failed_uploads, publish_error),
         manual=manual if manual is not None else day_record.manual_builds(state),
+        held_back=day_record.held_back_of(state.meta),
+        gpu_host_s=gpu_host_seconds(costs),
         extra={"failures": summary_for_day(night.day, night.history)},  # new / still failing
     )
     path = night.day.summary_path if manual is None else day_record.manual_summary_path(night.day, started)

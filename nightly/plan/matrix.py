@@ -134,6 +134,7 @@ class PackageMatrix:
     variants: tuple[str, ...] = ()  # libtorch
     python: str = ""  # libtorch's build interpreter
     devtoolset: str = ""
+    manylinux: str = ""  # manywheel: the declared policy ("2_28", "off", "": none)
 
     def expand(self) -> list[Build]:
         if self.package == "libtorch":

@@ -298,20 +298,29 @@ def filter_plan(plan: Plan, *, machine: str | None = None, ids: set[str] | None 
 
 
 def select_cli(config: Config, selects: Sequence[str]) -> list[Build]:
-    """The config's builds narrowed by --select globs; a glob matching nothing is an error."""
+    """The config's builds narrowed by --select globs; a glob matching nothing selects
+    nothing (NothingSelected: exit 3)."""
     builds = list(config.builds)
     if not selects:
         return builds
-    ids = [b.id for b in builds]
-    for pattern in selects:
+    check_globs(config, selects, "--select", NothingSelected)
+    return [b for b in builds if any(fnmatch.fnmatchcase(b.id, p) for p in selects)]
+
+
+def check_globs(
+    config: Config, globs: Sequence[str], option: str,
+    error: type[NothingSelected] | type[UsageError] = UsageError,
+) -> None:
+    """Each glob matches a build of the config, or `error` names it and its near misses."""
+    ids = [b.id for b in config.builds]
+    for pattern in globs:
         if not any(fnmatch.fnmatchcase(i, pattern) for i in ids):
             close = near_misses(pattern, ids)
-            raise UsageError(
-                f"--select '{pattern}' matches no build"
+            raise error(
+                f"{option} '{pattern}' matches no build"
                 + (f"; near misses: {', '.join(close)}" if close else "")
                 + " (`nightly plan` lists them)"
             )
-    return [b for b in builds if any(fnmatch.fnmatchcase(b.id, p) for p in selects)]
 
 
 def plan_night(

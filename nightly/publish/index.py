@@ -15,6 +15,10 @@ How a folder is regenerated
     x-amz-meta-sha256 or x-amz-meta-checksum-sha256, or S3's own checksum) and GET only
     the `.metadata` files not yet recorded; write the manifest and the pages. So a first full
     run on a bucket nightly did not write records everything, and later runs ask nothing.
+    With a version cap only files the pages show are asked about. Given the whole listing
+    (`nightly index --full`), what every folder needs is read first, by one bounded pool
+    (`coldread.py`: `[publish] index_workers`, retries, progress, a checkpoint that an
+    interrupted run resumes from), before any folder's manifest is touched.
     Pages are rendered completely in memory from complete manifests before anything is
     written, so a failed listing or GET raises before a single page is touched; pages are
     replaced in place (one PUT each), and pages of projects that have gone are deleted only
@@ -38,31 +42,28 @@ Why several machines may regenerate at once without losing entries
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
-from packaging.version import Version
-
-from nightly.errors import PublishError
-from nightly.publish import caching
+from nightly.publish import caching, coldread
+from nightly.publish.coldread import CHECKPOINT_NAME, DEFAULT_WORKERS, Learned, ReadPool, Want
 from nightly.publish.layout import INDEX_PREFIXES, channel_of, channel_root
+from nightly.publish.listing import scan_folder, wants_of
 from nightly.publish.manifest import (
     MANIFEST_NAME,
     FileRecord,
     Manifest,
     Records,
     as_record,
+    decode_manifest,
     encode_manifest,
     read_manifest,
 )
-from nightly.publish.metadata import METADATA_SUFFIX, describe
 from nightly.publish.names import is_package, parse_package, project_of
 from nightly.publish.pages import DEFAULT_FIND_LINKS, HTML_TYPE, Source, render_folder
 from nightly.publish.stores import ObjectInfo, PreconditionFailed, Store
+from nightly.publish.stores.base import cas_rounds
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +83,8 @@ __all__ = [
     "render_folder",
 ]
 
-MAX_ROUNDS = 12  # rounds of "write pages, find a manifest changed" before giving up
-BACKOFF_S = 0.05  # first pause between rounds; doubles, jittered, so racing writers spread out
-HEAD_THREADS = 16
+LIST_SPLIT = 2  # levels listed with a delimiter before folders are listed side by side
+LIST_WORKERS = 8
 
 Known = Mapping[str, "str | FileRecord"]
 
@@ -94,12 +94,14 @@ class IndexOptions:
     """How pages are made. `find_links_name` is one name or a function of the channel;
     `shared` folders (e.g. `whl/nightly`) are listed in the pages of every accelerator folder
     of their channel; `aggregate` makes a channel root's pages list every accelerator
-    folder's files too; `versions` (> 0) shows only each project's newest N versions."""
+    folder's files too; `versions` (> 0) shows only each project's newest N versions;
+    `workers` bounds the requests a full run makes at once (1: one after another)."""
 
     find_links_name: str | Callable[[str], str] = DEFAULT_FIND_LINKS
     shared: tuple[str, ...] = ()
     aggregate: bool = False
     versions: int = 0
+    workers: int = DEFAULT_WORKERS
 
     def flat_name(self, folder: str) -> str:
         name = self.find_links_name
@@ -119,11 +121,6 @@ class FolderReport:
     missing_sha256: list[str] = field(default_factory=list)
 
 
-def _pause(rounds: int) -> None:
-    if rounds > 1:
-        time.sleep(min(BACKOFF_S * 2 ** (rounds - 2), 2.0) * random.uniform(0.5, 1.5))
-
-
 def regenerate(
     store: Store,
     folders: Iterable[str],
@@ -134,26 +131,33 @@ def regenerate(
     find_links_name: str | Callable[[str], str] = DEFAULT_FIND_LINKS,
     options: IndexOptions | None = None,
     listing: Sequence[ObjectInfo] | None = None,
+    log_line: Callable[[str], None] | None = None,
 ) -> list[FolderReport]:
     """Rewrite the pages of `folders` and of the folders whose pages show them.
 
     `known[folder]` maps file name -> sha256 (or a whole record) recorded at upload,
     `removed[folder]` names files deleted by retention; `listing` (full runs) is a listing
-    that covers the folders, so that they need not be listed again. Raises PublishError; a
-    folder that failed keeps its previous pages."""
+    that covers the folders, so that they need not be listed again (and what they need is
+    read at once, with progress to `log_line`). Raises PublishError; a folder that failed
+    keeps its previous pages."""
     opts = options or IndexOptions(find_links_name=find_links_name)
     known = {k.strip("/"): v for k, v in (known or {}).items()}
     gone = {k.strip("/"): set(v) for k, v in (removed or {}).items()}
     asked = list(dict.fromkeys(f.strip("/") for f in folders))
-    reports: dict[str, FolderReport] = {}
+    reports = {folder: FolderReport(folder, full) for folder in asked}
+    pool = ReadPool(store, workers=opts.workers, log_line=log_line)
+    bases: dict[str, Manifest] = {}
+    learned: dict[str, dict[str, Learned]] = {}
+    if full and listing is not None:
+        bases, learned = _prefetch(store, asked, listing, known, opts.versions, pool, reports)
     merged: dict[str, Manifest] = {}
     candidates: dict[str, set[str]] = {}  # folder -> project pages that may have gone
     for folder in asked:
-        report = reports[folder] = FolderReport(folder, full)
         below = _below(listing, folder) if listing is not None else None
         merged[folder], candidates[folder] = _merge(
             store, folder, full=full, known=known.get(folder) or {}, removed=gone.get(folder, set()),
-            report=report, listing=below, versions=opts.versions,
+            report=reports[folder], listing=below, versions=opts.versions, pool=pool,
+            base=bases.get(folder), learned=learned.get(folder, {}),
         )
     order = list(asked)
     for folder in asked:
@@ -167,7 +171,7 @@ def regenerate(
                 below = _below(listing, dep) if listing is not None else None
                 manifest, candidates[dep] = _merge(
                     store, dep, full=True, known={}, removed=set(), report=reports[dep], listing=below,
-                    versions=opts.versions,
+                    versions=opts.versions, pool=pool,
                 )
             merged[dep] = manifest
     stale: list[tuple[FolderReport, str]] = []
@@ -181,9 +185,56 @@ def regenerate(
     return [reports[f] for f in order]
 
 
-def list_index_prefixes(store: Store, prefixes: Iterable[str] = INDEX_PREFIXES) -> list[ObjectInfo]:
-    """One listing of everything under the index prefixes (what a full run works from)."""
-    return [obj for prefix in prefixes for obj in store.list(prefix)]
+def _prefetch(
+    store: Store, folders: list[str], listing: Sequence[ObjectInfo], known: Mapping[str, Known],
+    versions: int, pool: ReadPool, reports: Mapping[str, FolderReport],
+) -> tuple[dict[str, Manifest], dict[str, dict[str, Learned]]]:
+    """Before any folder is merged, read what every folder's pages need and nothing records
+    (one pool for all of them, so a run's progress and concurrency span the whole bucket);
+    returns the manifests read and what was learned, per folder."""
+    bases: dict[str, Manifest] = {}
+    learned: dict[str, dict[str, Learned]] = {}
+    wants: list[Want] = []
+    for folder in folders:
+        bases[folder] = base = read_manifest(store, folder)
+        objects = _below(listing, folder)
+        saved: dict[str, Learned] = {}
+        if any(o.key == f"{folder}/{CHECKPOINT_NAME}" for o in objects):
+            saved = pool.load(folder, objects)  # what an interrupted run read
+        records = {n: as_record(v) for n, v in (known.get(folder) or {}).items()}
+        scan = scan_folder(folder, objects, base.files or {}, records, saved)
+        learned[folder] = saved
+        wants += wants_of(folder, scan, versions, saved)
+    results = pool.read(wants)
+    for folder, got in pool.learned(wants, results).items():
+        learned[folder] = {**learned[folder], **got}
+    for w in wants:
+        reports[w.folder].heads += w.sha256
+        reports[w.folder].metadata_reads += w.metadata
+    return bases, learned
+
+
+def list_index_prefixes(
+    store: Store, prefixes: Iterable[str] = INDEX_PREFIXES, *, workers: int = LIST_WORKERS
+) -> list[ObjectInfo]:
+    """One listing of everything under the index prefixes (what a full run works from), in
+    key order. A listing is one page of 1,000 keys after another, so a bucket's takes as many
+    round trips as it has pages; instead the first LIST_SPLIT levels (whl/, whl/nightly/)
+    are listed with a delimiter and the folders below them (whl/nightly/cu126/) side by side,
+    `workers` at a time. A failed page raises: nothing is built from part of a listing."""
+    objects: list[ObjectInfo] = []
+    level = list(prefixes)
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="index-list") as pool:
+        for _ in range(LIST_SPLIT):
+            below: list[str] = []
+            for found, subs in pool.map(store.list_level, level):
+                objects += found
+                below += subs
+            level = below
+        for part in pool.map(lambda p: list(store.list(p)), level):
+            objects += part
+    objects.sort(key=lambda o: o.key.encode())  # S3's order: UTF-8 bytes
+    return objects
 
 
 def discover_folders(
@@ -217,14 +268,20 @@ def _merge(
     report: FolderReport,
     listing: list[ObjectInfo] | None,
     versions: int = 0,
+    pool: ReadPool,
+    base: Manifest | None = None,
+    learned: Mapping[str, Learned] | None = None,
 ) -> tuple[Manifest, set[str]]:
     """Bring the folder's manifest up to date (compare-and-swap, retried); returns it and,
-    after a listing, the project pages found in the folder."""
+    after a listing, the project pages found in the folder. `base` is the manifest as just
+    read, `learned` what `_prefetch` read about the folder's objects."""
     manifest_key = f"{folder}/{MANIFEST_NAME}"
     resolved: Records | None = None
-    for report.rounds in range(1, MAX_ROUNDS + 1):
-        _pause(report.rounds)
-        base = read_manifest(store, folder)
+    # Compare-and-swap rounds with the stores' one backoff (cas_rounds raises when exhausted).
+    for report.rounds in cas_rounds(f"index of {store.url}/{folder}",
+                                    retry="run `nightly index` again"):
+        if base is None or report.rounds > 1:
+            base = read_manifest(store, folder)
         pages: set[str] = set()
         folders = base.folders
         if full or base.files is None:
@@ -232,11 +289,11 @@ def _merge(
             records = {n: as_record(v) for n, v in known.items()}
             objects = listing if listing is not None and report.rounds == 1 else None
             files, pages, folders = _from_listing(
-                store, folder, base.files or {}, records, report, objects, versions
+                store, folder, base.files or {}, records, report, objects, versions, pool, learned or {}
             )
         else:
             if resolved is None:
-                resolved = _resolve_known(store, folder, known, report)
+                resolved = _resolve_known(folder, known, report, pool)
             files = dict(base.files)
             for name, record in resolved.items():
                 files[name] = files[name].merged(record) if name in files else record
@@ -256,13 +313,11 @@ def _merge(
                 continue  # someone else changed it after we read it: read and merge again
             if base.files is None:
                 _register(store, folder)
+        pool.done(folder)
         report.files = len(files)
         report.missing_sha256 = sorted(n for n, r in files.items() if r.sha256 is None)
         return Manifest(files, etag, folders), pages
-    raise PublishError(
-        f"index of {store.url}/{folder}: the folder kept changing during {MAX_ROUNDS} rounds; "
-        "run `nightly index` again"
-    )
+    raise AssertionError("unreachable: cas_rounds raises when exhausted")
 
 
 def _register(store: Store, folder: str) -> None:
@@ -271,58 +326,29 @@ def _register(store: Store, folder: str) -> None:
     if root == folder or folder.rpartition("/")[0] != root:
         return
     name = folder.rpartition("/")[2]
-    for rounds in range(1, MAX_ROUNDS + 1):
-        _pause(rounds)
-        base = read_manifest(store, root)
-        if name in base.folders:
-            return
+
+    def add(current: bytes | None) -> bytes | None:
+        base = decode_manifest(current) if current is not None else None
+        files, folders = (base.files, base.folders) if base is not None else (None, ())
+        if name in folders:
+            return None
         # Files None: nobody listed the root yet; its next run lists it, so that what it
         # holds from before (an adopted bucket) is never hidden by an empty record.
-        body = encode_manifest(base.files, (*base.folders, name))
-        try:
-            store.put_bytes(
-                f"{root}/{MANIFEST_NAME}", body, "application/json",
-                if_match=base.etag, if_none_match=base.etag is None,
-            )
-            return
-        except PreconditionFailed:
-            continue
-    raise PublishError(f"index of {store.url}/{root}: could not record {name}/; run `nightly index --full`")
+        return encode_manifest(files, (*folders, name))
+
+    store.update(f"{root}/{MANIFEST_NAME}", add, "application/json",
+                 what=f"index of {store.url}/{root}: recording {name}/")
 
 
-def _resolve_known(store: Store, folder: str, known: Known, report: FolderReport) -> Records:
+def _resolve_known(folder: str, known: Known, report: FolderReport, pool: ReadPool) -> Records:
     """Records of what the caller knows; for a wheel known only by its sha256, its
     `.metadata` file is read (one small GET) so that its pages can offer PEP 658 metadata."""
     out = {n: as_record(v) for n, v in known.items()}
     wheels = [n for n, v in known.items() if isinstance(v, str) and n.endswith(".whl")]
-    for name, extra in zip(wheels, _read_metadata(store, folder, wheels, report), strict=True):
-        out[name] = out[name].merged(extra)
+    wants = [Want(folder, n, sha256=False, metadata=True) for n in wheels]
+    report.metadata_reads += len(wants)
+    coldread.apply(out, folder, pool.read(wants))
     return out
-
-
-def _read_metadata(store: Store, folder: str, names: list[str], report: FolderReport) -> list[FileRecord]:
-    def one(name: str) -> FileRecord:
-        got = store.get_bytes(f"{folder}/{name}{METADATA_SUFFIX}")
-        if got is None:
-            return FileRecord()
-        try:
-            md = describe(got[0])
-        except ValueError:
-            log.warning("%s/%s/%s%s is not core metadata", store.url, folder, name, METADATA_SUFFIX)
-            return FileRecord()
-        return FileRecord(metadata_sha256=md.sha256, requires_python=md.requires_python)
-
-    if not names:
-        return []
-    report.metadata_reads += len(names)
-    with ThreadPoolExecutor(HEAD_THREADS) as pool:
-        return list(pool.map(one, names))
-
-
-def _rfc3339(when: datetime | None) -> str | None:
-    if when is None:
-        return None
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _from_listing(
@@ -332,87 +358,20 @@ def _from_listing(
     known: Mapping[str, FileRecord],
     report: FolderReport,
     objects: list[ObjectInfo] | None,
-    versions: int = 0,
+    versions: int,
+    pool: ReadPool,
+    learned: Mapping[str, Learned],
 ) -> tuple[Records, set[str], tuple[str, ...]]:
-    """The folder's files from a listing (records from the caller and the manifest, else a
-    HEAD per unknown sha256 and a GET per unrecorded `.metadata`), the project pages found
-    (sub-folders holding nothing but an index.html) and the accelerator sub-folders.
-
-    With a version cap, only files the pages can show (their project's newest `versions`
-    versions in this folder) are asked about; the others are recorded as they are, and a
-    later full run asks about them if they ever come into view."""
+    """The folder's files from a listing, with what is still unknown about the ones in view
+    read now; the project pages found and the accelerator sub-folders."""
     if objects is None:
         objects = list(store.list(folder + "/"))
-    files: Records = {}
-    siblings: set[str] = set()
-    below: dict[str, set[str]] = {}
-    for obj in objects:
-        rel = obj.key[len(folder) + 1 :]
-        if "/" in rel:
-            sub, _, rest = rel.partition("/")
-            below.setdefault(sub, set()).add(rest)
-        elif is_package(rel):
-            record = recorded.get(rel, FileRecord()).merged(known.get(rel, FileRecord()))
-            if record.sha256 is None and obj.sha256:
-                record = record.with_sha256(obj.sha256)
-            if record.upload_time is None and obj.last_modified is not None:
-                record = record.merged(FileRecord(upload_time=_rfc3339(obj.last_modified)))
-            files[rel] = record
-        elif rel.endswith(METADATA_SUFFIX) and is_package(rel[: -len(METADATA_SUFFIX)]):
-            siblings.add(rel[: -len(METADATA_SUFFIX)])
-    pages = {f"{sub}/index.html" for sub, rest in below.items() if rest == {"index.html"}}
-    channel = channel_of(folder)
-    folders = tuple(
-        sorted(
-            sub for sub, rest in below.items()
-            if channel_root(folder) == folder and channel_of(f"{folder}/{sub}") == channel
-            and any("/" not in r and is_package(r) for r in rest)
-        )
-    )
-    shown = _in_view(files, versions)
-    _fill_sha256(store, folder, files, report, shown)
-    for name in list(files):
-        if name not in siblings and files[name].metadata_sha256:
-            files[name] = FileRecord(sha256=files[name].sha256, upload_time=files[name].upload_time)
-    unread = sorted(n for n in files if n in shown and n in siblings and not files[n].metadata_sha256)
-    for name, extra in zip(unread, _read_metadata(store, folder, unread, report), strict=True):
-        files[name] = files[name].merged(extra)
-    return files, pages, folders
-
-
-def _in_view(files: Mapping[str, FileRecord], versions: int) -> set[str]:
-    """The files of each project's newest `versions` versions (all with 0, and every file
-    whose name does not parse)."""
-    if versions <= 0:
-        return set(files)
-    by_project: dict[str, dict[Version, list[str]]] = {}
-    shown: set[str] = set()
-    for name in files:
-        parsed = parse_package(name)
-        if parsed is None:
-            shown.add(name)
-        else:
-            by_project.setdefault(parsed[0], {}).setdefault(parsed[1], []).append(name)
-    for vs in by_project.values():
-        for version in sorted(vs, reverse=True)[:versions]:
-            shown.update(vs[version])
-    return shown
-
-
-def _fill_sha256(
-    store: Store, folder: str, files: Records, report: FolderReport, shown: set[str]
-) -> None:
-    unknown = [n for n, r in files.items() if r.sha256 is None and n in shown]
-    if not unknown:
-        return
-    with ThreadPoolExecutor(HEAD_THREADS) as pool:
-        infos = list(pool.map(lambda n: store.head(f"{folder}/{n}"), unknown))
-    report.heads += len(unknown)
-    for name, info in zip(unknown, infos, strict=True):
-        if info is None:
-            del files[name]  # deleted since the listing
-        else:
-            files[name] = files[name].with_sha256(info.sha256)
+    scan = scan_folder(folder, objects, recorded, known, learned)
+    wants = wants_of(folder, scan, versions, learned)
+    coldread.apply(scan.files, folder, pool.read(wants))
+    report.heads += sum(w.sha256 for w in wants)
+    report.metadata_reads += sum(w.metadata for w in wants)
+    return scan.files, scan.pages, scan.folders
 
 
 # --------------------------------------------------------------------------- pages
@@ -448,8 +407,7 @@ def _write_pages(
 ) -> set[str]:
     """Render and write the folder's pages until the manifests they came from held still;
     returns the pages' paths (relative to the folder)."""
-    for rounds in range(1, MAX_ROUNDS + 1):
-        _pause(rounds)
+    for rounds in cas_rounds(f"index of {store.url}/{folder}", retry="run `nightly index` again"):
         if rounds > 1:
             report.rounds += 1
         own = first if first is not None and rounds == 1 else read_manifest(store, folder)
@@ -472,10 +430,7 @@ def _write_pages(
         checks = [(folder, own.etag), *((f, m.etag) for _, f, m in sources)]
         if all(_current_etag(store, f"{f}/{MANIFEST_NAME}") == etag for f, etag in checks):
             return set(pages)
-    raise PublishError(
-        f"index of {store.url}/{folder}: the folder kept changing during {MAX_ROUNDS} rounds; "
-        "run `nightly index` again"
-    )
+    raise AssertionError("unreachable: cas_rounds raises when exhausted")
 
 
 def _current_etag(store: Store, key: str) -> str | None:

@@ -29,6 +29,7 @@ class FileRecord:
     metadata_sha256: str | None = None  # of `<file>.metadata`; None: no metadata file known
     requires_python: str | None = None  # the metadata's Requires-Python, verbatim
     upload_time: str | None = None  # RFC 3339, UTC, "Z"
+    provenance_sha256: str | None = None  # of `<file>.provenance.json`; None: none known
 
     def merged(self, newer: FileRecord) -> FileRecord:
         """`newer` where it knows something, else what we knew; a new sha256 is another file,
@@ -40,6 +41,7 @@ class FileRecord:
             metadata_sha256=newer.metadata_sha256 or self.metadata_sha256,
             requires_python=newer.requires_python or self.requires_python,
             upload_time=newer.upload_time or self.upload_time,
+            provenance_sha256=newer.provenance_sha256 or self.provenance_sha256,
         )
 
     def with_sha256(self, sha256: str | None) -> FileRecord:
@@ -104,6 +106,7 @@ def _record(version: int, value: Any) -> FileRecord:
         metadata_sha256=_hex(value.get("metadata_sha256")),
         requires_python=_text(value.get("requires_python")),
         upload_time=_text(value.get("upload_time")),
+        provenance_sha256=_hex(value.get("provenance_sha256")),
     )
 
 

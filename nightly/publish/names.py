@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from packaging.utils import (
     InvalidSdistFilename,
@@ -23,6 +24,9 @@ def is_package(name: str) -> bool:
     return "/" not in name and not name.startswith(".") and name.endswith(PACKAGE_SUFFIXES)
 
 
+# A full run parses each name several times (view, pages, projects): 20,000 wheels are
+# 100,000 parses without the cache.
+@lru_cache(maxsize=1 << 17)
 def parse_package(filename: str) -> tuple[str, Version] | None:
     """(normalised project, version) of a wheel, sdist or libtorch archive; None if not one."""
     try:

@@ -50,6 +50,9 @@ class _Entry:
     record: FileRecord
 
 
+PROVENANCE_SUFFIX = ".provenance.json"  # nightly.publish.provenance.SUFFIX
+
+
 def _href(path: str) -> str:
     return "/".join(quote(part, safe="") if part not in ("", "..") else part for part in path.split("/"))
 
@@ -67,7 +70,12 @@ def _link(prefix: str, entry: _Entry) -> str:
         attrs += f' data-dist-info-metadata="{digest}" data-core-metadata="{digest}"'
     if record.upload_time:
         attrs += f' data-upload-time="{html.escape(record.upload_time)}"'
-    return f'    <a href="{html.escape(href)}"{attrs}>{html.escape(entry.name)}</a><br>\n'
+    line = f'    <a href="{html.escape(href)}"{attrs}>{html.escape(entry.name)}</a>'
+    if record.provenance_sha256 and SHA256_RE.fullmatch(record.provenance_sha256):
+        # Its signed provenance next to it (`nightly verify`); installers skip the .json link.
+        prov = f"{prefix}{_href(entry.path)}{PROVENANCE_SUFFIX}#sha256={record.provenance_sha256}"
+        line += f' <a href="{html.escape(prov)}">{html.escape(entry.name + PROVENANCE_SUFFIX)}</a>'
+    return line + "<br>\n"
 
 
 def _page(title: str, links: Iterable[str]) -> bytes:

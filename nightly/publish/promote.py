@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from nightly.config import Config
-from nightly.errors import ConfigError, PublishError, UsageError
+from nightly.errors import ConfigError, NotVerified, PublishError, UsageError
 from nightly.files import sha256_file
-from nightly.publish import anaconda, conda, pypi
+from nightly.publish import anaconda, attest, conda, provenance, pypi
 from nightly.publish import index as idx
 from nightly.publish.layout import conda_channel_dir, kind_of, remote_folder
 from nightly.publish.upload import UploadReport, open_destination, regenerate_index
@@ -69,15 +69,7 @@ def promote(
     lock = DayLock(day.lock_path).acquire("promote") if not dry_run else None
     try:
         state = State(day.state_path)
-        left_out, refused = completeness(config, state, allow_partial)
-        if refused:
-            raise UsageError(
-                f"candidate {candidate_name(version, rc)} is incomplete: "
-                f"{len(refused)} build(s) missing or failed: {', '.join(refused)}. "
-                "Rebuild them, or name what is left out with --allow-partial GLOB"
-            )
-        if left_out:
-            log(f"promoting without (--allow-partial): {', '.join(left_out)}")
+        _check_candidate(config, day, state, candidate_name(version, rc), allow_partial, log)
         pub = config.publish
         store = open_destination(config) if pub.url else None
         report = UploadReport()
@@ -122,6 +114,25 @@ def promote(
     finally:
         if lock is not None:
             lock.release()
+
+
+def _check_candidate(
+    config: Config, day: Day, state: State, name: str, allow_partial: Sequence[str], log: Log
+) -> None:
+    """The candidate is complete (or what is missing is allowed) and its provenance verifies."""
+    left_out, refused = completeness(config, state, allow_partial)
+    if refused:
+        raise UsageError(
+            f"candidate {name} is incomplete: "
+            f"{len(refused)} build(s) missing or failed: {', '.join(refused)}. "
+            "Rebuild them, or name what is left out with --allow-partial GLOB"
+        )
+    if left_out:
+        log(f"promoting without (--allow-partial): {', '.join(left_out)}")
+    unverified = attest.unverified(config, day, state)
+    if unverified:
+        raise NotVerified(f"refusing to promote {name}: provenance "
+                          f"does not verify for {'; '.join(unverified)}")
 
 
 def _candidate_files(
@@ -220,6 +231,8 @@ def _copy_verified(store: Any, c: _Copy, log: Log) -> None:
         )
     if c.src.endswith(".whl") and store.head(c.src + ".metadata") is not None:
         store.copy(c.src + ".metadata", c.dst + ".metadata")  # its PEP 658 core metadata
+    if store.head(c.src + provenance.SUFFIX) is not None:
+        store.copy(c.src + provenance.SUFFIX, c.dst + provenance.SUFFIX)  # the same provenance
     log(f"promoted: {c.dst} (sha256 verified)")
 
 
@@ -304,6 +317,7 @@ def _promote_conda_channel(
             log(f"would publish {path.name} to the conda channel {folder}")
         return
     written = conda.publish_to_channel(folder, paths)
+    attest.copy_to_channel(folder, [(conda.channel_key(p), p) for p in paths])
     for bid, p in files:
         _record(state, bid, f"file://{folder}/{conda.channel_key(day.path / p['path'])}", p["sha256"])
     log(f"conda channel {folder}: {len(written)} package(s) promoted, repodata current")

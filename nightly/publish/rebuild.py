@@ -19,7 +19,7 @@ from nightly.publish.stores import Store
 def rebuild_all(
     store: Store, options: idx.IndexOptions, *, backfill: bool, log: Callable[[str], None]
 ) -> list[idx.FolderReport]:
-    listing = idx.list_index_prefixes(store)
+    listing = idx.list_index_prefixes(store, workers=min(options.workers, idx.LIST_WORKERS))
     known: dict[str, dict[str, FileRecord]] = {}
     if backfill:
         result = backfill_metadata(store, listing, log=log)
@@ -29,7 +29,7 @@ def rebuild_all(
     if options.aggregate:
         folders = sorted(set(folders) | {channel_root(f) for f in folders})
     reports = idx.regenerate(
-        store, folders, full=True, known=known, options=options, listing=listing
+        store, folders, full=True, known=known, options=options, listing=listing, log_line=log
     )
     for r in reports:
         log(f"regenerated {store.url}/{r.folder}/ ({r.files} files, {r.heads} HEADs, "

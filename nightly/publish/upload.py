@@ -9,7 +9,9 @@ upload is recorded as the build's `upload_error` and the package stays where it 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import dataclasses
+import fnmatch
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
-from nightly.publish import anaconda, conda, metadata
+from nightly.publish import anaconda, attest, conda, gate, metadata, provenance
 from nightly.publish.index import IndexOptions
 from nightly.publish.layout import STORE_KINDS, conda_channel_dir, kind_of, remote_folder
 from nightly.publish.manifest import FileRecord
@@ -38,6 +40,7 @@ class UploadReport:
     # folder -> names deleted because their build's rebuild replaced them
     removed: dict[str, list[str]] = field(default_factory=dict)
     index_errors: list[str] = field(default_factory=list)
+    held_back: dict[str, str] = field(default_factory=dict)  # build -> why it was not published
 
     @property
     def ok(self) -> bool:
@@ -56,6 +59,7 @@ def open_destination(config: Config) -> Any:
             region=p.region or None,
             profile=p.profile or None,
             acl=p.acl or None,
+            connections=p.index_workers,
         )
     except ConfigError as e:
         if e.file:
@@ -66,16 +70,32 @@ def open_destination(config: Config) -> Any:
 
 
 def publish_day(
-    config: Config, day: Day, state: State, *, channel: str, log: Log, index: bool = True
+    config: Config, day: Day, state: State, *, channel: str, log: Log, index: bool = True,
+    force_partial: bool = False,
+    replace: Sequence[str] = (),
 ) -> UploadReport:
-    """Upload what is not yet published; then refresh the index pages of the day's folders."""
+    """Upload what is not yet published; then refresh the index pages of the day's folders.
+    `[publish] atomic` holds back the good builds a failed one gates (nightly.publish.gate),
+    unless `force_partial`.
+
+    A package already in the store with another sha256 is replaced only when this build
+    published it before (state.json says so: a rebuild of it) or the build matches a
+    `replace` glob (`--rebuild`): a lost or reset state never silently replaces what users
+    already installed."""
     pub = config.publish
     report = UploadReport()
     store = open_destination(config) if pub.url else None
     conda_files: list[tuple[str, dict[str, Any]]] = []
+    report.held_back = gate.held_back(pub.atomic, state, channel)
+    gate.record(state, report.held_back, forced=force_partial)
+    for bid, why in sorted(report.held_back.items()):
+        log(f"{'published anyway (--force-partial)' if force_partial else 'held back'}: "
+            f"{bid}: {why}")
+    if force_partial:
+        report.held_back = {}
     keys = {bid: dict(_store_keys(entry, channel)) for bid, entry in sorted(state.builds.items())}
     for bid, entry in sorted(state.builds.items()):
-        if entry.status != SUCCEEDED:
+        if entry.status != SUCCEEDED or bid in report.held_back:
             continue
         for pkg in (p.to_json() for p in entry.packages):
             key = keys[bid].get(pkg["name"])
@@ -87,13 +107,16 @@ def publish_day(
             dest = f"{store.url}/{key}"
             report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
             try:
-                uploaded = store.ensure(key, day.path / pkg["path"], pkg["sha256"])
+                prov_sha = attest.publish_beside(store, key, day.path / pkg["path"], log)
+                uploaded = _ensure(store, key, day.path / pkg["path"], pkg["sha256"],
+                                   may_replace=dest in entry.published or _matches(bid, replace))
             except (PublishError, OSError) as e:
                 report.failed[dest] = str(e)
                 state.update(bid, upload_error=f"{dest}: {e}")
                 log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
                 continue
             record = _publish_metadata(store, key, day.path / pkg["path"], pkg["sha256"], uploaded, log)
+            record = dataclasses.replace(record, provenance_sha256=prov_sha)
             report.records.setdefault(folder, {})[pkg["name"]] = record
             state.add_published(bid, dest, pkg["sha256"])
             (report.uploaded if uploaded else report.skipped).append(dest)
@@ -102,13 +125,31 @@ def publish_day(
         current = {f"{store.url}/{k}" for ks in keys.values() for k in ks.values()}
         for bid, entry in sorted(state.builds.items()):
             folders = {k.rpartition("/")[0] for k in keys[bid].values()}
-            if entry.status == SUCCEEDED and folders:
+            if entry.status == SUCCEEDED and folders and bid not in report.held_back:
                 _retire_replaced(store, state, bid, folders, current, report, log)
     if conda_files:
         _publish_conda(config, day, state, conda_files, channel=channel, report=report, log=log)
     if index and store is not None and pub.index and (report.folders or report.removed):
         regenerate_index(config, store, report, channel=channel, log=log)
     return report
+
+
+def _matches(build_id: str, globs: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(build_id, g) for g in globs)
+
+
+def _ensure(store: Store, key: str, path: Path, sha256: str, *, may_replace: bool) -> bool:
+    """Store.ensure, refusing to replace another sha256 unless `may_replace`."""
+    info = store.head(key)
+    if info is not None and info.sha256 == sha256:
+        return False
+    if info is not None and not may_replace:
+        raise PublishError(
+            f"already published with another sha256 ({(info.sha256 or '?')[:12]}...), not by this "
+            "day's state: pass --rebuild with the build's id to replace it"
+        )
+    store.put(key, path, sha256)
+    return True
 
 
 def _package_type(entry: BuildEntry, pkg: dict[str, Any]) -> str:
@@ -169,6 +210,7 @@ def _retire_replaced(
         try:
             store.delete(key)
             store.delete(key + metadata.METADATA_SUFFIX)
+            store.delete(key + provenance.SUFFIX)
         except PublishError as e:
             log(f"could not delete the replaced {dest}: {e} (rerun `nightly upload`)")
             continue
@@ -184,6 +226,7 @@ def index_options(config: Config) -> IndexOptions:
         shared=config.publish.index_shared,
         aggregate=config.publish.index_aggregate,
         versions=config.retention.index_versions,
+        workers=config.publish.index_workers,
     )
 
 
@@ -240,6 +283,8 @@ def _publish_conda(
                 state.update(bid, upload_error=f"{dest}: {e}")
             log(f"conda channel {folder}: {e}")
         else:
+            attest.copy_to_channel(folder, [(conda.channel_key(day.path / p["path"]),
+                                             day.path / p["path"]) for _, p in files])
             for bid, p in files:
                 key = conda.channel_key(day.path / p["path"])
                 _record(state, bid, f"{dest}/{key}", p["sha256"])

@@ -184,10 +184,21 @@ def _facts(night: NightView, now: float) -> list[str]:
         if summary.get("estimated_makespan_s"):
             wall += f" (estimated {esc(took(float(summary['estimated_makespan_s'])))})"
         times.append(wall)
+    tested = [b for b in night.builds if b.test_s is not None]
+    if tested:
+        total, gpu = sum(b.test_s or 0 for b in tested), sum(b.gpu_test_s for b in tested)
+        times.append(f"tests <b>{esc(took(total))}</b> (GPU hosts <b id=\"gpu-test-s\">"
+                     f"{esc(took(gpu))}</b>)")
     if times:
         out.append(f'<p class="meta">{" · ".join(times)}</p>')
     if summary.get("publish_error"):
         out.append(f'<p class="meta worse">publish error: {esc(summary["publish_error"])}</p>')
+    # state.json's meta first: the report is written before the night's summary.json.
+    held = meta["held_back"] if "held_back" in meta else summary.get("held_back")
+    if isinstance(held, dict) and held:
+        rows = "".join(f"<li><b>{esc(bid)}</b>: {esc(why)}</li>" for bid, why in sorted(held.items()))
+        out.append(f'<div class="meta worse" id="held-back">held back, not published '
+                   f'(<code>nightly upload --force-partial</code> publishes them):<ul>{rows}</ul></div>')
     return out
 
 

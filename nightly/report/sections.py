@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from nightly.builds.cache import night_total
 from nightly.format import clock, human_size, took
+from nightly.manylinux import describe
 from nightly.report.view import (
     TREND_NIGHTS,
     BuildView,
@@ -269,6 +270,9 @@ def _row(
             f'<div class="small manual" data-manual="{esc(b.manual.get("by", ""))}" '
             f'title="{esc(b.manual.get("command", ""))}">{esc(manual_text(b))}</div>'
         )
+    compat = describe(b.manylinux)
+    if compat:
+        outcome += f'<div class="small mono" data-manylinux="{esc(compat)}">{esc(compat)}</div>'
     out.append(f'<td class="outcome">{outcome}</td>')
     where = f"{b.machine or '-'} / {b.queue if b.queue is not None else '-'}"
     out.append(f'<td class="nowrap">{esc(where)}</td>')
@@ -278,6 +282,10 @@ def _row(
         dur = f'<span class="worse" data-slower="{b.slower:.3f}">{dur} ▲{b.slower:+.0%}</span>'
     if b.median_duration is not None:
         dur += f'<div class="small muted">median {esc(took(b.median_duration))}</div>'
+    if b.test_s is not None:
+        on = f" on {b.tested_on}" if b.tested_on and b.tested_on != b.machine else ""
+        dur += (f'<div class="small muted" data-test-s="{b.test_s:g}">'
+                f"test {esc(took(b.test_s))}{esc(on)}</div>")
     out.append(f'<td class="num">{dur}</td>')
     if with_estimates:
         out.append(f'<td class="num">{esc(took(b.estimate_s))}</td>')

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nightly.format import human_size, took
+from nightly.manylinux import describe
 from nightly.report.view import (
     NightView,
     load_night,
@@ -104,6 +105,9 @@ def _table(night: NightView) -> Table:
     retried = any(b.attempts > 1 for b in night.builds)
     if retried:
         t.add_column("tries", justify="right", no_wrap=True)
+    compat = any(b.manylinux for b in night.builds)
+    if compat:
+        t.add_column("manylinux / glibc", overflow="fold")
     for b in night.builds:
         style = _STYLES.get(b.status, "dim")
         where = (f"{b.machine}/" if b.machine else "") + ("" if b.queue is None else str(b.queue))
@@ -127,6 +131,7 @@ def _table(night: NightView) -> Table:
             dur,
             size,
             *([str(b.attempts or "-")] if retried else []),
+            *([escape(describe(b.manylinux) or "-")] if compat else []),
         )
     return t
 

@@ -77,7 +77,9 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
     # Fold, never cut: an identifier with an ellipsis is no identifier.
     t.add_column("build", overflow="fold")
     t.add_column("outcome", overflow="fold", min_width=12, ratio=1)
-    t.add_column("duration", justify="right", no_wrap=True)
+    t.add_column("build", justify="right", no_wrap=True)
+    t.add_column("test", justify="right", no_wrap=True)
+    t.add_column("where", overflow="fold")
     t.add_column("packages", justify="right", no_wrap=True)
     rows = sorted(summary["builds"].items(), key=lambda kv: (kv[1]["outcome"] == "succeeded", kv[0]))
     packages: list[tuple[str, str, int]] = []
@@ -94,6 +96,8 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
             escape(bid),
             f"[{style}]{outcome}[/{style}]",
             hms(b["duration_s"]) if b.get("duration_s") is not None else "-",
+            hms(b["test_s"]) if b.get("test_s") is not None else "-",
+            escape(_where(b)),
             f"{len(pk)}, {human_size(sum(p.get('size') or 0 for p in pk))}" if pk else "-",
         )
     console.print(t)
@@ -105,6 +109,31 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
         f"summary: {escape(str(path))}",
         soft_wrap=True,
     )
+    # Builds that succeeded but did not reach the store: the exit status alone would not say.
+    uploads = [str(u) for u in summary.get("failed_uploads") or []]
+    if uploads:
+        console.print(
+            f"[red]{len(uploads)} upload(s) failed[/red]: {escape(', '.join(uploads))} (the "
+            f"packages stay; the reasons are in logs/master/run.log; retry with `nightly upload "
+            f"--date {escape(str(summary.get('date', 'YYYY_MM_DD')))}`)", soft_wrap=True)
+    if summary.get("publish_error"):
+        console.print(f"[red]publishing failed[/red]: {escape(str(summary['publish_error']))}",
+                      soft_wrap=True)
+    gpu = summary.get("gpu_host_s") or {}
+    if gpu.get("building") or gpu.get("testing"):
+        console.print(f"GPU hosts: {hms(float(gpu.get('building') or 0))} building, "
+                      f"{hms(float(gpu.get('testing') or 0))} testing", highlight=False)
+    for bid, why in sorted((summary.get("held_back") or {}).items()):
+        console.print(f"[yellow]held back[/yellow] {escape(bid)}: {escape(str(why))} "
+                      "(`nightly upload --force-partial` publishes it)", soft_wrap=True)
+
+
+def _where(b: dict[str, Any]) -> str:
+    """`built on` and, when elsewhere, `tested on`: builder -> tester."""
+    built, tested = str(b.get("built_on") or ""), str(b.get("tested_on") or "")
+    if not tested or tested == built:
+        return built or "-"
+    return f"{built or '?'} -> {tested}"
 
 
 def print_packages(con: Console, packages: Sequence[tuple[str, str, int]]) -> None:
@@ -149,6 +178,8 @@ def print_destinations(summary: Summary, day_path: Path, *, not_published: str) 
         outcome = built.outcome if built is not None else None
         if outcome != "succeeded":
             why = f"the build {outcome}"
+        elif bid in summary.held_back:
+            why = f"held back: {summary.held_back[bid]} (`nightly upload --force-partial`)"
         elif bid in failed_uploads:
             why = "the upload failed (see `nightly status`; `nightly upload` retries)"
         else:

@@ -19,8 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nightly.errors import NightlyError, UsageError
-from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, BuildEntry, Day
+from nightly.errors import UsageError
+from nightly.workspace import (
+    FAILED,
+    INTERRUPTED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    BuildEntry,
+    Day,
+    State,
+)
 
 if TYPE_CHECKING:
     from nightly.history.db import History
@@ -63,6 +72,12 @@ class BuildView:
     log: Path | None = None  # absolute
     # The compiler cache's statistics of the build (nightly.builds.cache.CacheStats.to_json) or None.
     cache: dict[str, Any] | None = None
+    # its test stage (state.json's `tested`): seconds, where each part ran, the GPU part's
+    test_s: float | None = None
+    tested_on: str = ""
+    gpu_test_s: float = 0.0
+    # The manylinux record (nightly.manylinux): policy and tags reached, or a zip's glibc.
+    manylinux: dict[str, Any] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
     past_durations: list[float] = field(default_factory=list)
     past_sizes: list[int] = field(default_factory=list)
@@ -122,10 +137,8 @@ def load_night(
     the day has no state.json."""
     if not day.state_path.exists():
         raise UsageError(f"no night in {day.path} (no state.json): pass --date, or run the night")
-    try:
-        state = json.loads(day.state_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise NightlyError(f"{day.state_path} is unreadable: {err}") from err
+    # Read through State: the one place state.json is checked against its schema.
+    state = State(day.state_path).data
     summary = _read_json(day.summary_path)
     if plan is None:
         plan = _read_json(day.master / "plan.json")
@@ -167,6 +180,13 @@ def load_night(
     return NightView(day=day, meta=meta, summary=summary, builds=views)
 
 
+def _test_fields(e: BuildEntry) -> dict[str, Any]:
+    from nightly.workspace.cost import GpuHosts, build_cost
+
+    cost = build_cost(e, GpuHosts())
+    return {"test_s": cost.test_s, "tested_on": cost.tested_on, "gpu_test_s": cost.gpu_test_s}
+
+
 def _build_view(
     day: Day, bid: str, e: BuildEntry, pb: Mapping[str, Any], est: float | None,
     night_machine: str,
@@ -198,6 +218,8 @@ def _build_view(
         manual=dict(e.manual) or None,
         log=find_log(day, bid, e.log),
         cache=dict(e.cache) if e.cache is not None else None,
+        **_test_fields(e),
+        manylinux=dict(e.manylinux) if e.manylinux is not None else None,
     )
 
 

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nightly.errors import UsageError
+
 
 def day_name(date: dt.date) -> str:
     return f"{date:%Y_%m_%d}"
@@ -97,8 +99,13 @@ class Day:
         return self.root / f"{self.name}.lock"
 
     def create(self) -> None:
-        for p in (self.logs, self.master, self.succeeded, self.failed, self.packages, self.work):
-            p.mkdir(parents=True, exist_ok=True)
+        try:
+            for p in (self.logs, self.master, self.succeeded, self.failed, self.packages,
+                      self.work):
+                p.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot write the day folder {self.path}: {e.strerror or e} "
+                             "(pass --root DIR, or set root, to a folder nightly can write)") from e
 
     def package_dir(self, package: str, cuda: str) -> Path:
         return self.packages / package / cuda

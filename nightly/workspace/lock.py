@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nightly.errors import LockHeld
+from nightly.errors import LockHeld, UsageError
 
 
 @dataclass
@@ -26,8 +26,14 @@ class DayLock:
     taken_over: dict[str, Any] | None = None
 
     def acquire(self, purpose: str = "run") -> DayLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise UsageError(
+                f"cannot write the day folder {self.path.parent}: {e.strerror or e} "
+                "(pass --root DIR, or set root, to a folder nightly can write)"
+            ) from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

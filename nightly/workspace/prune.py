@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from nightly.errors import ConfigError
+from nightly.errors import ConfigError, UsageError
 from nightly.workspace.day import remove_tree
 
 _DAY = re.compile(r"([0-9]{4})_([0-9]{2})_([0-9]{2})")  # not \d: it matches "２"
@@ -39,6 +39,14 @@ class PruneResult:
     deleted: list[Path] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # (path, why)
     failed: list[tuple[Path, str]] = field(default_factory=list)  # (path, error)
+
+    def __str__(self) -> str:
+        lines = [f"deleted {len(self.deleted)} day folder(s)"
+                 + (f", skipped {len(self.skipped)}" if self.skipped else "")
+                 + (f", {len(self.failed)} failed" if self.failed else "")]
+        lines += [f"  skipped {p} ({why})" for p, why in self.skipped]
+        lines += [f"  failed {p}: {why}" for p, why in self.failed]
+        return "\n".join(lines)
 
 
 def _unsafe_reason(real_root: Path, root_dev: int, path: Path) -> str | None:
@@ -77,7 +85,12 @@ def plan_local_prune(
         entries = sorted(os.listdir(real_root))
     except FileNotFoundError:
         return []
+    except OSError as e:
+        raise UsageError(f"cannot list the day folders of {root}: {e.strerror or e}") from e
     plan = []
+    # Counted back from the day asked for (--date), but never from later than the real
+    # today: a mistyped --date 2099_01_01 must not take tonight's folder and the week before.
+    today = min(today, date.today())
     for name in entries:
         day = parse_day(name)
         # (today - day) > keep_days >= 0 also rules out today and every future date.

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nightly.errors import NightlyError
+from nightly.errors import StateError
 from nightly.workspace.day import atomic_write
 
 # Build states in state.json.
@@ -78,9 +78,13 @@ class BuildEntry:
     promoted: Mapping[str, str] = field(default_factory=dict)  # release destination -> sha256
     manual: Mapping[str, str] = field(default_factory=dict)  # a one-off build: by, at, command
     cache: Mapping[str, Any] | None = None  # compiler cache statistics (nightly.builds.cache)
+    manylinux: Mapping[str, Any] | None = None  # policy, tags reached, glibc (nightly.manylinux)
     worker_name: str = ""  # cluster mode: the worker's name, host and attempt token
     host: str = ""
     token: str = ""
+    # the test stage (nightly.builds.smoke): result, seconds, and per part (cpu, gpu) the
+    # result (passed / failed / not run), where, when, seconds, attempts, reason
+    tested: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys this version does not know
 
     @property
@@ -128,7 +132,73 @@ _READ: dict[str, Any] = {
     "promoted": lambda v: {str(k): str(s) for k, s in dict(v).items()},
     "manual": lambda v: {str(k): str(s) for k, s in dict(v).items() if s is not None},
     "cache": lambda v: dict(v) if isinstance(v, Mapping) else None,
+    "tested": lambda v: dict(v) if isinstance(v, Mapping) else None,
+    "manylinux": lambda v: dict(v) if isinstance(v, Mapping) else None,
 }
+
+
+# state.json is written by nightly alone; a file this large is not one of its.
+MAX_STATE_BYTES = 256 << 20
+
+
+def _load(path: Path) -> dict[str, Any]:
+    """state.json, checked against its schema. A file that is not JSON or not of the schema
+    is kept aside as `state.json.bad-<time>` and is an error: the day is never silently
+    started afresh (its succeeded builds forgotten, its packages built and uploaded again)."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_STATE_BYTES + 1)
+    except OSError as e:
+        raise StateError(f"{path}: cannot read the day's state: {e.strerror or e}") from e
+    problem = None
+    data: Any = None
+    if len(raw) > MAX_STATE_BYTES:
+        problem = f"larger than {MAX_STATE_BYTES >> 20} MiB"
+    else:
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:
+            problem = f"not JSON ({str(e)[:120] or type(e).__name__})"
+    problem = problem or _shape_problem(data)
+    if problem is None:
+        return dict(data)
+    kept = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%dT%H%M%S')}")
+    try:
+        path.rename(kept)
+        where = f"kept as {kept.name}"
+    except OSError as e:
+        where = f"could not be moved aside ({e.strerror or e}): move it yourself"
+    raise StateError(
+        f"{path}: not a state.json of nightly: {problem}; {where}. Restore it from that copy "
+        "if you can; the next run starts the day's state afresh (published packages are only "
+        "replaced with --rebuild)"
+    )
+
+
+def _shape_problem(data: Any) -> str | None:
+    """What is wrong with the shape of a parsed state.json (None: nothing)."""
+    if not isinstance(data, dict):
+        return f"the top level is {type(data).__name__}, not an object"
+    builds, meta = data.get("builds", {}), data.get("meta", {})
+    if not isinstance(builds, dict):
+        return f"'builds' is {type(builds).__name__}, not an object"
+    if not isinstance(meta, dict):
+        return f"'meta' is {type(meta).__name__}, not an object"
+    if "builds" not in data:
+        return "no 'builds'"
+    for bid, entry in builds.items():
+        if not isinstance(entry, dict):
+            return f"the entry of {bid[:80]!r} is {type(entry).__name__}, not an object"
+        status = entry.get("status", PENDING)
+        if status not in (PENDING, RUNNING, *FINISHED):
+            return f"the entry of {bid[:80]!r} has status {str(status)[:40]!r}"
+        for key in ("packages",):
+            if not isinstance(entry.get(key, []), list):
+                return f"the entry of {bid[:80]!r} has {key} that is not a list"
+        for key in ("published", "promoted", "manual"):
+            if not isinstance(entry.get(key, {}), dict):
+                return f"the entry of {bid[:80]!r} has {key} that is not an object"
+    return None
 
 
 def _json_value(value: Any) -> Any:
@@ -150,13 +220,7 @@ class State:
         self._lock = threading.RLock()
         self.data: dict[str, Any] = {"builds": {}, "meta": {}}
         if path.exists():
-            try:
-                loaded = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as e:
-                raise NightlyError(
-                    f"{path} is unreadable ({e}); move it aside to start the day's state afresh"
-                ) from e
-            self.data.update(loaded)
+            self.data.update(_load(path))
 
     @property
     def _raw(self) -> dict[str, dict[str, Any]]:

@@ -62,17 +62,22 @@ class BuildSummary:
     packages: tuple[Mapping[str, Any], ...] = ()  # PackageFile.to_json() records
     published: Mapping[str, str] = field(default_factory=dict)  # destination -> sha256
     log: str | None = None
+    # cost (nightly.workspace.cost): duration_s is the build alone, test_s its test stage
+    test_s: float | None = None
+    built_on: str = ""
+    tested_on: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys other versions wrote
 
     _KEYS = ("outcome", "reason", "duration_s", "estimate_s", "attempts", "queue", "packages",
-             "published", "log")
+             "published", "log", "test_s", "built_on", "tested_on")
 
     def to_json(self) -> dict[str, Any]:
         return {**self.extra, "outcome": self.outcome, "reason": self.reason,
                 "duration_s": self.duration_s, "estimate_s": self.estimate_s,
                 "attempts": self.attempts, "queue": self.queue,
                 "packages": [dict(p) for p in self.packages], "published": dict(self.published),
-                "log": self.log}
+                "log": self.log, "test_s": self.test_s, "built_on": self.built_on,
+                "tested_on": self.tested_on}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BuildSummary:
@@ -88,6 +93,8 @@ class BuildSummary:
             published={str(k): str(v) for k, v in published.items()}
             if isinstance(published, Mapping) else {},
             log=None if data.get("log") is None else str(data.get("log")),
+            test_s=_opt_float(data.get("test_s")), built_on=str(data.get("built_on") or ""),
+            tested_on=str(data.get("tested_on") or ""),
             extra={k: v for k, v in data.items() if k not in cls._KEYS},
         )
 
@@ -115,11 +122,16 @@ class Summary:
     exit_code: int = 0
     manual: Any = None  # the one-off builds of the day (a list), or a one-off's own mark
     updated: dict[str, str] | None = None  # the last command that refreshed it
+    # good builds not published because [publish] atomic waits for a failed one: id -> why
+    held_back: dict[str, str] = field(default_factory=dict)
+    # the night's seconds on GPU hosts: {"building": s, "testing": s} (nightly.workspace.cost)
+    gpu_host_s: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     _KEYS = ("date", "machine", "version", "channel", "commit", "source", "started", "ended",
              "duration_s", "estimated_makespan_s", "counts", "failed_uploads", "publish_error",
-             "builds", "exit_code", "manual", "updated")
+             "builds", "exit_code", "manual", "updated", "held_back",
+             "gpu_host_s")
 
     def to_json(self) -> dict[str, Any]:
         data = {**self.extra, **{k: getattr(self, k) for k in self._KEYS if k != "builds"}}
@@ -147,8 +159,18 @@ class Summary:
                     if isinstance(v, Mapping)} if isinstance(builds, Mapping) else {},
             exit_code=_opt_int(data.get("exit_code")) or 0, manual=data.get("manual"),
             updated=dict(data["updated"]) if isinstance(data.get("updated"), Mapping) else None,
+            held_back=held_back_of(data),
+            gpu_host_s={str(k): float(v) for k, v in data["gpu_host_s"].items()
+                        if isinstance(v, (int, float))}
+            if isinstance(data.get("gpu_host_s"), Mapping) else {},
             extra={k: v for k, v in data.items() if k not in cls._KEYS},
         )
+
+
+def held_back_of(data: Mapping[str, Any]) -> dict[str, str]:
+    """The `held_back` map (build -> why) of summary.json or state.json's meta."""
+    held = data.get("held_back")
+    return {str(k): str(v) for k, v in held.items()} if isinstance(held, Mapping) else {}
 
 
 def read_summary(path: Path) -> Summary | None:
@@ -243,6 +265,7 @@ def refresh(day: Day, state: State, *, by: str) -> Summary | None:
         night_ids.append(bid)
         summary.builds[bid] = replace(b, published=dict(e.published))
     summary.failed_uploads = failed_uploads(state, night_ids)
+    summary.held_back = held_back_of(state.meta)
     summary.publish_error = state.meta.get("publish_error")
     summary.exit_code = exit_code(summary.builds, summary.failed_uploads, summary.publish_error)
     summary.manual = manual_builds(state)

@@ -74,6 +74,7 @@ init_recipe() {
     fi
     mkdir -p "$WORK_DIR"
     export WORK_DIR
+    reproducible_flags
     BUILD_NUMBER="${BUILD_NUMBER:-1}"
     export BUILD_NUMBER
     case "$DESIRED_CUDA" in
@@ -82,6 +83,27 @@ init_recipe() {
     esac
     log "building ${PACKAGE_TYPE} python=${DESIRED_PYTHON:-none} cuda=${DESIRED_CUDA} version=${BUILD_VERSION} build=${BUILD_NUMBER} channel=${CHANNEL:-?} date=${NIGHTLY_DATE:-?}"
     log "source ${SOURCE_DIR}; output ${OUTPUT_DIR}; scratch ${WORK_DIR}"
+}
+
+# reproducible_flags : no path of this machine in what the compilers write (debug info,
+# __FILE__): the work and source folders are mapped to fixed names for C, C++ and CUDA's host
+# compiler. NIGHTLY_UMASK (the second build of a reproducibility check) sets the umask.
+reproducible_flags() {
+    [[ -n "${NIGHTLY_UMASK:-}" ]] && umask "$NIGHTLY_UMASK"
+    local opt=-fdebug-prefix-map map="" dir to
+    # -ffile-prefix-map (gcc >= 8, clang >= 10) maps __FILE__ too; older ones debug info only.
+    if "${CC:-cc}" -ffile-prefix-map=/a=/b -x c -c /dev/null -o /dev/null >/dev/null 2>&1; then
+        opt=-ffile-prefix-map
+    fi
+    for dir in "$WORK_DIR" "$SOURCE_DIR"; do
+        to=/nightly/work
+        [[ "$dir" == "$SOURCE_DIR" ]] && to=/nightly/source
+        map+="${map:+ }$opt=$dir=$to"
+    done
+    export CFLAGS="${CFLAGS:+$CFLAGS }$map" CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }$map"
+    export CUDAFLAGS="${CUDAFLAGS:+$CUDAFLAGS }-Xcompiler=${map// /,}"
+    [[ -n "${SOURCE_DATE_EPOCH:-}" ]] && log "SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH (${NIGHTLY_SOURCE_DATE_ORIGIN:-given}); $opt for the work and source folders"
+    return 0
 }
 
 # set_project_version VERSION : tells the project's build which version to give its package,
@@ -265,7 +287,7 @@ build_isolated() { [[ "${NIGHTLY_BUILD_ISOLATION:-1}" != 0 ]]; }
 # the system site, or is the base interpreter's pip driving the venv (pip >= 22.3 has
 # --python), and only failing both does the venv get its own through ensurepip.
 setup_build_venv() {
-    local src="$1" venv="$WORK_DIR/build-venv" system_site=() pip_cmd=""
+    local src="$1" venv="$WORK_DIR/build-venv" system_site=() pip_cmd=()
     build_isolated || system_site=(--system-site-packages)
     rm -rf "$venv"
     if "$PYTHON" -c 'import venv' >/dev/null 2>&1; then
@@ -273,28 +295,29 @@ setup_build_venv() {
             { cat "$WORK_DIR/venv.log" >&2; die "cannot create a virtual environment with $PYTHON -m venv"; }
         BUILD_PYTHON="$venv/bin/python"
         if "$BUILD_PYTHON" -m pip --version >/dev/null 2>&1; then
-            pip_cmd="\"$BUILD_PYTHON\" -m pip"
+            pip_cmd=("$BUILD_PYTHON" -m pip)
         elif "$PYTHON" -m pip --python "$BUILD_PYTHON" --version >/dev/null 2>&1; then
-            pip_cmd="\"$PYTHON\" -m pip --python \"$BUILD_PYTHON\""
+            pip_cmd=("$PYTHON" -m pip --python "$BUILD_PYTHON")
         elif "$BUILD_PYTHON" -m ensurepip >>"$WORK_DIR/venv.log" 2>&1; then
-            pip_cmd="\"$BUILD_PYTHON\" -m pip"
+            pip_cmd=("$BUILD_PYTHON" -m pip)
         fi
     elif command -v virtualenv >/dev/null 2>&1; then
         # Python 2.7 has no venv module.
         virtualenv -p "$PYTHON" ${system_site[@]+"${system_site[@]}"} "$venv" >"$WORK_DIR/venv.log" 2>&1 ||
             { cat "$WORK_DIR/venv.log" >&2; die "virtualenv -p $PYTHON failed"; }
         BUILD_PYTHON="$venv/bin/python"
-        pip_cmd="\"$BUILD_PYTHON\" -m pip"
+        pip_cmd=("$BUILD_PYTHON" -m pip)
     else
         warn "$PYTHON has no venv module and virtualenv is not installed: building with the interpreter itself"
         BUILD_PYTHON="$PYTHON"
-        "$PYTHON" -m pip --version >/dev/null 2>&1 && pip_cmd="\"$PYTHON\" -m pip"
+        "$PYTHON" -m pip --version >/dev/null 2>&1 && pip_cmd=("$PYTHON" -m pip)
     fi
     BUILD_PIP=""
-    if [[ -n "$pip_cmd" ]]; then
+    if [[ ${#pip_cmd[@]} -gt 0 ]]; then
         # A one-word command, so it can be handed on (the conda recipe's build script uses it).
+        # Each word quoted by bash (%q): paths with spaces, tabs or quotes stay one argument.
         BUILD_PIP="$WORK_DIR/build-pip"
-        printf '#!/bin/sh\nexec %s --disable-pip-version-check "$@"\n' "$pip_cmd" >"$BUILD_PIP"
+        printf '#!/bin/bash\nexec%s --disable-pip-version-check "$@"\n' "$(printf ' %q' "${pip_cmd[@]}")" >"$BUILD_PIP"
         chmod +x "$BUILD_PIP"
     fi
     export BUILD_PYTHON BUILD_PIP
@@ -389,6 +412,13 @@ build_python_wheel() {
     set_project_version "$version"
     copy_source "$src"
     setup_build_venv "$src"
+    local ldshared
+    # The interpreter's own -Wl,-rpath (a copied interpreter's LDFLAGS) must not become the
+    # extensions' RUNPATH.
+    if ldshared="$("$PYTHON" "$PYHELPER" ldshared-without-rpath 2>/dev/null)"; then
+        export LDSHARED="$ldshared"
+        log "LDSHARED without the interpreter's rpath: $LDSHARED"
+    fi
     log "building the wheel of $SOURCE_DIR as version $version"
     WHEEL="$(build_wheel "$src" "$WORK_DIR/dist")"
     [[ "${NIGHTLY_VERSION_FROM:-env}" == rewrite ]] && rewrite_wheel_version "$version"

@@ -9,6 +9,8 @@ library, so this file sticks to syntax and modules all of them have. Commands:
   wheel-info WHEEL                 name, version and tags of a wheel, one "key=value" a line
   same-version A B                 exit 0 if A and B are the same version (PEP 440, compared
                                    with packaging; pip's vendored copy where it is not installed)
+  ldshared-without-rpath           setuptools' link command without the interpreter's own
+                                   absolute -Wl,-rpath (exit 1, nothing printed, when none)
 
 Build requirements are not read here: builds go through pip's PEP 517 front end, and
 buildreqs.py checks them (with a TOML parser and packaging) for builds without isolation.
@@ -111,6 +113,26 @@ def same_version(a, b):
         return a.strip() == b.strip()
 
 
+def ldshared_without_rpath():
+    """setuptools' link command (sysconfig LDSHARED, CC as setuptools substitutes it) without
+    the interpreter's own -Wl,-rpath,/abs/path: a copied interpreter keeps the LDFLAGS of the
+    machine it was built on, which would end up as the extension's RUNPATH. Prints nothing
+    (exit 1) when there is no such rpath."""
+    import shlex
+
+    ldshared = sysconfig.get_config_var("LDSHARED") or ""
+    words = shlex.split(ldshared)
+    kept = [w for w in words if not (w.startswith(("-Wl,-rpath,/", "-Wl,-R/", "-Wl,--rpath=/")))]
+    if len(kept) == len(words):
+        return 1
+    cc, env_cc = sysconfig.get_config_var("CC") or "", os.environ.get("CC", "")
+    line = " ".join(shlex.quote(w) for w in kept)
+    if env_cc and cc and ldshared.startswith(cc):
+        line = env_cc + line[len(" ".join(shlex.quote(w) for w in shlex.split(cc))):]
+    print(line)
+    return 0
+
+
 def main(argv):
     if not argv:
         print(__doc__)
@@ -122,6 +144,8 @@ def main(argv):
         return describe()
     if command == "wheel-info" and len(args) == 1:
         return wheel_info(args[0])
+    if command == "ldshared-without-rpath":
+        return ldshared_without_rpath()
     if command == "same-version" and len(args) == 2:
         return 0 if same_version(args[0], args[1]) else 1
     print("pyhelper: unknown command or wrong arguments: %s" % " ".join(argv), file=sys.stderr)

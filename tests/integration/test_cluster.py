@@ -252,3 +252,50 @@ def test_cluster_usage_errors(night_project, make_recipe, run_cli, cluster):
     code, _, err = run_cli(run_args(p, "--cluster", f"tcp://127.0.0.1:{free_port()}"))
     assert code == 1
     assert "cannot reach the Dask scheduler" in err
+
+
+def test_provenance_is_signed_by_the_orchestrator_and_no_worker_holds_the_key(
+        night_project, make_recipe, run_cli, cluster, tmp_path):
+    """Workers build; the orchestrator signs, after staging verification. The tasks carry a
+    config without the key's path, and nothing a worker wrote or saw holds the key."""
+    import pickle
+
+    from nightly.cluster.orchestrator import config_for_workers
+    from nightly.config import load
+    from nightly.publish import provenance
+
+    key, pub = provenance.keygen(tmp_path / "keys")
+    p = make_project(night_project, make_recipe, cluster, name="prov",
+                     extra=f'\n[provenance]\nkey = "{key}"\n')
+    code, out, err = run_cli(run_args(p, "--cluster", cluster.address), timeout=120)
+    assert code == 0, (out, err)
+    state = check_night(p, cluster, ALL_BUILDS)
+    public = provenance.load_public_key(pub)
+    for bid in ALL_BUILDS:
+        (pkg,) = state[bid]["packages"]
+        f = p.day / pkg["path"]
+        bundle = (f.parent / (f.name + provenance.SUFFIX)).read_bytes()
+        verdict = provenance.verify(f.name, pkg["sha256"], bundle, public)
+        assert verdict.ok, (bid, verdict.reason)
+        stmt = provenance.payload_of(bundle)
+        assert stmt["predicate"]["runDetails"]["builder"]["version"]["machine"] == state[bid]["worker_name"]
+        (published,) = [x for x in (p.path / "mirror").rglob(f.name) if ".nightly-store" not in x.parts]
+        assert (published.parent / (published.name + provenance.SUFFIX)).read_bytes() == bundle
+    run_log = (p.day / "logs" / "master" / "run.log").read_text()
+    assert f"provenance: {len(ALL_BUILDS)} package(s) signed" in run_log
+
+    # What a task carries: the config without the key's path.
+    config = load(p.config)
+    assert config.provenance.key == key
+    carried = pickle.dumps(config_for_workers(config))
+    assert str(key).encode() not in carried
+    assert config_for_workers(config).provenance.key is None
+    # Nothing on the workers' side: their folders, staging, the recipes' environments.
+    secret = key.read_bytes()
+    worker_side = [*cluster.base.rglob("*"), *(p.path / "staging").rglob("*"), *p.signals.glob("*.env")]
+    for f in worker_side:
+        if f.is_file():
+            data = f.read_bytes()
+            assert secret not in data, f
+            assert str(key).encode() not in data, f
+            assert str(key.parent).encode() not in data, f

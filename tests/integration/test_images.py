@@ -106,7 +106,10 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
     rows = {r["tag"]: r for r in listed}
     for tag in tags.values():
         assert rows[tag]["present"], tag
-        assert rows[tag]["manylinux"] == "manylinux_2_36_x86_64"
+        # The policy, and what the image's toolchain guarantees: its glibc 2.31 sysroot.
+        assert rows[tag]["policy"] == "2_28"
+        assert rows[tag]["manylinux"] == "manylinux_2_31_x86_64"
+        assert "glibc 2.31 sysroot" in rows[tag]["toolchain"]
         assert rows[tag]["spec_hash"] == tag.rsplit("-", 1)[1]
         assert "3.12=host:" in rows[tag]["pythons"]
     assert "release 11.8" in rows[tags["cu118"]]["nvcc"]
@@ -139,8 +142,12 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
             assert f"Cuda compilation tools, release {release}" in head.split("toolkit:")[1], head
         assert "/usr/local/cuda" not in log.split("environment:")[0]  # no host toolkit mount
         (wheel,) = (day / "packages" / "manywheel" / cuda).glob("*.whl")
-        # Repaired by auditwheel in the image: a manylinux wheel.
-        assert "manylinux_2_" in wheel.name, wheel.name
+        # Repaired by auditwheel in the image to the declared policy (manylinux_2_28 or
+        # older: PyTorch's target), whatever the CUDA.
+        assert "manylinux_2_28_x86_64" in wheel.name, wheel.name
+        entry = json.loads((day / "state.json").read_text())["builds"][build_id]
+        glibc = tuple(int(x) for x in entry["manylinux"]["glibc"].split("."))
+        assert glibc <= (2, 28), (build_id, entry["manylinux"])
         names = zipfile.ZipFile(wheel).namelist()
         if cuda == "cu118":
             # No static runtime in PyPI's 11.8 wheels: libcudart.so is bundled by auditwheel.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -135,7 +136,9 @@ def demo_config(
     doc["matrix"] = {"linux": matrix or {"manywheel": {"pythons": [XY], "cudas": ["cpu"]}}}
     # The interpreter this venv was made from: a plain Python of the version the tests run.
     python = getattr(sys, "_base_executable", sys.executable)
-    doc.setdefault("executor", {})["local"] = {"pythons": {XY: python}}
+    # These recipes are the repository's own: as root they may run as root (nightly/hardening.py).
+    doc.setdefault("executor", {})["local"] = {"pythons": {XY: python},
+                                               "user": "root" if os.geteuid() == 0 else ""}
     publish: dict[str, Any] = {
         "url": f"s3://{bucket}/{PREFIX}",
         "endpoint_url": endpoint,

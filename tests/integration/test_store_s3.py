@@ -16,6 +16,8 @@ import boto3
 import pytest
 
 from nightly.errors import ConfigError, PublishError
+from nightly.publish.index import list_index_prefixes
+from nightly.publish.layout import INDEX_PREFIXES
 from nightly.publish.stores import (
     FileStore,
     PreconditionFailed,
@@ -96,6 +98,25 @@ def test_list_is_paginated_and_relative(moto: Moto, bucket: str) -> None:
     assert store.requests - before == 2  # 1000 + 100
     assert listed == sorted(k[4:] for k in keys[:1100])
     assert [o.key for o in store.list("whl/")][-1] == "whl/nightly/cu126/x.whl"
+
+
+def test_split_listing_is_the_whole_listing(moto: Moto, bucket: str) -> None:
+    """`list_level` (a "/" delimiter, paginated) and the index's split listing give what one
+    plain listing gives, in the same order."""
+    client = raw(moto)
+    keys = [f"pub/whl/nightly/p-1.0.{n}-py3-none-any.whl" for n in range(1050)]
+    keys += ["pub/whl/nightly/cpu/a.whl", "pub/whl/nightly/cpu/torch/index.html", "pub/whl/test/cpu/b.whl",
+             "pub/whl/c.whl", "pub/libtorch/nightly/cpu/d.zip", "pub/whl-other/e.whl", "other/whl/f.whl"]
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=k, Body=b"x"), keys))
+    store = s3(moto, bucket)
+    objects, subs = store.list_level("whl/nightly/")
+    assert len(objects) == 1050
+    assert subs == ["whl/nightly/cpu/"]
+    assert store.list_level("whl/") == ([o for o in store.list("whl/c.whl")], ["whl/nightly/", "whl/test/"])
+    whole = sorted((o.key for p in INDEX_PREFIXES for o in store.list(p)), key=str.encode)
+    assert [o.key for o in list_index_prefixes(store, workers=4)] == whole
+    assert len(whole) == len(keys) - 2
 
 
 def test_copy_is_server_side_and_keeps_metadata(moto: Moto, bucket: str, tmp_path: Path) -> None:

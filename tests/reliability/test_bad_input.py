@@ -13,6 +13,7 @@ import copy
 import io
 import json
 import math
+import os
 import re
 import signal
 import string
@@ -497,12 +498,23 @@ SYNTAX_LINES = ['= 1', 'x = ', '[[[', 'name = "unterminated', 'k = 1 2', 'k = [1
                 '"k = 1', 'k = 01', 'k = 1979-13-01', 'k = tru', "k = 'a", '[a]]', 'k.=1']
 
 
+# Shapes of the whole file: a byte order mark (TOML forbids it: the message must say so),
+# nesting deep enough for a RecursionError in the parser.
+WHOLE_FILE: dict[str, Callable[[str], str]] = {
+    "BOM": lambda text: "\ufeff" + text,
+    "DEEP_TABLES": lambda text: "zz = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n" + text,
+    "DEEP_ARRAYS": lambda text: text + "zz = " + "[" * 100_000 + "]" * 100_000 + "\n",
+}
+
+
 @st.composite
 def syntax_error(draw: st.DrawFn) -> Callable[[str], str]:
-    line = draw(st.sampled_from([*SYNTAX_LINES, "DUP"]))
+    line = draw(st.sampled_from([*SYNTAX_LINES, "DUP", *WHOLE_FILE]))
     where = draw(st.floats(0, 1))
 
     def apply(text: str) -> str:
+        if line in WHOLE_FILE:
+            return WHOLE_FILE[line](text)
         lines = text.splitlines()
         if line == "DUP":
             headers = [x for x in lines if x.startswith("[") and not x.startswith("[[")]
@@ -574,6 +586,15 @@ def test_at_least_a_thousand_malformed_configs_each_exit_2_with_one_line(tmp_pat
         (("publish", "url"), "file://otherhost/srv/mirror"),
         (("matrix", "linux", "manywheel", "cudas"), ["cpu", "cu１００"]),  # fullwidth digits
         (("matrix", "linux", "manywheel", "pythons"), ["3.７"]),
+        (("root",), "night\x00lies"),  # ValueError: embedded null byte
+        (("cache", "dir"), "/tmp/\x00"),
+        (("cache", "endpoint_url"), "http://AKIAKEY:SECRET@127.0.0.1:9"),  # printed in every log
+        (("publish", "endpoint_url"), "https://AKIAKEY:SECRET@s3.example"),
+        (("cluster", "endpoint_url"), "https://AKIAKEY:SECRET@s3.example"),
+        (("build", "index_url"), "https://user:pw@pypi.example/simple"),  # PIP_INDEX_URL
+        (("build", "extra_index_urls"), ["https://user:pw@pypi.example/simple"]),
+        (("publish", "conda", "anaconda_site"), "https://user:pw@api.anaconda.example"),
+        (("publish", "pypi", "repository_url"), "https://user:pw@upload.pypi.example/legacy/"),
     ],
     ids=lambda v: repr(v) if not isinstance(v, tuple) else ".".join(v),
 )
@@ -618,10 +639,12 @@ def config(tmp_path: Path) -> Path:
         (["build", "libtorch", "shared,3.7", "cpu"], "libtorch takes variants"),
         (["build", "libtorch", "shared-with-deps,3.7", "cpu"], "mixes libtorch variants"),
         (["build", "manywheel", "3.7", "cpu", "--executor", "docker"], "docker"),
-        (["plan", "--select", "nomatch_*"], "matches no build"),
-        (["plan", "--select", "manywheel_3.9_cpu"], "near misses: manywheel_3.8_cpu"),
-        (["run", "--machine", "linux-0", "--select", "conda_*", "--date", "2024_05_01"],
-         "matches no build"),
+        (["run", "--rebuild", "nomatch", "--date", "2024_05_01"], "--rebuild 'nomatch' matches"),
+        (["release", "2.1.0", "--rebuild", "nomatch"], "--rebuild 'nomatch' matches no build"),
+        (["plan", "--date", "２０２４_05_01"], "not a date"),
+        (["plan", "--date", "2024_0５_01"], "not a date"),
+        (["run", "--root", "/proc/self", "--date", "2024_05_01"], "is inside /proc"),
+        (["status", "--root", "/sys", "--date", "2024_05_01"], "is inside /sys"),
         (["plan", "--machine", "linux-9"], "no machine 'linux-9'"),
         (["plan", "--machine", "linux0"], "did you mean 'linux-0'"),
         (["release", "2.1.0.dev1"], "development version"),
@@ -638,3 +661,91 @@ def test_bad_command_lines_exit_2_with_a_message(config: Path, args: list[str], 
     assert "Traceback" not in err
     assert expect in err, err
     assert [line for line in err.splitlines() if line.strip()], err
+
+
+def _one_line(code: int, err: str, expect: int = 2) -> str:
+    assert code == expect, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("nightly: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", "--select", "nomatch_*"],
+    ["plan", "--select", "manywheel_3.9_cpu"],
+    ["run", "--machine", "linux-0", "--select", "conda_*", "--date", "2024_05_01"],
+], ids=" ".join)
+def test_a_selection_matching_nothing_exits_3(config: Path, args: list[str]) -> None:
+    code, _out, err = invoke([*args, "--config", str(config)])
+    line = _one_line(code, err, expect=3)  # README: 3 nothing selected
+    assert "matches no build" in line
+
+
+def test_an_empty_config_name_is_an_error(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(config.parent)  # ./nightly.toml is there: it must not be used instead
+    code, out, err = invoke(["plan", "--config", ""])
+    assert "--config ''" in _one_line(code, err)
+    assert out == ""
+
+
+@pytest.mark.parametrize("command", [["run"], ["build", "manywheel", "3.8", "cpu"], ["prune"],
+                                     ["status"], ["upload"]], ids=" ".join)
+def test_a_root_that_is_a_file_is_one_line(config: Path, command: list[str]) -> None:
+    afile = config.parent / "afile"
+    afile.write_text("not a folder")
+    code, _out, err = invoke([*command, "--config", str(config), "--root", str(afile),
+                             "--date", "2024_05_01"])
+    assert "is not a folder" in _one_line(code, err)
+
+
+def test_report_out_a_folder_or_unwritable_is_one_line(config: Path, tmp_path: Path) -> None:
+    root = tmp_path / "nightlies"
+    (root / "2024_05_01").mkdir(parents=True)
+    (root / "2024_05_01" / "state.json").write_text('{"builds": {}, "meta": {}}')
+    base = ["report", "--config", str(config), "--root", str(root), "--date", "2024_05_01"]
+    code, _out, err = invoke([*base, "--out", str(tmp_path)])
+    assert "is a folder" in _one_line(code, err)
+    code, _out, err = invoke([*base, "--out", "/proc/report.html"])
+    assert "cannot write the report" in _one_line(code, err)
+
+
+def test_a_root_nightly_cannot_create_is_one_line(config: Path, tmp_path: Path) -> None:
+    # Below a file: no one can create it, root included (the lock is the first write).
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    code, _out, err = invoke(["run", "--config", str(config), "--date", "2024_05_01",
+                              "--machine", "linux-0", "--root", str(afile / "nightlies")])
+    assert "cannot write the day folder" in _one_line(code, err)
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "/dev/null", "FIFO", "FOLDER"])
+def test_a_config_that_is_not_a_regular_file_is_refused_at_once(special: str, tmp_path: Path) -> None:
+    import subprocess
+
+    path = special
+    if special == "FIFO":
+        path = str(tmp_path / "fifo.toml")
+        os.mkfifo(path)
+    elif special == "FOLDER":
+        path = str(tmp_path)
+    # A subprocess with a limit: the old reader grew to gigabytes on /dev/zero and hung on a FIFO.
+    proc = subprocess.run([sys.executable, "-m", "nightly", "plan", "--config", path],
+                          capture_output=True, text=True, timeout=60)
+    line = _one_line(proc.returncode, proc.stderr)
+    assert path in line
+
+
+def test_a_config_too_large_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "nightly.toml"
+    config.write_text(dumps(BASE) + "# padding\n" * 600_000)
+    code, _out, err = invoke(["plan", "--config", str(config)])
+    assert "larger than" in _one_line(code, err)
+
+
+def test_a_bom_says_so(tmp_path: Path) -> None:
+    config = tmp_path / "nightly.toml"
+    config.write_bytes(b"\xef\xbb\xbf" + dumps(BASE).encode())
+    code, _out, err = invoke(["plan", "--config", str(config)])
+    assert "byte order mark" in _one_line(code, err)

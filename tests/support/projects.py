@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
 DATE = "2024_05_01"  # every test night runs for this date
 VERSION = "1.0.0.dev20240501"
 # Interpreter spellings mapped to this host's python3 in a test project; "3.5" is left out
@@ -197,6 +198,11 @@ name = "m"
 platform = "linux"
 queues = {queues}
 executor = "local"
+
+[executor.local]
+# Root with credentials around must say who builds (nightly/hardening.py); these tests'
+# recipes are their own.
+user = "{"root" if os.geteuid() == 0 else ""}"
 
 [executor.local.pythons]
 {pythons}

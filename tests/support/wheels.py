@@ -73,3 +73,35 @@ def wheel_name(build_id: str, cuda: str) -> str:
 
 def publish_toml(store: Path, *, smoke: bool = False) -> str:
     return f'[publish]\nurl = "{store.as_uri()}"\n\n[smoke]\nenabled = {str(smoke).lower()}\n'
+
+
+# Real (pure) wheels, one per python and CUDA tag, each in its folder; the 3.12 cu130 build
+# fails (its compiler "fails").
+GATE_RECIPE = r"""#!/usr/bin/env bash
+set -euo pipefail
+if [ "$DESIRED_PYTHON" = 3.12 ] && [ "$DESIRED_CUDA" = cu130 ]; then
+  echo "error: nvcc failed on purpose" >&2; exit 3
+fi
+"$PYTHON" - <<'PY'
+import base64, hashlib, os, zipfile
+v = os.environ["BUILD_VERSION"] + "+" + os.environ["DESIRED_CUDA"]
+tag = os.environ["DESIRED_PYTHON"].replace(".", "")
+info = f"demo-{v}.dist-info"
+files = {
+    "demo/__init__.py": f"__version__ = {v!r}\n",
+    f"{info}/METADATA": f"Metadata-Version: 2.1\nName: demo\nVersion: {v}\n",
+    f"{info}/WHEEL": (
+        f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nBuild: {tag}\n"
+        "Tag: py3-none-any\n"
+    ),
+}
+def digest(text):
+    return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+record = "".join(f"{n},sha256={digest(t)},{len(t.encode())}\n" for n, t in files.items())
+files[f"{info}/RECORD"] = record + f"{info}/RECORD,,\n"
+path = os.path.join(os.environ["OUTPUT_DIR"], f"demo-{v}-{tag}-py3-none-any.whl")
+with zipfile.ZipFile(path, "w") as z:
+    for n, t in files.items():
+        z.writestr(n, t)
+PY
+"""

@@ -73,6 +73,14 @@ class BadConfig:
 
 BAD_CONFIGS = [
     BadConfig(
+        "publish-atomic-misspelt",
+        MINIMAL_CONFIG + '\n[publish]\natomic = "foldr"\n',
+        "publish.atomic",
+        20,
+        "'foldr' is not one of build, folder, night",
+        "did you mean 'folder'?",
+    ),
+    BadConfig(
         "misspelt-required-key",
         edit("queues = 2", "quues = 2"),
         "machines[0].quues",

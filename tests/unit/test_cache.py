@@ -128,7 +128,17 @@ def test_s3_cache_settings_and_credentials_for_the_server(
     assert env["SCCACHE_ENDPOINT"] == "http://127.0.0.1:9"
     assert env["SCCACHE_S3_USE_SSL"] == "false"
     assert env["SCCACHE_REGION"] == "eu-west-1"
-    assert env["AWS_SECRET_ACCESS_KEY"] == "cache-secret"
+    # The credentials reach the server through a 0600 file, never an environment.
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(env)
+    assert "cache-secret" not in repr(env)
+    assert env["NIGHTLY_CACHE_CREDENTIALS"] == f"{cc.TOOLS_MOUNT}/{cc.CREDENTIALS_FILE}"
+    creds = j.cache.tools / cc.CREDENTIALS_FILE
+    assert creds.stat().st_mode & 0o777 == 0o600
+    assert "aws_secret_access_key = cache-secret" in creds.read_text()
+    # The server's binary is execute-only (the kernel makes its process non-dumpable).
+    assert (j.cache.tools / cc.SERVER_BINARY).stat().st_mode & 0o777 == 0o111
+    cc.release(j)
+    assert not creds.exists()
     assert "SCCACHE_DIR" not in env
     assert j.cache.storage is None
     assert "cache-secret" not in repr(j.cache)

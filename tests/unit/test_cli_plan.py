@@ -220,7 +220,7 @@ def test_select_and_machine(nightly: Run, config_2019: Path) -> None:
 
 def test_select_matching_nothing(nightly: Run, config_2019: Path) -> None:
     r = nightly("plan", "--config", str(config_2019), "--select", "manywheel_3.8m_*")
-    assert r.code == 2
+    assert r.code == 3  # README: 3 nothing selected
     assert "--select 'manywheel_3.8m_*' matches no build" in r.err
     assert "near misses: manywheel_3." in r.err
     assert "Traceback" not in r.err
@@ -435,7 +435,7 @@ def test_end_to_end_exit_codes(nightly_process: Run, config_2019: Path, tmp_path
     assert nightly_process(["plan", "--config", c, "--machine", "1"]).returncode == 0
     assert nightly_process(["plan", "--config", str(tmp_path / "none.toml")]).returncode == 2
     assert nightly_process(["plan", "--config", c, "--date", "yesterday"]).returncode == 2
-    assert nightly_process(["plan", "--config", c, "--select", "nothing_*"]).returncode == 2
+    assert nightly_process(["plan", "--config", c, "--select", "nothing_*"]).returncode == 3
     assert (
         nightly_process(["plan", "--config", c, "--machine", "mac", "--select", "manywheel*"])
         .returncode == 3

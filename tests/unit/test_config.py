@@ -412,3 +412,19 @@ def test_index_keys_default_and_load(
     assert exc.value.key == "publish.index_shared"
     with pytest.raises(ConfigError, match="index_versions"):
         load(write_config(text.replace("index_versions = 30", "index_versions = -1")))
+
+
+def test_index_workers_defaults_to_32_and_is_checked(
+    minimal_config: Path, write_config: WriteConfig, minimal_config_text: str
+) -> None:
+    assert load(minimal_config).publish.index_workers == 32
+    text = minimal_config_text + "\n[publish]\nindex_workers = 1\n"
+    assert load(write_config(text)).publish.index_workers == 1
+    assert load(write_config(text.replace("= 1", "= 256"))).publish.index_workers == 256
+    for bad, why in (("0", "at least 1"), ("257", "at most 256"), ('"8"', "integer"), ("true", "integer")):
+        with pytest.raises(ConfigError, match=why) as exc:
+            load(write_config(text.replace("= 1", f"= {bad}")))
+        assert exc.value.key == "publish.index_workers"
+    with pytest.raises(ConfigError, match="index_workers") as exc:
+        load(write_config(text.replace("index_workers", "index_worker")))
+    assert exc.value.key == "publish.index_worker"

@@ -15,7 +15,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "nightly"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("nightly", "nightly.errors", "nightly.files", "nightly.redact", "nightly.format")),
+    ("base", ("nightly", "nightly.errors", "nightly.files", "nightly.redact", "nightly.format",
+              "nightly.hardening")),
     # Pure data every layer speaks: a build and its identifiers, a builder image's spec.
     ("vocabulary", ("nightly.plan.matrix", "nightly.images.spec")),
     ("configuration", ("nightly.config",)),

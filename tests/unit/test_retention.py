@@ -362,3 +362,26 @@ def test_apply_remote_prune_updates_pages(tmp_path: Path) -> None:
     assert names[2] in page
     with pytest.raises(PublishError, match="not in the nightly channel"):
         apply_remote_prune(store, ["whl/cpu/demo-1.0.0-py3-none-any.whl"])
+
+
+def test_a_date_in_the_future_never_reaches_today_or_the_days_before(tmp_path: Path) -> None:
+    """--date 2099_01_01: days are counted back from the real today, not from 2099."""
+    from datetime import timedelta
+
+    real = date.today()
+    names = {(real + timedelta(days=d)).strftime("%Y_%m_%d"): d for d in (-10, -3, -1, 0, 1, 30)}
+    for name in names:
+        day(tmp_path, name)
+    plan = plan_local_prune(tmp_path, date(2099, 1, 1), 5, never_locked)
+    assert [names[p.name] for p in plan] == [-10]
+
+
+def test_a_prune_result_reads_as_a_sentence(tree: tuple[Path, Path]) -> None:
+    root, _ = tree
+    is_locked = locked_names("2026_11_06")
+    plan = plan_local_prune(root, TODAY, 7, never_locked)  # 2026_11_06 locked only later
+    text = str(apply_local_prune(root, plan, is_locked))
+    assert text.splitlines()[0] == "deleted 2 day folder(s), skipped 1"
+    assert "skipped" in text.splitlines()[1]
+    assert "(locked)" in text
+    assert "PruneResult" not in text

@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 from nightly.config import Config, Machine, load
 from nightly.errors import ConfigError, NothingSelected, UsageError
 from nightly.plan.matrix import Build
-from nightly.plan.schedule import Plan, filter_plan, lower_bound, make_plan, plan_night, select_cli
+from nightly.plan.schedule import (
+    Plan,
+    check_globs,
+    filter_plan,
+    lower_bound,
+    make_plan,
+    plan_night,
+    select_cli,
+)
 
 WriteConfig = Callable[..., Path]
 
@@ -334,12 +342,20 @@ def test_select_narrows_without_moving_builds(config_2019: Path) -> None:
         assert pb == full[pb.build.id]
 
 
-def test_select_matching_nothing_is_a_usage_error_with_near_misses(config_2019: Path) -> None:
+def test_select_matching_nothing_selects_nothing_with_near_misses(config_2019: Path) -> None:
     config = load(config_2019)
-    with pytest.raises(UsageError) as exc:
+    with pytest.raises(NothingSelected) as exc:  # README: exit 3, nothing selected
         select_cli(config, ["manywheel_3.8m_*"])
-    assert exc.value.exit_code == 2
+    assert exc.value.exit_code == 3
     assert "near misses: manywheel_3." in str(exc.value)
+
+
+def test_a_rebuild_glob_matching_nothing_is_a_usage_error(config_2019: Path) -> None:
+    config = load(config_2019)
+    check_globs(config, ["manywheel_3.7m_*"], "--rebuild")
+    with pytest.raises(UsageError, match="--rebuild 'nomatch' matches no build") as exc:
+        check_globs(config, ["manywheel_3.7m_*", "nomatch"], "--rebuild")
+    assert exc.value.exit_code == 2
 
 
 def test_nothing_left_after_machine_and_select(config_2019: Path) -> None:

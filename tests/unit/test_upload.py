@@ -7,6 +7,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,37 @@ def test_store_update_is_compare_and_swap_and_loses_no_change(tmp_path: Path) ->
 
     with pytest.raises(PublishError, match="kept changing during 3 rounds"):
         store.update("k.json", always_raced, "application/json", what="k.json", rounds=3)
+
+
+def test_atomic_holds_back_by_folder_or_night_and_force_partial_publishes(
+    tmp_path: Path, minimal_config_text: str
+) -> None:
+    from nightly.publish import gate
+
+    mirror = tmp_path / "mirror"
+    config, day, state = _night(tmp_path, minimal_config_text, mirror.as_uri())
+    # Another folder's good build: "folder" lets it through, "night" does not.
+    f = day.package_dir("manywheel", "cu126") / "other-1.0-py3-none-any.whl"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_bytes(b"other")
+    state.update("manywheel_3.7m_cu126", status=SUCCEEDED, package="manywheel", cuda="cu126",
+                 packages=[PackageFile(name=f.name, path=str(f.relative_to(day.path)), size=5,
+                                       sha256=hashlib.sha256(b"other").hexdigest())])
+    assert gate.held_back("build", state, "nightly") == {}
+    held = gate.held_back("folder", state, "nightly")
+    assert list(held) == ["manywheel_3.7m_cpu"]
+    assert "whl/nightly/cpu/ waits for manywheel_3.6m_cpu" in held["manywheel_3.7m_cpu"]
+    assert sorted(gate.held_back("night", state, "nightly")) == [
+        "manywheel_3.7m_cpu", "manywheel_3.7m_cu126"]
+
+    night = replace(config, publish=replace(config.publish, atomic="night"))
+    report = publish_day(night, day, state, channel="nightly", log=lambda _: None)
+    assert report.uploaded == []
+    assert len(report.held_back) == 2
+    assert sorted(state.meta["held_back"]) == ["manywheel_3.7m_cpu", "manywheel_3.7m_cu126"]
+    report = publish_day(night, day, state, channel="nightly", log=lambda _: None,
+                         force_partial=True)
+    assert len(report.uploaded) == 2
+    assert report.held_back == {}
+    assert state.meta["held_back"] is None
+    assert (mirror / "whl/nightly/cu126/other-1.0-py3-none-any.whl").read_bytes() == b"other"

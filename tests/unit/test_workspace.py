@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -218,8 +219,27 @@ def test_state_is_thread_safe(day: Day) -> None:
 
 def test_unreadable_state_is_an_error_that_says_what_to_do(day: Day) -> None:
     day.state_path.write_text("{ half written")
-    with pytest.raises(NightlyError, match="move it aside"):
+    with pytest.raises(NightlyError, match=r"not JSON.*kept as state\.json\.bad-") as e:
         State(day.state_path)
+    assert e.value.exit_code == 2
+    (kept,) = day.path.glob("state.json.bad-*")
+    assert kept.read_text() == "{ half written"
+    assert not day.state_path.exists()
+
+
+@pytest.mark.parametrize("text", [
+    "[]", "{}", "null", '"hello"', '{"builds": null}', '{"builds": {"b": "a string"}}',
+    '{"builds": {"b": {"status": 3}}}', '{"builds": {"b": {"packages": {}}}}',
+    '{"builds": {}, "meta": []}', "[" * 100_000 + "]" * 100_000,
+])
+def test_state_of_the_wrong_shape_is_an_error_and_kept_aside(day: Day, text: str) -> None:
+    day.state_path.write_text(text)
+    with pytest.raises(NightlyError, match=re.escape(f"{day.state_path}: not a state.json")) as e:
+        State(day.state_path)
+    assert e.value.exit_code == 2
+    assert "\n" not in str(e.value)
+    (kept,) = day.path.glob("state.json.bad-*")
+    assert kept.read_text() == text
 
 
 # ---------------------------------------------------------------------------- DayLock

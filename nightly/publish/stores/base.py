@@ -7,6 +7,7 @@ PublishError with a message that never contains credentials.
 
 from __future__ import annotations
 
+import builtins
 import random
 import re
 import threading
@@ -99,6 +100,19 @@ class Store(ABC):
     @abstractmethod
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         """Every object whose key starts with `prefix`, in key order (sha256 not filled in)."""
+
+    def list_level(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+        """One level below `prefix` (which ends in "/"): the objects directly in it, and the
+        prefixes of its sub-folders ("whl/nightly/cpu/"), as S3 lists with a "/" delimiter."""
+        objects: builtins.list[ObjectInfo] = []
+        subs: set[str] = set()
+        for obj in self.list(prefix):
+            rest = obj.key[len(prefix) :]
+            if "/" in rest:
+                subs.add(prefix + rest.partition("/")[0] + "/")
+            else:
+                objects.append(obj)
+        return objects, sorted(subs)
 
     @abstractmethod
     def read_range(self, key: str, start: int, length: int) -> bytes:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import hashlib
 import mimetypes
 import os
@@ -15,6 +16,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -57,6 +59,7 @@ class S3Store(Store):
         checksum: bool = True,
         connect_timeout: float = 10.0,
         read_timeout: float = 120.0,
+        connections: int = 0,
     ) -> None:
         super().__init__()
         import boto3
@@ -75,7 +78,9 @@ class S3Store(Store):
             "retries": {"max_attempts": max(1, botocore_attempts), "mode": "standard"},
             "connect_timeout": connect_timeout,
             "read_timeout": read_timeout,
-            "max_pool_connections": max(10, 2 * max_concurrency),
+            # Enough kept-alive connections for the index's reading pool (`connections`): a
+            # pool smaller than the threads using it opens a new connection per request.
+            "max_pool_connections": max(10, 2 * max_concurrency, connections),
             # Custom endpoints (MinIO, moto, ...) rarely have wildcard DNS for buckets.
             "s3": {"addressing_style": "path" if endpoint_url else "auto"},
             # botocore >= 1.36 adds a CRC32 to every request by default, which some
@@ -88,6 +93,11 @@ class S3Store(Store):
         except TypeError:  # botocore < 1.36 has neither option, nor the default they undo
             del options["request_checksum_calculation"], options["response_checksum_validation"]
             config = Config(**options)
+        # botocore parses every LastModified of a listing with dateutil, most of the client's
+        # time on a 1,000-key page; S3 writes ISO 8601, which datetime reads directly.
+        self._session._session.get_component("response_parser_factory").set_parser_defaults(
+            timestamp_parser=_timestamp
+        )
         self._client: S3Client = self._session.client("s3", endpoint_url=endpoint_url, config=config)
         self._client.meta.events.register("before-send.s3", self._on_send)
         self._transfer = TransferConfig(
@@ -227,6 +237,30 @@ class S3Store(Store):
                 )
             if not page.get("IsTruncated"):
                 return
+            token = page["NextContinuationToken"]
+
+    def list_level(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        objects: builtins.list[ObjectInfo] = []
+        subs: builtins.list[str] = []
+        token: str | None = None
+        while True:
+            def fetch(token: str | None = token) -> Any:
+                if token is None:
+                    return self._client.list_objects_v2(Bucket=self.bucket, Prefix=full, Delimiter="/")
+                return self._client.list_objects_v2(
+                    Bucket=self.bucket, Prefix=full, Delimiter="/", ContinuationToken=token
+                )
+
+            page = self._call("list", prefix, fetch)
+            objects += [
+                ObjectInfo(key=self._rel(o["Key"]), size=int(o["Size"]), etag=o.get("ETag"),
+                           last_modified=o.get("LastModified"))
+                for o in page.get("Contents", [])
+            ]
+            subs += [self._rel(p["Prefix"]) for p in page.get("CommonPrefixes", [])]
+            if not page.get("IsTruncated"):
+                return objects, subs
             token = page["NextContinuationToken"]
 
     def get(self, key: str, local_path: Path, *, max_bytes: int | None = None) -> None:
@@ -393,3 +427,17 @@ def _native_sha256(head: Any) -> str | None:
     except (binascii.Error, ValueError):
         return None
 
+
+
+def _timestamp(value: Any) -> datetime:
+    """A response's timestamp: ISO 8601 (listings) read by datetime, anything else (RFC 822
+    headers, epoch numbers) by botocore's own parser."""
+    if isinstance(value, str) and "T" in value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+    from botocore.utils import parse_timestamp
+
+    parsed: datetime = parse_timestamp(value)
+    return parsed

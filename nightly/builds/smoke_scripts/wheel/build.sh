@@ -2,8 +2,8 @@
 # Smoke test of a wheel, run by nightly through the build's executor (host or container).
 # SOURCE_DIR holds the wheel(s) under test. Environment: EXPECT_VERSION (the wheel version,
 # e.g. 1.0.0.dev20190131+cu100), BUILD_VERSION, SMOKE_IMPORT, SMOKE_CUDA_CHECK,
-# SMOKE_GPU_CHECK, SMOKE_GPU (1 when a GPU runtime is there), SMOKE_COMMAND; PYTHON when
-# the executor found the interpreter (else it is looked for like the recipes do).
+# SMOKE_COMMAND; PYTHON when the executor found the interpreter (else it is looked for like
+# the recipes do). The GPU part is a stage of its own: ../gputest/build.sh.
 set -euo pipefail
 work=${WORK_DIR:-$(mktemp -d)}
 py=${PYTHON:-}
@@ -48,14 +48,6 @@ if [ "${DESIRED_CUDA:-cpu}" != cpu ] && [ -n "${SMOKE_CUDA_CHECK:-}" ]; then
   echo "smoke: CUDA build check"
   "$vpy" -c "$SMOKE_CUDA_CHECK"
   echo "smoke: CUDA build check passed"
-fi
-if [ "${DESIRED_CUDA:-cpu}" != cpu ] && [ -n "${SMOKE_GPU_CHECK:-}" ]; then
-  if [ "${SMOKE_GPU:-0}" = 1 ]; then
-    "$vpy" -c "$SMOKE_GPU_CHECK"
-    echo "smoke: GPU check passed"
-  else
-    echo "smoke: GPU check NOT RUN (no GPU runtime configured on this host)"
-  fi
 fi
 if [ -n "${SMOKE_COMMAND:-}" ]; then
   echo "smoke: project command: $SMOKE_COMMAND"

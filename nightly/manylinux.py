@@ -1,0 +1,211 @@
+"""The manylinux policy of manywheel builds: declared, met, checked.
+
+A policy is `"X_Y"` (a manylinux_X_Y tag: the wheel installs where glibc is X.Y or newer),
+`"off"` (the builds opt out: whatever they produce is shipped) or empty (none declared:
+auditwheel's own choice where the build has auditwheel; a plain `linux_*` wheel is shipped
+with a note in the footer, as before policies existed). It is declared per builder
+image (`[builders.NAME] manylinux`) and for the matrix (`[matrix.linux.manywheel]
+manylinux`, the default for builds whose builder declares none and for host builds); the
+recipe repairs with `auditwheel repair --plat manylinux_<policy>_<arch>` and fails with
+auditwheel's reason when the wheel cannot meet it, and nightly checks every wheel a
+manywheel build with a policy produced before it is filed (`check_packages`): a plain
+`linux_*` wheel, or one tagged newer than the policy, fails the build and is never
+published.
+
+libtorch zips are no wheels but need a glibc too: `zip_glibc` reads the newest GLIBC_
+symbol version their ELF files need, recorded beside the build like a wheel's tag.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+OFF = "off"
+# Legacy aliases (PEP 600): what glibc each stands for.
+LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+_POLICY = re.compile(r"^(?:manylinux_?)?(\d+)[._](\d+)$")
+_TAG = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
+ENV_POLICY = "NIGHTLY_MANYLINUX"  # the recipe environment's copy of the policy
+
+
+def parse_policy(text: str) -> str:
+    """'2_28' from '2_28', '2.28', 'manylinux_2_28'; 'off'; '' (none). ValueError else."""
+    t = text.strip().lower()
+    if t in ("", OFF):
+        return t
+    if t in LEGACY:
+        major, minor = LEGACY[t]
+        return f"{major}_{minor}"
+    m = _POLICY.match(t)
+    if not m or int(m.group(1)) != 2 or not 5 <= int(m.group(2)) <= 99:
+        raise ValueError(
+            f"'{text}' is not a manylinux policy: write \"2_28\" (manylinux_2_28: glibc 2.28 "
+            "or newer), \"2_17\" (manylinux2014), or \"off\""
+        )
+    return f"{int(m.group(1))}_{int(m.group(2))}"
+
+
+def glibc_of(policy: str) -> tuple[int, int]:
+    major, minor = policy.split("_")
+    return int(major), int(minor)
+
+
+def plat(policy: str, arch: str = "x86_64") -> str:
+    """auditwheel's --plat for a policy: manylinux_2_28_x86_64."""
+    return f"manylinux_{policy}_{arch}"
+
+
+def tag_glibc(platform_tag: str) -> tuple[int, int] | None:
+    """The glibc a platform tag needs (manylinux2014_x86_64 -> 2.17), None if not manylinux."""
+    m = _TAG.match(platform_tag)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    for legacy, glibc in LEGACY.items():
+        if platform_tag.startswith(legacy + "_"):
+            return glibc
+    return None
+
+
+def wheel_platforms(name: str) -> list[str]:
+    """The platform tags of a wheel file name (a compressed tag set has several)."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        return []
+    # As written (auditwheel puts the PEP 600 tag first), not as a set.
+    return name[: -len(".whl")].split("-")[-1].split(".")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """What the check found: `reason` fails the build; `record` goes into its state entry
+    (policy, tags reached, glibc needed); `notes` into its log footer."""
+
+    reason: str | None = None
+    record: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+def check_packages(package: str, policy: str, files: Sequence[Path]) -> Verdict:
+    """The policy check of a build's packages, before they are filed (both build phases)."""
+    if package == "manywheel":
+        return _check_wheels(policy, [f for f in files if f.name.endswith(".whl")])
+    if package == "libtorch":
+        return _record_zips([f for f in files if f.suffix == ".zip"])
+    return Verdict()
+
+
+def _check_wheels(policy: str, wheels: Sequence[Path]) -> Verdict:
+    shown = policy or "none declared"
+    tags: list[str] = []
+    newest: tuple[int, int] = (0, 0)
+    problems: list[str] = []
+    warnings: list[str] = []
+    for w in wheels:
+        platforms = wheel_platforms(w.name)
+        tags.append(".".join(platforms))
+        needs = [g for g in (tag_glibc(p) for p in platforms) if g is not None]
+        if not needs:
+            if policy and platforms:
+                problems.append(f"{w.name} is tagged {'.'.join(platforms)}, not manylinux: "
+                                "pip installs it from no index and PyPI refuses it")
+            elif platforms:
+                warnings.append(f"{w.name} is no manylinux wheel (no policy declared: shipped; "
+                                "pip installs it from no index)")
+            continue
+        need = min(needs)  # a compressed tag set installs where its oldest tag does
+        newest = max(newest, need)
+        if policy not in ("", OFF) and need > glibc_of(policy):
+            problems.append(f"{w.name} needs glibc {need[0]}.{need[1]}, newer than the "
+                            f"policy manylinux_{policy}")
+    record: dict[str, Any] = {"policy": policy or "", "tags": tags}
+    if newest != (0, 0):
+        record["glibc"] = f"{newest[0]}.{newest[1]}"
+    notes = (f"manylinux: policy {shown}; reached {', '.join(tags) or '-'}", *warnings)
+    if policy == OFF or not problems:
+        return Verdict(record=record, notes=notes)
+    return Verdict(
+        reason="manylinux policy not met: " + "; ".join(problems) + " (nothing of it is "
+        "published; see the log for auditwheel's report)",
+        record=record, notes=notes,
+    )
+
+
+def _record_zips(zips: Sequence[Path]) -> Verdict:
+    needs = {z.name: zip_glibc(z) for z in zips}
+    known = [n for n in needs.values() if n]
+    if not known:
+        return Verdict()
+    newest = max(known, key=lambda v: tuple(int(x) for x in v.split(".")))
+    notes = tuple(f"glibc: {name} needs glibc {need or '-'} (newest GLIBC_ symbol version of "
+                  "its libraries)" for name, need in sorted(needs.items()))
+    return Verdict(record={"glibc": newest, "zips": needs}, notes=notes)
+
+
+def zip_glibc(path: Path) -> str:
+    """The newest GLIBC_X.Y symbol version the ELF files of a zip need ('' when none)."""
+    newest = (0, 0)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if info.is_dir() or info.file_size < 64:
+                    continue
+                with zf.open(info) as f:
+                    if f.read(4) != b"\x7fELF":
+                        continue
+                with zf.open(info) as f:
+                    newest = max(newest, elf_glibc(f))
+    except (OSError, zipfile.BadZipFile):
+        return ""
+    return f"{newest[0]}.{newest[1]}" if newest != (0, 0) else ""
+
+
+def elf_glibc(stream: IO[bytes]) -> tuple[int, int]:
+    """The newest GLIBC_X.Y an ELF file's version needs name ((0, 0): none, or not readable
+    without pyelftools, which auditwheel brings)."""
+    import io
+
+    try:
+        from elftools.common.exceptions import ELFError
+        from elftools.elf.elffile import ELFFile
+        from elftools.elf.gnuversions import GNUVerNeedSection
+    except ImportError:
+        return (0, 0)
+    newest = (0, 0)
+    try:
+        elf = ELFFile(io.BytesIO(stream.read()))
+        for section in elf.iter_sections():
+            if not isinstance(section, GNUVerNeedSection):
+                continue
+            for _, auxes in section.iter_versions():
+                for aux in auxes:
+                    m = re.match(r"^GLIBC_(\d+)\.(\d+)", str(aux.name))
+                    if m:
+                        newest = max(newest, (int(m.group(1)), int(m.group(2))))
+    except (ELFError, ValueError):
+        return (0, 0)
+    return newest
+
+
+def describe(record: Any) -> str:
+    """One line for status and the report: 'policy 2_28: manylinux_2_17' (the oldest glibc
+    the night's wheels install on), 'policy 2_28: linux_x86_64' when one missed it."""
+    if not isinstance(record, dict):
+        return ""
+    if "tags" in record:
+        policy = record.get("policy") or "none"
+        tags = [t for tag in record.get("tags") or [] for t in str(tag).split(".")]
+        plain = sorted({t for t in tags if tag_glibc(t) is None})
+        reached = (", ".join(plain) if plain or not record.get("glibc")
+                   else f"manylinux_{str(record['glibc']).replace('.', '_')}")
+        return f"policy {policy}: {reached or '-'}"
+    if record.get("glibc"):
+        return f"needs glibc {record['glibc']}"
+    return ""

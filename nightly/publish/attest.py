@@ -1,0 +1,199 @@
+"""The night's provenance step: sign every succeeded build's packages (nightly.publish.provenance).
+
+Runs after the build phase, on the machine that runs the night: with the local phase that is
+the build machine, in cluster mode the orchestrator, after each staged package was checked
+against what its worker reported (nightly.cluster.verify). Only packages that passed their
+smoke test are in `succeeded` builds, so only those get a provenance. A package whose
+provenance is there and names its current sha256 is left alone (a rerun signs nothing again);
+a rebuilt one gets a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nightly import __version__
+from nightly.builds.reproducible import source_epoch
+from nightly.config import Config
+from nightly.errors import NightlyError
+from nightly.files import sha256_file
+from nightly.plan.matrix import Build
+from nightly.publish import provenance
+from nightly.workspace import SUCCEEDED, BuildEntry, Day, State
+
+if TYPE_CHECKING:
+    from nightly.builds.phase import NightContext
+
+
+def image_digest(image: str) -> str:
+    """The image's id on this machine's container engine, "" when it cannot be asked (an
+    orchestrator without the builders' engine): the reference alone is then recorded."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        try:
+            return str(client.images.get(image).id)
+        finally:
+            client.close()
+    except Exception:  # any engine trouble: the digest is optional
+        return ""
+
+
+def _wheelhouse(day: Day) -> tuple[tuple[str, str], ...]:
+    folder = day.path / "wheelhouse"
+    if not folder.is_dir():
+        return ()
+    return tuple((p.name, sha256_file(p)) for p in sorted(folder.glob("*.whl")))
+
+
+def _signed_sha(path: Path) -> str | None:
+    """The sha256 the existing provenance of `path` names (None: none, or unreadable)."""
+    prov = path.with_name(path.name + provenance.SUFFIX)
+    try:
+        stmt = provenance.payload_of(prov.read_bytes())
+        for s in stmt.get("subject", []):
+            if s.get("name") == path.name:
+                return str(s.get("digest", {}).get("sha256"))
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError):
+        return None
+    return None
+
+
+class Attester:
+    """Signs packages of one day with the configured key."""
+
+    def __init__(self, config: Config, day: Day, *, commit: str, source_dir: Path,
+                 channel: str, builds: Sequence[Build]) -> None:
+        assert config.provenance.key is not None
+        self.config, self.day, self.commit, self.channel = config, day, commit, channel
+        self.signer = provenance.load_signer(config.provenance.key)
+        self.epoch = str(source_epoch(source_dir).epoch) if source_dir.exists() else ""
+        self.builds = {b.id: b for b in [*config.builds, *builds]}
+        self.deps = _wheelhouse(day)
+        self._digests: dict[str, str] = {}
+
+    def facts(self, bid: str, entry: BuildEntry, name: str, sha256: str) -> provenance.BuildFacts:
+        cfg = self.config
+        recipe = cfg.recipes / entry.package / "build.sh"
+        build = self.builds.get(bid)
+        image = cfg.image_for(build) if build is not None and entry.executor == "container" else ""
+        if image and image not in self._digests:
+            self._digests[image] = image_digest(image)
+        return provenance.BuildFacts(
+            name=name, sha256=sha256, source_url=cfg.project.source, commit=self.commit,
+            branch=cfg.project.ref or cfg.project.branch, build_id=bid, package=entry.package,
+            python=entry.python, cuda=entry.cuda, variant=entry.variant,
+            recipe=f"{recipe.parent.parent.name}/{entry.package}/build.sh",
+            recipe_sha256=sha256_file(recipe) if recipe.is_file() else "",
+            image=image, image_digest=self._digests.get(image, ""), executor=entry.executor,
+            machine=entry.worker_name or entry.machine, source_date_epoch=self.epoch,
+            started=entry.started, finished=entry.ended, nightly_version=__version__,
+            dependencies=self.deps, invocation=f"{self.day.name}/{self.channel}",
+        )
+
+    def sign_entry(self, bid: str, entry: BuildEntry) -> list[Path]:
+        written = []
+        for pkg in entry.packages:
+            path = self.day.path / pkg.path
+            if not path.is_file() or _signed_sha(path) == pkg.sha256:
+                continue
+            written.append(provenance.write(path, self.facts(bid, entry, pkg.name, pkg.sha256),
+                                            self.signer))
+        return written
+
+
+def sign_day(config: Config, day: Day, state: State, *, commit: str, source_dir: Path,
+             channel: str, builds: Sequence[Build], log: Callable[[str], None]) -> int:
+    """Sign what needs it; never fatal to the night (a package without provenance is then
+    refused by `nightly promote` and reported by `nightly verify`). Returns how many."""
+    if config.provenance.key is None:
+        return 0
+    try:
+        att = Attester(config, day, commit=commit, source_dir=source_dir, channel=channel,
+                       builds=builds)
+    except NightlyError as e:
+        log(f"provenance: not signed: {e}")
+        return 0
+    count = 0
+    for bid, entry in sorted(state.builds.items()):
+        if entry.status != SUCCEEDED:
+            continue
+        try:
+            count += len(att.sign_entry(bid, entry))
+        except (OSError, ValueError) as e:
+            log(f"provenance: {bid}: not signed: {e}")
+    log(f"provenance: {count} package(s) signed")
+    return count
+
+
+def publish_beside(store: Any, key: str, package: Path, log: Callable[[str], None]) -> str | None:
+    """Put `<key>.provenance.json` into the store when the package has one here and the
+    store's copy differs: before the package itself, so nobody sees it without it. Returns
+    its sha256 (for the index pages), None when the package has none."""
+    local = package.with_name(package.name + provenance.SUFFIX)
+    if not local.is_file():
+        return None
+    data = local.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    pkey = key + provenance.SUFFIX
+    info = store.head(pkey)
+    if info is None or info.sha256 != sha:
+        store.put_bytes(pkey, data, "application/json")
+        log(f"provenance: {store.url}/{pkey}")
+    return sha
+
+
+def copy_to_channel(channel: Path, keyed: Sequence[tuple[str, Path]]) -> None:
+    """Each conda package's provenance into the channel folder beside it (`<subdir>/<file>`)."""
+    for key, package in keyed:
+        local = package.with_name(package.name + provenance.SUFFIX)
+        if local.is_file():
+            dest = channel / (key + provenance.SUFFIX)
+            tmp = dest.with_name(dest.name + ".tmp")
+            shutil.copyfile(local, tmp)
+            os.replace(tmp, dest)
+
+
+def unverified(config: Config, day: Day, state: State) -> list[str]:
+    """Each succeeded package of the day whose provenance does not verify with the site's
+    key, with why (for `nightly promote`); [] when provenance is not configured."""
+    if config.provenance.key is None:
+        return []
+    key = provenance.load_signer(config.provenance.key).public_key
+    problems = []
+    for _bid, entry in sorted(state.builds.items()):
+        if entry.status != SUCCEEDED:
+            continue
+        for pkg in entry.packages:
+            path = day.path / pkg.path
+            prov = path.with_name(path.name + provenance.SUFFIX)
+            try:
+                sha = sha256_file(path)
+                bundle = prov.read_bytes() if prov.is_file() else None
+            except OSError as e:
+                problems.append(f"{pkg.name}: {e}")
+                continue
+            v = provenance.verify(pkg.name, sha, bundle, key)
+            if v.ok and sha != pkg.sha256:
+                v = provenance.Verdict(ok=False, reason=f"sha256 {sha}, built as {pkg.sha256}")
+            if not v.ok:
+                problems.append(f"{pkg.name}: {v.reason}")
+    return problems
+
+
+def provenance_step(night: NightContext) -> None:
+    """The night's step (a NightContext)."""
+    sign_day(night.config, night.day, night.state, commit=night.commit,
+             source_dir=night.source_dir, channel=night.channel, builds=night.builds,
+             log=night.log)
+
+
+__all__ = ["Attester", "copy_to_channel", "image_digest", "provenance_step", "publish_beside",
+           "sign_day", "unverified"]

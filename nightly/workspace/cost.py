@@ -1,0 +1,68 @@
+"""What a build cost, and where: its build seconds and test seconds and the hosts each ran on,
+and for the night the seconds GPU hosts spent building against testing (GPU hosts cost about
+ten times what CPU hosts do: they should test, not compile). Read from state.json's entries
+(`duration_s`, `machine`, and the test stage's `tested`, nightly.builds.smoke)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nightly.workspace.state import BuildEntry
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildCost:
+    build_s: float | None  # the build alone (recipe, packages filed)
+    test_s: float | None  # its test stage, every part (None: not tested)
+    built_on: str
+    tested_on: str  # the hosts of its test parts that ran, "cpu-host, gpu-host"
+    gpu_build_s: float  # of build_s, on a GPU host
+    gpu_test_s: float  # of test_s, on a GPU host
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuHosts:
+    """Which hosts have a GPU: machines with `gpu = true` by name; in a cluster night under
+    today's gpu_smoke, the worker of every CUDA build (that is where it was sent)."""
+
+    names: frozenset[str] = frozenset()
+    cuda_builds: bool = False
+
+    def has(self, host: str, entry: BuildEntry) -> bool:
+        return host in self.names or (self.cuda_builds and entry.cuda not in ("", "cpu"))
+
+
+def _parts(tested: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    if not tested:
+        return []
+    return [p for k in ("cpu", "gpu") if isinstance(p := tested.get(k), Mapping)]
+
+
+def build_cost(entry: BuildEntry, gpu: GpuHosts) -> BuildCost:
+    parts = _parts(entry.tested)
+    ran = [p for p in parts if p.get("result") != "not run"]
+    test_s = round(sum(float(p.get("seconds") or 0) for p in ran), 3) if parts else None
+    on_gpu = entry.machine and gpu.has(entry.machine, entry)
+    gpu_test_s = 0.0
+    for p in ran:
+        where = str(p.get("where") or "")
+        gpu_part = p is (entry.tested or {}).get("gpu")
+        if (gpu_part and where) or gpu.has(where, entry):
+            gpu_test_s += float(p.get("seconds") or 0)
+    hosts = list(dict.fromkeys(str(p.get("where")) for p in ran if p.get("where")))
+    return BuildCost(
+        build_s=entry.duration_s, test_s=test_s, built_on=entry.machine,
+        tested_on=", ".join(hosts), gpu_build_s=float(entry.duration_s or 0) if on_gpu else 0.0,
+        gpu_test_s=round(gpu_test_s, 3),
+    )
+
+
+def gpu_host_seconds(costs: Iterable[BuildCost]) -> dict[str, float]:
+    """The night's seconds on GPU hosts: {"building": ..., "testing": ...}."""
+    building = testing = 0.0
+    for c in costs:
+        building += c.gpu_build_s
+        testing += c.gpu_test_s
+    return {"building": round(building, 3), "testing": round(testing, 3)}
