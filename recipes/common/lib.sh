@@ -96,10 +96,17 @@ reproducible_flags() {
         opt=-ffile-prefix-map
     fi
     for dir in "$WORK_DIR" "$SOURCE_DIR"; do
+        # Flags are split into words by every build system: a folder whose path holds white
+        # space cannot be named in them, so it is left unmapped (and said so).
+        if [[ "$dir" =~ [[:space:]] ]]; then
+            warn "not mapping $dir in debug info and __FILE__ (its path has white space): packages may carry it"
+            continue
+        fi
         to=/nightly/work
         [[ "$dir" == "$SOURCE_DIR" ]] && to=/nightly/source
         map+="${map:+ }$opt=$dir=$to"
     done
+    [[ -n "$map" ]] || return 0
     export CFLAGS="${CFLAGS:+$CFLAGS }$map" CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }$map"
     export CUDAFLAGS="${CUDAFLAGS:+$CUDAFLAGS }-Xcompiler=${map// /,}"
     [[ -n "${SOURCE_DATE_EPOCH:-}" ]] && log "SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH (${NIGHTLY_SOURCE_DATE_ORIGIN:-given}); $opt for the work and source folders"

@@ -40,7 +40,6 @@ def demo_config(tmp: Path, *, extra_package: str = "") -> Path:
     """configs/demo-cuda.toml with absolute paths and its day folders under tmp."""
     text = DEMO_CUDA.read_text()
     for old, new in (('root = "../nightlies-demo-cuda"', f'root = "{tmp}/nightlies"'),
-                     ('recipes = "../recipes"', f'recipes = "{REPO}/recipes"'),
                      ('source = "../examples/demo"', f'source = "{REPO}/examples/demo"')):
         assert old in text
         text = text.replace(old, new)
