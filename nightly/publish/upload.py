@@ -19,6 +19,7 @@ from typing import Any
 
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
+from nightly.files import sha256_file
 from nightly.publish import anaconda, attest, conda, gate, metadata, provenance
 from nightly.publish.index import IndexOptions
 from nightly.publish.layout import STORE_KINDS, conda_channel_dir, kind_of, remote_folder
@@ -143,6 +144,10 @@ def _ensure(store: Store, key: str, path: Path, sha256: str, *, may_replace: boo
     info = store.head(key)
     if info is not None and info.sha256 == sha256:
         return False
+    if info is not None and info.sha256 is None and info.size == path.stat().st_size:
+        # No recorded sha256: an upload killed between the object and its metadata, or an
+        # object some other tool wrote. Its content decides (one download, rare).
+        may_replace = may_replace or _stored_sha256(store, key, path.parent) == sha256
     if info is not None and not may_replace:
         raise PublishError(
             f"already published with another sha256 ({(info.sha256 or '?')[:12]}...), not by this "
@@ -150,6 +155,19 @@ def _ensure(store: Store, key: str, path: Path, sha256: str, *, may_replace: boo
         )
     store.put(key, path, sha256)
     return True
+
+
+def _stored_sha256(store: Store, key: str, scratch: Path) -> str | None:
+    """The sha256 of the stored object's bytes (None when it cannot be read)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=scratch, prefix=".nightly-check-") as tmp:
+        dest = Path(tmp) / "object"
+        try:
+            store.get(key, dest)
+        except (PublishError, OSError):
+            return None
+        return sha256_file(dest)
 
 
 def _package_type(entry: BuildEntry, pkg: dict[str, Any]) -> str:

@@ -230,19 +230,23 @@ MOMENTS: dict[str, Moment] = {
         at_kill=lambda n: None,
     ),
     # Mid-upload: the 4 MB package copied into the mirror's temporary file, not yet moved
-    # into place: held in the sendfile(2) that copied it.
+    # into place: held in the copy_file_range(2) (sendfile(2) where the kernel copies that
+    # way) that copied it.
     "mid-upload-copied-not-installed": Moment(
-        strace=lambda n: ["-P", str(_package(n, BIG)), "-e", "trace=sendfile",
-                          "-e", f"inject=sendfile:delay_exit={DELAY_US}:when=1"],
+        strace=lambda n: ["-P", str(_package(n, BIG)), "-e", "trace=sendfile,copy_file_range",
+                          "-e", f"inject=sendfile,copy_file_range:delay_exit={DELAY_US}:when=1"],
         ready=lambda n: bool(n.tmp_files())
         and n.tmp_files()[0].stat().st_size == _package(n, BIG).stat().st_size,
         at_kill=_copied_not_installed,
     ),
-    # Mid-upload: the object in place, its sha256 metadata not yet written (the stat of
-    # the object that follows its rename; the first stat was the existence check).
+    # Mid-upload: the object in place, its sha256 metadata not yet written: held in the
+    # rename that put it there. The store renames relative to its folders' descriptors
+    # (no symlink followed), so the folder is what strace matches: the first rename into
+    # the cpu folder is the first package's, BIG's.
     "mid-upload-installed-no-metadata": Moment(
-        strace=lambda n: ["-P", str(n.store / key_of(BIG)), "-e", "trace=newfstatat,stat",
-                          "-e", f"inject=newfstatat,stat:delay_exit={DELAY_US}:when=2"],
+        strace=lambda n: ["-P", str((n.store / key_of(BIG)).parent),
+                          "-e", "trace=rename,renameat,renameat2",
+                          "-e", f"inject=rename,renameat,renameat2:delay_exit={DELAY_US}:when=1"],
         ready=lambda n: (n.store / key_of(BIG)).exists(),
         at_kill=_installed_no_metadata,
     ),
