@@ -15,7 +15,7 @@ from nightly.config import Config
 from nightly.config.detect import resolve_version_from
 from nightly.executors.base import Job
 from nightly.manylinux import ENV_POLICY, OFF, glibc_of, plat
-from nightly.plan.matrix import Build
+from nightly.plan.matrix import Build, python_number
 from nightly.workspace import Day, State
 
 
@@ -68,6 +68,21 @@ def build_env(config: Config) -> dict[str, str]:
     if b.find_links:
         env["PIP_FIND_LINKS"] = " ".join(b.find_links)
     return env
+
+
+def interpreter_env(config: Config, build: Build, executor: str) -> dict[str, str]:
+    """PYTHON, decided by nightly where nightly knows it: in a builder image nightly made
+    from a declared spec, each interpreter is at /opt/python/cpXY-cpXY. (The local executor
+    finds the host's when the build starts; in an image nightly did not make, the recipe
+    looks for one itself.)"""
+    if executor != "container" or not build.python:
+        return {}
+    spec = config.builder_for(build)
+    number = python_number(build.python) if build.python != "3" else ""
+    for source in spec.pythons if spec is not None else ():
+        if source.version == number:
+            return {"PYTHON": f"{source.dest}/bin/python"}
+    return {}
 
 
 def manylinux_env(config: Config, build: Build, executor: str) -> dict[str, str]:
@@ -147,7 +162,8 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
         ) | wheelhouse_env(ctx) | version_env(ctx, build)
-        | manylinux_env(ctx.config, build, executor) | reproducible_env(ctx.source_dir),
+        | manylinux_env(ctx.config, build, executor) | reproducible_env(ctx.source_dir)
+        | interpreter_env(ctx.config, build, executor),
         recipes_dir=ctx.config.recipes,
         source_dir=ctx.source_dir,
         output_dir=work / "out",
@@ -159,6 +175,6 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
 
 
 __all__ = [
-    "RunContext", "build_env", "make_job", "manylinux_env", "package_version",
+    "RunContext", "build_env", "interpreter_env", "make_job", "manylinux_env", "package_version",
     "prepare_toolchain", "recipe_env", "version_env", "wheelhouse_env",
 ]

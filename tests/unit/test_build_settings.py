@@ -144,3 +144,46 @@ def test_buildreqs_checks_what_the_backend_asks_for(tmp_path: Path) -> None:
     got = _check(_in_tree_backend(tmp_path, ["ninja-not-installed>=1.8.2"]))
     assert got.returncode == 1
     assert "ninja-not-installed>=1.8.2 (asked for by backend; not installed)" in got.stdout
+
+
+def test_a_container_build_in_a_declared_builder_gets_its_interpreter_from_nightly(
+    tmp_path: Path,
+) -> None:
+    """PYTHON is decided once, by nightly, where nightly made the image: the declared
+    spec's interpreter under /opt/python; the local executor finds the host's itself."""
+    from nightly.builds.jobs import interpreter_env
+    from nightly.plan.matrix import Build
+
+    path = tmp_path / "nightly.toml"
+    path.write_text("""\
+[project]
+name = "demo"
+source = "."
+base_version = "1.0.0"
+
+[matrix.linux.manywheel]
+pythons = ["3.12"]
+cudas = ["cpu"]
+
+[[machines]]
+name = "a"
+platform = "linux"
+queues = 1
+executor = "container"
+
+[builders.b]
+pythons = { "3.12" = "host:/opt/some/python3.12" }
+suite = "bookworm"
+
+[images.default]
+default = "@b"
+""")
+    from nightly import config as cfg
+
+    config = cfg.load(path)
+    build = Build(package="manywheel", python="3.12", cuda="cpu")
+    assert interpreter_env(config, build, "container") == {
+        "PYTHON": "/opt/python/cp312-cp312/bin/python"}
+    assert interpreter_env(config, build, "local") == {}
+    other = Build(package="manywheel", python="3.11", cuda="cpu")
+    assert interpreter_env(config, other, "container") == {}  # not in the image: the recipe looks
