@@ -92,7 +92,9 @@ reproducible_flags() {
     [[ -n "${NIGHTLY_UMASK:-}" ]] && umask "$NIGHTLY_UMASK"
     local opt=-fdebug-prefix-map map="" dir to
     # -ffile-prefix-map (gcc >= 8, clang >= 10) maps __FILE__ too; older ones debug info only.
-    if "${CC:-cc}" -ffile-prefix-map=/a=/b -x c -c /dev/null -o /dev/null >/dev/null 2>&1; then
+    # Preprocessing only: the compiler still rejects an option it does not know, and the
+    # compiler cache takes no note of it (no miss counted against the build).
+    if "${CC:-cc}" -ffile-prefix-map=/a=/b -E -x c /dev/null -o /dev/null >/dev/null 2>&1; then
         opt=-ffile-prefix-map
     fi
     for dir in "$WORK_DIR" "$SOURCE_DIR"; do
