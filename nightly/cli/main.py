@@ -326,7 +326,14 @@ def main(argv: list[str] | None = None) -> None:
     def _term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, _term)
+    previous = signal.signal(signal.SIGTERM, _term)
+    try:
+        _run(args, opts)
+    finally:
+        signal.signal(signal.SIGTERM, previous)  # a caller in-process gets its own back
+
+
+def _run(args: list[str], opts: Shared) -> None:
     try:
         cli.main(args=args, prog_name="nightly", standalone_mode=False, obj=opts)
     except click.exceptions.Abort:

@@ -192,11 +192,12 @@ def _shape_problem(data: Any) -> str | None:
         status = entry.get("status", PENDING)
         if status not in (PENDING, RUNNING, *FINISHED):
             return f"the entry of {bid[:80]!r} has status {str(status)[:40]!r}"
+        # null is a field set back to unset (State.update with None), as valid as no field.
         for key in ("packages",):
-            if not isinstance(entry.get(key, []), list):
+            if entry.get(key) is not None and not isinstance(entry[key], list):
                 return f"the entry of {bid[:80]!r} has {key} that is not a list"
         for key in ("published", "promoted", "manual"):
-            if not isinstance(entry.get(key, {}), dict):
+            if entry.get(key) is not None and not isinstance(entry[key], dict):
                 return f"the entry of {bid[:80]!r} has {key} that is not an object"
     return None
 
