@@ -4,19 +4,9 @@
 # the build ran. SOURCE_DIR holds the wheel(s); SMOKE_GPU_CHECK is Python code that uses the
 # GPU, SMOKE_GPU_COMMAND the project's GPU tests (bash; $PYTHON is the test interpreter).
 set -euo pipefail
-work=${WORK_DIR:-$(mktemp -d)}
-py=${PYTHON:-}
-if [ -z "$py" ]; then
-  num=${DESIRED_PYTHON%%[a-z]*}
-  for cand in "/opt/python/cp${num/./}-cp${num/./}"*/bin/python "python$num" python3; do
-    if command -v "$cand" >/dev/null 2>&1; then py=$cand; break; fi
-  done
-fi
-[ -n "$py" ] || { echo "gpu test: no interpreter for Python $DESIRED_PYTHON"; exit 1; }
-echo "gpu test: fresh virtual environment with $py on $(hostname)"
-"$py" -m venv "$work/venv"
-vpy="$work/venv/bin/python"
-"$vpy" -m pip install --quiet --no-index --no-deps "$SOURCE_DIR"/*.whl
+# shellcheck source-path=SCRIPTDIR source=../common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+fresh_venv "gpu test"
 cd "$work"   # never import from a source tree
 if [ -n "${SMOKE_GPU_CHECK:-}" ]; then
   echo "gpu test: GPU check"

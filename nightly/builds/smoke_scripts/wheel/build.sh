@@ -5,19 +5,9 @@
 # SMOKE_COMMAND; PYTHON when the executor found the interpreter (else it is looked for like
 # the recipes do). The GPU part is a stage of its own: ../gputest/build.sh.
 set -euo pipefail
-work=${WORK_DIR:-$(mktemp -d)}
-py=${PYTHON:-}
-if [ -z "$py" ]; then
-  num=${DESIRED_PYTHON%%[a-z]*}
-  for cand in "/opt/python/cp${num/./}-cp${num/./}"*/bin/python "python$num" python3; do
-    if command -v "$cand" >/dev/null 2>&1; then py=$cand; break; fi
-  done
-fi
-[ -n "$py" ] || { echo "smoke: no interpreter for Python $DESIRED_PYTHON"; exit 1; }
-echo "smoke: fresh virtual environment with $py"
-"$py" -m venv "$work/venv"
-vpy="$work/venv/bin/python"
-"$vpy" -m pip install --quiet --no-index --no-deps "$SOURCE_DIR"/*.whl
+# shellcheck source-path=SCRIPTDIR source=../common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+fresh_venv "smoke"
 cd "$work"   # never import from a source tree
 "$vpy" - <<'PY'
 import importlib, importlib.metadata as md, os, sys
