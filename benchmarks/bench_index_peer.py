@@ -1,7 +1,8 @@
 """nightly's index pages against PyTorch's production generator, on the same S3 bucket.
 
-The peer is pytorch/test-infra's `s3_management/manage_v2.py`, run unmodified from
-/work/shared/peers/test-infra in its own virtual environment (its pinned requirements.txt,
+The peer is pytorch/test-infra's `s3_management/manage_v2.py`, run unmodified from a checkout
+of it (`$NIGHTLY_PEER_TEST_INFRA`, by default `peers/test-infra` in the folder beside this
+repository's, where the workplace keeps it) in its own virtual environment (its pinned requirements.txt,
 cached under ~/.cache/nightly/), with `AWS_ENDPOINT_URL` pointing at a local moto server.
 Both tools index one bucket named `pytorch` in PyTorch's layout: `whl/nightly/<accelerator>/`
 folders of torch, torchvision and torchaudio wheels and `pytorch-triton` in the channel root
@@ -57,7 +58,8 @@ from common import format_table, write_results  # noqa: E402
 
 from tests.support.net import free_port  # noqa: E402
 
-PEER = Path("/work/shared/peers/test-infra")
+PEER = Path(os.environ.get("NIGHTLY_PEER_TEST_INFRA")
+            or Path(__file__).resolve().parents[2] / "shared" / "peers" / "test-infra")
 BUCKET = "pytorch"
 ACCELERATORS = ["cpu", "cu126", "cu128", "rocm6.4", "xpu"]
 PROJECTS = [("torch", "2.10.0"), ("torchvision", "0.25.0"), ("torchaudio", "2.10.0")]
