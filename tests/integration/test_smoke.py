@@ -8,38 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.projects import DATE
+from tests.support.wheels import hand_wheel_recipe
 
 # A recipe that writes a real (pure) wheel by hand. The 3.12 build's module raises on
 # import: it builds fine, and only a smoke test can tell. Build tags (311/312) keep the two
 # file names apart, as a real project's python tags would.
-WHEEL_RECIPE = r"""#!/usr/bin/env bash
-set -euo pipefail
-"$PYTHON" - <<'PY'
-import base64, hashlib, os, zipfile
-v = os.environ["BUILD_VERSION"]
-tag = os.environ["DESIRED_PYTHON"].replace(".", "")
-broken = os.environ["DESIRED_PYTHON"] == "3.12"
-body = "raise ImportError('broken on purpose')\n" if broken else f"__version__ = {v!r}\n"
-info = f"demo-{v}.dist-info"
-files = {
-    "demo/__init__.py": body,
-    f"{info}/METADATA": f"Metadata-Version: 2.1\nName: demo\nVersion: {v}\n",
-    f"{info}/WHEEL": (
-        f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nBuild: {tag}\n"
-        "Tag: py3-none-any\n"
-    ),
-}
-def digest(text):
-    return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-record = "".join(f"{n},sha256={digest(t)},{len(t.encode())}\n" for n, t in files.items())
-files[f"{info}/RECORD"] = record + f"{info}/RECORD,,\n"
-path = os.path.join(os.environ["OUTPUT_DIR"], f"demo-{v}-{tag}-py3-none-any.whl")
-with zipfile.ZipFile(path, "w") as z:
-    for n, t in files.items():
-        z.writestr(n, t)
-print("wrote", path)
-PY
-"""
+WHEEL_RECIPE = hand_wheel_recipe(
+    version='os.environ["BUILD_VERSION"]',
+    body=("\"raise ImportError('broken on purpose')\\n\" if os.environ[\"DESIRED_PYTHON\"] == "
+          "\"3.12\" else f\"__version__ = {v!r}\\n\""),
+)
 
 MATRIX = """
 [matrix.linux.manywheel]

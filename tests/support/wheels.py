@@ -75,33 +75,47 @@ def publish_toml(store: Path, *, smoke: bool = False) -> str:
     return f'[publish]\nurl = "{store.as_uri()}"\n\n[smoke]\nenabled = {str(smoke).lower()}\n'
 
 
-# Real (pure) wheels, one per python and CUDA tag, each in its folder; the 3.12 cu130 build
-# fails (its compiler "fails").
-GATE_RECIPE = r"""#!/usr/bin/env bash
+_HAND_WHEEL = r"""#!/usr/bin/env bash
 set -euo pipefail
-if [ "$DESIRED_PYTHON" = 3.12 ] && [ "$DESIRED_CUDA" = cu130 ]; then
-  echo "error: nvcc failed on purpose" >&2; exit 3
-fi
-"$PYTHON" - <<'PY'
+{before}"$PYTHON" - <<'PY'
 import base64, hashlib, os, zipfile
-v = os.environ["BUILD_VERSION"] + "+" + os.environ["DESIRED_CUDA"]
+v = {version}
 tag = os.environ["DESIRED_PYTHON"].replace(".", "")
-info = f"demo-{v}.dist-info"
-files = {
-    "demo/__init__.py": f"__version__ = {v!r}\n",
-    f"{info}/METADATA": f"Metadata-Version: 2.1\nName: demo\nVersion: {v}\n",
-    f"{info}/WHEEL": (
-        f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nBuild: {tag}\n"
+body = {body}
+info = f"demo-{{v}}.dist-info"
+files = {{
+    "demo/__init__.py": body,
+    f"{{info}}/METADATA": f"Metadata-Version: 2.1\nName: demo\nVersion: {{v}}\n",
+    f"{{info}}/WHEEL": (
+        f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nBuild: {{tag}}\n"
         "Tag: py3-none-any\n"
     ),
-}
+}}
 def digest(text):
     return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-record = "".join(f"{n},sha256={digest(t)},{len(t.encode())}\n" for n, t in files.items())
-files[f"{info}/RECORD"] = record + f"{info}/RECORD,,\n"
-path = os.path.join(os.environ["OUTPUT_DIR"], f"demo-{v}-{tag}-py3-none-any.whl")
+record = "".join(f"{{n}},sha256={{digest(t)}},{{len(t.encode())}}\n" for n, t in files.items())
+files[f"{{info}}/RECORD"] = record + f"{{info}}/RECORD,,\n"
+path = os.path.join(os.environ["OUTPUT_DIR"], f"demo-{{v}}-{{tag}}-py3-none-any.whl")
 with zipfile.ZipFile(path, "w") as z:
     for n, t in files.items():
         z.writestr(n, t)
+print("wrote", path)
 PY
 """
+
+
+def hand_wheel_recipe(*, version: str, body: str, before: str = "") -> str:
+    """A recipe that writes a real pure wheel `demo` by hand (its RECORD right), one per
+    Python (a build tag keeps the names apart). `version` and `body` are Python expressions
+    (over os.environ; `v` is the version); `before` is bash run first."""
+    return _HAND_WHEEL.format(before=before, version=version, body=body)
+
+
+# Real (pure) wheels, one per python and CUDA tag, each in its folder; the 3.12 cu130 build
+# fails (its compiler "fails").
+GATE_RECIPE = hand_wheel_recipe(
+    before=('if [ "$DESIRED_PYTHON" = 3.12 ] && [ "$DESIRED_CUDA" = cu130 ]; then\n'
+            '  echo "error: nvcc failed on purpose" >&2; exit 3\nfi\n'),
+    version='os.environ["BUILD_VERSION"] + "+" + os.environ["DESIRED_CUDA"]',
+    body='f"__version__ = {v!r}\\n"',
+)
