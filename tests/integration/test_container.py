@@ -281,26 +281,25 @@ def test_output_survives_a_stream_that_times_out_in_a_silence(box: Box) -> None:
 def test_quick_builds_deliver_their_output_exactly_once(box: Box) -> None:
     # Podman's API sometimes never answers a log follow that races with the container's
     # exit; the executor must still deliver all output, once, and promptly.
+    # A run that waited for a stream that never ends would end at the job's timeout instead,
+    # failed and saying so: the result, not the clock, shows the output came promptly.
     box.recipe('echo "only line"\n')
     with box.executor() as ex:
         for _ in range(15):
             sink = Sink()
-            t0 = time.monotonic()
-            result = ex.run(box.job(), sink, threading.Event())
-            assert result.ok, sink.text
+            result = ex.run(box.job(timeout_s=120), sink, threading.Event())
+            assert result.ok, (result.reason, sink.text)
             assert sink.text == "only line\n"
-            assert time.monotonic() - t0 < 10
 
 
 # ---------------------------------------------------------------------------- kills
 
 
 def test_timeout_kills_and_removes_the_container(box: Box) -> None:
-    box.recipe('echo "begin"; sleep 600\n')
-    t0 = time.monotonic()
+    box.recipe('echo "begin"; sleep 600; echo "end of sleep"\n')
     result, sink = box.run(box.job(timeout_s=3))
-    assert time.monotonic() - t0 < 30
     assert result.reason == "timeout after 3 s"
+    assert "end of sleep" not in sink.text
     assert result.infra
     assert result.exit_status is None
     assert "begin" in sink.text
@@ -343,11 +342,9 @@ def test_cancel_interrupts_and_removes(box: Box) -> None:
     while not (sink_holder and "working" in sink_holder[0].text) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert box.containers(), "the build should be running"
-    t0 = time.monotonic()
     cancel.set()
-    t.join(30)
+    t.join(120)  # the recipe sleeps 600 s: only the cancel ends the run this soon
     assert not t.is_alive()
-    assert time.monotonic() - t0 < 10
     (result,) = results
     assert result.interrupted
     assert result.exit_status is None
