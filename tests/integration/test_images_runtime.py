@@ -13,23 +13,25 @@ minbase with python3 has not) builds a small C extension that links libyaml:
              default), and the log names the image it ran in.
 
 The builder and runtime images are tagged by their spec's hash and nightly caches what they
-are made of, so on a machine that built them before this is three small nights (a minute or
-so each); cold it adds two debootstraps (the builder's base, and the suite's runtime base,
-which every bookworm builder shares).
+are made of, so on a machine that built them before this is three small nights (5.5 min on
+the 2-core machine at load average 12); cold it adds `nightly images build` (7.5 min there:
+two debootstraps, the builder's base and the suite's runtime base, which every bookworm
+builder shares, so after test_images.py only the first).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
-import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from nightly.config import load
 from nightly.images import runtime
-from tests.support.cli import nightly_cmd
+from tests.support.cli import run_nightly
 from tests.support.engine import Engine
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -129,18 +131,14 @@ executor = "container"
     return config
 
 
-def nightly(*args: str, env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*nightly_cmd(), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
 def _night(config: Path, env: dict[str, str]) -> tuple[int, dict[str, object], str]:
     """Run the night; (exit code, the build's state entry, its log)."""
-    run = nightly("run", "--config", str(config), "--date", DATE, env=env)
+    code, _, _ = run_nightly(["run", "--config", str(config), "--date", DATE], env=env,
+                             timeout=1800)
     day = config.parent / "nightlies" / DATE
     entry = json.loads((day / "state.json").read_text())["builds"][BUILD]
     (log,) = day.glob(f"logs/*/{BUILD}.log")
-    return run.returncode, entry, log.read_text()
+    return code, entry, log.read_text()
 
 
 def test_a_wheel_that_does_not_bundle_its_library_fails_its_test_in_the_runtime_image(
@@ -150,11 +148,12 @@ def test_a_wheel_that_does_not_bundle_its_library_fails_its_test_in_the_runtime_
     bundled = _config(tmp_path / "bundled", bundle=True)
     spec = load(bundled).builders["yaml"]
     builder, tested_in = spec.tag_for("cpu"), runtime.tag(spec)
-    built = nightly("images", "build", "--config", str(bundled), env=env, timeout=3600)
-    assert built.returncode == 0, built.stderr[-4000:]
-    assert built.stdout.split() == [builder, tested_in]
-    rows = {r["tag"]: r for r in json.loads(
-        nightly("images", "list", "--config", str(bundled), "--json", env=env).stdout)}
+    code, out, err = run_nightly(["images", "build", "--config", str(bundled)], env=env,
+                                 timeout=3600)
+    assert code == 0, err[-4000:]
+    assert out.split() == [builder, tested_in]
+    listed = run_nightly(["images", "list", "--config", str(bundled), "--json"], env=env)[1]
+    rows = {r["tag"]: r for r in json.loads(listed)}
     assert rows[tested_in]["role"] == "runtime"
     assert rows[tested_in]["present"]
     assert rows[tested_in]["size"] < rows[builder]["size"]
@@ -175,11 +174,9 @@ def test_a_wheel_that_does_not_bundle_its_library_fails_its_test_in_the_runtime_
     assert code == 0, log[-4000:]
     smoke = log.split("-" * 30 + " smoke test ")[1]
     assert f"smoke: in image {tested_in}, the runtime image of builder yaml" in smoke
-    assert "libyaml 0.2.5" in smoke
+    assert re.search(r"^libyaml \d+\.\d+", smoke, re.M), smoke
     (wheel,) = (tmp_path / "bundled" / "mirror").rglob("*.whl")
-    listing = subprocess.run(["unzip", "-l", str(wheel)], capture_output=True, text=True,
-                             check=True).stdout
-    assert "yamlwheel.libs/libyaml-" in listing
+    assert any(n.startswith("yamlwheel.libs/libyaml-") for n in zipfile.ZipFile(wheel).namelist())
 
     # Not bundled: the loader cannot find libyaml in the runtime image; the build fails.
     unbundled = _config(tmp_path / "unbundled", bundle=False)
@@ -201,4 +198,4 @@ def test_a_wheel_that_does_not_bundle_its_library_fails_its_test_in_the_runtime_
     code, entry, log = _night(override, env)
     assert code == 0, log[-4000:]
     assert f"smoke: in image {builder} ([smoke] image)" in log
-    assert "libyaml 0.2.5" in log
+    assert re.search(r"^libyaml \d+\.\d+", log, re.M), log[-3000:]
