@@ -5,12 +5,13 @@ wall time against the sum of its build times (the parallel speed-up).
                                                 [--config configs/demo-cuda.toml]
 
 Images are those of the config's builders (configs/demo-cuda.toml: cpu, CUDA 11.8, 12.4,
-13.0 on one bookworm base). Per image:
+13.0 on one bookworm base, and the runtime image its wheels are tested in). Per image:
 
 - cold: the image and everything nightly cached for its own layer removed first (the base:
   the debootstrap rootfs and its .debs; cpu: the interpreter wheels; a CUDA image: its
-  wheels, .deb and assembled toolkit), then built; layers below it are present (they are
-  measured on their own, in order base, cpu, CUDA...). `--warm-only` skips this (it takes
+  wheels, .deb and assembled toolkit; the runtime image: its base's debootstrap rootfs and
+  image), then built; layers below it are present (they are measured on their own, in order
+  base, cpu, CUDA..., runtime). `--warm-only` skips this (it takes
   minutes and downloads ~600 MB);
 - rebuild: the tag removed, nightly's caches and the engine's layer cache warm;
 - warm: `nightly images build` when the image is present (the content-hash tag is found).
@@ -42,7 +43,7 @@ sys.path.insert(0, str(REPO))
 from common import format_table, write_results  # noqa: E402
 
 from nightly.config import load  # noqa: E402
-from nightly.images import engine  # noqa: E402
+from nightly.images import engine, runtime  # noqa: E402
 from nightly.images.spec import BuilderSpec  # noqa: E402
 from nightly.plan.matrix import cuda_version  # noqa: E402
 from tests.support.day import find_day  # noqa: E402
@@ -73,6 +74,8 @@ def _wipe_caches(cache: Path, spec: BuilderSpec, layer: str) -> None:
     """Remove what nightly cached for one layer (so its cold build downloads again)."""
     if layer == "base":
         targets = [cache / "rootfs" / f"{spec.suite}-{spec.base_hash()}", cache / "debootstrap-debs"]
+    elif layer == "runtime":
+        targets = [cache / "rootfs" / f"{spec.suite}-runtime-{runtime.base_hash(spec)}"]
     elif layer == "cpu":
         targets = [cache / "wheels" / f"py{p.version}" for p in spec.pythons]
         targets.append(cache / "wheels" / "tools")
@@ -88,19 +91,26 @@ def _wipe_caches(cache: Path, spec: BuilderSpec, layer: str) -> None:
 def _ensure(client: Any, spec: BuilderSpec, layer: str, cache: Path) -> str:
     if layer == "base":
         return engine.ensure_base(client, spec, cache, log)
+    if layer == "runtime":
+        return runtime.ensure(client, spec, cache, log)
     return engine.ensure_cuda(client, spec, layer, cache, log)
 
 
 def _tag(spec: BuilderSpec, layer: str) -> str:
+    if layer == "runtime":
+        return runtime.tag(spec)
     return spec.base_tag() if layer == "base" else spec.tag_for(layer)
 
 
 def build_times(client: Any, spec: BuilderSpec, cache: Path, cold: bool) -> dict[str, Any]:
-    layers = ["base", *spec.cudas]
+    # The runtime image nightly makes (not a site's runtime_image; none on a base_image).
+    made = bool(runtime.tag(spec)) and not spec.runtime_image
+    layers = ["base", *spec.cudas, *(["runtime"] if made else [])]
     out: dict[str, Any] = {layer: {} for layer in layers}
     if cold:
         for layer in reversed(layers):  # children first: a parent in use cannot go
             _rm(client, _tag(spec, layer))
+        _rm(client, runtime.base_tag(spec))
         for layer in layers:
             print(f"cold build: {layer}", file=sys.stderr, flush=True)
             _wipe_caches(cache, spec, layer)
@@ -142,6 +152,11 @@ def sizes(client: Any, spec: BuilderSpec) -> dict[str, Any]:
         out[layer] = {"tag": spec.tag_for(layer), "image_mb": round(s / 1e6),
                       "layer_mb": round((s - parent) / 1e6)}
         stored += s - parent
+    if runtime.tag(spec) and not spec.runtime_image:
+        tested, tested_base = (engine.inspect(client, t) for t in (runtime.tag(spec),
+                                                                    runtime.base_tag(spec)))
+        mb = [round(i.size / 1e6) if i else 0 for i in (tested, tested_base)]
+        out["runtime"] = {"tag": runtime.tag(spec), "image_mb": mb[0], "layer_mb": mb[0] - mb[1]}
     out["stored_once_mb"] = round(stored / 1e6)
     out["sum_of_images_mb"] = round(sum(size(c) for c in spec.cudas) / 1e6)
     return out
@@ -185,7 +200,7 @@ def main() -> None:
         times = build_times(client, spec, cache, cold=not args.warm_only)
         sz = sizes(client, spec)
         result["builders"][name] = {"times": times, "sizes": sz}
-        for layer in ["base", *spec.cudas]:
+        for layer in times:
             t, s = times[layer], sz[layer]
             rows.append([f"{name}:{layer}", t.get("cold_s", "-"), t.get("rebuild_s", "-"),
                          t["warm_s"], s["image_mb"], s["layer_mb"]])

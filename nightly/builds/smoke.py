@@ -2,7 +2,8 @@
 the build counts as succeeded (and so before anything is uploaded).
 
 Wheels and libtorch zips are tested through the build's own executor (a fresh venv on the
-host, or a fresh container from the test image) with the scripts in `smoke_scripts/`; conda
+host, or a fresh container: wheels in the builder's runtime image, nightly.images.runtime)
+with the scripts in `smoke_scripts/`; conda
 packages are installed from a temporary local channel with a conda client (py-rattler: the
 `CondaClient` the night injects, nightly.publish.conda) and imported with the build's
 interpreter.
@@ -27,6 +28,7 @@ from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
 from nightly.executors.local import NotFound, find_python, give_to
 from nightly.hardening import BuildUser
+from nightly.images import runtime
 from nightly.plan.matrix import Build, python_number
 
 SCRIPTS = Path(__file__).with_name("smoke_scripts")
@@ -183,6 +185,10 @@ class SmokeTester:
         gpu: bool = False,
     ) -> SmokeResult:
         sm = self.config.smoke
+        # Wheels in the builder's runtime image (no compilers, no -dev packages), unless
+        # [smoke] image says otherwise (nightly.images.runtime).
+        image, image_note = (runtime.smoke_image(self.config, build, job.image, kind)
+                             if job.image else (None, ""))
         with tempfile.TemporaryDirectory(prefix=f"smoke-{build.id}-", dir=job.work_dir.parent) as t:
             tmp = Path(t)
             inputs = tmp / "inputs"
@@ -211,10 +217,13 @@ class SmokeTester:
                 work_dir=tmp / "work",
                 env=env,
                 timeout_s=timeout_s or sm.timeout_s,
-                image=(sm.image or job.image),
+                image=image,
                 gpu=gpu,
                 cache=None,  # a smoke test tests the package, it compiles nothing to keep
             )
+            if job.image:  # the container executor: say which image, and why that one
+                who = "gpu test" if kind == "gputest" else "smoke"
+                out(f"{who}: {image_note}\n".encode())
             smoke_job.output_dir.mkdir()
             smoke_job.work_dir.mkdir()
             errors = ErrorLine()

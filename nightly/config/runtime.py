@@ -65,6 +65,10 @@ def parse_smoke(top: Table, project_name: str) -> Smoke:
         gpu_retries=sm.int("gpu_retries", minimum=0),
         require_gpu=sm.bool("require_gpu"),
     )
+    if (smoke.image.startswith("@") and smoke.image != "@build") or " " in smoke.image:
+        sm.ctx.fail(f"'{smoke.image}' is not an image", "smoke.image",
+                    hint='write an image name, "@build" (the build\'s own image) or "" (a '
+                    "declared builder's runtime image, else the build's)")
     sm.finish()
     return smoke
 

@@ -3,6 +3,7 @@
 Modules, bottom-up: `spec` (the declaration, its validation and content hashes; config
 imports it), `rootfs` (debootstrap), `cuda` (a CUDA toolkit from PyPI + Debian),
 `context` (build contexts: interpreters, wheels, Dockerfiles), `engine` (the engine's API:
-import, build, inspect), `commands` (build / list / check for a configuration, the night's
-preflight) and `cli` (`nightly images ...`). See docs/images.md.
+import, build, inspect), `runtime` (the runtime image a builder's wheels are tested in, and
+which image each test runs in), `commands` (build / list / check for a configuration, the
+night's preflight) and `cli` (`nightly images ...`). See docs/images.md.
 """

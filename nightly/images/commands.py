@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nightly.errors import NightlyError, UsageError
+from nightly.images import runtime
 from nightly.images.spec import BuilderSpec, SpecError
 from nightly.plan.matrix import Build, SpellingError, normalize_cuda
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from docker import DockerClient
 
     from nightly.config import Config
+    from nightly.images.engine import ImageInfo
 
 Log = Callable[[str], None]
 
@@ -40,6 +42,12 @@ class Needed:
     spec: BuilderSpec | None  # None: a literal image name (not built by nightly)
     cuda: str
     builds: list[str] = field(default_factory=list)
+    runtime: bool = False  # the builder's runtime image, where these builds' wheels are tested
+
+    @property
+    def built_here(self) -> bool:
+        """Whether `nightly images build` makes it (not a literal name, not a runtime_image)."""
+        return self.spec is not None and not (self.runtime and self.spec.runtime_image)
 
 
 def raw_image(config: Config, build: Build) -> str:
@@ -68,6 +76,10 @@ def needed(config: Config, *, cudas: Sequence[str] = (), package: str | None = N
         if not tag:
             continue
         out.setdefault(tag, Needed(tag=tag, spec=spec, cuda=b.cuda)).builds.append(b.id)
+        tested = runtime.needed_by(config, b)
+        if tested is not None:
+            out.setdefault(tested[1], Needed(tag=tested[1], spec=tested[0], cuda=b.cuda,
+                                             runtime=True)).builds.append(b.id)
     return list(out.values())
 
 
@@ -96,11 +108,13 @@ def build_images(config: Config, *, cudas: Sequence[str] = (), package: str | No
     cache = cache or engine.default_cache()
     tags: list[str] = []
     for n in wanted:
-        if n.spec is None:
-            log(f"{n.tag}: not declared in [builders]; nightly does not build it")
+        if n.spec is None or not n.built_here:
+            why = "a runtime_image" if n.spec else "not declared in [builders]"
+            log(f"{n.tag}: {why}; nightly does not build it")
             continue
         try:
-            tags += engine.build(client, n.spec, [n.cuda], cache, log)
+            tags += ([runtime.ensure(client, n.spec, cache, log)] if n.runtime
+                     else engine.build(client, n.spec, [n.cuda], cache, log))
         except KeyboardInterrupt:
             log("interrupted: nothing half-built is tagged; run the same command again to go on")
             raise
@@ -120,6 +134,7 @@ class Row:
     nvcc: str
     policy: str = "-"  # the declared manylinux policy of its manywheel builds
     toolchain: str = ""  # what its toolchain guarantees (the glibc it links against)
+    role: str = "builder"  # or "runtime": where the builds' wheels are tested
 
 
 def _age(created: dt.datetime) -> str:
@@ -138,6 +153,9 @@ def list_images(config: Config, *, client: DockerClient | None = None) -> list[R
     for n in needed(config):
         info = engine.inspect(client, n.tag)
         labels = info.labels if info else {}
+        if n.runtime and n.spec is not None:
+            rows.append(_runtime_row(n, n.spec, info))
+            continue
         spec_hash = n.spec.hash_for(n.cuda) if n.spec else labels.get(engine.LABEL_HASH, "-")
         pythons = (" ".join(f"{p.version}={p.describe()}" for p in n.spec.pythons) if n.spec
                    else labels.get(engine.LABEL_PYTHONS, "?"))
@@ -155,8 +173,20 @@ def list_images(config: Config, *, client: DockerClient | None = None) -> list[R
     return rows
 
 
+def _runtime_row(n: Needed, spec: BuilderSpec, info: ImageInfo | None) -> Row:
+    return Row(
+        tag=n.tag, present=info is not None, size=info.size if info else 0,
+        spec_hash="-" if spec.runtime_image else runtime.image_hash(spec),
+        age=_age(info.created) if info else "-", manylinux="-",
+        pythons=" ".join(f"{p.version}={p.describe()}" for p in spec.pythons),
+        builds=len(n.builds), nvcc="", role="runtime",
+        toolchain=("none: the site's runtime_image" if spec.runtime_image else
+                   f"none: the runtime image of {spec.name} (where its wheels are tested)"),
+    )
+
+
 def build_command(config: Config, missing: Sequence[Needed]) -> str:
-    cudas = sorted({n.cuda for n in missing if n.spec is not None})
+    cudas = sorted({n.cuda for n in missing if n.built_here})
     return f"nightly images build --config {config.path} --cuda {','.join(cudas)}"
 
 
@@ -180,15 +210,20 @@ def check_images(config: Config, *, builds: Sequence[Build] | None = None,
     missing = [n for n in wanted if engine.inspect(client, n.tag) is None]
     if not missing:
         return wanted
-    lines = "\n".join(f"  - {n.tag} (needed by {len(n.builds)} build(s): "
+    lines = "\n".join(f"  - {n.tag} ({'runtime image: tests' if n.runtime else 'needed by'} "
+                      f"{len(n.builds)} build(s): "
                       f"{', '.join(n.builds[:3])}{' ...' if len(n.builds) > 3 else ''})"
                       for n in missing)
-    declared = [n for n in missing if n.spec is not None]
+    declared = [n for n in missing if n.built_here]
     fix = (f"Build them with: {build_command(config, declared)}" if declared else "")
-    if len(declared) < len(missing):
+    if any(n.spec is None for n in missing):
         fix += ("\n" if fix else "") + ("Images not declared in [builders] must be built or "
                                         "pulled by the site (or declare a builder for them).")
-    raise ImagesMissing(f"{len(missing)} builder image(s) missing on the engine:\n{lines}\n{fix}")
+    for n in missing:
+        if n.spec is not None and not n.built_here:
+            fix += ("\n" if fix else "") + (f"{n.tag} is builder {n.spec.name}'s runtime_image: "
+                                            "pull or load it (nightly never builds it).")
+    raise ImagesMissing(f"{len(missing)} image(s) missing on the engine:\n{lines}\n{fix}")
 
 
 def spec_error_text(e: SpecError) -> str:

@@ -97,7 +97,7 @@ def inspect(client: DockerClient, tag: str) -> ImageInfo | None:
 
 
 @contextmanager
-def _lock(cache: Path) -> Iterator[None]:
+def cache_lock(cache: Path) -> Iterator[None]:
     """One image build at a time per cache (tests, benchmarks and CI may run together)."""
     cache.mkdir(parents=True, exist_ok=True)
     with (cache / ".lock").open("w") as f:
@@ -105,7 +105,7 @@ def _lock(cache: Path) -> Iterator[None]:
         yield
 
 
-def _logfile(cache: Path, tag: str) -> Path:
+def log_file(cache: Path, tag: str) -> Path:
     path = cache / "logs" / (tag.replace("/", "_").replace(":", "_") + ".log")
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
@@ -143,7 +143,7 @@ def _build(client: DockerClient, ctx: Path, tag: str, logfile: Path, log: Log) -
     log(f"{tag}: built in {time.monotonic() - t0:.0f} s")
 
 
-def _build_from_context(
+def build_from_context(
     client: DockerClient, ctx: Path, tag: str, logfile: Path, log: Log,
     write: Callable[[Path], object],
 ) -> str:
@@ -158,7 +158,7 @@ def _build_from_context(
     return tag
 
 
-def _header(logfile: Path, tag: str, spec: BuilderSpec, lines: list[str]) -> None:
+def write_header(logfile: Path, tag: str, spec: BuilderSpec, lines: list[str]) -> None:
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     head = ["=" * 78, f"nightly image build {tag}", f"builder:  {spec.name}",
             f"started:  {stamp}", *lines, "=" * 78, ""]
@@ -180,15 +180,21 @@ def ensure_base(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) 
     mirror = spec.mirror or cuda.host_mirror()
     fs = rootfs.bootstrap(suite=spec.suite, packages=spec.base_packages, key=spec.base_hash(),
                           mirror=mirror, cache=cache, log=log)
-    logfile = _logfile(cache, tag)
-    _header(logfile, tag, spec, [f"suite:    {spec.suite} ({mirror})",
-                                 f"packages: {' '.join(spec.base_packages)}"])
+    write_header(log_file(cache, tag), tag, spec, [f"suite:    {spec.suite} ({mirror})",
+                                              f"packages: {' '.join(spec.base_packages)}"])
+    return import_rootfs(client, fs, tag, {LABEL_SPEC: spec.name, LABEL_HASH: spec.base_hash()},
+                         cache, log)
+
+
+def import_rootfs(client: DockerClient, fs: Path, tag: str, labels: dict[str, str], cache: Path,
+                  log: Log) -> str:
+    """Import a cached rootfs folder as the image `tag` (POST /images/create fromSrc)."""
     changes = [
         'CMD ["/bin/bash"]',
         "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        f"LABEL {LABEL_SPEC}={spec.name} {LABEL_HASH}={spec.base_hash()}",
+        "LABEL " + " ".join(f"{k}={v}" for k, v in labels.items()),
     ]
-    tar = cache / "tmp" / f"base-{spec.base_hash()}.tar"
+    tar = cache / "tmp" / f"{_split(tag)[1]}.tar"
     try:
         rootfs.tar_rootfs(fs, tar)
         log(f"{tag}: importing the rootfs ({tar.stat().st_size / 1e6:.0f} MB)")
@@ -230,12 +236,12 @@ def ensure_cpu(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) -
         LABEL_TOOLCHAIN: spec.toolchain_text(),
         LABEL_PYTHONS: " ".join(f"{p.version}={p.describe()}" for p in spec.pythons),
     }
-    logfile = _logfile(cache, tag)
-    _header(logfile, tag, spec, [f"parent:   {spec.base_tag()}",
+    logfile = log_file(cache, tag)
+    write_header(logfile, tag, spec, [f"parent:   {spec.base_tag()}",
                                  *(f"python:   {p.version} <- {p.describe()} at {p.dest}"
                                    for p in spec.pythons),
                                  f"tools:    {' '.join(spec.tools)}"])
-    return _build_from_context(
+    return build_from_context(
         client, cache / "tmp" / f"ctx-{spec.cpu_hash()}.tar", tag, logfile, log,
         lambda ctx: context.write_cpu_context(spec, labels, cache, ctx, log))
 
@@ -268,12 +274,12 @@ def ensure_cuda(client: DockerClient, spec: BuilderSpec, cuda_id: str, cache: Pa
         LABEL_NVCC: next((line for line in nvcc.splitlines() if "release" in line), ""),
         LABEL_TOOLKIT: " ".join(sources),
     }
-    logfile = _logfile(cache, tag)
-    _header(logfile, tag, spec, [f"parent:   {parent}", f"CUDA:     {version} at "
+    logfile = log_file(cache, tag)
+    write_header(logfile, tag, spec, [f"parent:   {parent}", f"CUDA:     {version} at "
                                  f"/usr/local/cuda-{version} (/usr/local/cuda -> it)",
                                  *(f"from:     {s}" for s in sources),
                                  "nvcc --version:", *(f"  {line}" for line in nvcc.splitlines())])
-    return _build_from_context(
+    return build_from_context(
         client, cache / "tmp" / f"ctx-{spec.hash_for(cuda_id)}.tar", tag, logfile, log,
         lambda ctx: context.write_cuda_context(parent, version, prefix, labels, ctx,
                                                context.cuda_toolchain_env(spec, cuda_id)))
@@ -282,5 +288,5 @@ def ensure_cuda(client: DockerClient, spec: BuilderSpec, cuda_id: str, cache: Pa
 def build(client: DockerClient, spec: BuilderSpec, cudas: list[str], cache: Path,
           log: Log) -> list[str]:
     """Build (or find) the images of `spec` for `cudas`; returns their tags."""
-    with _lock(cache):
+    with cache_lock(cache):
         return [ensure_cuda(client, spec, c, cache, log) for c in cudas]

@@ -44,8 +44,9 @@ def remove_rootfs(path: Path) -> None:
 
 
 def bootstrap(*, suite: str, packages: tuple[str, ...], key: str, mirror: str, cache: Path,
-              log: Log) -> Path:
-    """The rootfs folder for (suite, packages), debootstrapping it when not cached."""
+              log: Log, essential: tuple[str, ...] = ESSENTIAL) -> Path:
+    """The rootfs folder for (suite, packages), debootstrapping it when not cached
+    (`essential`: what goes in whatever the packages; a runtime image's is smaller)."""
     rootfs = cache / "rootfs" / f"{suite}-{key}"
     if (rootfs / MARKER).exists():
         log(f"base: rootfs cached in {rootfs}")
@@ -61,7 +62,7 @@ def bootstrap(*, suite: str, packages: tuple[str, ...], key: str, mirror: str, c
     partial.parent.mkdir(parents=True, exist_ok=True)
     debs = cache / "debootstrap-debs"
     debs.mkdir(parents=True, exist_ok=True)
-    include = ",".join(sorted(set(ESSENTIAL) | set(packages)))
+    include = ",".join(sorted(set(essential) | set(packages)))
     log(f"base: debootstrap {suite} minbase from {mirror} (a few minutes cold); "
         f"packages: {include}")
     logfile = cache / "logs" / f"debootstrap-{suite}-{key}.log"

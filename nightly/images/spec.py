@@ -111,6 +111,7 @@ class BuilderSpec:
     cudas: tuple[str, ...] = ("cpu",)  # normalized: cpu, cu118, cu130
     manylinux: str = ""  # the declared policy ("2_28", "off"; "": the matrix's)
     base_image: str = ""  # an existing image as the base layer instead of debootstrap
+    runtime_image: str = ""  # the image its wheels are tested in (empty: nightly's, images/runtime.py)
 
     # -- hashes and tags ---------------------------------------------------------------------
 
@@ -209,7 +210,7 @@ class BuilderSpec:
 # -- parsing ---------------------------------------------------------------------------------
 
 SPEC_KEYS = ("repository", "suite", "mirror", "packages", "compilers", "pythons", "tools", "cudas",
-             "manylinux", "base_image")
+             "manylinux", "base_image", "runtime_image")
 
 
 def parse_spec(name: str, table: Mapping[str, Any]) -> BuilderSpec:
@@ -248,14 +249,12 @@ def parse_spec(name: str, table: Mapping[str, Any]) -> BuilderSpec:
         manylinux = parse_policy(_str(table, "manylinux", key))
     except ValueError as e:
         raise SpecError(str(e), key=f"{key}.manylinux") from e
-    base_image = _str(table, "base_image", key)
-    if base_image and (" " in base_image or base_image.startswith("@")):
-        raise SpecError(f"base_image '{base_image}' is not an image reference",
-                        key=f"{key}.base_image", hint='write e.g. "quay.io/pypa/manylinux_2_28_x86_64"')
+    base_image = _image_ref(table, "base_image", key, "quay.io/pypa/manylinux_2_28_x86_64")
+    runtime_image = _image_ref(table, "runtime_image", key, "python:3.12-slim-bookworm")
     spec = BuilderSpec(
         name=name, repository=repository, suite=suite, mirror=_str(table, "mirror", key),
         packages=packages, compilers=compilers, pythons=pythons, tools=tools, cudas=cudas,
-        manylinux=manylinux, base_image=base_image,
+        manylinux=manylinux, base_image=base_image, runtime_image=runtime_image,
     )
     _check_cudas(spec, key)
     for p in pythons:
@@ -273,6 +272,14 @@ def _str(table: Mapping[str, Any], k: str, key: str) -> str:
     if not isinstance(v, str):
         raise SpecError(f"{key}.{k} must be a string, got {type(v).__name__}", key=f"{key}.{k}")
     return v.strip()
+
+
+def _image_ref(table: Mapping[str, Any], k: str, key: str, example: str) -> str:
+    ref = _str(table, k, key)
+    if ref and (" " in ref or ref.startswith("@")):
+        raise SpecError(f"{k} '{ref}' is not an image reference", key=f"{key}.{k}",
+                        hint=f'write e.g. "{example}"')
+    return ref
 
 
 def _strs(table: Mapping[str, Any], k: str, key: str) -> list[str]:

@@ -19,6 +19,7 @@ import pytest
 
 from nightly.config import load
 from nightly.images import engine as images_engine
+from nightly.images import runtime
 from tests.support.cli import nightly_cmd
 from tests.support.day import find_day
 from tests.support.engine import Engine
@@ -58,7 +59,7 @@ def test_a_missing_image_is_a_clear_error_naming_the_build_command(
     env = engine.env()
     checked = nightly("images", "check", "--config", str(config), env=env, timeout=120)
     assert checked.returncode == 1, checked.stderr
-    assert "4 builder image(s) missing" in checked.stderr
+    assert "5 image(s) missing" in checked.stderr  # 4 builder images and the runtime image
     assert f"nightly images build --config {config} --cuda cpu,cu118,cu124,cu130" in checked.stderr
     # The night refuses before building anything, with the same fix.
     run = nightly("run", "--config", str(config), "--no-upload", "--select", SUBSET[0],
@@ -98,7 +99,8 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
     assert built.returncode == 0, built.stderr[-4000:]
     spec = load(config).builders["demo"]
     tags = {c: spec.tag_for(c) for c in ("cpu", "cu118", "cu130")}
-    assert built.stdout.split() == list(tags.values())
+    tested_in = runtime.tag(spec)  # where the manywheels are smoke-tested
+    assert built.stdout.split() == [tags["cpu"], tested_in, tags["cu118"], tags["cu130"]]
 
     listed = json.loads(nightly("images", "list", "--config", str(config), "--json",
                                 env=env).stdout)
@@ -112,6 +114,9 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
         assert rows[tag]["spec_hash"] == tag.rsplit("-", 1)[1]
         assert "3.12=host:" in rows[tag]["pythons"]
     assert "release 11.8" in rows[tags["cu118"]]["nvcc"]
+    assert rows[tested_in]["present"]
+    assert rows[tested_in]["role"] == "runtime"
+    assert rows[tested_in]["size"] < rows[tags["cpu"]]["size"]
     # The image's build log names what it is made of, nvcc --version in its header.
     log118 = images_engine.default_cache() / "logs" / f"nightly-builder_{tags['cu118'].split(':')[1]}.log"
     header = log118.read_text().split("=" * 78)[1]
@@ -140,6 +145,8 @@ def test_images_build_then_the_cuda_night_in_them(engine: Engine, tmp_path: Path
             release = {"cu118": "11.8", "cu124": "12.4", "cu130": "13.0"}[cuda]
             assert f"Cuda compilation tools, release {release}" in head.split("toolkit:")[1], head
         assert "/usr/local/cuda" not in log.split("environment:")[0]  # no host toolkit mount
+        # Tested in the runtime image (no toolkit there): the CUDA runtime is in the wheel.
+        assert f"smoke: in image {tested_in}, the runtime image of builder demo" in log
         (wheel,) = (day / "packages" / "manywheel" / cuda).glob("*.whl")
         # Repaired by auditwheel in the image to the declared policy (manylinux_2_28 or
         # older: PyTorch's target), whatever the CUDA.
@@ -177,10 +184,11 @@ def test_a_distro_interpreter_image_shares_the_base(engine: Engine, tmp_path: Pa
     assert spec.base_tag() == demo.base_tag()
     built = nightly("images", "build", "--config", str(config), env=engine.env(), timeout=3600)
     assert built.returncode == 0, built.stderr[-4000:]
-    assert built.stdout.split() == [spec.tag_for("cpu")]
-    out = engine.client.containers.run(
-        spec.tag_for("cpu"), remove=True,
-        command=["/opt/python/cp311-cp311/bin/python", "-c",
-                 "import sys, ssl, setuptools, wheel; print(sys.version_info[:2], sys.base_prefix)"],
-    )
-    assert out.decode().strip() == "(3, 11) /usr"
+    assert built.stdout.split() == [spec.tag_for("cpu"), runtime.tag(spec)]
+    for image in built.stdout.split():  # the runtime image has the suite's python3 for it too
+        out = engine.client.containers.run(
+            image, remove=True,
+            command=["/opt/python/cp311-cp311/bin/python", "-c",
+                     "import sys, ssl, setuptools, wheel; print(sys.version_info[:2], sys.base_prefix)"],
+        )
+        assert out.decode().strip() == "(3, 11) /usr"

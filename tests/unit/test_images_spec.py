@@ -12,7 +12,7 @@ import pytest
 
 from nightly.config import load
 from nightly.errors import ConfigError
-from nightly.images import commands, context, cuda
+from nightly.images import commands, context, cuda, runtime
 from nightly.images.spec import RECIPE_REVISION, SpecError, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,14 +150,16 @@ def test_config_resolves_at_name_to_the_builders_tag(tmp_path: Path) -> None:
     # A literal entry still wins where it applies.
     assert c.image_for(by_id["libtorch_shared-with-deps_cpu"]) == "site/libtorch-builder:cpu"
     wanted = commands.needed(c)
+    # The manywheels' tests run in the builder's runtime image (one for every CUDA).
     assert [(n.tag, len(n.builds), n.spec is not None) for n in wanted] == [
         (s.tag_for("cpu"), 2, True),
+        (runtime.tag(s), 6, True),
         (s.tag_for("cu118"), 2, True),
         (s.tag_for("cu130"), 2, True),
         ("site/libtorch-builder:cpu", 1, False),
     ]
     only = commands.needed(c, cudas=["cu130"], package="manywheel")
-    assert [n.tag for n in only] == [s.tag_for("cu130")]
+    assert [n.tag for n in only] == [s.tag_for("cu130"), runtime.tag(s)]
 
 
 @pytest.mark.parametrize(
@@ -180,9 +182,11 @@ def test_config_errors_for_builders(tmp_path: Path, old: str, new: str, key: str
 
 def test_demo_cuda_config_needs_four_images() -> None:
     c = load(REPO / "configs" / "demo-cuda.toml")
-    wanted = commands.needed(c)
+    wanted = [n for n in commands.needed(c) if not n.runtime]
     assert [n.cuda for n in wanted] == ["cpu", "cu118", "cu124", "cu130"]
     assert sum(len(n.builds) for n in wanted) == len(c.builds) == 20
+    (tested,) = [n for n in commands.needed(c) if n.runtime]  # the 16 manywheels' tests
+    assert (tested.tag, len(tested.builds)) == (runtime.tag(c.builders["demo"]), 16)
 
 
 class _NoImages:
@@ -201,7 +205,8 @@ def test_check_names_the_command_that_builds_missing_images(tmp_path: Path) -> N
     with pytest.raises(commands.ImagesMissing) as e:
         commands.check_images(c, client=_NoImages())  # type: ignore[arg-type]
     text = str(e.value)
-    assert "4 builder image(s) missing" in text
+    assert "5 image(s) missing" in text
+    assert f"{runtime.tag(c.builders['demo'])} (runtime image: tests 6 build(s)" in text
     assert f"nightly images build --config {c.path} --cuda cpu,cu118,cu130" in text
     assert "site/libtorch-builder:cpu" in text
     assert "not declared in [builders]" in text
@@ -209,7 +214,7 @@ def test_check_names_the_command_that_builds_missing_images(tmp_path: Path) -> N
     with pytest.raises(commands.ImagesMissing) as e:
         commands.preflight(c, [b for b in c.builds if b.package == "libtorch"] + [c.builds[0]],
                            client=_NoImages())  # type: ignore[arg-type]
-    assert "1 builder image(s) missing" in str(e.value)
+    assert "2 image(s) missing" in str(e.value)  # manywheel_3.11_cpu's builder and runtime
 
 
 @pytest.mark.parametrize(
