@@ -225,7 +225,7 @@ def _imported_id(answer: Any) -> str:
 
 
 def ensure_cpu(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) -> str:
-    tag = spec.tag_for("cpu")
+    tag = spec.cpu_tag()
     if inspect(client, tag) is not None:
         log(f"{tag}: present")
         return tag

@@ -146,7 +146,7 @@ def dockerfile(spec: BuilderSpec, labels: dict[str, str]) -> str:
     # Multi-stage: the interpreters as the cpu layer made them (RUNPATHs rewritten, setuptools
     # and wheel installed), without the patchelf and compilers that made them so.
     return "\n".join([
-        f"FROM {spec.tag_for('cpu')} AS builder",
+        f"FROM {spec.cpu_tag()} AS builder",
         f"FROM {base_tag(spec)}",
         "COPY --from=builder /opt/python /opt/python",
         f"RUN set -e; {CHECK}",

@@ -179,6 +179,11 @@ class BuilderSpec:
             return self.base_image
         return f"{self.repository}-base:{self.suite}-{self.base_hash()}"
 
+    def cpu_tag(self) -> str:
+        """The cpu layer's image. Every CUDA image is built on it, so it exists whether or not
+        `cudas` lists "cpu" (which says only whether cpu builds may use it)."""
+        return f"{self.repository}:cpu-{self.cpu_hash()}"
+
     def tag_for(self, cuda: str) -> str:
         """The image of this spec for a CUDA flavour: nightly-builder:cu118-3f2a9c1d0b7e."""
         if cuda not in self.cudas:

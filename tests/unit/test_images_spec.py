@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+import types
 from pathlib import Path
 from typing import Any
 
@@ -318,3 +319,26 @@ def test_an_incomplete_toolkit_is_an_error_and_not_cached(tmp_path: Path) -> Non
     with pytest.raises(cuda.ToolkitError, match="no nvvm/bin/cicc"):
         cuda.assemble("13.0", cache)
     assert not (cache / "cuda" / "cuda-13.0").exists()
+
+
+def test_a_builder_without_cpu_builds_still_has_its_cpu_layer(tmp_path: Path) -> None:
+    # Every CUDA image is built on the cpu layer: a builder that lists only CUDA versions
+    # has that layer too (found or made), while cpu builds may not use it.
+    from nightly.images import engine
+
+    cuda_only = spec(cudas=["13.0"])
+    with_cpu = spec(cudas=["cpu", "13.0"])
+    assert cuda_only.cpu_tag() == with_cpu.tag_for("cpu")
+    with pytest.raises(SpecError, match="no cpu image"):
+        cuda_only.tag_for("cpu")
+
+    asked: list[str] = []
+
+    class Images:
+        def get(self, tag: str) -> Any:
+            asked.append(tag)
+            return types.SimpleNamespace(id="sha256:0", attrs={"Size": 1}, labels={})
+
+    client: Any = types.SimpleNamespace(images=Images())
+    assert engine.ensure_cpu(client, cuda_only, tmp_path, lambda _: None) == cuda_only.cpu_tag()
+    assert asked == [cuda_only.cpu_tag()]
