@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nightly.builds.smoke import FAILED, NOT_RUN, needs_gpu_part, stage_part
+from nightly.builds.smoke import FAILED, NOT_RUN, PASSED, needs_gpu_part, stage_part
 from nightly.cluster.collector import Collector
 from nightly.cluster.dispatch import (
     TEST,
@@ -133,7 +133,7 @@ class GpuStage:
             r = self.staging.read(build.id, tok, RESULT_JSON, tests=True)
             if (r is None or r.get("build") != build.id or r.get("token") != tok
                     or r.get("build_token") != result.token or r.get("commit") != self.commit
-                    or r.get("version") != self.version):
+                    or r.get("version") != self.version or r.get("result") not in (PASSED, FAILED)):
                 continue
             if not sealed(self.collector.seal_key, r):
                 self.note(f"not adopted the GPU test {tok} of {build.id}: its result.json does "

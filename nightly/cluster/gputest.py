@@ -28,15 +28,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from nightly.builds.jobs import RunContext, make_job
-from nightly.builds.smoke import FAILED, SmokeTester, stage_part
+from nightly.builds.smoke import FAILED, NOT_RUN, SmokeTester, stage_part
 from nightly.cluster.host import (
     Emit,
     WorkerInfo,
     live,
     new_token,
     reap_orphans,
-    this_worker,
-    watch_cancel,
+    run_task,
 )
 from nightly.cluster.messages import GpuTestResult, GpuTestSpec, WorkerEvent
 from nightly.cluster.staging import (
@@ -64,15 +63,8 @@ NOT_TESTED = ("verifying staging: a package is not the one its build's worker bu
 
 def run_gpu_test_task(spec: GpuTestSpec) -> GpuTestResult:
     """The Dask task: the GPU part of `spec.build`'s test on this (GPU) worker."""
-    from nightly.hardening import make_undumpable
-
-    make_undumpable()  # as a build task: the worker's environment out of the test's reach
-    worker, key, info, emit = this_worker(spec.topic)
-    cancel, done = watch_cancel(worker, key, emit, spec.build.id)
-    try:
-        return gpu_test_on_host(spec, info, emit, cancel)
-    finally:
-        done.set()
+    return run_task(spec.topic, spec.build.id,
+                    lambda info, emit, cancel: gpu_test_on_host(spec, info, emit, cancel))
 
 
 def fetch_wheels(store: Store, spec: GpuTestSpec, dest: Path) -> list[Path]:
@@ -124,10 +116,13 @@ def gpu_test_on_host(
                                lambda: log if log.exists() else None, spec.log_flush_s).start()
         try:
             part = _test(spec, info, day, log, cancel)
+            if cancel.is_set():  # released (its orchestrator went away): no result, as a
+                part = stage_part(NOT_RUN, info.address, started,  # dead worker's attempt
+                                  reason="stopped: its task was released")
         finally:
             streamer.stop()
         result = _put_result(spec, store, info, token, prefix, log, part, started,
-                             str(ident["host"]), streamer.chunks)
+                             str(ident["host"]), streamer.chunks, final=not cancel.is_set())
         if result.result == FAILED:  # kept for debugging, as a failed build's folder
             write_json(owner, {**ident, "build": build.id, "token": token, "started": started,
                                "finished": time.time()})
@@ -184,8 +179,9 @@ def _test(spec: GpuTestSpec, info: WorkerInfo, day: Day, log: Path,
 
 def _put_result(spec: GpuTestSpec, store: Store, info: WorkerInfo, token: str, prefix: str,
                 log: Path, part: dict[str, object], started: float, host: str,
-                chunks: int) -> GpuTestResult:
-    """The test's log into staging, then (last, write-once, sealed) its result.json."""
+                chunks: int, *, final: bool = True) -> GpuTestResult:
+    """The test's log into staging, then (last, write-once, sealed, unless it was stopped:
+    not `final`) its result.json."""
     log_sha = sha256_file(log) if log.exists() else ""
     if log_sha:
         store.put(f"{prefix}{LOG_TXT}", log, log_sha)
@@ -200,8 +196,9 @@ def _put_result(spec: GpuTestSpec, store: Store, info: WorkerInfo, token: str, p
     )
     if spec.seal_key:
         result = replace(result, seal=seal(spec.seal_key, result.to_json()))
-    store.put_bytes(f"{prefix}{RESULT_JSON}", json.dumps(result.to_json()).encode(),
-                    "application/json", if_none_match=True)
+    if final:
+        store.put_bytes(f"{prefix}{RESULT_JSON}", json.dumps(result.to_json()).encode(),
+                        "application/json", if_none_match=True)
     return result
 
 

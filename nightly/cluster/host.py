@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from nightly.cluster.verify import new_token_part
 from nightly.config import Config
@@ -45,6 +45,7 @@ CANCEL_STRIKES = 3  # the task must look cancelled this many checks in a row
 KEEP_FAILED_S = 2 * 86400  # a failed attempt's folder is kept this long for debugging
 
 Emit = Callable[[str, Mapping[str, Any]], None]
+T = TypeVar("T")
 
 
 def platform_resource(platform: str) -> str:
@@ -225,6 +226,22 @@ def watch_cancel(worker: Any, key: str, emit: Emit, build_id: str) -> tuple[thre
     return cancel, done
 
 
+def run_task(topic: str, build_id: str,
+             body: Callable[[WorkerInfo, Emit, threading.Event], T]) -> T:
+    """A task's body on this worker (a build's, a GPU test's): the worker's environment out
+    of the recipe's or test's reach, events on the orchestrator's `topic`, and a cancel event
+    set once the scheduler has let the task go."""
+    from nightly.hardening import make_undumpable
+
+    make_undumpable()  # the worker's environment (its store credentials) out of a recipe's reach
+    worker, key, info, emit = this_worker(topic)
+    cancel, done = watch_cancel(worker, key, emit, build_id)
+    try:
+        return body(info, emit, cancel)
+    finally:
+        done.set()
+
+
 def plain(v: Any) -> Any:
     return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
 
@@ -238,6 +255,7 @@ __all__ = [
     "new_token",
     "platform_resource",
     "reap_orphans",
+    "run_task",
     "running_attempts",
     "slots",
     "this_worker",

@@ -37,9 +37,8 @@ from nightly.cluster.host import (
     new_token,
     plain,
     reap_orphans,
+    run_task,
     slots,
-    this_worker,
-    watch_cancel,
 )
 from nightly.cluster.messages import AttemptResult, StagedPackage, WorkerEvent
 from nightly.cluster.staging import (
@@ -102,15 +101,8 @@ class TaskSpec:
 
 def run_build_task(spec: TaskSpec) -> AttemptResult:
     """The Dask task: run `spec.build` on this worker; return its (small) result."""
-    from nightly.hardening import make_undumpable
-
-    make_undumpable()  # the worker's environment (its store credentials) out of a recipe's reach
-    worker, key, info, emit = this_worker(spec.topic)
-    cancel, done = watch_cancel(worker, key, emit, spec.build.id)
-    try:
-        return run_on_host(spec, info, emit, cancel)
-    finally:
-        done.set()
+    return run_task(spec.topic, spec.build.id,
+                    lambda info, emit, cancel: run_on_host(spec, info, emit, cancel))
 
 
 def worker_config(config: Config, recipes: Path, folder: Path, gpu: bool) -> Config:

@@ -209,6 +209,7 @@ cudas = ["cpu", "cu126"]
 """
 # A real (pure) wheel per build, written by hand: no compiler, so these nights take seconds.
 WHEEL_RECIPE = hand_wheel_recipe(
+    before='echo "$DESIRED_PYTHON-$DESIRED_CUDA" >> @SIG@/built\n',  # each build's start
     version='os.environ["BUILD_VERSION"] + ("+" + os.environ["DESIRED_CUDA"] '
             'if os.environ["DESIRED_CUDA"] != "cpu" else "")',
     body='f"__version__ = {v!r}\\n"',
@@ -223,7 +224,8 @@ def _wheel_project(night_project, make_recipe, cluster, name: str, gpu_command: 
         "[smoke]\nenabled = true\n",
         f"[smoke]\nenabled = true\nimport_name = \"demo\"\ngpu_command = \'\'\'{gpu_command}\'\'\'\n{smoke}")
     p.config.write_text(text.replace("@SIG@", str(p.signals)))
-    (p.path / "recipes" / "manywheel" / "build.sh").write_text(WHEEL_RECIPE)
+    (p.path / "recipes" / "manywheel" / "build.sh").write_text(
+        WHEEL_RECIPE.replace("@SIG@", str(p.signals)))
     return p
 
 
@@ -307,3 +309,40 @@ def test_a_gpu_test_refuses_a_package_changed_in_staging(
     assert mirror_files(p) == []
     assert all(b"a backdoor" not in f.read_bytes() for f in (p.day / "packages").rglob("*")
                if f.is_file())
+
+
+def test_the_orchestrator_killed_while_a_build_is_tested_then_rerun_tests_it_again(
+    night_project, make_recipe, start_cli, run_cli, wait_until, cluster
+):
+    """kill -9 of `nightly run` while a CUDA build's GPU test runs: the test is stopped on its
+    worker (its task was released); the rerun adopts the build from staging (not built
+    again), tests it again, and publishes it."""
+    hold = ('echo "$DESIRED_PYTHON $PWD" >> @SIG@/gpu-ran\n'
+            'touch @SIG@/held; while [ ! -e @SIG@/go ]; do sleep 0.2; done\n')
+    p = _wheel_project(night_project, make_recipe, cluster, "resume", hold)
+    bid = "manywheel_3.11_cu126"
+    night = start_cli(run_args(p, "--select", bid))
+    wait_until(lambda: (p.signals / "held").exists(), timeout=120, what="its GPU part to start")
+    os.kill(night.pid, signal.SIGKILL)
+    night.wait(timeout=10)
+    assert p.state()["builds"][bid]["status"] == "running"  # built, not yet filed
+    tests = p.path / "staging" / "2024_05_01" / "tests" / bid
+    # Its task released, the GPU worker stops the test: its log is in staging, no result.
+    wait_until(lambda: list(tests.glob("*/log.txt")), timeout=60, what="the test to stop")
+    assert not list(tests.glob("*/result.json"))
+    (p.signals / "go").touch()
+    code, out, err = run_cli(run_args(p, "--select", bid), timeout=120)
+    assert code == 0, (out, err)
+    e = p.state()["builds"][bid]
+    assert e["status"] == "succeeded"
+    assert (p.signals / "built").read_text().split() == ["3.11-cu126"]  # adopted, not rebuilt
+    assert e["tested"]["gpu"]["result"] == "passed"
+    assert e["tested"]["gpu"]["worker_name"] == "gpu"
+    assert [py for py, _ in _gpu_lines(p.signals)] == ["3.11", "3.11"]  # tested twice
+    run_log = (p.day / "logs" / "master" / "run.log").read_text()
+    assert f"adopt  {bid}" in run_log
+    log = (p.day / e["log"]).read_text()
+    assert log.count("[nightly] cluster GPU test attempt ") == 2
+    assert "ended without a result" in log  # the stopped one, kept and marked
+    assert [f.name for f in mirror_files(p)] == [Path(e["packages"][0]["path"]).name]
+    assert staged_files(p) == []

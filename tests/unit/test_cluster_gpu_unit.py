@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import json
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,8 +32,6 @@ from nightly.cluster.gpustage import GpuStage
 from nightly.cluster.gputest import NOT_TESTED, fetch_wheels
 from nightly.cluster.messages import AttemptResult, GpuTestResult, GpuTestSpec, StagedPackage
 from nightly.cluster.staging import (
-    ATTEMPT_JSON,
-    LOG_TXT,
     RESULT_JSON,
     StagingDay,
     StagingSpec,
@@ -47,6 +44,7 @@ from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.plan.matrix import Build
 from nightly.publish.stores import FileStore
 from nightly.workspace import Day
+from tests.support.staging import put_attempt
 
 CPU = Build(package="manywheel", python="3.11", cuda="cpu")
 CUDA = Build(package="manywheel", python="3.11", cuda="cu126")
@@ -208,16 +206,8 @@ def test_gpu_tests_are_dispatched_beside_builds_as_their_results_come_in(
 # ---------------------------------------------------------------------------- staging
 
 
-def _put(store: FileStore, prefix: str, *, log: bytes | None = None,
-         chunks: tuple[bytes, ...] = (), result: dict[str, Any] | None = None) -> None:
-    about = {"worker": "tls://w", "worker_name": "w", "host": "h"}
-    store.put_bytes(prefix + ATTEMPT_JSON, json.dumps(about).encode(), "application/json")
-    for i, c in enumerate(chunks, 1):
-        store.put_bytes(f"{prefix}log/{i:06d}", c, "text/plain")
-    if log is not None:
-        store.put_bytes(prefix + LOG_TXT, log, "text/plain")
-    if result is not None:
-        store.put_bytes(prefix + RESULT_JSON, json.dumps(result).encode(), "application/json")
+def _put(store: FileStore, prefix: str, **files: Any) -> None:
+    put_attempt(store, prefix, {"worker": "tls://w", "worker_name": "w", "host": "h"}, **files)
 
 
 def test_gpu_test_attempts_are_staged_apart_and_their_logs_follow_the_builds(
@@ -398,7 +388,10 @@ def test_a_rerun_adopts_only_a_sealed_test_of_the_same_build_attempt(config: cfg
     forged = {**base, "seal": "0" * 64}
     other_build = {**base, "token": "t2", "build_token": "b0"}
     other_build["seal"] = seal(key, other_build)
-    stage, collector, submitted = _stage(config, FakeStaging({"t1": forged, "t2": other_build}))
+    stopped = {**base, "token": "t3", "result": NOT_RUN}  # (a stopped test writes none)
+    stopped["seal"] = seal(key, stopped)
+    stage, collector, submitted = _stage(config, FakeStaging(
+        {"t1": forged, "t2": other_build, "t3": stopped}))
     stage.adopt(CUDA, _built(CUDA))
     assert collector.calls == []
     assert len(submitted) == 1  # tested again

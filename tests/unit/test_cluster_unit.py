@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import os
 from pathlib import Path
 
@@ -25,8 +24,6 @@ from nightly.cluster.dispatch import (
 )
 from nightly.cluster.host import _Slots, new_token, platform_resource, worker_folder
 from nightly.cluster.staging import (
-    ATTEMPT_JSON,
-    LOG_TXT,
     RESULT_JSON,
     LogStreamer,
     StagingDay,
@@ -41,6 +38,7 @@ from nightly.errors import PublishError
 from nightly.plan.matrix import Build
 from nightly.publish.stores import FileStore
 from nightly.workspace import Day
+from tests.support.staging import put_attempt
 
 
 def test_inputs_tarballs_are_reproducible_and_fetched_once(tmp_path: Path) -> None:
@@ -228,15 +226,9 @@ def test_the_log_streams_as_it_grows_and_survives_a_failing_store(tmp_path: Path
 
 def _attempt(store: FileStore, day: str, bid: str, token: str, *, log: bytes | None = None,
              chunks: tuple[bytes, ...] = (), result: dict[str, object] | None = None) -> None:
-    prefix = attempt_prefix(day, bid, token)
     about = {"worker": f"tcp://{token}", "worker_name": f"w-{token}", "host": "h"}
-    store.put_bytes(prefix + ATTEMPT_JSON, json.dumps(about).encode(), "application/json")
-    for i, c in enumerate(chunks, 1):
-        store.put_bytes(f"{prefix}log/{i:06d}", c, "text/plain")
-    if log is not None:
-        store.put_bytes(prefix + LOG_TXT, log, "text/plain")
-    if result is not None:
-        store.put_bytes(prefix + RESULT_JSON, json.dumps(result).encode(), "application/json")
+    put_attempt(store, attempt_prefix(day, bid, token), about, log=log, chunks=chunks,
+                result=result)
 
 
 def test_staging_day_lists_attempts_and_assembles_the_log(tmp_path: Path) -> None:
