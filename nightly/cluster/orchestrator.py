@@ -352,6 +352,7 @@ class ClusterPhase:
 
     def _dispatch(self, dispatcher: Dispatcher) -> None:
         cc = self.config.cluster
+
         def on_result(item: TaskItem, result: object) -> None:
             if item.kind == TEST and self.tests is not None:
                 self.tests.on_result(item, result)
