@@ -68,6 +68,14 @@ def stage_part(result: str, where: str, started: float, *, attempts: int = 1,
     return part
 
 
+def needs_gpu_part(config: Config, build: Build, names: Sequence[str]) -> bool:
+    """Whether a build's test has a GPU part: a CUDA build with wheels, and a GPU check or
+    command configured."""
+    sm = config.smoke
+    return (build.is_cuda and any(n.endswith(".whl") for n in names)
+            and bool(sm.gpu_check or sm.gpu_command))
+
+
 def tested_record(cpu: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> dict[str, Any]:
     """The build's `tested`: failed if a part failed; not run if the GPU part (required) was
     not run; else passed."""
@@ -88,6 +96,7 @@ class SmokeTester:
         conda: CondaClient | None = None,
         where: str = "",
         gpu_host: bool = False,
+        gpu_stage: bool = False,
     ) -> None:
         self.config = config
         self.executor = executor
@@ -96,6 +105,9 @@ class SmokeTester:
         self.where = where  # the machine (or worker) the CPU part runs on
         # The GPU part runs here: a machine with gpu = true, or [smoke] gpu.
         self.gpu_host = gpu_host or config.smoke.gpu
+        # The GPU part is a task of its own ([cluster] gpu_smoke: nightly.cluster.gputest),
+        # run on a GPU worker after this build: only the CPU part runs here.
+        self.gpu_stage = gpu_stage
 
     def __call__(
         self, build: Build, files: list[Path], job: Job, out: OutputSink, cancel: threading.Event
@@ -106,8 +118,11 @@ class SmokeTester:
         cpu = self._cpu_part(build, files, job, out, cancel)
         cpu_part = stage_part(PASSED if cpu.ok else FAILED, self.where, started, reason=cpu.reason)
         wheels = [f for f in files if f.name.endswith(".whl")]
-        sm = self.config.smoke
-        if not cpu.ok or not (build.is_cuda and wheels and (sm.gpu_check or sm.gpu_command)):
+        if not cpu.ok or not needs_gpu_part(self.config, build, [f.name for f in wheels]):
+            return replace(cpu, tested=tested_record(cpu_part, None))
+        if self.gpu_stage:
+            out(b"smoke: the GPU part runs as a task of its own on a worker with the gpu "
+                b"resource ([cluster] gpu_smoke); its log follows this build's\n")
             return replace(cpu, tested=tested_record(cpu_part, None))
         gpu, gpu_part = self.gpu_part(build, wheels, job, out, cancel)
         return SmokeResult(ok=gpu.ok, reason=gpu.reason, notes=cpu.notes + gpu.notes,

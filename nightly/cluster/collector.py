@@ -14,13 +14,14 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from nightly.builds.collect import collect_build
 from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
+from nightly.builds.smoke import NOT_RUN, PASSED, stage_part, tested_record
 from nightly.cluster.dispatch import TaskItem
-from nightly.cluster.messages import AttemptResult, WorkerEvent
+from nightly.cluster.messages import AttemptResult, GpuTestResult, WorkerEvent
 from nightly.cluster.staging import RESULT_JSON, StagingDay, attempt_prefix
 from nightly.cluster.verify import check_packages, sealed
 from nightly.errors import ObjectTooLarge, PublishError
@@ -29,6 +30,34 @@ from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, BuildEntr
 
 UNCOLLECTED = ("verifying staging: a package is not the one its worker built (it was changed in "
                "staging after the build); nothing of it is published")
+
+
+class GpuTestHook(Protocol):
+    """The GPU tests a build's result may wait for before it is filed (nightly.cluster.gpustage)."""
+
+    def wants(self, build: Build, result: AttemptResult) -> bool: ...
+
+    def start(self, build: Build, result: AttemptResult) -> None: ...
+
+    def adopt(self, build: Build, result: AttemptResult) -> None: ...
+
+    def on_event(self, ev: WorkerEvent) -> None: ...
+
+
+def with_gpu_test(tested: Mapping[str, Any] | None, test: GpuTestResult,
+                  require_gpu: bool) -> tuple[dict[str, Any], str | None]:
+    """The build's `tested` with its GPU part, and why the build fails over it (None: it
+    passed, or could not run and [smoke] require_gpu is off)."""
+    cpu = (tested or {}).get("cpu")
+    cpu = dict(cpu) if isinstance(cpu, Mapping) else stage_part(NOT_RUN, "", time.time())
+    part = dict(test.part or stage_part(test.result, "", time.time(), reason=test.reason))
+    record = tested_record(cpu, part)
+    if test.result == PASSED or (test.result == NOT_RUN and not require_gpu):
+        return record, None
+    if test.result == NOT_RUN:
+        return record, f"GPU test: not run: {test.reason}; [smoke] require_gpu = true"
+    why = test.reason or "GPU test: failed"
+    return record, why if why.startswith("GPU test") else f"GPU test: {why}"
 
 
 class Collector:
@@ -56,6 +85,7 @@ class Collector:
         self.given_up: set[str] = set()
         self.interrupting = False
         self.seal_key = b""  # the night's (nightly.cluster.verify): adopted results carry its seal
+        self.tests: GpuTestHook | None = None  # [cluster] gpu_smoke: the GPU tests
 
     def adopt(self, todo: Sequence[Build]) -> set[str]:
         """Builds whose attempt finished in staging (complete result.json, this commit and
@@ -84,7 +114,7 @@ class Collector:
                     continue
                 self.note(f"adopt  {b.id}: attempt {tok} on {r.get('worker')} had finished "
                           "before the run that submitted it died")
-                self.file(b, AttemptResult.from_json(r))
+                self.accept(b, AttemptResult.from_json(r), adopted=True)
                 adopted.add(b.id)
                 break
         return adopted
@@ -129,6 +159,8 @@ class Collector:
                     "duration_s": ev.duration_s, "attempts": ev.attempt}), bid)
         elif ev.kind == "retry":
             self.note(f"retry  {bid} on {ev.worker}: {ev.reason}")
+        elif ev.kind == "test-start" and self.tests is not None:
+            self.tests.on_event(ev)
         else:
             self.note(f"{ev.kind} {bid} on {ev.worker}: {ev.note}")
 
@@ -160,7 +192,14 @@ class Collector:
                 f"the task returned a result for {result.build!r} (submission "
                 f"{result.submission!r}), not for this build's task: not used")
             return
-        self.file(self.by_id[item.build_id], result)
+        self.accept(self.by_id[item.build_id], result)
+
+    def accept(self, build: Build, result: AttemptResult, *, adopted: bool = False) -> None:
+        """A build's result: filed now, or once its GPU test has run (the test stage)."""
+        if self.tests is not None and self.tests.wants(build, result):
+            (self.tests.adopt if adopted else self.tests.start)(build, result)
+        else:
+            self.file(build, result)
 
     def on_error(self, item: TaskItem, exc: BaseException | None) -> None:
         bid = item.build_id
@@ -179,12 +218,18 @@ class Collector:
 
     # ------------------------------------------------------------------ filing
 
-    def file(self, build: Build, result: AttemptResult) -> None:
+    def file(self, build: Build, result: AttemptResult, *,
+             test: GpuTestResult | None = None) -> None:
         """Collect one attempt's result: packages fetched from staging into packages/, the
-        log (with any earlier attempts' that died) into logs/succeeded|failed/, then
-        state.json and history (nightly.builds.collect)."""
+        log (with any earlier attempts' that died, and its GPU tests') into
+        logs/succeeded|failed/, then state.json and history (nightly.builds.collect). With
+        `test` (its GPU part, the test stage) it fails unless that passed."""
         day, token, status = self.day, result.token, result.status
-        ok, reason = status == SUCCEEDED, result.reason
+        ok, reason, tested = status == SUCCEEDED, result.reason, result.tested
+        if test is not None:
+            tested, why = with_gpu_test(tested, test, self.night.config.smoke.require_gpu)
+            if ok and why:
+                ok, reason = False, why
         tmp = day.work / build.id / f"fetch-{token}"
         files: list[Path] = []
         expected: dict[str, tuple[int, str]] = {}
@@ -209,7 +254,7 @@ class Collector:
                 file_log=lambda filed, why, _packages: self.staging.assemble_log(
                     day, build.id, token, filed, result.to_json(),
                     reason=str(why or "") if (status == SUCCEEDED or unsafe) and not filed
-                    else ""),
+                    else "", test=None if test is None else test.to_json()),
                 exit_status=result.exit_status,
                 attempts=result.attempts, started=result.started,
                 ended=result.ended or time.time(), duration_s=result.duration_s,
@@ -218,6 +263,7 @@ class Collector:
                 python=build.python, cuda=build.cuda, variant=build.variant,
                 worker_name=result.worker_name, host=result.host, token=token,
                 cache=None if result.cache is None else dict(result.cache),
+                tested=None if tested is None else dict(tested),
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -265,4 +311,4 @@ class Collector:
         return files, expected
 
 
-__all__ = ["Collector"]
+__all__ = ["Collector", "GpuTestHook", "with_gpu_test"]

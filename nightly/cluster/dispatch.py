@@ -1,8 +1,9 @@
 """Handing a night's builds to a Dask scheduler: priorities, resources, bounds, dispatch.
 
 - resources: each build takes one `slots` and requires its platform (`platform-linux`,
-  `platform-macos`; with `cluster.gpu_smoke`, CUDA builds also `gpu`), so it only goes to a
-  worker that can run it (docs/cluster.md: how workers declare them);
+  `platform-macos`), so it only goes to a worker that can run it (docs/cluster.md: how
+  workers declare them); a build's GPU test (the test stage, `cluster.gpu_smoke`) takes one
+  `gpu` of a worker of its platform, so GPU workers test and, without build slots, never build;
 - priority: longest estimated first (the plan's estimates: the history's, else the
   configured ones), so the cluster's list schedule stays close to the lower bound;
 - retries: a worker that dies mid-build loses its task, and the scheduler runs it again on
@@ -22,12 +23,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nightly.cluster.worker import GPU, SLOTS, platform_resource
+from nightly.cluster.host import GPU, SLOTS, platform_resource
 from nightly.config import Config
 from nightly.errors import NightlyError
 from nightly.plan.matrix import Build
 
 WORKER_CHECK_S = 5.0  # how often the workers' capacity is looked at while builds wait
+BATCH = 256  # inbox messages handled before tasks go out again
 Resources = Mapping[str, float]
 
 
@@ -38,20 +40,25 @@ def lpt_priorities(builds: Sequence[Build], estimate: Mapping[str, float]) -> di
 
 
 def build_resources(config: Config, build: Build) -> dict[str, float]:
-    """What a build needs of a worker: one build slot, and its capabilities (amount 0: only
-    workers that declare them qualify, and running builds never use them up)."""
-    res = {SLOTS: 1.0, platform_resource(build.platform): 0.0}
-    if config.cluster.gpu_smoke and config.smoke.enabled and build.is_cuda:
-        res[GPU] = 0.0
-    return res
+    """What a build needs of a worker: one build slot, and its platform (amount 0: only
+    workers that declare it qualify, and running builds never use it up). Never a GPU: with
+    `[cluster] gpu_smoke` the GPU part of its test is a task of its own (gpu_test_resources)."""
+    return {SLOTS: 1.0, platform_resource(build.platform): 0.0}
+
+
+def gpu_test_resources(build: Build) -> dict[str, float]:
+    """What a build's GPU test needs: one GPU of a worker of the build's platform."""
+    return {GPU: 1.0, platform_resource(build.platform): 0.0}
 
 
 def worker_slots(info: Mapping[str, Any], resources: Resources) -> float:
-    """The build slots of one worker (scheduler_info's entry) that `resources` may use."""
+    """How many tasks needing `resources` one worker (scheduler_info's entry) runs at once:
+    its build slots for a build, its GPUs for a GPU test."""
     have = info.get("resources") or {}
     if any(r not in have or float(have[r]) < float(need) for r, need in resources.items()):
         return 0.0
-    return float(have.get(SLOTS, 0.0))
+    used = [float(have[r]) // float(n) for r, n in resources.items() if float(n) > 0]
+    return min(used) if used else float(have.get(SLOTS, 0.0))
 
 
 def capacity(workers: Mapping[str, Mapping[str, Any]], resources: Resources) -> float:
@@ -99,6 +106,11 @@ def cluster_bounds(
 # ---------------------------------------------------------------------------- dispatching
 
 
+BUILD, TEST = "build", "test"
+TEST_PRIORITY = 10**12  # above any build's (its estimate in ms): a test is short and holds
+                        # a finished build back from publication; tests go first come, first served
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaskItem:
     build_id: str
@@ -106,18 +118,29 @@ class TaskItem:
     spec: Any
     resources: Resources
     priority: int
+    kind: str = BUILD  # BUILD, or TEST: the build's GPU test
+
+    @property
+    def id(self) -> str:
+        """The dispatcher's name for it: the build's id, or `test:<id>` for its GPU test."""
+        return self.build_id if self.kind == BUILD else f"{self.kind}:{self.build_id}"
 
 
-def task_key(build: Build, day: str, run_id: str) -> str:
-    """Unique per orchestrator run. Its leading words (`nightly-manywheel-cuda`) are the
-    task's Dask prefix: the scheduler learns durations per package and cpu/cuda."""
+def task_key(build: Build, day: str, run_id: str, *, what: str = BUILD) -> str:
+    """Unique per orchestrator run. Its leading words (`nightly-manywheel-cuda`,
+    `nightly-gputest-manywheel`) are the task's Dask prefix: the scheduler learns durations
+    per package and cpu/cuda, and GPU tests apart."""
+    if what == TEST:
+        return f"nightly-gputest-{build.package}-{day.replace('/', '_')}-{build.id}-{run_id}"
     kind = "cuda" if build.is_cuda else "cpu"
     return f"nightly-{build.package}-{kind}-{day.replace('/', '_')}-{build.id}-{run_id}"
 
 
 class Dispatcher:
     """Hands tasks to the scheduler and gives back, on the calling thread, results as they
-    arrive, the workers' events and a periodic tick. The night and the benchmark share it.
+    arrive, the workers' events and a periodic tick. The night and the benchmarks share it.
+    Tasks are named by `TaskItem.id`; more may be submitted while it runs (a build's GPU test,
+    from the callback of the build's result).
 
     Work-conserving list scheduling, longest first: per group of tasks with the same
     resources, at most (the group's slots + `lookahead` per worker that can run it) are on
@@ -138,11 +161,13 @@ class Dispatcher:
         self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.futures: dict[str, Any] = {}
         self.items: dict[str, TaskItem] = {}
+        self.fns: dict[str, Callable[..., Any]] = {}
+        self.remaining: set[str] = set()  # submitted and not yet done
         self.pending: dict[tuple[tuple[str, float], ...], list[TaskItem]] = {}
         self.inflight: dict[tuple[tuple[str, float], ...], int] = {}
-        self.fn: Callable[..., Any] | None = None
         self._workers: dict[str, dict[str, Any]] = {}
         self._workers_at = 0.0
+        self._running = False
         client.subscribe_topic(topic, self._on_event)
 
     def _on_event(self, event: Any) -> None:
@@ -155,20 +180,26 @@ class Dispatcher:
         return tuple(sorted(item.resources.items()))
 
     def submit(self, fn: Callable[..., Any], items: Iterable[TaskItem]) -> None:
-        """Queue `items` (highest priority first, the given order among equals) and send
-        what the cluster has room for."""
-        self.fn = fn
+        """Queue `items` (highest priority first, the given order among equals), each to run
+        `fn(item.spec)`, and send what the cluster has room for."""
         for it in items:
-            self.items[it.build_id] = it
+            self.items[it.id] = it
+            self.fns[it.id] = fn
+            self.remaining.add(it.id)
             self.pending.setdefault(self._sig(it), []).append(it)
         for q in self.pending.values():
             q.sort(key=lambda i: -i.priority)  # stable: equal priorities keep their order
-        self.refill(fresh=True)
+        if not self._running:  # (while running: once the batch of events is handled)
+            self.refill(fresh=not self._workers_at)
 
     def refill(self, *, fresh: bool = False) -> None:
+        # GPU tests go out as they come: they run first come, first served, so there is no
+        # later, better choice to hold them back for; queued on the GPU workers, the next
+        # starts as one ends, without a round trip through this process.
+        for sig, waiting in self.pending.items():
+            if waiting and (self.lookahead is None or all(i.kind == TEST for i in waiting)):
+                self._send(sig, len(waiting))
         if self.lookahead is None:
-            for sig in list(self.pending):
-                self._send(sig, len(self.pending[sig]))
             return
         workers = self.workers() if fresh or time.monotonic() - self._workers_at > 1.0 \
             else self._workers
@@ -181,33 +212,31 @@ class Dispatcher:
             self._send(sig, limit - self.inflight.get(sig, 0))
 
     def _send(self, sig: tuple[tuple[str, float], ...], n: int) -> None:
-        """The next `n` tasks of a group: one `client.map` per priority."""
+        """The next `n` tasks of a group: one `client.map` per priority and function."""
         waiting = self.pending.get(sig, [])
         batch, self.pending[sig] = waiting[:max(n, 0)], waiting[max(n, 0):]
         if not batch:
             return
-        assert self.fn is not None
         self.inflight[sig] = self.inflight.get(sig, 0) + len(batch)
-        by_priority: dict[int, list[TaskItem]] = {}
+        groups: dict[tuple[int, Callable[..., Any]], list[TaskItem]] = {}
         for it in batch:
-            by_priority.setdefault(it.priority, []).append(it)
-        for priority, group in sorted(by_priority.items(), key=lambda kv: -kv[0]):
+            groups.setdefault((it.priority, self.fns[it.id]), []).append(it)
+        for (priority, fn), group in sorted(groups.items(), key=lambda kv: -kv[0][0]):
             futures = self.client.map(
-                self.fn, [it.spec for it in group], key=[it.key for it in group],
+                fn, [it.spec for it in group], key=[it.key for it in group],
                 resources=dict(sig), priority=priority, retries=self.retries, pure=False,
             )
             for it, fut in zip(group, futures, strict=True):
-                self.futures[it.build_id] = fut
-                fut.add_done_callback(
-                    lambda f, bid=it.build_id: self.inbox.put(("done", (bid, f))))
+                self.futures[it.id] = fut
+                fut.add_done_callback(lambda f, iid=it.id: self.inbox.put(("done", (iid, f))))
 
-    def cancel(self, build_id: str) -> None:
-        item = self.items.get(build_id)
+    def cancel(self, item_id: str) -> None:
+        item = self.items.get(item_id)
         if item is not None and item in self.pending.get(self._sig(item), []):
             self.pending[self._sig(item)].remove(item)
-            self.inbox.put(("done", (build_id, None)))
+            self.inbox.put(("done", (item_id, None)))
             return
-        fut = self.futures.get(build_id)
+        fut = self.futures.get(item_id)
         if fut is not None:
             with contextlib.suppress(Exception):
                 fut.cancel()
@@ -226,46 +255,73 @@ class Dispatcher:
     def run(
         self,
         *,
-        on_result: Callable[[TaskItem, object], None],  # an AttemptResult (cluster.messages)
+        on_result: Callable[[TaskItem, object], None],  # a result of cluster.messages
         on_error: Callable[[TaskItem, BaseException | None], None],
         on_event: Callable[[dict[str, Any]], None] | None = None,
         on_tick: Callable[[set[str]], None] | None = None,
         tick_s: float = WORKER_CHECK_S,
     ) -> None:
-        """Until every task has finished, erred or been cancelled (`on_error(item, None)`)."""
-        remaining = set(self.items)
+        """Until every task submitted (before or meanwhile) has finished, erred or been
+        cancelled (`on_error(item, None)`)."""
+        remaining = self.remaining
         last_tick = time.monotonic()
-        while remaining:
-            try:
-                kind, payload = self.inbox.get(timeout=min(tick_s, 1.0))
-            except queue.Empty:
-                kind, payload = "idle", None
-            if kind == "event" and on_event is not None:
-                on_event(payload)
-            elif kind == "done":
-                bid: str = payload[0]
-                fut: Any = payload[1]
-                if bid in remaining and (fut is None or self.futures.get(bid) is fut):
-                    remaining.discard(bid)
-                    item = self.items[bid]
-                    self._done(item, fut, on_result, on_error)
-                    if fut is not None:
-                        self.inflight[self._sig(item)] -= 1
-                        self.refill()
-            now = time.monotonic()
-            if now - last_tick >= tick_s:
-                last_tick = now
-                if on_tick is not None:
-                    on_tick(remaining)
-                self.refill(fresh=True)
+        self._running = True
+        try:
+            while remaining:
+                # What has arrived, handled as one batch: tasks go out once per batch (a
+                # night's builds end in waves, and each may submit its GPU test).
+                try:
+                    batch = [self.inbox.get(timeout=min(tick_s, 1.0))]
+                except queue.Empty:
+                    batch = []
+                with contextlib.suppress(queue.Empty):
+                    while len(batch) < BATCH:
+                        batch.append(self.inbox.get_nowait())
+                done = [self._handle(kind, payload, on_result, on_error, on_event)
+                        for kind, payload in batch]
+                if any(done):
+                    self.refill()
+                now = time.monotonic()
+                if now - last_tick >= tick_s:
+                    last_tick = now
+                    if on_tick is not None:
+                        on_tick(set(remaining))
+                    self.refill(fresh=True)
+        finally:
+            self._running = False
         with contextlib.suppress(Exception):
             self.client.unsubscribe_topic(self.topic)
+
+    def _handle(
+        self,
+        kind: str,
+        payload: Any,
+        on_result: Callable[[TaskItem, object], None],
+        on_error: Callable[[TaskItem, BaseException | None], None],
+        on_event: Callable[[dict[str, Any]], None] | None,
+    ) -> bool:
+        """One message of the inbox. True when a task that was on the cluster is done."""
+        if kind == "event" and on_event is not None:
+            on_event(payload)
+            return False
+        if kind != "done":
+            return False
+        iid: str = payload[0]
+        fut: Any = payload[1]
+        if iid not in self.remaining or (fut is not None and self.futures.get(iid) is not fut):
+            return False
+        self.remaining.discard(iid)
+        item = self.items[iid]
+        if fut is not None:
+            self.inflight[self._sig(item)] -= 1
+        self._done(item, fut, on_result, on_error)  # (may submit more)
+        return fut is not None or bool(self.pending.get(self._sig(item)))
 
     @staticmethod
     def _done(
         item: TaskItem,
         fut: Any,
-        on_result: Callable[[TaskItem, object], None],  # an AttemptResult (cluster.messages)
+        on_result: Callable[[TaskItem, object], None],  # a result of cluster.messages
         on_error: Callable[[TaskItem, BaseException | None], None],
     ) -> None:
         if fut is None or fut.status == "cancelled":
@@ -302,6 +358,9 @@ def connect(address: str, timeout_s: float, security: Any = None) -> Any:
 
 
 __all__ = [
+    "BUILD",
+    "TEST",
+    "TEST_PRIORITY",
     "Bounds",
     "Dispatcher",
     "Resources",
@@ -310,6 +369,7 @@ __all__ = [
     "capacity",
     "cluster_bounds",
     "connect",
+    "gpu_test_resources",
     "lpt_priorities",
     "task_key",
     "worker_slots",

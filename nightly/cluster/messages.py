@@ -1,12 +1,14 @@
 """What a worker tells the orchestrator, as typed records with their JSON form.
 
-Two messages cross from a build host to the orchestrator:
+Three messages cross from a worker to the orchestrator:
 
-- `AttemptResult`: an attempt's outcome. It is the task's return value over the
+- `AttemptResult`: a build attempt's outcome. It is the task's return value over the
   authenticated Dask channel, and the attempt's `result.json` in staging (written last),
   which a later orchestrator adopts only when it carries the night's seal
   (nightly.cluster.verify). The seal covers the JSON form, so `to_json` is the one place that
   form is made.
+- `GpuTestResult`: the same for the GPU part of a CUDA build's test, a task of its own on a
+  GPU worker (nightly.cluster.gputest), which `GpuTestSpec` describes.
 - `WorkerEvent`: a progress event on the orchestrator's topic (start, end, retry, note...).
 
 `from_json` reads what a worker (or staging, which is untrusted) wrote: missing fields take
@@ -15,11 +17,15 @@ their defaults and values are coerced to their types, never trusted as given.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nightly.cluster.staging import StagingSpec
+from nightly.config import Config
+from nightly.plan.matrix import Build
 from nightly.workspace import FAILED
 
 
@@ -92,6 +98,8 @@ class AttemptResult:
     version: str = ""
     channel: str = ""
     cache: Mapping[str, Any] | None = None  # the compiler cache's statistics
+    # state.json's `tested` as the worker recorded it (with gpu_smoke: the CPU part only)
+    tested: Mapping[str, Any] | None = None
     seal: str | None = None  # HMAC of every other field (nightly.cluster.verify.seal)
 
     def to_json(self) -> dict[str, Any]:
@@ -107,6 +115,7 @@ class AttemptResult:
             "log_chunks": self.log_chunks, "commit": self.commit, "version": self.version,
             "channel": self.channel,
             "cache": None if self.cache is None else dict(self.cache),
+            "tested": None if self.tested is None else dict(self.tested),
         }
         if self.seal is not None:
             data["seal"] = self.seal
@@ -115,7 +124,7 @@ class AttemptResult:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AttemptResult:
         packages = data.get("packages") or []
-        cache = data.get("cache")
+        cache, tested = data.get("cache"), data.get("tested")
         return cls(
             build=_str(data.get("build")), token=_str(data.get("token")),
             submission=_opt_str(data.get("submission")), worker=_str(data.get("worker")),
@@ -131,7 +140,90 @@ class AttemptResult:
             log_chunks=_int(data.get("log_chunks")), commit=_opt_str(data.get("commit")),
             version=_str(data.get("version")), channel=_str(data.get("channel")),
             cache=cache if isinstance(cache, Mapping) else None,
+            tested=tested if isinstance(tested, Mapping) else None,
             seal=_opt_str(data.get("seal")),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuTestSpec:
+    """What a GPU worker needs to test one build's packages (nightly.cluster.gputest)."""
+
+    config: Config  # the night's, as a build task carries it
+    build: Build
+    day: str
+    date: dt.date
+    version: str
+    channel: str
+    commit: str
+    executor: str  # local | container: the build's
+    keep_container: bool
+    staging: StagingSpec
+    source_key: str  # the day's source: the test's environment is the build's (make_job)
+    source_sha256: str
+    source_size: int
+    build_token: str  # the build attempt whose packages are tested
+    # The packages as the build's worker reported them (over the authenticated channel):
+    # each is fetched from staging and checked against its size and sha256 before testing.
+    packages: tuple[StagedPackage, ...]
+    submission: str  # unique per submission
+    topic: str
+    log_flush_s: float
+    seal_key: bytes = field(default=b"", repr=False)  # never in a repr, as TaskSpec's
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuTestResult:
+    """The GPU part of one build's test, as its worker reports it."""
+
+    build: str
+    token: str  # this test attempt's
+    build_token: str = ""  # the build attempt whose packages it tested
+    submission: str | None = None
+    worker: str = ""
+    worker_name: str = ""
+    host: str = ""
+    result: str = FAILED  # passed | failed | not run (nightly.builds.smoke)
+    reason: str | None = None
+    part: Mapping[str, Any] | None = None  # state.json's tested.gpu
+    started: float | None = None
+    ended: float | None = None
+    log_key: str = ""
+    log_sha256: str = ""
+    log_chunks: int = 0
+    commit: str | None = None
+    version: str = ""
+    seal: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "build": self.build, "token": self.token, "build_token": self.build_token,
+            "submission": self.submission, "worker": self.worker,
+            "worker_name": self.worker_name, "host": self.host, "result": self.result,
+            "reason": self.reason, "part": None if self.part is None else dict(self.part),
+            "started": self.started, "ended": self.ended, "log_key": self.log_key,
+            "log_sha256": self.log_sha256, "log_chunks": self.log_chunks,
+            "commit": self.commit, "version": self.version,
+        }
+        if self.seal is not None:
+            data["seal"] = self.seal
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GpuTestResult:
+        part = data.get("part")
+        return cls(
+            build=_str(data.get("build")), token=_str(data.get("token")),
+            build_token=_str(data.get("build_token")),
+            submission=_opt_str(data.get("submission")), worker=_str(data.get("worker")),
+            worker_name=_str(data.get("worker_name")), host=_str(data.get("host")),
+            result=_str(data.get("result"), FAILED), reason=_opt_str(data.get("reason")),
+            part=part if isinstance(part, Mapping) else None,
+            started=None if data.get("started") is None else _float(data.get("started")),
+            ended=None if data.get("ended") is None else _float(data.get("ended")),
+            log_key=_str(data.get("log_key")), log_sha256=_str(data.get("log_sha256")),
+            log_chunks=_int(data.get("log_chunks")), commit=_opt_str(data.get("commit")),
+            version=_str(data.get("version")), seal=_opt_str(data.get("seal")),
         )
 
 
@@ -177,4 +269,4 @@ class WorkerEvent:
         )
 
 
-__all__ = ["AttemptResult", "StagedPackage", "WorkerEvent"]
+__all__ = ["AttemptResult", "GpuTestResult", "GpuTestSpec", "StagedPackage", "WorkerEvent"]

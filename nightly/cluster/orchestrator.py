@@ -11,6 +11,10 @@ queues end each build with): packages into `packages/<package>/<cuda>/`, the log
 attempt's, dead workers' included) into `logs/succeeded|failed/`, then state.json and the
 history. Publishing happens once, in the pipeline, after the builds.
 
+With `[cluster] gpu_smoke` (the test stage), a CUDA build's GPU test is a task of its own on a
+GPU worker, submitted when the build's result is in; the build is filed once the test is
+(nightly.cluster.gpustage), so nothing CUDA is published before its GPU test.
+
 Resume: killed (kill -9) and rerun, the night skips succeeded builds; this phase adopts an
 attempt that had finished in staging but was not yet collected (a complete result.json, same
 commit and version), and runs the rest again. The killed orchestrator's tasks are released by
@@ -35,6 +39,7 @@ from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
 from nightly.cluster.collector import Collector
 from nightly.cluster.dispatch import (
+    TEST,
     WORKER_CHECK_S,
     Dispatcher,
     Resources,
@@ -43,18 +48,23 @@ from nightly.cluster.dispatch import (
     capacity,
     cluster_bounds,
     connect,
+    gpu_test_resources,
     lpt_priorities,
     task_key,
 )
+from nightly.cluster.gpustage import GpuStage, spec_packages
+from nightly.cluster.host import GPU, SLOTS, running_attempts
+from nightly.cluster.messages import AttemptResult, GpuTestSpec
 from nightly.cluster.staging import (
     StagingDay,
     StagingSpec,
+    attempt_prefix,
     inputs_key,
     make_tarball,
 )
 from nightly.cluster.tls import client_security
 from nightly.cluster.verify import night_key
-from nightly.cluster.worker import SLOTS, TaskSpec, run_build_task, running_attempts
+from nightly.cluster.worker import TaskSpec, run_build_task
 from nightly.config import Config, Machine
 from nightly.config.schema import ProvenanceConfig
 from nightly.errors import ConfigError, NightlyError, NothingSelected, PublishError, UsageError
@@ -150,7 +160,9 @@ class ClusterPhase:
         self.no_worker_since: dict[str, float] = {}
         self.warned: set[str] = set()
         self.dispatcher: Dispatcher | None = None
+        self.tests: GpuStage | None = None  # [cluster] gpu_smoke: the test stage's GPU tests
         self.seal_key = b""  # the night's (nightly.cluster.verify), made by build()
+        self._inputs: tuple[str, str] = ("", "")  # the staged source's and recipes' sha256
 
     # ------------------------------------------------------------------ BuildPhase
 
@@ -166,10 +178,14 @@ class ClusterPhase:
         print(json.dumps({"cluster": self.address, "staging": self.config.cluster.staging,
                           "day": day.name, "version": version}))
         prio = lpt_priorities(self.builds, self.estimates)
+        sm = self.config.smoke
         for b in self.builds:
+            gpu_test = (self.config.cluster.gpu_smoke and sm.enabled and b.is_cuda
+                        and bool(sm.gpu_check or sm.gpu_command))
             print(json.dumps({
                 "build": b.id, "priority": prio[b.id], "estimate_s": self.estimates[b.id],
                 "resources": build_resources(self.config, b), "executor": self.executor_for(b),
+                **({"gpu_test_resources": gpu_test_resources(b)} if gpu_test else {}),
             }))
 
     def run(self, night: NightContext, todo: Sequence[Build]) -> float:
@@ -235,7 +251,7 @@ class ClusterPhase:
         self.seal_key = self.collector.seal_key = night_key(self.day.work / "cluster" / "seal.key")
         # Masked in every log read back from staging (no worker has a reason to print them).
         self.staging.secrets = (self.seal_key.hex(), *environment_secrets(os.environ))
-        source_sha, recipes_sha = self.stage_inputs()
+        source_sha, recipes_sha = self._inputs = self.stage_inputs()
         client = connect(self.address, cc.connect_timeout_s, self.security)
         try:
             dispatcher = self.dispatcher = Dispatcher(client, topic=self.topic,
@@ -269,6 +285,8 @@ class ClusterPhase:
                 )
                 for bid in bounds.unplaceable:
                     self._warn_no_worker(bid, resources[bid])
+                if cc.gpu_smoke:
+                    self._start_test_stage(dispatcher, workers)
                 self.wait_for_leftovers(client, todo)
                 adopted = self.collector.adopt(todo)
                 items = [
@@ -301,15 +319,54 @@ class ClusterPhase:
             attempts=self.night.state.get(b.id).attempts,
             submission=hashlib.sha1(key.encode()).hexdigest(),
             topic=self.topic, log_flush_s=cc.log_flush_s, seal_key=self.seal_key,
+            gpu_stage=cc.gpu_smoke,
         )
         return TaskItem(build_id=b.id, key=key, spec=spec, resources=resources,
                         priority=priority)
 
+    # ------------------------------------------------------------------ the test stage
+
+    def _start_test_stage(self, dispatcher: Dispatcher, workers: dict[str, Any]) -> None:
+        """[cluster] gpu_smoke: CUDA builds build on CPU workers; their GPU tests are tasks of
+        their own on GPU workers (nightly.cluster.gpustage)."""
+        self.tests = self.collector.tests = GpuStage(
+            self.config, self.collector, self.staging, dispatcher, spec_for=self._test_spec,
+            key_for=lambda b: task_key(b, self.day.name, self.run_id, what=TEST),
+            note=self.note, commit=self.night.commit, version=self.version,
+        )
+        self.tests.begin(workers, self.night.state)
+
+    def _test_spec(self, b: Build, result: AttemptResult, submission: str) -> GpuTestSpec:
+        source_sha = self._inputs[0]
+        return GpuTestSpec(
+            config=config_for_workers(self.config), build=b, day=self.day.name, date=self.date,
+            version=self.version, channel=self.night.channel, commit=self.night.commit,
+            executor=self.executor_for(b), keep_container=self.opts.keep_container,
+            staging=self.staging_spec, source_key=inputs_key(self.day.name, "source", source_sha),
+            source_sha256=source_sha, source_size=self._input_size("source.tar.gz"),
+            build_token=result.token,
+            packages=spec_packages(result, attempt_prefix(self.day.name, b.id, result.token)),
+            submission=submission, topic=self.topic, log_flush_s=self.config.cluster.log_flush_s,
+            seal_key=self.seal_key,
+        )
+
     def _dispatch(self, dispatcher: Dispatcher) -> None:
         cc = self.config.cluster
+
+        def on_result(item: TaskItem, result: object) -> None:
+            if item.kind == TEST and self.tests is not None:
+                self.tests.on_result(item, result)
+            else:
+                self.collector.on_result(item, result)
+
+        def on_error(item: TaskItem, exc: BaseException | None) -> None:
+            if item.kind == TEST and self.tests is not None:
+                self.tests.on_error(item, exc)
+            else:
+                self.collector.on_error(item, exc)
+
         try:
-            dispatcher.run(on_result=self.collector.on_result,
-                           on_error=self.collector.on_error,
+            dispatcher.run(on_result=on_result, on_error=on_error,
                            on_event=self.collector.on_event, on_tick=self.on_tick,
                            tick_s=max(0.5, min(WORKER_CHECK_S, cc.worker_wait_s / 4)))
         except KeyboardInterrupt:
@@ -382,38 +439,48 @@ class ClusterPhase:
             time.sleep(0.5)
 
     def on_tick(self, remaining: set[str]) -> None:
-        """Builds that no live worker can run wait `cluster.worker_wait`, then are given up."""
+        """Tasks that no live worker can run wait `cluster.worker_wait`, then are given up: a
+        build is reported not run (or not finished), a GPU test recorded not run."""
         assert self.dispatcher is not None
         try:
             workers = self.dispatcher.workers()
         except Exception as e:
             self.note(f"cannot ask the scheduler for its workers: {e}")
             return
+        if self.tests is not None:
+            self.tests.see_workers(workers, self.night.state)
         now = time.monotonic()
         wait_s = self.config.cluster.worker_wait_s
-        for bid in sorted(remaining):
-            res = self.dispatcher.items[bid].resources
+        for iid in sorted(remaining):
+            item = self.dispatcher.items[iid]
+            res, bid = item.resources, item.build_id
             if capacity(workers, res) >= 1:
-                self.no_worker_since.pop(bid, None)
+                self.no_worker_since.pop(iid, None)
                 continue
-            since = self.no_worker_since.setdefault(bid, now)
+            since = self.no_worker_since.setdefault(iid, now)
             self._warn_no_worker(bid, res)
-            if now - since >= wait_s and bid not in self.collector.filed:
-                self.collector.given_up.add(bid)
-                self.dispatcher.cancel(bid)
-                started = self.night.state.status(bid) == RUNNING
-                needs = ", ".join(r for r in res if r != SLOTS)
-                self.collector.file_without_result(
-                    self.by_id[bid], INTERRUPTED if started else PENDING,
-                    f"no worker with {needs} (and a free slot) for {wait_s:g} s: not "
-                    f"{'finished' if started else 'run'}; rerun the night when one is up",
-                )
+            if now - since < wait_s or bid in self.collector.filed:
+                continue
+            self.dispatcher.cancel(iid)
+            if item.kind == TEST and self.tests is not None:
+                self.tests.give_up(item, wait_s)
+                continue
+            self.collector.given_up.add(bid)
+            started = self.night.state.status(bid) == RUNNING
+            needs = ", ".join(r for r in res if r != SLOTS)
+            self.collector.file_without_result(
+                self.by_id[bid], INTERRUPTED if started else PENDING,
+                f"no worker with {needs} (and a free slot) for {wait_s:g} s: not "
+                f"{'finished' if started else 'run'}; rerun the night when one is up",
+            )
 
     def _warn_no_worker(self, build_id: str, res: Resources) -> None:
         needs = ", ".join(r for r in res if r != SLOTS)
-        if needs not in self.warned:
-            self.warned.add(needs)
-            self.note(f"warning: no worker has {needs} and slots: its builds ({build_id}, ...) "
+        what = "GPU tests" if GPU in res and res[GPU] > 0 else "builds"
+        if f"{what}: {needs}" not in self.warned:
+            self.warned.add(f"{what}: {needs}")
+            have = "" if what == "GPU tests" else " and slots"
+            self.note(f"warning: no worker has {needs}{have}: its {what} ({build_id}, ...) "
                       f"wait up to {self.config.cluster.worker_wait_s:g} s for one")
 
 

@@ -12,6 +12,7 @@ variables, URL credentials and the orchestrator's secrets masked).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
@@ -53,6 +54,16 @@ def _read_one(store: Store, key: str, limit: int) -> tuple[bytes, bytes, bool] |
     return head + tail, head + _cut_note(size, limit, len(head)) + tail, False
 
 
+def log_check(body: bytes, want: str) -> bytes:
+    """A warning under a log that is not the one its worker recorded (verified staging)."""
+    got = hashlib.sha256(body).hexdigest()
+    if not want or got == want:
+        return b""
+    return (f"\n[nightly] warning: this log as found in staging (sha256 {got}) is not the one "
+            f"the worker recorded (sha256 {want}): it was changed in staging, or is missing "
+            "there\n").encode()
+
+
 def read_staged_log(
     store: Store, prefix: str, names: Set[str], *, secrets: Sequence[str] = (),
     limit: int = STAGED_LOG_MAX,
@@ -84,4 +95,4 @@ def read_staged_log(
                          False)
 
 
-__all__ = ["LOG_HEAD", "STAGED_LOG_MAX", "StagedLog", "read_staged_log"]
+__all__ = ["LOG_HEAD", "STAGED_LOG_MAX", "StagedLog", "log_check", "read_staged_log"]

@@ -12,6 +12,9 @@ per host; each build attempt writes under a key prefix that is its own
     packages/<name>     the packages, with their sha256
     result.json         written last, and only by an attempt that got to the end
 
+A GPU test attempt (nightly.cluster.gputest) writes the same files under
+`<day>/tests/<build-id>/<token>/`: a prefix of its own, never taken for a build attempt.
+
 The store is a shared folder or an S3 prefix (nightly.publish.stores). `StagingDay` is the
 orchestrator's view of one day in it: the attempts of each build, their logs, and assembling
 them into the build's log in the day folder.
@@ -22,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gzip
-import hashlib
 import json
 import os
 import shutil
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nightly.cluster.stagedlog import LOG_CHUNKS, LOG_TXT, read_staged_log
+from nightly.cluster.stagedlog import LOG_CHUNKS, LOG_TXT, log_check, read_staged_log
 from nightly.errors import NightlyError, ObjectTooLarge, PublishError, UnsafeEntry
 from nightly.files import sha256_file
 from nightly.publish import FileStore, Store, open_store
@@ -59,6 +61,15 @@ def build_prefix(day: str, build_id: str) -> str:
 
 def attempt_prefix(day: str, build_id: str, token: str) -> str:
     return f"{day}/builds/{build_id}/{token}/"
+
+
+def gpu_tests_prefix(day: str) -> str:
+    return f"{day}/tests/"
+
+
+def gpu_test_prefix(day: str, build_id: str, token: str) -> str:
+    """A GPU test attempt's prefix (nightly.cluster.gputest)."""
+    return f"{day}/tests/{build_id}/{token}/"
 
 
 def inputs_key(day: str, kind: str, sha256: str) -> str:
@@ -296,10 +307,13 @@ class StagingDay:
     def url(self) -> str:
         return self.store.url
 
-    def listing(self, build_id: str | None = None) -> dict[str, dict[str, set[str]]]:
-        """build -> attempt token -> names under the attempt's prefix."""
-        base = builds_prefix(self.day)
-        prefix = build_prefix(self.day, build_id) if build_id else base
+    def listing(
+        self, build_id: str | None = None, *, tests: bool = False
+    ) -> dict[str, dict[str, set[str]]]:
+        """build -> attempt token -> names under the attempt's prefix (`tests`: of its GPU
+        test attempts)."""
+        base = gpu_tests_prefix(self.day) if tests else builds_prefix(self.day)
+        prefix = f"{base}{build_id}/" if build_id else base
         out: dict[str, dict[str, set[str]]] = {}
         for obj in self.store.list(prefix):
             bid, _, rest = obj.key[len(base):].partition("/")
@@ -308,8 +322,10 @@ class StagingDay:
                 out.setdefault(bid, {}).setdefault(tok, set()).add(name)
         return out
 
-    def read(self, build_id: str, token: str, name: str) -> dict[str, Any] | None:
-        return read_json(self.store, attempt_prefix(self.day, build_id, token) + name)
+    def read(self, build_id: str, token: str, name: str, *, tests: bool = False
+             ) -> dict[str, Any] | None:
+        prefix = (gpu_test_prefix if tests else attempt_prefix)(self.day, build_id, token)
+        return read_json(self.store, prefix + name)
 
     def attempt_log(self, build_id: str, token: str, names: set[str]) -> bytes:
         """An attempt's whole log, else the chunks it streamed before it ended: read safely,
@@ -336,11 +352,14 @@ class StagingDay:
         return ""
 
     def drop(self, build_id: str | None = None) -> None:
-        """Delete a build's attempts (None: everything of the day). Best effort."""
-        prefix = build_prefix(self.day, build_id) if build_id else f"{self.day}/"
+        """Delete a build's attempts and its GPU tests' (None: everything of the day). Best
+        effort."""
+        prefixes = ([build_prefix(self.day, build_id), f"{gpu_tests_prefix(self.day)}{build_id}/"]
+                    if build_id else [f"{self.day}/"])
         with contextlib.suppress(PublishError, OSError):
-            for obj in list(self.store.list(prefix)):
-                self.store.delete(obj.key)
+            for prefix in prefixes:
+                for obj in list(self.store.list(prefix)):
+                    self.store.delete(obj.key)
 
     def assemble_log(
         self,
@@ -351,10 +370,12 @@ class StagingDay:
         result: Mapping[str, Any] | None,
         *,
         reason: str = "",
+        test: Mapping[str, Any] | None = None,
     ) -> Path:
         """The build's log in the day folder: what it had (earlier runs' attempts), then every
         attempt in staging not yet in it, oldest first: attempts that ended without a result
-        (a worker died) are kept and marked, the accepted attempt comes last. Written whole and
+        (a worker died) are kept and marked, the accepted attempt comes last; then its GPU
+        test attempts (`test`: the accepted one's result), the same way. Written whole and
         renamed into place; a marker line per attempt makes a rerun of this step idempotent."""
         bid = build_id
         existing = [p for p in (day.running_log(bid), day.succeeded / f"{bid}.log",
@@ -375,7 +396,8 @@ class StagingDay:
             log = read_staged_log(self.store, attempt_prefix(self.day, bid, token),
                                   attempts.get(token, {LOG_TXT}), secrets=self.secrets)
             want = str((result or {}).get("log_sha256") or "")
-            parts += [log.text, _log_check(log.raw, want) if log.whole else b""]
+            parts += [log.text, log_check(log.raw, want) if log.whole else b""]
+        parts += self._tests_log(bid, test, prior)
         if reason:
             parts.append(f"\n[nightly] {reason}\n".encode())
         dest = (day.succeeded if ok else day.failed) / f"{bid}.log"
@@ -402,25 +424,48 @@ class StagingDay:
                 + f"\n{tail}\n".encode())
 
 
-def _log_check(body: bytes, want: str) -> bytes:
-    """A warning under a log that is not the one its worker recorded (verified staging)."""
-    got = hashlib.sha256(body).hexdigest()
-    if not want or got == want:
-        return b""
-    return (f"\n[nightly] warning: this log as found in staging (sha256 {got}) is not the one "
-            f"the worker recorded (sha256 {want}): it was changed in staging, or is missing "
-            "there\n").encode()
+    def _tests_log(self, bid: str, test: Mapping[str, Any] | None, prior: bytes) -> list[bytes]:
+        """The build's GPU test attempts not yet in its log, oldest first; the accepted one
+        (`test`) checked against the log its worker recorded, the others marked."""
+        try:
+            attempts = self.listing(bid, tests=True).get(bid, {})
+        except (PublishError, OSError) as e:
+            return [f"\n[nightly] its GPU tests' logs: staging unreadable: {e}\n".encode()]
+        accepted = str((test or {}).get("token") or "")
+        parts = []
+        for tok in sorted(attempts):
+            if _marker(tok, "GPU test").encode() in prior:
+                continue
+            names = attempts[tok]
+            about = self.read(bid, tok, ATTEMPT_JSON, tests=True) or {}
+            log = read_staged_log(self.store, gpu_test_prefix(self.day, bid, tok), names,
+                                  secrets=self.secrets)
+            parts += [_attempt_head(tok, about, "GPU test").encode(), log.text]
+            if tok == accepted:
+                want = str((test or {}).get("log_sha256") or "")
+                parts.append(log_check(log.raw, want) if log.whole else b"")
+            elif RESULT_JSON in names:
+                parts.append(f"\n[nightly] GPU test attempt {tok} finished but its result was "
+                             "not used\n".encode())
+            else:
+                parts.append(f"\n[nightly] GPU test attempt {tok} ended without a result: its "
+                             "worker was lost (or it was stopped) before the test finished; "
+                             "its log ends here\n".encode())
+        if test is not None and not accepted:  # no attempt's result: nightly's own verdict
+            parts.append(f"\n[nightly] GPU test {test.get('result')}: {test.get('reason')}\n"
+                         .encode())
+        return parts
 
 
-def _marker(token: str) -> str:
-    return f"[nightly] cluster attempt {token} "
+def _marker(token: str, what: str = "") -> str:
+    return f"[nightly] cluster {what + ' ' if what else ''}attempt {token} "
 
 
-def _attempt_head(token: str, about: Mapping[str, Any]) -> str:
+def _attempt_head(token: str, about: Mapping[str, Any], what: str = "") -> str:
     def field(name: str) -> str:  # attempt.json is staging's: one short line, no controls
         return "".join(c for c in str(about.get(name, "?"))[:200] if c.isprintable())
 
-    return (f"\n{_marker(token)}on worker {field('worker')} "
+    return (f"\n{_marker(token, what)}on worker {field('worker')} "
             f"({field('worker_name')}, host {field('host')})\n")
 
 
@@ -437,6 +482,8 @@ __all__ = [
     "build_prefix",
     "builds_prefix",
     "ensure_input",
+    "gpu_test_prefix",
+    "gpu_tests_prefix",
     "inputs_key",
     "make_tarball",
     "prune_inputs",

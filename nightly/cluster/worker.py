@@ -3,14 +3,10 @@
 `run_build_task(spec)` is what `nightly run --cluster` submits, once per build. On the worker
 it runs the build the way `nightly run` does on one machine (Runner.run_build: log header and
 footer, the configured executor, the smoke test, local retries of infrastructure failures,
-package collection), in a fresh folder of its own under the worker's working folder:
-
-    <worker dir>/attempts/<token>/        a Day of its own (logs/, packages/, work/, state.json)
-    <worker dir>/attempts/<token>/owner.json   which process runs it (for reaping orphans)
-    <worker dir>/inputs/<kind>-<sha>/     the day's source and recipes, fetched once per host
-
-The worker dir is $NIGHTLY_WORKER_DIR, else `nightly-worker/` beside the worker's
-`dask-scratch-space/` (that is, inside `dask worker --local-directory DIR`).
+package collection), in a fresh folder of its own under the worker's working folder
+(`<worker dir>/attempts/<token>/`: nightly.cluster.host). With `[cluster] gpu_smoke` the
+smoke test here is the CPU part only: a CUDA build's GPU part is a task of its own on a GPU
+worker (nightly.cluster.gputest), submitted by the orchestrator once this build's result is in.
 
 The build's packages and log go to the staging store (nightly.cluster.staging: its layout),
 and the task returns the small dict of result.json. The orchestrating process accepts a
@@ -23,10 +19,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
-import re
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -37,6 +30,16 @@ from typing import Any
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.runner import Runner
 from nightly.builds.smoke import SmokeTester
+from nightly.cluster.host import (
+    Emit,
+    WorkerInfo,
+    live,
+    new_token,
+    plain,
+    reap_orphans,
+    run_task,
+    slots,
+)
 from nightly.cluster.messages import AttemptResult, StagedPackage, WorkerEvent
 from nightly.cluster.staging import (
     ATTEMPT_JSON,
@@ -52,32 +55,15 @@ from nightly.cluster.staging import (
     prune_inputs,
     read_json,
 )
-from nightly.cluster.verify import new_token_part, seal
+from nightly.cluster.verify import seal
 from nightly.config import Config
 from nightly.errors import NightlyError
 from nightly.executors import make_executor
-from nightly.executors.base import Job
-from nightly.files import process_alive, process_identity, sha256_file
+from nightly.files import process_identity, sha256_file
 from nightly.plan.matrix import Build
 from nightly.publish import Store
 from nightly.publish import conda as conda_client
 from nightly.workspace import FAILED, PENDING, Day, State, write_json
-
-# Worker resources (docs/cluster.md). A build takes one slot; a capability (platform, GPU)
-# is required in amount 0: only workers that declare it qualify, and it is never used up.
-SLOTS = "slots"
-GPU = "gpu"
-
-WORKER_DIR_ENV = "NIGHTLY_WORKER_DIR"
-CANCEL_CHECK_S = 0.5
-CANCEL_STRIKES = 3  # the task must look cancelled this many checks in a row
-KEEP_FAILED_S = 2 * 86400  # a failed attempt's folder is kept this long for debugging
-
-Emit = Callable[[str, Mapping[str, Any]], None]
-
-
-def platform_resource(platform: str) -> str:
-    return f"platform-{platform}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,173 +95,14 @@ class TaskSpec:
     # The inputs' sizes: a worker never reads more of them from staging (0: not capped).
     source_size: int = 0
     recipes_size: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkerInfo:
-    address: str
-    name: str
-    folder: Path
-    gpu: bool
-
-
-# ---------------------------------------------------------------------------- tokens, slots
-
-
-_HOST_RE = re.compile(r"[^A-Za-z0-9.-]+")
-
-
-def new_token(submission: str) -> str:
-    """A unique, time-ordered name for one attempt: 20240501T221530123456-<sub>-<host>-<pid>-<rand>,
-    the last part 128 random bits: no other host can write ahead into an attempt's prefix."""
-    now = dt.datetime.now(dt.timezone.utc)
-    host = _HOST_RE.sub("-", socket.gethostname())[:40] or "host"
-    return f"{now:%Y%m%dT%H%M%S%f}-{submission[:8]}-{host}-{os.getpid()}-{new_token_part()}"
-
-
-class _Slots:
-    """Which build slot of a worker each running build holds (its `queue` in state.json)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._used: dict[str, set[int]] = {}
-
-    def take(self, worker: str) -> int:
-        with self._lock:
-            used = self._used.setdefault(worker, set())
-            slot = next(i for i in range(len(used) + 1) if i not in used)
-            used.add(slot)
-            return slot
-
-    def give(self, worker: str, slot: int) -> None:
-        with self._lock:
-            self._used.get(worker, set()).discard(slot)
-
-
-_slots = _Slots()
-
-
-# The attempts running in this process (a worker), for `running_attempts`.
-_live: dict[str, dict[str, Any]] = {}
-_live_lock = threading.Lock()
-
-
-def running_attempts(dask_worker: Any = None) -> list[dict[str, Any]]:
-    """The build attempts this worker is running (run on every worker with `client.run`):
-    a rerun orchestrator waits for the ones a killed run left behind to stop."""
-    address = str(getattr(dask_worker, "address", "") or "")
-    with _live_lock:
-        return [dict(a) for a in _live.values() if not address or a["worker"] == address]
-
-
-# ---------------------------------------------------------------------------- orphans
-
-
-def reap_orphans(folder: Path, config: Config, executor: str, emit: Emit) -> None:
-    """Attempts under this worker folder whose worker process died (kill -9, out of memory)
-    may have left their recipe running (it is in a session of its own): stop it, and drop
-    the folder (its log is in staging). Finished attempts' folders past their time go too."""
-
-    root = folder / "attempts"
-    if not root.is_dir():
-        return
-    now = time.time()
-    for owner_path in sorted(root.glob("*/owner.json")):
-        attempt = owner_path.parent
-        try:
-            owner = json.loads(owner_path.read_text())
-        except (OSError, ValueError):
-            continue
-        if owner.get("finished"):
-            if now - float(owner.get("finished") or now) > KEEP_FAILED_S:
-                shutil.rmtree(attempt, ignore_errors=True)
-            continue
-        if process_alive(owner):
-            continue
-        build_id = str(owner.get("build", ""))
-        work = attempt / "work" / build_id
-        job = Job(
-            build_id=build_id, package=str(owner.get("package", "")), python="", cuda="cpu",
-            env={}, recipes_dir=attempt, source_dir=attempt, output_dir=work / "out",
-            work_dir=work / "scratch", timeout_s=1.0,
-        )
-        notes: list[str] = []
-        for name in dict.fromkeys(("local", executor)):
-            with contextlib.suppress(Exception), make_executor(name, config) as ex:
-                notes += ex.reap(job)
-        for note in notes:
-            emit("note", {"build": build_id, "note": note})
-        shutil.rmtree(attempt, ignore_errors=True)
-
-
-
-
-# ---------------------------------------------------------------------------- the task
-
-
-def worker_folder(local_directory: str) -> Path:
-    env = os.environ.get(WORKER_DIR_ENV)
-    if env:
-        return Path(env)
-    local = Path(local_directory)
-    for p in (local, *local.parents):
-        if p.name == "dask-scratch-space":
-            return p.parent / "nightly-worker"
-    return local.parent / "nightly-worker"
+    # [cluster] gpu_smoke: the GPU part of the test is a task of its own (nightly.cluster.gputest)
+    gpu_stage: bool = False
 
 
 def run_build_task(spec: TaskSpec) -> AttemptResult:
     """The Dask task: run `spec.build` on this worker; return its (small) result."""
-    from dask.context import thread_state
-    from distributed import get_worker
-
-    from nightly.hardening import make_undumpable
-
-    make_undumpable()  # the worker's environment (its store credentials) out of a recipe's reach
-    worker = get_worker()
-    key = str(getattr(thread_state, "key", ""))
-    resources = dict(getattr(worker.state, "total_resources", {}) or {})
-    info = WorkerInfo(
-        address=str(worker.address),
-        name=str(worker.name),
-        folder=worker_folder(str(worker.local_directory)),
-        gpu=GPU in resources,
-    )
-
-    def emit(kind: str, msg: Mapping[str, Any]) -> None:
-        with contextlib.suppress(Exception):  # progress only: never fail a build over it
-            worker.log_event(spec.topic, {"kind": kind, **msg})
-
-    cancel = threading.Event()
-    done = threading.Event()
-
-    def watch() -> None:
-        # The scheduler releases a task whose client went away (the orchestrator was
-        # killed) or cancelled it; the worker keeps running the thread regardless. Stop
-        # the recipe then, rather than build for nobody.
-        strikes = 0
-        while not done.wait(CANCEL_CHECK_S):
-            try:
-                ts = worker.state.tasks.get(key)
-                gone = ts is None or ts.state == "cancelled"
-            except Exception as e:  # distributed's internals moved under us
-                # Without the task's state no cancel can be seen: say so in the build's
-                # events rather than watch silently for nothing.
-                emit("note", {"build": spec.build.id,
-                              "note": f"cancel watch stopped: {type(e).__name__}: {e}"})
-                return
-            strikes = strikes + 1 if gone else 0
-            if strikes >= CANCEL_STRIKES:
-                cancel.set()
-                return
-
-    watcher = threading.Thread(target=watch, name=f"cancel-watch-{spec.build.id}", daemon=True)
-    if key:
-        watcher.start()
-    try:
-        return run_on_host(spec, info, emit, cancel)
-    finally:
-        done.set()
+    return run_task(spec.topic, spec.build.id,
+                    lambda info, emit, cancel: run_on_host(spec, info, emit, cancel))
 
 
 def worker_config(config: Config, recipes: Path, folder: Path, gpu: bool) -> Config:
@@ -345,8 +172,8 @@ class _Attempt:
                                             "reason": ev.get("reason"),
                                             "duration_s": ev.get("duration_s")}))
             else:
-                plain = {k: _plain(v) for k, v in ev.items() if k != "build"}
-                send(WorkerEvent.from_json({**base, **plain, "kind": kind}))
+                fields = {k: plain(v) for k, v in ev.items() if k != "build"}
+                send(WorkerEvent.from_json({**base, **fields, "kind": kind}))
 
         return on_event
 
@@ -358,10 +185,9 @@ def run_on_host(
     build = spec.build
     store = spec.staging.open()
     token = new_token(spec.submission)
-    slot = _slots.take(info.address)
-    with _live_lock:
-        _live[token] = {"token": token, "build": build.id, "day": spec.day, "topic": spec.topic,
-                        "worker": info.address}
+    slot = slots.take(info.address)
+    live(token, {"token": token, "build": build.id, "day": spec.day, "topic": spec.topic,
+                 "worker": info.address})
     try:
         ident = process_identity()
         att = _Attempt(spec=spec, info=info, store=store, token=token, slot=slot,
@@ -399,9 +225,8 @@ def run_on_host(
             shutil.rmtree(day.path, ignore_errors=True)
         return result
     finally:
-        _slots.give(info.address, slot)
-        with _live_lock:
-            _live.pop(token, None)
+        slots.give(info.address, slot)
+        live(token, None)
 
 
 def _run(
@@ -424,10 +249,10 @@ def _run(
             except NightlyError as e:
                 _preflight_failed(day, ctx.state, build, str(e), att.about["attempt"])
             else:
-                # The GPU part runs where the worker declares the gpu resource (worker_config
-                # sets [smoke] gpu from it); [cluster] gpu_smoke sends CUDA builds there.
+                # [cluster] gpu_smoke: the GPU part is a task of its own (gpu_stage); else
+                # it runs here if this worker declares the gpu resource (worker_config).
                 smoke = (SmokeTester(ctx.config, ex, ctx.source_dir, conda=conda_client,
-                                     where=ctx.machine)
+                                     where=ctx.machine, gpu_stage=spec.gpu_stage)
                          if ctx.config.smoke.enabled else None)
                 runner = Runner(ctx, ex, on_event=att.events(emit), cancel=cancel, smoke=smoke)
                 runner.run_build(build, queue=att.slot)
@@ -464,6 +289,7 @@ def _put_result(
         log_sha256=log_sha, log_chunks=chunks,
         commit=spec.commit, version=spec.version, channel=spec.channel,
         cache=entry.cache,  # the compiler cache's statistics (nightly.builds.cache)
+        tested=entry.tested,  # the test stage's record so far (nightly.builds.smoke)
     )
     if spec.seal_key:
         result = replace(result, seal=seal(spec.seal_key, result.to_json()))
@@ -484,17 +310,4 @@ def _preflight_failed(day: Day, state: State, build: Build, reason: str, attempt
                  log=str(final.relative_to(day.path)))
 
 
-def _plain(v: Any) -> Any:
-    return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
-
-
-
-__all__ = [
-    "GPU",
-    "SLOTS",
-    "TaskSpec",
-    "platform_resource",
-    "run_build_task",
-    "run_on_host",
-    "running_attempts",
-]
+__all__ = ["TaskSpec", "run_build_task", "run_on_host", "worker_config"]

@@ -380,10 +380,10 @@ def write_summary(
     if the day has a night, is only refreshed: see nightly/workspace/summary.py). (summary, its path)"""
     state = night.state
     builds: dict[str, BuildSummary] = {}
-    gpu = GpuHosts(
+    gpu = GpuHosts(  # machines with gpu = true; a cluster's GPU workers (the test stage's)
         names=frozenset(m.name for m in night.config.machines if m.gpu)
-        | (frozenset({night.machine.name}) if night.config.smoke.gpu else frozenset()),
-        cuda_builds=bool(night.config.cluster.gpu_smoke and state.meta.get("cluster")),
+        | (frozenset({night.machine.name}) if night.config.smoke.gpu else frozenset())
+        | frozenset(str(w) for w in state.meta.get("gpu_workers") or ()),
     )
     costs = []
     for b in night.builds:

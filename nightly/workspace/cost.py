@@ -24,14 +24,13 @@ class BuildCost:
 
 @dataclass(frozen=True, kw_only=True)
 class GpuHosts:
-    """Which hosts have a GPU: machines with `gpu = true` by name; in a cluster night under
-    today's gpu_smoke, the worker of every CUDA build (that is where it was sent)."""
+    """Which hosts have a GPU: machines with `gpu = true` by name; in a cluster night, the
+    workers that declared the gpu resource, by address (state.json's meta `gpu_workers`)."""
 
     names: frozenset[str] = frozenset()
-    cuda_builds: bool = False
 
-    def has(self, host: str, entry: BuildEntry) -> bool:
-        return host in self.names or (self.cuda_builds and entry.cuda not in ("", "cpu"))
+    def has(self, host: str) -> bool:
+        return host in self.names
 
 
 def _parts(tested: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
@@ -44,12 +43,12 @@ def build_cost(entry: BuildEntry, gpu: GpuHosts) -> BuildCost:
     parts = _parts(entry.tested)
     ran = [p for p in parts if p.get("result") != "not run"]
     test_s = round(sum(float(p.get("seconds") or 0) for p in ran), 3) if parts else None
-    on_gpu = entry.machine and gpu.has(entry.machine, entry)
+    on_gpu = entry.machine and gpu.has(entry.machine)
     gpu_test_s = 0.0
     for p in ran:
         where = str(p.get("where") or "")
         gpu_part = p is (entry.tested or {}).get("gpu")
-        if (gpu_part and where) or gpu.has(where, entry):
+        if (gpu_part and where) or gpu.has(where):
             gpu_test_s += float(p.get("seconds") or 0)
     hosts = list(dict.fromkeys(str(p.get("where")) for p in ran if p.get("where")))
     return BuildCost(

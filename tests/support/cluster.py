@@ -54,16 +54,21 @@ ALL_BUILDS = LINUX_BUILDS + MAC_BUILDS
 
 
 def _slots(resources: str) -> str:
-    return dict(r.split("=") for r in resources.split(","))["slots"]
+    """A worker's threads: its build slots, else its GPUs (a GPU worker that only tests)."""
+    declared = dict(r.split("=") for r in resources.split(","))
+    return declared.get("slots") or declared.get("gpu") or "1"
 
 
 class DaskCluster:
-    """A scheduler and named workers as subprocesses; `ensure()` restarts dead workers."""
+    """A scheduler and named workers as subprocesses; `ensure()` restarts dead workers.
+    `workers`: name -> resources (default WORKERS)."""
 
-    def __init__(self, base: Path, certs: Path | None = None) -> None:
+    def __init__(self, base: Path, certs: Path | None = None,
+                 workers: dict[str, str] | None = None) -> None:
         self.base = base
         # With `certs` (nightly cluster certs DIR --hosts scheduler,<workers>): mutual TLS.
         self.certs = certs
+        self.worker_resources = dict(workers or WORKERS)
         self.address = f"{'tls' if certs else 'tcp'}://127.0.0.1:{free_port()}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[object] = []
@@ -102,7 +107,7 @@ class DaskCluster:
 
     def ensure(self) -> None:
         started = []
-        for name, resources in WORKERS.items():
+        for name, resources in self.worker_resources.items():
             p = self.procs.get(name)
             if p is None or p.poll() is not None:
                 folder = self.base / name
@@ -116,7 +121,7 @@ class DaskCluster:
                 ])
                 started.append(name)
         if started:
-            self.wait_for(set(WORKERS))
+            self.wait_for(set(self.worker_resources))
 
     def workers(self) -> dict[str, str]:
         """name -> address of the workers the scheduler knows."""

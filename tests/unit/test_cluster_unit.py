@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import os
 from pathlib import Path
 
@@ -14,16 +13,17 @@ import pytest
 
 from nightly import config as cfg
 from nightly.cluster.dispatch import (
+    TEST,
     build_resources,
     capacity,
     cluster_bounds,
+    gpu_test_resources,
     lpt_priorities,
     task_key,
     worker_slots,
 )
+from nightly.cluster.host import _Slots, new_token, platform_resource, worker_folder
 from nightly.cluster.staging import (
-    ATTEMPT_JSON,
-    LOG_TXT,
     RESULT_JSON,
     LogStreamer,
     StagingDay,
@@ -33,11 +33,12 @@ from nightly.cluster.staging import (
     make_tarball,
     read_json,
 )
-from nightly.cluster.worker import _Slots, new_token, platform_resource, worker_config, worker_folder
+from nightly.cluster.worker import worker_config
 from nightly.errors import PublishError
 from nightly.plan.matrix import Build
 from nightly.publish.stores import FileStore
 from nightly.workspace import Day
+from tests.support.staging import put_attempt
 
 
 def test_inputs_tarballs_are_reproducible_and_fetched_once(tmp_path: Path) -> None:
@@ -116,18 +117,28 @@ def _config(tmp_path: Path, text: str) -> cfg.Config:
     return cfg.load(path)
 
 
-def test_build_resources_require_the_platform_and_a_gpu_only_for_gpu_smoke(
+def test_builds_need_a_slot_of_their_platform_and_gpu_tests_a_gpu(
     tmp_path: Path, minimal_config_text: str
 ) -> None:
     cpu = Build(package="manywheel", python="3.7m", cuda="cpu")
     cuda = Build(package="manywheel", python="3.7m", cuda="cu100")
     plain = _config(tmp_path, minimal_config_text)
-    assert build_resources(plain, cpu) == {"slots": 1.0, platform_resource("linux"): 0.0}
-    assert "gpu" not in build_resources(plain, cuda)
+    lin = {"slots": 1.0, platform_resource("linux"): 0.0}
+    assert build_resources(plain, cpu) == lin
+    # gpu_smoke (the test stage) no longer sends a CUDA build to a GPU worker: its GPU test,
+    # a task of its own, takes one GPU of a worker of its platform.
     gpu = dataclasses.replace(plain, cluster=dataclasses.replace(plain.cluster, gpu_smoke=True),
                               smoke=dataclasses.replace(plain.smoke, enabled=True))
-    assert build_resources(gpu, cuda)["gpu"] == 0.0
-    assert "gpu" not in build_resources(gpu, cpu)
+    assert build_resources(gpu, cuda) == build_resources(plain, cuda) == lin
+    assert gpu_test_resources(cuda) == {"gpu": 1.0, "platform-linux": 0.0}
+    workers = {
+        "tcp://cpu": {"resources": {"slots": 4, "platform-linux": 1}},
+        "tcp://gpu": {"resources": {"gpu": 2, "platform-linux": 1}},
+        "tcp://both": {"resources": {"slots": 1, "gpu": 1, "platform-linux": 1}},
+    }
+    assert capacity(workers, lin) == 5  # the GPU-only worker takes no build
+    assert capacity(workers, gpu_test_resources(cuda)) == 3  # its GPUs, not its slots
+    assert worker_slots(workers["tcp://cpu"], gpu_test_resources(cuda)) == 0
 
 
 def test_task_keys_are_unique_per_run_and_share_a_prefix_per_kind() -> None:
@@ -137,6 +148,9 @@ def test_task_keys_are_unique_per_run_and_share_a_prefix_per_kind() -> None:
     assert k1.startswith("nightly-manywheel-cuda-release_2.1.0-manywheel_3.7m_cu100-")
     assert task_key(Build(package="conda", python="3.7", cuda="cpu"), "d", "r").startswith(
         "nightly-conda-cpu-")
+    test = task_key(b, "d", "r1", what=TEST)
+    assert test.startswith("nightly-gputest-manywheel-d-manywheel_3.7m_cu100-")
+    assert test != task_key(b, "d", "r1")
 
 
 def test_tokens_are_unique_and_sort_by_time() -> None:
@@ -212,15 +226,9 @@ def test_the_log_streams_as_it_grows_and_survives_a_failing_store(tmp_path: Path
 
 def _attempt(store: FileStore, day: str, bid: str, token: str, *, log: bytes | None = None,
              chunks: tuple[bytes, ...] = (), result: dict[str, object] | None = None) -> None:
-    prefix = attempt_prefix(day, bid, token)
     about = {"worker": f"tcp://{token}", "worker_name": f"w-{token}", "host": "h"}
-    store.put_bytes(prefix + ATTEMPT_JSON, json.dumps(about).encode(), "application/json")
-    for i, c in enumerate(chunks, 1):
-        store.put_bytes(f"{prefix}log/{i:06d}", c, "text/plain")
-    if log is not None:
-        store.put_bytes(prefix + LOG_TXT, log, "text/plain")
-    if result is not None:
-        store.put_bytes(prefix + RESULT_JSON, json.dumps(result).encode(), "application/json")
+    put_attempt(store, attempt_prefix(day, bid, token), about, log=log, chunks=chunks,
+                result=result)
 
 
 def test_staging_day_lists_attempts_and_assembles_the_log(tmp_path: Path) -> None:

@@ -30,8 +30,8 @@ def test_gpu_host_building_counts_and_not_run_costs_nothing() -> None:
     assert (on_gpu.gpu_build_s, on_gpu.gpu_test_s) == (100.0, 7.0)
     assert (untested.test_s, untested.tested_on, untested.gpu_test_s) == (2.0, "small", 0.0)
     assert gpu_host_seconds([on_gpu, untested]) == {"building": 100.0, "testing": 7.0}
-    # Today's gpu_smoke in a cluster night: CUDA builds ran on GPU workers, CPU ones did not.
-    sent = GpuHosts(cuda_builds=True)
-    assert build_cost(_entry("w1", "cu126", None), sent).gpu_build_s == 100.0
-    assert build_cost(_entry("w1", "cpu", None), sent).gpu_build_s == 0.0
+    # A cluster night: a build on a GPU worker (one that also declares build slots) counts.
+    workers = GpuHosts(names=frozenset({"tls://10.0.0.9:4001"}))
+    assert build_cost(_entry("tls://10.0.0.9:4001", "cu126", None), workers).gpu_build_s == 100.0
+    assert build_cost(_entry("tls://10.0.0.7:4001", "cu126", None), workers).gpu_build_s == 0.0
     assert build_cost(BuildEntry(status="failed"), hosts).test_s is None
