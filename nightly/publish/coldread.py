@@ -2,10 +2,12 @@
 `<wheel>.metadata` (PEP 658), for a bucket nightly did not write (its first `--full` run).
 
 What is read
-    Only what the pages will show (the caller decides, `index._wants`), each thing once: the
-    sha256 from the cheapest place that has it (the listing, where the store returns
+    Only what the pages will show (the caller decides, `listing.wants_of`), each thing once:
+    the sha256 from the cheapest place that has it (the listing, where the store returns
     checksums; else one HEAD, which gives the writer's `x-amz-meta-sha256` /
-    `x-amz-meta-checksum-sha256` or S3's own checksum) and one GET of `<wheel>.metadata`.
+    `x-amz-meta-checksum-sha256` or S3's own checksum) and one GET of `<wheel>.metadata` —
+    one for all the `.metadata` files whose listing says they have the same bytes (the
+    wheels of one version for several Pythons: `etags.py`); the others wait for it.
 
 How
     A bounded pool (`[publish] index_workers` threads; 1 is the serial path) reads them; a

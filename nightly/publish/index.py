@@ -13,8 +13,9 @@ How a folder is regenerated
     Full (`--full`): list the folder; take each file's record from the caller or the manifest,
     HEAD only the objects whose sha256 is still unknown (the sha256 a writer left in
     x-amz-meta-sha256 or x-amz-meta-checksum-sha256, or S3's own checksum) and GET only
-    the `.metadata` files not yet recorded; write the manifest and the pages. So a first full
-    run on a bucket nightly did not write records everything, and later runs ask nothing.
+    the `.metadata` files not yet recorded (one of those with the same bytes by the listing:
+    `etags.py`); write the manifest and the pages. So a first full run on a bucket nightly
+    did not write records everything, and later runs ask nothing.
     With a version cap only files the pages show are asked about. Given the whole listing
     (`nightly index --full`), what every folder needs is read first, by one bounded pool
     (`coldread.py`: `[publish] index_workers`, retries, progress, a checkpoint that an
