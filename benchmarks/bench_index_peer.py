@@ -9,10 +9,12 @@ folders of torch, torchvision and torchaudio wheels and `pytorch-triton` in the 
 `whl/nightly/`, every wheel with its `<wheel>.metadata` (PEP 658) beside it, sha256 as
 `x-amz-meta-checksum-sha256` on the wheels (PyTorch's convention) and S3's own SHA256
 checksum on the metadata files (which the peer requires). nightly is configured like the peer:
-`whl/nightly` shared with every accelerator folder, aggregate channel root, newest 60 versions.
+`whl/nightly` shared with every accelerator folder, aggregate channel root, newest 60 versions,
+and otherwise as a user adopting an S3 bucket would run it (`index_workers` at its default).
 
 For each size, measured from outside (wall seconds of each tool's process, every HTTP request
-counted at the server):
+counted at the server; and the CPU seconds of the tool's process and of the moto server, with
+the load average, since on a shared machine wall time follows what others run):
   full-all  nightly's first run showing every version (no `index_versions`: it reads every
             wheel's sha256 and .metadata, where the peer reads its 60 newest versions), against
             the peer's first run; then nightly's manifests are deleted, so that
@@ -38,6 +40,7 @@ import http.server
 import json
 import logging
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -177,7 +180,10 @@ def peer_python() -> Path:
 
 
 def run_tool(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, app: Counting) -> dict[str, Any]:
+    """Wall seconds, CPU seconds of the tool's process (client) and of this one (the moto
+    server: nothing else runs here meanwhile), the load average at the end, requests by kind."""
     app.take()
+    server, client = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     with open(log, "ab") as out:
         proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False)
@@ -185,7 +191,19 @@ def run_tool(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, app: Cou
     requests = app.take()
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[1]} failed (exit {proc.returncode}); see {log}")
-    return {"seconds": round(seconds, 2), "requests": sum(requests.values()), "by_kind": requests}
+    return {"seconds": round(seconds, 2), "requests": sum(requests.values()), "by_kind": requests,
+            "client_cpu": round(_cpu(resource.RUSAGE_CHILDREN) - client, 2),
+            "server_cpu": round(_cpu(resource.RUSAGE_SELF) - server, 2), "load": round(os.getloadavg()[0], 1)}
+
+
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _line(tool: str, label: str, r: dict[str, Any]) -> str:
+    return (f"  {tool:8} {label:8} {r['seconds']:8.1f}s (cpu: client {r['client_cpu']:.1f}s, server "
+            f"{r['server_cpu']:.1f}s; load {r['load']}) {r['requests']:7} requests {r['by_kind']}")
 
 
 def nightly_config(work: Path, endpoint: str, versions: int = 60) -> Path:
@@ -357,8 +375,7 @@ def bench_size(
 
     def one(tool: str, label: str, cmd: list[str], cwd: Path) -> None:
         r = phases[tool][label] = run_tool(cmd, env, cwd, log, app)
-        print(f"  {tool:8} {label:8} {r['seconds']:8.1f}s {r['requests']:7} requests {r['by_kind']}",
-              flush=True)
+        print(_line(tool, label, r), flush=True)
 
     def both(label: str) -> None:
         one("peer", label, peer, peer_cwd)
@@ -378,7 +395,7 @@ def bench_size(
     our_pages = snapshot(client, "whl/nightly/cpu/")
     for tool in ("peer", "nightly"):
         r = phases[tool]["+50"]
-        print(f"  {tool:8} +50    {r['seconds']:8.1f}s {r['requests']:7} requests {r['by_kind']}", flush=True)
+        print(_line(tool, "+50", r), flush=True)
     resolved = {
         "peer": clients(peer_pages, client, work, rewrite=True),
         "nightly": clients(our_pages, client, work, rewrite=False),
@@ -397,10 +414,13 @@ def ratios(result: dict[str, Any]) -> list[list[object]]:
             continue
         p = result["phases"]["peer"]["full" if label == "full-all" else label]
         n = result["phases"]["nightly"][label]
+        cpu = [r["client_cpu"] + r["server_cpu"] for r in (p, n)]
         rows.append([result["wheels"], label, p["seconds"], n["seconds"],
                      round(n["seconds"] / p["seconds"], 3) if p["seconds"] else "n/a",
+                     round(cpu[1] / cpu[0], 3) if cpu[0] else "n/a",
                      p["requests"], n["requests"],
-                     round(n["requests"] / p["requests"], 3) if p["requests"] else "n/a"])
+                     round(n["requests"] / p["requests"], 3) if p["requests"] else "n/a",
+                     f"{p['load']}/{n['load']}"])
     return rows
 
 
@@ -421,7 +441,8 @@ def main() -> int:
             work = Path(tmp) / str(size)
             work.mkdir()
             results.append(bench_size(size, app, endpoint, work, full_all=not args.no_full_all))
-    headers = ["wheels", "run", "peer s", "nightly s", "s ratio", "peer req", "nightly req", "req ratio"]
+    headers = ["wheels", "run", "peer s", "nightly s", "s ratio", "cpu ratio", "peer req", "nightly req",
+               "req ratio", "load"]
     rows = [row for r in results for row in ratios(r)]
     print("\nnightly vs test-infra manage_v2.py (ratio = nightly / peer; below 1 is better)")
     print(format_table(headers, rows))

@@ -2,10 +2,12 @@
 `<wheel>.metadata` (PEP 658), for a bucket nightly did not write (its first `--full` run).
 
 What is read
-    Only what the pages will show (the caller decides, `index._wants`), each thing once: the
-    sha256 from the cheapest place that has it (the listing, where the store returns
+    Only what the pages will show (the caller decides, `listing.wants_of`), each thing once:
+    the sha256 from the cheapest place that has it (the listing, where the store returns
     checksums; else one HEAD, which gives the writer's `x-amz-meta-sha256` /
-    `x-amz-meta-checksum-sha256` or S3's own checksum) and one GET of `<wheel>.metadata`.
+    `x-amz-meta-checksum-sha256` or S3's own checksum) and one GET of `<wheel>.metadata` —
+    one for all the `.metadata` files whose listing says they have the same bytes (the
+    wheels of one version for several Pythons: `etags.py`); the others wait for it.
 
 How
     A bounded pool (`[publish] index_workers` threads; 1 is the serial path) reads them; a
@@ -28,17 +30,20 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import queue
 import random
 import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
 
 from nightly.errors import PublishError
+from nightly.publish import etags
 from nightly.publish.manifest import FileRecord, Records
 from nightly.publish.metadata import METADATA_SUFFIX, describe
 from nightly.publish.stores import ObjectInfo, PreconditionFailed, Store
@@ -68,9 +73,11 @@ class Want:
     sha256: bool  # HEAD the object
     metadata: bool  # GET `<name>.metadata`
     obj: ObjectInfo | None = None
+    metadata_obj: ObjectInfo | None = None  # the `.metadata` file's listing entry (its ETag)
 
 
 GONE = None  # what `read` returns for a file that was deleted since it was listed
+Outcome = tuple[FileRecord | None, FileRecord | None]  # what was learned; what same bytes give
 
 
 @dataclass(frozen=True)
@@ -143,29 +150,48 @@ class ReadPool:
         self._learned: dict[str, dict[str, dict[str, Any]]] = {}  # folder -> name -> entry
         self._dirty: set[str] = set()
         self._kept: set[str] = set()  # folders with a checkpoint object in the store
-        self.requests = 0
+        self.requests = 0  # attempts, retries included
+        self.reads: Counter[tuple[str, str]] = Counter()  # (folder, "sha256"/"metadata") -> done
+        self.shared: Counter[str] = Counter()  # folder -> `.metadata` taken from one with its bytes
         self._lock = threading.Lock()
 
     # -- reading
 
     def read(self, wants: Iterable[Want]) -> dict[tuple[str, str], FileRecord | None]:
         """(folder, name) -> what was learned (GONE: the object was deleted meanwhile).
-        Raises PublishError when a read still fails after its retries."""
+        Raises PublishError when a read still fails after its retries. Of `.metadata` files
+        with the same bytes by their listing (`etags.py`) one is read, the others wait for it
+        and take what it gave (or are read too, if its ETag was not the digest of its bytes)."""
         todo = list(wants)
         out: dict[tuple[str, str], FileRecord | None] = {}
         if not todo:
             return out
+        now, later = _share(todo)
         progress = Progress(len(todo), self.log_line, self.stream)
         last_save = time.monotonic()
+        finished: queue.SimpleQueue[tuple[Want, Future[Outcome]]] = queue.SimpleQueue()
+        futures: list[Future[Outcome]] = []
         with ThreadPoolExecutor(min(self.workers, len(todo)), thread_name_prefix="index-read") as pool:
-            futures: dict[Future[FileRecord | None], Want] = {pool.submit(self._one, w): w for w in todo}
+
+            def submit(want: Want, given: FileRecord | None = None) -> None:
+                future = pool.submit(self._one, want, given)
+                future.add_done_callback(lambda f: finished.put((want, f)))
+                futures.append(future)
+
             try:
                 with _terminate_as_interrupt():
-                    for future in as_completed(futures):
-                        want = futures[future]
-                        out[(want.folder, want.name)] = record = future.result()
+                    for w in now:
+                        submit(w)
+                    for _ in todo:  # each want completes once, leaders before their followers
+                        want, future = _next(finished)
+                        record, same = future.result()
+                        out[(want.folder, want.name)] = record
                         self._remember(want, record)
                         progress.advance()
+                        for follower in later.pop((want.folder, want.name), ()):
+                            # With its leader's metadata, or (None) to read its own.
+                            self.shared[follower.folder] += same is not None
+                            submit(follower, same)
                         if time.monotonic() - last_save >= CHECKPOINT_EVERY_S:
                             self.save()
                             last_save = time.monotonic()
@@ -177,27 +203,41 @@ class ReadPool:
         progress.finish()
         return out
 
-    def _one(self, want: Want) -> FileRecord | None:
+    def _one(self, want: Want, given: FileRecord | None = None) -> Outcome:
+        """What was read about one file, and what of it any `.metadata` with the same bytes
+        can take (None: its ETag did not turn out to name its bytes). `given`: what its
+        `.metadata` says, read from another with the same bytes (then it is not read)."""
         key = f"{want.folder}/{want.name}"
         record = FileRecord()
         if want.sha256:
             info = self._retry("HEAD", key, lambda: self.store.head(key))
+            self._did(want.folder, "sha256")
             if info is None:
-                return GONE
+                return GONE, None
             record = record.with_sha256(info.sha256)
-        if want.metadata:
+        same = None
+        if given is not None:
+            record = record.merged(given)
+        elif want.metadata:
             md_key = key + METADATA_SUFFIX
             got = self._retry("GET", md_key, lambda: self.store.get_bytes(md_key))
+            self._did(want.folder, "metadata")
             if got is not None:
+                md = FileRecord()
                 try:
-                    md = describe(got[0])
+                    core = describe(got[0])
                 except ValueError:
                     log.warning("%s/%s%s is not core metadata", self.store.url, key, METADATA_SUFFIX)
                 else:
-                    record = record.merged(
-                        FileRecord(metadata_sha256=md.sha256, requires_python=md.requires_python)
-                    )
-        return record
+                    md = FileRecord(metadata_sha256=core.sha256, requires_python=core.requires_python)
+                record = record.merged(md)
+                listed = want.metadata_obj
+                same = md if listed is not None and etags.matches(listed, got[1], got[0]) else None
+        return record, same
+
+    def _did(self, folder: str, kind: str) -> None:
+        with self._lock:
+            self.reads[(folder, kind)] += 1
 
     def _retry(self, what: str, key: str, fn: Callable[[], T]) -> T:
         for attempt in range(1, self.attempts + 1):
@@ -222,7 +262,8 @@ class ReadPool:
     def _remember(self, want: Want, record: FileRecord | None) -> None:
         if want.obj is None or record is None:
             return
-        entry = {**identity(want.obj), **{k: v for k, v in asdict(record).items() if v}}
+        # vars(), not asdict(), which deep-copies: 5% of a first run's CPU in a profile
+        entry = {**identity(want.obj), **{k: v for k, v in vars(record).items() if v}}
         entry["read"] = sorted(_asked(want))
         self._learned.setdefault(want.folder, {})[want.name] = entry
         self._dirty.add(want.folder)
@@ -290,6 +331,14 @@ class ReadPool:
             self._kept.discard(folder)
 
 
+def _next(finished: queue.SimpleQueue[T]) -> T:
+    while True:
+        try:  # with a timeout, so that no platform holds a signal up while waiting
+            return finished.get(timeout=1.0)
+        except queue.Empty:
+            continue
+
+
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM (cron's `timeout`, a stopped service) as Ctrl-C while reading, so that what was
@@ -317,6 +366,24 @@ def _record(entry: Mapping[str, Any]) -> FileRecord:
         sha256=text("sha256"), metadata_sha256=text("metadata_sha256"),
         requires_python=text("requires_python"), upload_time=text("upload_time"),
     )
+
+
+def _share(wants: list[Want]) -> tuple[list[Want], dict[tuple[str, str], list[Want]]]:
+    """The wants to start with, and per leader (folder, name) the wants whose `.metadata` has
+    the same bytes by its listing entry, which wait for the leader's."""
+    now: list[Want] = []
+    later: dict[tuple[str, str], list[Want]] = {}
+    leaders: dict[etags.BodyKey, tuple[str, str]] = {}
+    for w in wants:
+        key = etags.body_key(w.metadata_obj) if w.metadata and w.metadata_obj is not None else None
+        if key is None:
+            now.append(w)
+        elif key in leaders:
+            later.setdefault(leaders[key], []).append(w)
+        else:
+            leaders[key] = (w.folder, w.name)
+            now.append(w)
+    return now, later
 
 
 def apply(files: Records, folder: str, results: Mapping[tuple[str, str], FileRecord | None]) -> None:

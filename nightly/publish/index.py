@@ -13,8 +13,9 @@ How a folder is regenerated
     Full (`--full`): list the folder; take each file's record from the caller or the manifest,
     HEAD only the objects whose sha256 is still unknown (the sha256 a writer left in
     x-amz-meta-sha256 or x-amz-meta-checksum-sha256, or S3's own checksum) and GET only
-    the `.metadata` files not yet recorded; write the manifest and the pages. So a first full
-    run on a bucket nightly did not write records everything, and later runs ask nothing.
+    the `.metadata` files not yet recorded (one of those with the same bytes by the listing:
+    `etags.py`); write the manifest and the pages. So a first full run on a bucket nightly
+    did not write records everything, and later runs ask nothing.
     With a version cap only files the pages show are asked about. Given the whole listing
     (`nightly index --full`), what every folder needs is read first, by one bounded pool
     (`coldread.py`: `[publish] index_workers`, retries, progress, a checkpoint that an
@@ -85,6 +86,7 @@ __all__ = [
 
 LIST_SPLIT = 2  # levels listed with a delimiter before folders are listed side by side
 LIST_WORKERS = 8
+PAGE_WORKERS = 8  # a folder's project pages written at once
 
 Known = Mapping[str, "str | FileRecord"]
 
@@ -117,6 +119,7 @@ class FolderReport:
     pages_deleted: int = 0
     heads: int = 0  # objects whose sha256 had to be asked for
     metadata_reads: int = 0  # `.metadata` files read for their sha256 and Requires-Python
+    metadata_shared: int = 0  # `.metadata` files not read: one with the same bytes was
     rounds: int = 0  # >1 when another writer changed the folder meanwhile
     missing_sha256: list[str] = field(default_factory=list)
 
@@ -149,7 +152,7 @@ def regenerate(
     bases: dict[str, Manifest] = {}
     learned: dict[str, dict[str, Learned]] = {}
     if full and listing is not None:
-        bases, learned = _prefetch(store, asked, listing, known, opts.versions, pool, reports)
+        bases, learned = _prefetch(store, asked, listing, known, opts.versions, pool)
     merged: dict[str, Manifest] = {}
     candidates: dict[str, set[str]] = {}  # folder -> project pages that may have gone
     for folder in asked:
@@ -182,12 +185,15 @@ def regenerate(
     for report, key in stale:
         store.delete(key)
         report.pages_deleted += 1
+    for folder, report in reports.items():
+        report.heads, report.metadata_reads = pool.reads[(folder, "sha256")], pool.reads[(folder, "metadata")]
+        report.metadata_shared = pool.shared[folder]
     return [reports[f] for f in order]
 
 
 def _prefetch(
     store: Store, folders: list[str], listing: Sequence[ObjectInfo], known: Mapping[str, Known],
-    versions: int, pool: ReadPool, reports: Mapping[str, FolderReport],
+    versions: int, pool: ReadPool,
 ) -> tuple[dict[str, Manifest], dict[str, dict[str, Learned]]]:
     """Before any folder is merged, read what every folder's pages need and nothing records
     (one pool for all of them, so a run's progress and concurrency span the whole bucket);
@@ -208,9 +214,6 @@ def _prefetch(
     results = pool.read(wants)
     for folder, got in pool.learned(wants, results).items():
         learned[folder] = {**learned[folder], **got}
-    for w in wants:
-        reports[w.folder].heads += w.sha256
-        reports[w.folder].metadata_reads += w.metadata
     return bases, learned
 
 
@@ -289,11 +292,11 @@ def _merge(
             records = {n: as_record(v) for n, v in known.items()}
             objects = listing if listing is not None and report.rounds == 1 else None
             files, pages, folders = _from_listing(
-                store, folder, base.files or {}, records, report, objects, versions, pool, learned or {}
+                store, folder, base.files or {}, records, objects, versions, pool, learned or {}
             )
         else:
             if resolved is None:
-                resolved = _resolve_known(folder, known, report, pool)
+                resolved = _resolve_known(folder, known, pool)
             files = dict(base.files)
             for name, record in resolved.items():
                 files[name] = files[name].merged(record) if name in files else record
@@ -340,13 +343,12 @@ def _register(store: Store, folder: str) -> None:
                  what=f"index of {store.url}/{root}: recording {name}/")
 
 
-def _resolve_known(folder: str, known: Known, report: FolderReport, pool: ReadPool) -> Records:
+def _resolve_known(folder: str, known: Known, pool: ReadPool) -> Records:
     """Records of what the caller knows; for a wheel known only by its sha256, its
     `.metadata` file is read (one small GET) so that its pages can offer PEP 658 metadata."""
     out = {n: as_record(v) for n, v in known.items()}
     wheels = [n for n, v in known.items() if isinstance(v, str) and n.endswith(".whl")]
     wants = [Want(folder, n, sha256=False, metadata=True) for n in wheels]
-    report.metadata_reads += len(wants)
     coldread.apply(out, folder, pool.read(wants))
     return out
 
@@ -356,7 +358,6 @@ def _from_listing(
     folder: str,
     recorded: Mapping[str, FileRecord],
     known: Mapping[str, FileRecord],
-    report: FolderReport,
     objects: list[ObjectInfo] | None,
     versions: int,
     pool: ReadPool,
@@ -369,8 +370,6 @@ def _from_listing(
     scan = scan_folder(folder, objects, recorded, known, learned)
     wants = wants_of(folder, scan, versions, learned)
     coldread.apply(scan.files, folder, pool.read(wants))
-    report.heads += sum(w.sha256 for w in wants)
-    report.metadata_reads += sum(w.metadata for w in wants)
     return scan.files, scan.pages, scan.folders
 
 
@@ -422,15 +421,26 @@ def _write_pages(
             sources=[Source(prefix, m.files or {}) for prefix, _, m in sources],
             versions=opts.versions,
         )
-        # Project pages first, so the root never links to a page that does not exist yet.
-        for rel in sorted(pages, key=lambda p: (p.count("/") == 0, p)):
-            store.put_bytes(f"{folder}/{rel}", pages[rel], HTML_TYPE,
-                            cache_control=caching.for_key(folder))
-            report.pages_written += 1
+        _put_pages(store, folder, pages, opts.workers)
+        report.pages_written += len(pages)
         checks = [(folder, own.etag), *((f, m.etag) for _, f, m in sources)]
         if all(_current_etag(store, f"{f}/{MANIFEST_NAME}") == etag for f, etag in checks):
             return set(pages)
     raise AssertionError("unreachable: cas_rounds raises when exhausted")
+
+
+def _put_pages(store: Store, folder: str, pages: Mapping[str, bytes], workers: int) -> None:
+    """Project pages first (side by side), so that the root never links to a page that does
+    not exist yet; then the folder's own."""
+
+    def put(rel: str) -> None:
+        store.put_bytes(f"{folder}/{rel}", pages[rel], HTML_TYPE, cache_control=caching.for_key(folder))
+
+    projects = sorted(p for p in pages if "/" in p)
+    with ThreadPoolExecutor(max(1, min(workers, PAGE_WORKERS, len(projects)))) as pool:
+        list(pool.map(put, projects))
+    for rel in sorted(set(pages) - set(projects)):
+        put(rel)
 
 
 def _current_etag(store: Store, key: str) -> str | None:

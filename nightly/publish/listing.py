@@ -26,12 +26,12 @@ def _rfc3339(when: datetime | None) -> str | None:
 
 @dataclass
 class FolderScan:
-    """A folder's listing, read: its files' records, which have a `.metadata` beside them,
-    its project pages (sub-folders holding nothing but an index.html), its accelerator
-    sub-folders, and each file's listing entry."""
+    """A folder's listing, read: its files' records, the listing entries of the `.metadata`
+    files beside them (by the file's name), its project pages (sub-folders holding nothing
+    but an index.html), its accelerator sub-folders, and each file's listing entry."""
 
     files: Records
-    siblings: set[str]
+    siblings: dict[str, ObjectInfo]
     pages: set[str]
     folders: tuple[str, ...]
     objects: dict[str, ObjectInfo]
@@ -44,7 +44,7 @@ def scan_folder(
     """Each file's record from, weakest first: what was read about this very object
     (`learned`), the manifest, the caller, the listing's checksum and time."""
     files: Records = {}
-    siblings: set[str] = set()
+    siblings: dict[str, ObjectInfo] = {}
     below: dict[str, set[str]] = {}
     entries: dict[str, ObjectInfo] = {}
     for obj in objects:
@@ -63,7 +63,7 @@ def scan_folder(
                 record = record.merged(FileRecord(upload_time=_rfc3339(obj.last_modified)))
             files[rel], entries[rel] = record, obj
         elif rel.endswith(METADATA_SUFFIX) and is_package(rel[: -len(METADATA_SUFFIX)]):
-            siblings.add(rel[: -len(METADATA_SUFFIX)])
+            siblings[rel[: -len(METADATA_SUFFIX)]] = obj
     for name in list(files):
         if name not in siblings and files[name].metadata_sha256:
             files[name] = FileRecord(sha256=files[name].sha256, upload_time=files[name].upload_time)
@@ -91,7 +91,7 @@ def wants_of(folder: str, scan: FolderScan, versions: int, learned: Mapping[str,
         sha = record.sha256 is None and "sha256" not in asked
         md = name in scan.siblings and not record.metadata_sha256 and "metadata" not in asked
         if sha or md:
-            out.append(Want(folder, name, sha, md, scan.objects[name]))
+            out.append(Want(folder, name, sha, md, scan.objects[name], scan.siblings.get(name)))
     return out
 
 

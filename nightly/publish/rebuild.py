@@ -33,5 +33,5 @@ def rebuild_all(
     )
     for r in reports:
         log(f"regenerated {store.url}/{r.folder}/ ({r.files} files, {r.heads} HEADs, "
-            f"{r.metadata_reads} metadata reads)")
+            f"{r.metadata_reads} metadata reads, {r.metadata_shared} more with the same bytes)")
     return reports

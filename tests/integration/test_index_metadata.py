@@ -262,6 +262,42 @@ def test_adopting_a_bucket_records_checksums_once(adopted: tuple[Any, S3Store, d
     assert ops["ListObjectsV2"] == 6
 
 
+def test_adopting_reads_metadata_with_the_same_bytes_once_on_s3(moto_endpoint: str) -> None:
+    """Four Pythons of one version share their METADATA: one GET of a single-part upload (its
+    ETag is the MD5 of the bytes) serves the four; a multipart one is read on its own."""
+    bucket = f"same-{uuid.uuid4().hex[:12]}"
+    client = boto3.client("s3", endpoint_url=moto_endpoint)
+    client.create_bucket(Bucket=bucket)
+    body = b"Metadata-Version: 2.1\nName: torchlike\nVersion: 2.6.0\nRequires-Python: >=3.10\n\n"
+    names = [f"torchlike-2.6.0-{py}-{py}-linux_x86_64.whl" for py in ("cp310", "cp311", "cp312", "cp313")]
+    for name in names:
+        key = f"whl/cpu/{name}"
+        client.put_object(Bucket=bucket, Key=key, Body=key.encode(),
+                          Metadata={"checksum-sha256": hashlib.sha256(key.encode()).hexdigest()})
+        if name != names[-1]:
+            client.put_object(Bucket=bucket, Key=f"{key}.metadata", Body=body)
+        else:  # the same bytes, uploaded in (one) part: an ETag ending in -1
+            upload = client.create_multipart_upload(Bucket=bucket, Key=f"{key}.metadata")["UploadId"]
+            part = client.upload_part(Bucket=bucket, Key=f"{key}.metadata", UploadId=upload, PartNumber=1,
+                                      Body=body)
+            parts = {"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]}
+            client.complete_multipart_upload(Bucket=bucket, Key=f"{key}.metadata", UploadId=upload,
+                                             MultipartUpload=parts)
+    assert client.head_object(Bucket=bucket, Key=f"whl/cpu/{names[-1]}.metadata")["ETag"].endswith('-1"')
+    store = open_store(f"s3://{bucket}", endpoint_url=moto_endpoint)
+    reports = rebuild_all(store, IndexOptions(), backfill=False, log=lambda _: None)
+    assert sum(r.heads for r in reports) == 4
+    assert sum(r.metadata_reads for r in reports) == 2  # one of the three, and the multipart one
+    assert sum(r.metadata_shared for r in reports) == 2
+    got = store.get_bytes("whl/cpu/torchlike/index.html")
+    assert got is not None
+    links = _links(got[0].decode())
+    assert len(links) == 4
+    digest = hashlib.sha256(body).hexdigest()
+    assert all(f'data-core-metadata="sha256={digest}"' in link for link in links)
+    assert all('data-requires-python="&gt;=3.10"' in link for link in links)
+
+
 def test_backfill_metadata_reads_ranges_and_resumes(moto_endpoint: str, tmp_path: Path) -> None:
     bucket = f"backfill-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)

@@ -122,18 +122,25 @@ class FaultyStore(FileStore):
             with self.lock:
                 self.inflight -= 1
 
+    def _note(self, key: str) -> None:
+        """Record a read; SIGTERM this process once `terminate_at` reads are done (counted
+        under the lock: two threads between an append and a len() would both miss it)."""
+        with self.lock:
+            self.reads.append(key)
+            terminate = len(self.reads) == self.terminate_at
+        if terminate:
+            os.kill(os.getpid(), signal.SIGTERM)
+
     def head(self, key: str) -> ObjectInfo | None:
         if key.endswith(".whl"):
             self._fault(key)
-            self.reads.append(key)
-            if len(self.reads) == self.terminate_at:
-                os.kill(os.getpid(), signal.SIGTERM)
+            self._note(key)
         return super().head(key)
 
     def get_bytes(self, key: str) -> tuple[bytes, str] | None:
         if key.endswith(".metadata"):
             self._fault(key)
-            self.reads.append(key)
+            self._note(key)
         return super().get_bytes(key)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
