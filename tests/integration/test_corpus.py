@@ -37,11 +37,11 @@ def need_python(xy: str) -> Path:
 
 def run_night(
     project: corpus.Project, work: Path, config: Path | None = None,
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None, *, fails: bool = False,
 ) -> float:
     """`nightly run` of the project's config, copied into `work` (so the mirror and the
     day folders land there); returns the wall time. Fails the test with the night's
-    summary and the failed builds' logs when the night fails."""
+    summary and the failed builds' logs when the night fails (`fails`: when it does not)."""
     # Laid out as in the repository (configs/corpus/<key>.toml, recipes = "../../recipes"),
     # so the config is used exactly as committed.
     here = work / "configs" / "corpus"
@@ -55,6 +55,9 @@ def run_night(
         cwd=work, capture_output=True, text=True, timeout=1800, env=env,
     )
     took = time.monotonic() - started
+    if fails:
+        assert proc.returncode == 1, (proc.stdout[-3000:], proc.stderr[-3000:])
+        return took
     if proc.returncode != 0:
         logs = sorted((here / "nightlies").glob("*/logs/failed/**/*.log"))
         tails = "\n".join(f"--- {p}\n{p.read_text()[-4000:]}" for p in logs[:3])
@@ -214,9 +217,22 @@ def test_corpus_in_the_builder_image(key: str, engine: Engine, tmp_path: Path) -
     built = subprocess.run([*nightly_cmd(), "images", "build", "--config", str(config)],
                            env=engine.env(), capture_output=True, text=True, timeout=3600)
     assert built.returncode == 0, built.stderr[-4000:]
-    night_s = run_night(project, tmp_path / "night", config, env=engine.env())
+    night_s = run_night(project, tmp_path / "night", config, env=engine.env(),
+                        fails=bool(project.misses_policy))
     here = tmp_path / "night" / "configs" / "corpus"
     day = find_day(here / "nightlies", corpus.DATE)
+    if project.misses_policy:
+        # The policy working: every build fails with auditwheel's words, nothing published.
+        logs = sorted(day.failed.glob("**/*.log"))
+        assert len(logs) == len(corpus.PYTHONS), logs
+        for log in logs:
+            text = log.read_text()
+            assert "cannot meet the manylinux policy manylinux_2_28_x86_64" in text, log
+            assert "too-recent versioned symbols" in text, log
+        assert not list((here / "mirror").glob("**/*.whl"))
+        corpus.record(key, {"builder_image": {"night_s": round(night_s, 1),
+                                              "failed": project.misses_policy}})
+        return
     for log in sorted(day.succeeded.glob("**/*.log")):
         text = log.read_text()
         assert "where:    nightly-builder:cpu-" in text, log
