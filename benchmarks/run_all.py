@@ -30,9 +30,10 @@ Runs one after another (so they do not compete for the machine), each in its own
               streams into the log, against the same log written unmasked
   bisect      bench_bisect.py: `nightly bisect` over a 64-commit demo history with the
               compiler cache against without it
-  toolchain   bench_toolchain.py: the demo's manywheels with the portable toolchain (glibc 2.31
-              sysroot, manylinux 2_28) against the host's plain gcc; the toolchain's cold
-              assembly (--quick: Python 3.12 only)
+  toolchain   bench_toolchain.py: the demo's manywheels and two corpus projects (markupsafe, C;
+              mapbox-earcut, C++/CMake) with the portable toolchains (glibc 2.31 sysroot, zig;
+              manylinux 2_28) against the host's plain gcc; each toolchain's cold assembly
+              (--quick: Python 3.12 only, the demo only)
   provenance  bench_provenance.py: a night of 8 builds of 32 MB wheels published to a file://
               mirror, with `[provenance] key` against without (--quick: 4 builds, 1 run)
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
@@ -108,7 +109,7 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
         "bisect": ([py, str(HERE / "bench_bisect.py"), *(["--gen", "8"] if quick else [])],
                    "bisect.json"),
         "toolchain": ([py, str(HERE / "bench_toolchain.py"),
-                       *(["--pythons", "3.12"] if quick else [])], "toolchain.json"),
+                       *(["--pythons", "3.12", "--corpus", ""] if quick else [])], "toolchain.json"),
         "provenance": ([py, str(HERE / "bench_provenance.py"),
                         *(["--runs", "1", "--builds", "4"] if quick else [])], "provenance.json"),
     }  # fmt: skip
@@ -368,16 +369,19 @@ def rows_bisect(d: dict[str, Any]) -> list[Row]:
              f"lower is better; {_get(d, 'cache', 'builds')} builds, hit rate "
              f"{_num(_get(d, 'cache', 'hit_rate'), 2)}"]]
 def rows_toolchain(d: dict[str, Any]) -> list[Row]:
-    t = d.get("toolchain") or {}
-    return [
-        ["toolchain", f"demo manywheels ({d.get('builds_per_night', '?')} builds): portable "
-         "sysroot toolchain / plain gcc (s)", _num(d.get("portable_wall_s"), 1),
-         _num(d.get("plain_wall_s"), 1), _num(d.get("ratio_portable_to_plain")),
-         "lower is better; compiler cache off"],
-        ["toolchain", "toolchain assembled cold (s), size (MB)", _num(t.get("cold_s"), 1),
-         _num(t.get("size_mb"), 1), "", "once per cache; .debs "
-         f"{_num(t.get('debs_mb'), 1)} MB"],
-    ]
+    rows: list[Row] = []
+    for name, p in (d.get("projects") or {}).items():
+        rows.append(["toolchain", f"{name} manywheels: sysroot toolchain / plain gcc, sum of "
+                     "builds (s)", _num(p.get("sysroot_builds_s"), 1),
+                     _num(p.get("plain_builds_s"), 1), _num(p.get("sysroot_over_plain")),
+                     "lower is better; compiler cache off"])
+        rows.append(["toolchain", f"{name} CPU manywheels: zig / plain gcc, sum of builds (s)",
+                     _num(p.get("zig_builds_s"), 1), "", _num(p.get("zig_over_plain_cpu")),
+                     "lower is better; zig's cache warm"])
+    for name, t in (d.get("toolchains") or {}).items():
+        rows.append(["toolchain", f"{name} toolchain assembled cold (s), size (MB)",
+                     _num(t.get("cold_s"), 1), _num(t.get("size_mb"), 1), "", "once per cache"])
+    return rows
 
 
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {

@@ -140,12 +140,17 @@ def _check_wheels(policy: str, wheels: Sequence[Path]) -> Verdict:
 
 def _record_zips(zips: Sequence[Path]) -> Verdict:
     needs = {z.name: zip_glibc(z) for z in zips}
+    if not needs:
+        return Verdict()
+    notes = tuple(
+        f"glibc: {name} needs glibc {need} (newest GLIBC_ symbol version of its libraries)"
+        if need else f"glibc: {name} needs no particular glibc (no versioned GLIBC_ symbol in "
+        "it: static archives leave that to the program that links them)"
+        for name, need in sorted(needs.items()))
     known = [n for n in needs.values() if n]
     if not known:
-        return Verdict()
+        return Verdict(record={"zips": needs}, notes=notes)
     newest = max(known, key=lambda v: tuple(int(x) for x in v.split(".")))
-    notes = tuple(f"glibc: {name} needs glibc {need or '-'} (newest GLIBC_ symbol version of "
-                  "its libraries)" for name, need in sorted(needs.items()))
     return Verdict(record={"glibc": newest, "zips": needs}, notes=notes)
 
 

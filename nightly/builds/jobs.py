@@ -95,23 +95,43 @@ def manylinux_env(config: Config, build: Build, executor: str) -> dict[str, str]
     if policy != OFF:
         env["AUDITWHEEL_PLAT"] = plat(policy)
         if executor == "local":
-            from nightly.images import engine, sysroot
+            from nightly.images import engine, sysroot, zig
 
-            env.update(sysroot.host_env(glibc_of(policy), engine.default_cache()))
+            cache = engine.default_cache()
+            if sysroot.host_glibc() <= glibc_of(policy):
+                return env  # this machine's glibc is old enough
+            # zig where chosen, except for CUDA builds: nvcc needs the sysroot's gcc.
+            if host_toolchain(config) == "zig" and not build.is_cuda:
+                env.update(zig.host_env(glibc_of(policy), cache))
+            else:
+                env.update(sysroot.host_env(glibc_of(policy), cache))
     return env
+
+
+def host_toolchain(config: Config) -> str:
+    """[matrix.linux.manywheel] toolchain: "sysroot" (the default) or "zig"."""
+    return next((m.toolchain for m in config.matrices
+                 if m.package == "manywheel" and m.platform == "linux" and m.toolchain),
+                "sysroot")
 
 
 def prepare_toolchain(job: Job, out: Callable[[bytes], None]) -> str | None:
     """Assemble the glibc-targeting toolchain a host build's environment names (once per
     cache; here rather than in make_job, so a dry run or a preflight downloads nothing).
     Returns why it could not be made, or None."""
-    from nightly.images import sysroot
+    from nightly.images import sysroot, zig
 
-    if sysroot.ENV_CACHE not in job.env:
-        return None
+    def log(line: str) -> None:
+        out(f"[nightly] {line}\n".encode())
+
     try:
-        sysroot.ensure(job.env, lambda line: out(f"[nightly] {line}\n".encode()))
-    except sysroot.ToolchainError as e:
+        if zig.ENV_CACHE in job.env:
+            zig.ensure(job.env, log)
+        elif sysroot.ENV_CACHE in job.env:
+            sysroot.ensure(job.env, log)
+        else:
+            return None
+    except (sysroot.ToolchainError, zig.ZigError) as e:
         out(f"[nightly] {e}\n".encode())
         return f"toolchain: {e}"
     out(f"[nightly] toolchain {job.env['NIGHTLY_TOOLCHAIN']}: CC={job.env['CC']}\n".encode())

@@ -33,13 +33,16 @@ def parse_builders(top: Table, ctx: Ctx) -> dict[str, BuilderSpec]:
 def inherit_policy(
     builders: Mapping[str, BuilderSpec], matrices: Sequence[PackageMatrix]
 ) -> dict[str, BuilderSpec]:
-    """A builder that declares no manylinux policy takes the manywheel matrix's (the
-    matrix-level default), so its image gets the toolchain that policy needs."""
-    default = next((m.manylinux for m in matrices
-                    if m.package == "manywheel" and m.platform == "linux"), "")
-    return {name: spec if spec.manylinux or not default
-            else dataclasses.replace(spec, manylinux=default)
-            for name, spec in builders.items()}
+    """A builder that declares no manylinux policy (or toolchain) takes the manywheel
+    matrix's (the matrix-level default), so its image gets the toolchain that policy needs."""
+    matrix = next((m for m in matrices if m.package == "manywheel" and m.platform == "linux"),
+                  None)
+    if matrix is None:
+        return dict(builders)
+    return {name: dataclasses.replace(
+        spec, manylinux=spec.manylinux or matrix.manylinux,
+        toolchain_choice=spec.toolchain_choice or matrix.toolchain,
+    ) for name, spec in builders.items()}
 
 
 def check_references(

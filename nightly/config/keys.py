@@ -50,7 +50,8 @@ def _cuda_or_default(key: str) -> str:
 
 _PYTHON_KEYS = Open(normalize_python)
 _CUDA_KEYS = Open(normalize_cuda)
-_PACKAGE_KEYS = {"cudas": None, "pythons": None, "devtoolset": None, "manylinux": None}
+_PACKAGE_KEYS = {"cudas": None, "pythons": None, "devtoolset": None, "manylinux": None,
+                 "toolchain": None}
 _LIBTORCH_KEYS = {"cudas": None, "variants": None, "python": None, "devtoolset": None}
 _NAMES = ("default", *PACKAGES)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from nightly.config.reader import Ctx, Table, resolve_path, unique
 from nightly.config.recipes import installed_recipes
 from nightly.config.schema import BuildSettings, Machine, Project
+from nightly.images.spec import SpecError, parse_toolchain
 from nightly.manylinux import parse_policy
 from nightly.plan.matrix import (
     LIBTORCH_ALL,
@@ -156,6 +157,7 @@ def parse_matrix(top: Table, ctx: Ctx) -> list[PackageMatrix]:
                         cudas=cudas,
                         devtoolset=devtoolset,
                         manylinux=_manylinux(t, pkg, key, ctx),
+                        toolchain=_toolchain(t, pkg, key, ctx),
                     )
                 )
             t.finish()
@@ -175,6 +177,19 @@ def _manylinux(t: Table, pkg: str, key: str, ctx: Ctx) -> str:
         return parse_policy(text)
     except ValueError as e:
         ctx.fail(str(e), f"{key}.manylinux")
+        return ""  # not reached: fail raises
+
+
+def _toolchain(t: Table, pkg: str, key: str, ctx: Ctx) -> str:
+    """[matrix.linux.manywheel] toolchain: how builds meet the policy (host builds, and
+    builders that choose none)."""
+    text = t.str("toolchain", default="")
+    if text and pkg != "manywheel":
+        ctx.fail("toolchain applies to manywheel builds only", f"{key}.toolchain")
+    try:
+        return parse_toolchain(text, f"{key}.toolchain")
+    except SpecError as e:
+        ctx.fail(str(e), e.key, hint=e.hint)
         return ""  # not reached: fail raises
 
 

@@ -159,7 +159,7 @@ def list_images(config: Config, *, client: DockerClient | None = None) -> list[R
         spec_hash = n.spec.hash_for(n.cuda) if n.spec else labels.get(engine.LABEL_HASH, "-")
         pythons = (" ".join(f"{p.version}={p.describe()}" for p in n.spec.pythons) if n.spec
                    else labels.get(engine.LABEL_PYTHONS, "?"))
-        manylinux = labels.get(engine.LABEL_MANYLINUX) or (n.spec.manylinux_tag() if n.spec
+        manylinux = labels.get(engine.LABEL_MANYLINUX) or (n.spec.manylinux_tag(n.cuda) if n.spec
                                                           else "?")
         rows.append(Row(
             tag=n.tag, present=info is not None, size=info.size if info else 0,
@@ -167,7 +167,7 @@ def list_images(config: Config, *, client: DockerClient | None = None) -> list[R
             manylinux=manylinux, pythons=pythons, builds=len(n.builds),
             nvcc=labels.get(engine.LABEL_NVCC, ""),
             policy=(n.spec.manylinux if n.spec else labels.get(engine.LABEL_POLICY, "")) or "-",
-            toolchain=(n.spec.toolchain_text() if n.spec
+            toolchain=(n.spec.toolchain_text(n.cuda) if n.spec
                        else labels.get(engine.LABEL_TOOLCHAIN, "?")),
         ))
     return rows

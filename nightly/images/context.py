@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nightly.errors import NightlyError
-from nightly.images import sysroot
+from nightly.images import sysroot, zig
 from nightly.images.spec import SUITE_PYTHON, BuilderSpec, PythonSource
 
 Log = Callable[[str], None]
@@ -168,11 +168,14 @@ def cpu_dockerfile(spec: BuilderSpec, labels: dict[str, str]) -> str:
                    f"/tmp/ctx/wheels/tools {' '.join(repr(t) for t in spec.pip_tools)}")
     run.append("rm -rf /tmp/ctx")
     lines.append("RUN set -e; " + "; ".join(run))
-    if spec.toolchain == "sysroot":
-        # Every compiler a build uses links against the sysroot's glibc (the policy's).
+    if spec.toolchain in ("sysroot", "zig"):
+        # Every compiler a build uses links against the sysroot's glibc (the policy's). A
+        # zig builder has it too: its CUDA images compile with it (nvcc rejects libc++).
         lines.append(f"COPY toolchain {sysroot.IMAGE_PATH}")
         lines.append(_env_line(sysroot.toolchain_env(f"{sysroot.IMAGE_PATH}/bin")))
         lines.append(f"RUN set -e; {TOOLCHAIN_SELFTEST}")
+    if spec.toolchain == "zig":
+        lines += zig.dockerfile_lines(spec.zig_glibc(), _env_line)
     # The tool environment first: its python3 is the suite's with the tools importable
     # (the conda recipe looks for py-rattler-build there); build interpreters are found
     # under /opt/python by the recipes.
@@ -220,8 +223,10 @@ def write_cpu_context(spec: BuilderSpec, labels: dict[str, str], cache: Path, de
             wheels = download(list(spec.pip_tools), tool_python, cache / "wheels" / "tools", log)
             for w in sorted(wheels.glob("*.whl")):
                 tar.add(str(w), arcname=f"wheels/tools/{w.name}")
-        if spec.toolchain == "sysroot":
+        if spec.toolchain in ("sysroot", "zig"):
             add_toolchain(tar, spec, cache, log)
+        if spec.toolchain == "zig":
+            zig.add_to_context(tar, cache, log)
     return dest
 
 
@@ -249,10 +254,13 @@ def add_toolchain(tar: tarfile.TarFile, spec: BuilderSpec, cache: Path, log: Log
 
 def cuda_toolchain_env(spec: BuilderSpec, cuda: str) -> dict[str, str]:
     """nvcc's host compiler in a CUDA image with the sysroot toolchain: the wrappers of the
-    gcc its CUDA accepts (gcc11/ for CUDA 11)."""
-    if spec.toolchain != "sysroot":
+    gcc its CUDA accepts (gcc11/ for CUDA 11). A zig builder's CUDA images compile C and
+    C++ with the sysroot too (one C++ runtime beside nvcc's code: libstdc++)."""
+    if spec.toolchain_for(cuda) != "sysroot":
         return {}
     env = sysroot.toolchain_env(f"{sysroot.IMAGE_PATH}/bin", cuda_gcc=spec.host_gcc_for(cuda))
+    if spec.toolchain == "zig":
+        return env
     return {k: env[k] for k in ("CUDAHOSTCXX", "NVCC_CCBIN")}
 
 

@@ -268,8 +268,8 @@ def ensure_cuda(client: DockerClient, spec: BuilderSpec, cuda_id: str, cache: Pa
     sources = (prefix / "nightly-sources.txt").read_text().split()
     labels = {
         LABEL_SPEC: spec.name, LABEL_HASH: spec.hash_for(cuda_id), LABEL_CUDA: cuda_id,
-        LABEL_MANYLINUX: spec.manylinux_tag(), LABEL_POLICY: spec.manylinux or "-",
-        LABEL_TOOLCHAIN: spec.toolchain_text(),
+        LABEL_MANYLINUX: spec.manylinux_tag(cuda_id), LABEL_POLICY: spec.manylinux or "-",
+        LABEL_TOOLCHAIN: spec.toolchain_text(cuda_id),
         LABEL_PYTHONS: " ".join(f"{p.version}={p.describe()}" for p in spec.pythons),
         LABEL_NVCC: next((line for line in nvcc.splitlines() if "release" in line), ""),
         LABEL_TOOLKIT: " ".join(sources),

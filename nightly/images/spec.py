@@ -52,6 +52,13 @@ SUITE_GLIBC = {"bullseye": "2.31", "bookworm": "2.36", "trixie": "2.41"}
 # The glibc-targeting toolchain (nightly.images.sysroot): the glibc it links against.
 SYSROOT_GLIBC = "2.31"
 TOOLCHAIN_REVISION = "3"  # bumped when its wrappers or shim change (in the cpu layer's hash)
+# The C/C++ toolchains a builder can choose (`toolchain`); CUDA builds always get the sysroot
+# (nvcc rejects zig's libc++). zig (nightly.images.zig) targets glibc ZIG_GLIBC, or the
+# policy's when older.
+TOOLCHAINS = ("sysroot", "zig")
+ZIG_VERSION = "0.17.1"  # the `ziglang` wheel on PyPI
+ZIG_GLIBC = "2.17"
+ZIG_REVISION = "2"  # of its wrappers and layout
 # What every builder image has, declared or not: a C and a C++ compiler, and auditwheel
 # with the patchelf it needs (manywheel builds are repaired in the image).
 REQUIRED_COMPILERS = ("gcc", "g++")
@@ -112,6 +119,7 @@ class BuilderSpec:
     manylinux: str = ""  # the declared policy ("2_28", "off"; "": the matrix's)
     base_image: str = ""  # an existing image as the base layer instead of debootstrap
     runtime_image: str = ""  # the image its wheels are tested in (empty: nightly's, images/runtime.py)
+    toolchain_choice: str = ""  # `toolchain`: "sysroot" | "zig" ("": the matrix's, else sysroot)
 
     # -- hashes and tags ---------------------------------------------------------------------
 
@@ -134,21 +142,37 @@ class BuilderSpec:
 
     @property
     def toolchain(self) -> str:
-        """'sysroot' when the policy is older than the base's glibc (the image then
-        compiles through nightly's glibc-targeting wrappers), else 'system'."""
+        """The C/C++ toolchain of the cpu image: the chosen one ('sysroot', 'zig') when the
+        policy is older than the base's glibc (the image then compiles through nightly's
+        glibc-targeting wrappers), else 'system'."""
         if self.manylinux in ("", OFF):
             return "system"
+        chosen = self.toolchain_choice or "sysroot"
         glibc = SUITE_GLIBC.get(self.suite, "")
         if self.base_image or not glibc:
-            return "sysroot"  # a base's glibc is not known from the declaration
+            return chosen  # a base's glibc is not known from the declaration
         major, minor = glibc.split(".")
-        return "sysroot" if glibc_of(self.manylinux) < (int(major), int(minor)) else "system"
+        return chosen if glibc_of(self.manylinux) < (int(major), int(minor)) else "system"
 
-    @property
-    def guaranteed_glibc(self) -> str:
+    def toolchain_for(self, cuda: str = "cpu") -> str:
+        """The toolchain of one image: CUDA images of a zig builder compile with the sysroot
+        (nvcc's host compiler, and C/C++ with it: no libc++ beside nvcc's libstdc++)."""
+        if self.toolchain == "zig" and cuda != "cpu":
+            return "sysroot"
+        return self.toolchain
+
+    def zig_glibc(self) -> str:
+        """The glibc the zig wrappers target: 2.17, or the policy's when older."""
+        major, minor = min(glibc_of(self.manylinux), glibc_of(ZIG_GLIBC.replace(".", "_")))
+        return f"{major}.{minor}"
+
+    def guaranteed_glibc(self, cuda: str = "cpu") -> str:
         """The newest glibc the image's toolchain links against (what its wheels can need
         at most; the symbols a wheel really uses decide its tag)."""
-        if self.toolchain == "sysroot":
+        toolchain = self.toolchain_for(cuda)
+        if toolchain == "zig":
+            return self.zig_glibc()
+        if toolchain == "sysroot":
             return SYSROOT_GLIBC
         return "" if self.base_image else SUITE_GLIBC.get(self.suite, "")
 
@@ -166,7 +190,9 @@ class BuilderSpec:
         }
         if self.toolchain != "system":
             # Only then: images declared before policies existed keep their tags.
-            parts["toolchain"] = [self.toolchain, SYSROOT_GLIBC, TOOLCHAIN_REVISION]
+            parts["toolchain"] = ["sysroot", SYSROOT_GLIBC, TOOLCHAIN_REVISION]
+        if self.toolchain == "zig":  # beside the sysroot (its CUDA images use that)
+            parts["zig"] = [ZIG_VERSION, ZIG_REVISION, self.zig_glibc()]
         return self._digest("cpu", parts)
 
     def hash_for(self, cuda: str) -> str:
@@ -194,17 +220,24 @@ class BuilderSpec:
             )
         return f"{self.repository}:{cuda}-{self.hash_for(cuda)}"
 
-    def manylinux_tag(self) -> str:
+    def manylinux_tag(self, cuda: str = "cpu") -> str:
         """The newest tag the image's toolchain can give a wheel (its guarantee)."""
-        glibc = self.guaranteed_glibc
+        glibc = self.guaranteed_glibc(cuda)
         return f"manylinux_{glibc.replace('.', '_')}_x86_64" if glibc else "?"
 
-    def toolchain_text(self) -> str:
+    def toolchain_text(self, cuda: str = "cpu") -> str:
         """What `nightly images list` says the toolchain guarantees."""
-        if self.toolchain == "sysroot":
-            return f"gcc + glibc {SYSROOT_GLIBC} sysroot (bullseye): wheels need <= {SYSROOT_GLIBC}"
-        if self.guaranteed_glibc:
-            return f"{self.suite}'s gcc, glibc {self.guaranteed_glibc}"
+        toolchain = self.toolchain_for(cuda)
+        if toolchain == "zig":
+            glibc = self.zig_glibc()
+            return (f"zig {ZIG_VERSION} cc -target x86_64-linux-gnu.{glibc} (libc++ static): "
+                    f"wheels need <= {glibc}")
+        if toolchain == "sysroot":
+            nvcc = " (nvcc's host compiler too)" if cuda != "cpu" else ""
+            return (f"gcc + glibc {SYSROOT_GLIBC} sysroot (bullseye){nvcc}: wheels need <= "
+                    f"{SYSROOT_GLIBC}")
+        if self.guaranteed_glibc(cuda):
+            return f"{self.suite}'s gcc, glibc {self.guaranteed_glibc(cuda)}"
         return "the base image's gcc (glibc unknown)"
 
     def host_gcc_for(self, cuda: str) -> str | None:
@@ -215,7 +248,7 @@ class BuilderSpec:
 # -- parsing ---------------------------------------------------------------------------------
 
 SPEC_KEYS = ("repository", "suite", "mirror", "packages", "compilers", "pythons", "tools", "cudas",
-             "manylinux", "base_image", "runtime_image")
+             "manylinux", "base_image", "runtime_image", "toolchain")
 
 
 def parse_spec(name: str, table: Mapping[str, Any]) -> BuilderSpec:
@@ -260,6 +293,7 @@ def parse_spec(name: str, table: Mapping[str, Any]) -> BuilderSpec:
         name=name, repository=repository, suite=suite, mirror=_str(table, "mirror", key),
         packages=packages, compilers=compilers, pythons=pythons, tools=tools, cudas=cudas,
         manylinux=manylinux, base_image=base_image, runtime_image=runtime_image,
+        toolchain_choice=parse_toolchain(_str(table, "toolchain", key), f"{key}.toolchain"),
     )
     _check_cudas(spec, key)
     for p in pythons:
@@ -270,6 +304,16 @@ def parse_spec(name: str, table: Mapping[str, Any]) -> BuilderSpec:
                 hint="copy an interpreter in with host:/PATH or archive:/PATH instead",
             )
     return spec
+
+
+def parse_toolchain(text: str, key: str) -> str:
+    """`toolchain = "sysroot" | "zig"` ("" when not given)."""
+    if text and text not in TOOLCHAINS:
+        raise SpecError(
+            f"toolchain '{text}' is not one nightly has", key=key,
+            hint='write "sysroot" (gcc with a glibc 2.31 sysroot) or "zig" (zig cc, glibc 2.17)',
+        )
+    return text
 
 
 def _str(table: Mapping[str, Any], k: str, key: str) -> str:

@@ -135,6 +135,7 @@ class PackageMatrix:
     python: str = ""  # libtorch's build interpreter
     devtoolset: str = ""
     manylinux: str = ""  # manywheel: the declared policy ("2_28", "off", "": none)
+    toolchain: str = ""  # manywheel: the policy's C/C++ toolchain ("sysroot", "zig"; "": sysroot)
 
     def expand(self) -> list[Build]:
         if self.package == "libtorch":

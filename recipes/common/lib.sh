@@ -109,10 +109,24 @@ reproducible_flags() {
         map+="${map:+ }$opt=$dir=$to"
     done
     [[ -n "$map" ]] || return 0
+    PREFIX_MAP="$map"
     export CFLAGS="${CFLAGS:+$CFLAGS }$map" CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }$map"
     export CUDAFLAGS="${CUDAFLAGS:+$CUDAFLAGS }-Xcompiler=${map// /,}"
     [[ -n "${SOURCE_DATE_EPOCH:-}" ]] && log "SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH (${NIGHTLY_SOURCE_DATE_ORIGIN:-given}); $opt for the work and source folders"
     return 0
+}
+
+# python_build_flags : setuptools takes CFLAGS and CXXFLAGS from the environment *instead
+# of* the interpreter's own (-O3 -DNDEBUG -Wall ...: without them an extension is built
+# unoptimised, with its asserts, and zig's cc adds its debug-mode sanitizer runtime). So when
+# they hold nothing but reproducible_flags' mapping, a Python build gets it through CPPFLAGS
+# instead (setuptools and meson add it to their C and C++ flags) and CMAKE_ARGS (CMake through
+# scikit-build-core, which ignores CPPFLAGS). CFLAGS a build was given stay as they are.
+python_build_flags() {
+    [[ -n "${PREFIX_MAP:-}" && "${CFLAGS:-}" == "$PREFIX_MAP" && "${CXXFLAGS:-}" == "$PREFIX_MAP" ]] || return 0
+    unset CFLAGS CXXFLAGS
+    export CPPFLAGS="${CPPFLAGS:+$CPPFLAGS }$PREFIX_MAP"
+    export CMAKE_ARGS="${CMAKE_ARGS:+$CMAKE_ARGS }'-DCMAKE_C_FLAGS=$PREFIX_MAP' '-DCMAKE_CXX_FLAGS=$PREFIX_MAP'"
 }
 
 # set_project_version VERSION : tells the project's build which version to give its package,
@@ -421,6 +435,7 @@ build_python_wheel() {
     set_project_version "$version"
     copy_source "$src"
     setup_build_venv "$src"
+    python_build_flags
     local ldshared
     # The interpreter's own -Wl,-rpath (a copied interpreter's LDFLAGS) must not become the
     # extensions' RUNPATH.

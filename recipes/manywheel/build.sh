@@ -54,7 +54,7 @@ if command -v auditwheel >/dev/null 2>&1; then
         final="${repaired[0]}"
     else
         cat "$WORK_DIR/auditwheel.err" >&2
-        why="$(grep -v '^INFO:' "$WORK_DIR/auditwheel.err" | tr -s ' \n' ' ' | tail -c 600)"
+        why="$(grep -v -E '^(INFO:|usage: )' "$WORK_DIR/auditwheel.err" | tr -s ' \n' ' ' | tail -c 600)"
         if [[ -n "$policy" && "$policy" != off ]]; then
             log "auditwheel show $(basename "$WHEEL"):"
             auditwheel show "$WHEEL" >&2 || true

@@ -7,6 +7,7 @@ installed wheel, and records the figures docs/building.md's table shows.
 
     python -m tests.integration.corpus fetch [KEY...]   download and unpack (all by default)
     python -m tests.integration.corpus table            the results as docs/building.md's table
+    python -m tests.integration.corpus policy-table     the builds in the builder image (policy 2_28)
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class Project:
     conda_check: str = ""  # code run after a py-rattler install; "" = no conda package
     container: bool = False
     apt: tuple[str, ...] = field(default=())  # Debian packages its build needs
+    # Why its wheels cannot meet the corpus builder image's policy (manylinux_2_28): the
+    # build must then fail with auditwheel's words. "" = they meet it.
+    misses_policy: str = ""
 
     @property
     def config(self) -> Path:
@@ -95,6 +99,9 @@ PROJECTS = (
         sha256="f3f7fde97325cae80224c09f12564ef58d0d0f655da0e3b040f5807bd5bd3142",
         backend="meson-python (C extension, system cairo)", import_name="cairo",
         wheel_version="1.29.0", apt=("libcairo2-dev", "pkg-config"),
+        # auditwheel bundles the image's libcairo and its dependencies, which are bookworm's
+        # (libcairo, libX11...: GLIBC_2.34-2.35); bullseye's would still need 2.29 (pow, exp).
+        misses_policy="bundles the system's cairo, built against a newer glibc",
     ),
     Project(
         key="setproctitle", dist="setproctitle", version="1.3.8",
@@ -108,6 +115,47 @@ PROJECTS = (
     ),
 )
 BY_KEY = {p.key: p for p in PROJECTS}
+
+
+# The projects built in containers of the corpus builder image by every test run (one C
+# extension with setuptools, one C++ one with CMake); NIGHTLY_CORPUS_CONTAINER=all builds
+# every project that way (docs/building.md records that run).
+CONTAINER_KEYS = (
+    tuple(p.key for p in PROJECTS) if os.environ.get("NIGHTLY_CORPUS_CONTAINER") == "all"
+    else ("markupsafe", "mapbox-earcut")
+)
+# Where the corpus builder image is declared (its [images] and [builders.corpus] tables).
+BUILDER_EXAMPLE = CONFIGS / "markupsafe-offline.toml"
+
+
+def container_config(project: Project) -> str:
+    """The project's config with its manywheels built in containers of the corpus builder
+    image (manylinux = "2_28"), as configs/corpus/markupsafe-offline.toml declares it, plus
+    the Debian packages the project builds against; conda packages left out."""
+    text = project.config.read_text()
+    assert 'executor = "local"' in text, project.config
+    text = text.replace('executor = "local"', 'executor = "container"')
+    if "[matrix.linux.conda]" in text:
+        start = text.index("[matrix.linux.conda]")
+        text = text[:start] + text[text.index("\n\n", start) + 2:]
+    example = BUILDER_EXAMPLE.read_text()
+    tables = example[example.index("[images]"):example.index("[[machines]]")]
+    if project.apt:
+        tables = tables.replace("packages = [", "packages = [" + "".join(
+            f'"{deb}", ' for deb in project.apt), 1)
+    return text + "\n" + tables
+
+
+def auditwheel_verdict(wheel: Path) -> str:
+    """The platform tag `auditwheel show` says the wheel is consistent with."""
+    import re
+
+    auditwheel = Path(sys.executable).parent / "auditwheel"
+    out = subprocess.run([str(auditwheel), "show", str(wheel)], capture_output=True, text=True,
+                         check=True).stdout
+    found = re.search(r'consistent with\s+the following platform tag:\s+"([^"]+)"', out)
+    assert found, out
+    return found.group(1)
 
 
 def sha256_of(path: Path) -> str:
@@ -287,12 +335,38 @@ def table() -> str:
     return "\n".join(rows)
 
 
+def policy_table() -> str:
+    """The builds in the corpus builder image (manylinux = "2_28") from results.json: the
+    tags, auditwheel's verdicts and the tests per project."""
+    data = json.loads((CACHE / "results.json").read_text())
+    rows = ["| project | wheel tags (Python 3.10-3.13) | `auditwheel show` | tests passed "
+            "(skipped) per Python | night (wall) |", "| --- | --- | --- | --- | --- |"]
+    for p in PROJECTS:
+        r = data.get(p.key, {}).get("builder_image")
+        if not r:
+            rows.append(f"| {p.dist} {p.version} | not run | | | |")
+            continue
+        if r.get("failed"):
+            rows.append(f"| {p.dist} {p.version} | none: every build failed the policy "
+                        f"({r['failed']}) | auditwheel: too-recent versioned symbols | - | "
+                        f"{r['night_s']:.0f} s |")
+            continue
+        tags = sorted({t for t, _ in r["tags"].values()})
+        verdicts = sorted({v for _, v in r["tags"].values()})
+        tests = ", ".join(f"{xy}: {n} ({sk})" for xy, (n, sk) in sorted(r["tests"].items()))
+        rows.append(f"| {p.dist} {p.version} | {'; '.join(tags)} | {'; '.join(verdicts)} | "
+                    f"{tests} | {r['night_s']:.0f} s |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "fetch":
         for key in sys.argv[2:] or list(BY_KEY):
             print(unpack(BY_KEY[key]))
     elif sys.argv[1:] == ["table"]:
         print(table())
+    elif sys.argv[1:] == ["policy-table"]:
+        print(policy_table())
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)

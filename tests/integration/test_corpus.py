@@ -37,11 +37,11 @@ def need_python(xy: str) -> Path:
 
 def run_night(
     project: corpus.Project, work: Path, config: Path | None = None,
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None, *, fails: bool = False,
 ) -> float:
     """`nightly run` of the project's config, copied into `work` (so the mirror and the
     day folders land there); returns the wall time. Fails the test with the night's
-    summary and the failed builds' logs when the night fails."""
+    summary and the failed builds' logs when the night fails (`fails`: when it does not)."""
     # Laid out as in the repository (configs/corpus/<key>.toml, recipes = "../../recipes"),
     # so the config is used exactly as committed.
     here = work / "configs" / "corpus"
@@ -55,6 +55,9 @@ def run_night(
         cwd=work, capture_output=True, text=True, timeout=1800, env=env,
     )
     took = time.monotonic() - started
+    if fails:
+        assert proc.returncode == 1, (proc.stdout[-3000:], proc.stderr[-3000:])
+        return took
     if proc.returncode != 0:
         logs = sorted((here / "nightlies").glob("*/logs/failed/**/*.log"))
         tails = "\n".join(f"--- {p}\n{p.read_text()[-4000:]}" for p in logs[:3])
@@ -151,12 +154,16 @@ def check_conda(project: corpus.Project, mirror: Path, python: Path, work: Path)
 @pytest.mark.engine
 @pytest.mark.parametrize("key", [p.key for p in corpus.PROJECTS if p.container])
 def test_corpus_offline_container(key: str, engine: Engine, tmp_path: Path) -> None:
-    """The offline-image path: builds in containers of the builder image, their build
-    requirements from the night's wheelhouse (mounted read-only, no index), the wheel then
-    installed from the mirror and the project's tests run against it."""
+    """The offline-image path: builds in containers of the declared corpus builder image
+    (manylinux_2_28), their build requirements from the night's wheelhouse (mounted
+    read-only, no index), the wheel then installed from the mirror and the project's tests
+    run against it."""
     project = corpus.BY_KEY[key]
     corpus.unpack(project)
     config = corpus.CONFIGS / f"{key}-offline.toml"
+    built = subprocess.run([*nightly_cmd(), "images", "build", "--config", str(config)],
+                           env=engine.env(), capture_output=True, text=True, timeout=3600)
+    assert built.returncode == 0, built.stderr[-4000:]
     night_s = run_night(project, tmp_path / "night", config, env=engine.env())
     here = tmp_path / "night" / "configs" / "corpus"
     day = find_day(here / "nightlies", corpus.DATE)
@@ -167,6 +174,7 @@ def test_corpus_offline_container(key: str, engine: Engine, tmp_path: Path) -> N
     assert "isolated build: pip installs the build requirements from the wheelhouse" in logs
     wheels = sorted((here / "mirror").glob("whl/nightly/cpu/**/*.whl"))
     assert [w.name.split("-")[2] for w in wheels] == ["cp311"], wheels
+    policy_tags(wheels)  # the builder image's policy: manylinux_2_28 or older
     index = (here / "mirror" / "whl" / "nightly" / "cpu").as_uri() + "/"
     run = corpus.run_own_tests(project, need_python("3.11"), index, tmp_path / "test")
     assert run.failed == run.errors == 0, run.output[-6000:]
@@ -175,6 +183,78 @@ def test_corpus_offline_container(key: str, engine: Engine, tmp_path: Path) -> N
         "container": {"night_s": round(night_s, 1), "wheel": wheels[0].name,
                       "tests": [run.passed, run.skipped], "wheelhouse": have},
     })
+
+
+def policy_tags(wheels: list[Path]) -> dict[str, tuple[str, str]]:
+    """Each wheel's tag and auditwheel's verdict, both checked against the corpus builder's
+    policy, manylinux_2_28: a tag no newer than it (never a plain linux_*), and auditwheel
+    agreeing."""
+    from nightly.manylinux import tag_glibc, wheel_platforms
+
+    out = {}
+    for w in wheels:
+        needs = [n for n in (tag_glibc(t) for t in wheel_platforms(w.name)) if n]
+        assert len(needs) == len(wheel_platforms(w.name)) > 0, w.name  # no linux_* tag
+        assert min(needs) <= (2, 28), w.name
+        verdict = corpus.auditwheel_verdict(w)
+        assert (tag_glibc(verdict) or (9, 99)) <= (2, 28), (w.name, verdict)
+        out[w.name] = (w.name.rsplit("-", 1)[1].removesuffix(".whl"), verdict)
+    return out
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("key", corpus.CONTAINER_KEYS)
+def test_corpus_in_the_builder_image(key: str, engine: Engine, tmp_path: Path) -> None:
+    """The project's manywheels built in containers of the declared corpus builder image
+    (manylinux = "2_28", the glibc 2.31 sysroot toolchain): every wheel manylinux_2_28 or
+    older by its tag and by auditwheel, installed on the host from the mirror and the
+    project's own tests passing against it."""
+    project = corpus.BY_KEY[key]
+    corpus.unpack(project)
+    pythons = {xy: need_python(xy) for xy in corpus.PYTHONS}
+    config = tmp_path / "container.toml"
+    config.write_text(corpus.container_config(project))
+    built = subprocess.run([*nightly_cmd(), "images", "build", "--config", str(config)],
+                           env=engine.env(), capture_output=True, text=True, timeout=3600)
+    assert built.returncode == 0, built.stderr[-4000:]
+    night_s = run_night(project, tmp_path / "night", config, env=engine.env(),
+                        fails=bool(project.misses_policy))
+    here = tmp_path / "night" / "configs" / "corpus"
+    day = find_day(here / "nightlies", corpus.DATE)
+    if project.misses_policy:
+        # The policy working: every build fails with auditwheel's words, nothing published.
+        logs = sorted(day.failed.glob("**/*.log"))
+        assert len(logs) == len(corpus.PYTHONS), logs
+        for log in logs:
+            text = log.read_text()
+            assert "cannot meet the manylinux policy manylinux_2_28_x86_64" in text, log
+            assert "too-recent versioned symbols" in text, log
+        assert not list((here / "mirror").glob("**/*.whl"))
+        corpus.record(key, {"builder_image": {"night_s": round(night_s, 1),
+                                              "failed": project.misses_policy}})
+        return
+    for log in sorted(day.succeeded.glob("**/*.log")):
+        text = log.read_text()
+        assert "where:    nightly-builder:cpu-" in text, log
+        assert "--plat manylinux_2_28_x86_64" in text, log
+        assert "note:        manylinux: policy 2_28; reached manylinux" in text, log
+    wheels = sorted((here / "mirror").glob("whl/nightly/cpu/**/*.whl"))
+    assert len(wheels) == len(corpus.PYTHONS), wheels
+    tags = policy_tags(wheels)
+    index = (here / "mirror" / "whl" / "nightly" / "cpu").as_uri() + "/"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(
+            lambda xy: corpus.run_own_tests(project, pythons[xy], index, tmp_path / f"test-{xy}"),
+            corpus.PYTHONS,
+        ))
+    for xy, run in zip(corpus.PYTHONS, runs, strict=True):
+        assert run.failed == run.errors == 0, f"{key} on {xy}:\n{run.output[-6000:]}"
+        assert run.passed > 0, f"{key} on {xy}: no test ran\n{run.output[-3000:]}"
+        assert str(tmp_path / f"test-{xy}" / "venv") in run.module_file, run.module_file
+    corpus.record(key, {"builder_image": {
+        "night_s": round(night_s, 1), "tags": {w: list(t) for w, t in tags.items()},
+        "tests": {xy: [r.passed, r.skipped] for xy, r in zip(corpus.PYTHONS, runs, strict=True)},
+    }})
 
 
 def test_without_isolation_missing_build_requirements_are_named(tmp_path: Path) -> None:

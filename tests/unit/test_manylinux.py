@@ -127,6 +127,16 @@ def test_a_libtorch_zip_records_the_glibc_its_libraries_need(tmp_path: Path) -> 
     assert v.notes == (f"glibc: {z.name} needs glibc {want[0]}.{want[1]} (newest GLIBC_ symbol "
                        "version of its libraries)",)
     assert manylinux.describe(v.record) == f"needs glibc {want[0]}.{want[1]}"
+    # A static zip (archives, no versioned symbol) says so rather than nothing.
+    static = tmp_path / "libtorch-static-without-deps-1.0.zip"
+    with zipfile.ZipFile(static, "w") as zf:
+        zf.writestr("libtorch/lib/libx.a", b"!<arch>\n" + b"\0" * 100)
+    v = manylinux.check_packages("libtorch", "", [static])
+    assert v.record == {"zips": {static.name: ""}}
+    assert v.notes == (f"glibc: {static.name} needs no particular glibc (no versioned GLIBC_ "
+                       "symbol in it: static archives leave that to the program that links "
+                       "them)",)
+    assert manylinux.describe(v.record) == ""
 
 
 # -- where a policy is declared ------------------------------------------------------------
