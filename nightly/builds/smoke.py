@@ -76,6 +76,19 @@ def needs_gpu_part(config: Config, build: Build, names: Sequence[str]) -> bool:
             and bool(sm.gpu_check or sm.gpu_command))
 
 
+def preflight_jobs(config: Config, build: Build, job: Job, kind: str = "wheel") -> list[Job]:
+    """What a container preflight looks at for this build: its own job and, when its tests
+    (`kind`: wheel, gputest) run in another image (the builder's runtime image, `[smoke]
+    image`), a job naming that image, so a host that lacks it refuses before the work starts
+    instead of failing a good package's test with "image not found"."""
+    if not job.image or not config.smoke.enabled or build.package not in runtime.WHEEL_PACKAGES:
+        return [job]
+    image, _ = runtime.smoke_image(config, build, job.image, kind)
+    if image == job.image:
+        return [job]
+    return [job, replace(job, build_id=f"{job.build_id} (its tests)", image=image)]
+
+
 def tested_record(cpu: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> dict[str, Any]:
     """The build's `tested`: failed if a part failed; not run if the GPU part (required) was
     not run; else passed."""

@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from nightly.builds.jobs import RunContext, make_job
-from nightly.builds.smoke import FAILED, NOT_RUN, SmokeTester, stage_part
+from nightly.builds.smoke import FAILED, NOT_RUN, SmokeTester, preflight_jobs, stage_part
 from nightly.cluster.host import (
     Emit,
     WorkerInfo,
@@ -167,6 +167,16 @@ def _test(spec: GpuTestSpec, info: WorkerInfo, day: Day, log: Path,
             job = make_job(ctx, build, executor=ex.name)
             job.work_dir.parent.mkdir(parents=True, exist_ok=True)
             tester = SmokeTester(config, ex, source, where=info.address, gpu_host=info.gpu)
+            try:
+                # A worker without the test's image tests nothing: not run (its reason names
+                # the image), not a failure of a package that was never tested.
+                ex.preflight(preflight_jobs(config, build, job, "gputest")[1:] or [job])
+            except NightlyError as e:
+                why = f"GPU test: not run on {info.address}: {' '.join(str(e).split())}"
+                out(f"gpu test: {why}\n".encode())
+                f.write(masker.flush())
+                return {**stage_part(NOT_RUN, info.address, started, reason=why),
+                        "worker_name": info.name}
             try:
                 _, part = tester.gpu_part(build, wheels, job, out, cancel)
             except Exception as e:  # a test-stage bug fails this test only

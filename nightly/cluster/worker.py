@@ -29,7 +29,7 @@ from typing import Any
 
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.runner import Runner
-from nightly.builds.smoke import SmokeTester
+from nightly.builds.smoke import SmokeTester, preflight_jobs
 from nightly.cluster.host import (
     Emit,
     WorkerInfo,
@@ -245,7 +245,7 @@ def _run(
     try:
         with make_executor(spec.executor, ctx.config, keep_container=spec.keep_container) as ex:
             try:
-                ex.preflight([make_job(ctx, build, executor=ex.name)])
+                ex.preflight(preflight_jobs(ctx.config, build, make_job(ctx, build, executor=ex.name)))
             except NightlyError as e:
                 _preflight_failed(day, ctx.state, build, str(e), att.about["attempt"])
             else:

@@ -195,3 +195,32 @@ def test_the_smoke_test_runs_in_the_runtime_image_and_its_log_says_so(tmp_path: 
     (smoke_job,) = ex.jobs
     assert smoke_job.image == runtime.tag(c.builders["demo"])
     assert f"smoke: in image {smoke_job.image}, the runtime image of builder demo" in out.decode()
+
+
+def test_a_workers_preflight_looks_for_the_image_its_tests_run_in(tmp_path: Path) -> None:
+    # A cluster worker checks the image a build's tests need before building, so a worker
+    # without the runtime image refuses the build instead of failing a good wheel's test.
+    from nightly.builds.smoke import preflight_jobs
+
+    c = _load(tmp_path)
+    build_image = c.builders["demo"].tag_for("cu130")
+    job = Job(build_id=WHEEL.id, package="manywheel", python="3.11", cuda="cu130", env={},
+              recipes_dir=tmp_path, source_dir=tmp_path, output_dir=tmp_path / "out",
+              work_dir=tmp_path / "work", timeout_s=60, image=build_image)
+    own, tests = preflight_jobs(c, WHEEL, job)
+    assert own is job
+    assert (tests.image, tests.build_id) == (runtime.tag(c.builders["demo"]),
+                                             f"{WHEEL.id} (its tests)")
+    assert [j.image for j in preflight_jobs(c, WHEEL, job, "gputest")] == [build_image, tests.image]
+    # Tests in the build's own image, a libtorch zip, a host build: nothing more to look for.
+    at_build = _load(tmp_path, CONFIG.replace('import_name = "demo"',
+                                              'import_name = "demo"\nimage = "@build"'))
+    assert preflight_jobs(at_build, WHEEL, job) == [job]
+    zip_job = Job(build_id=LIBTORCH.id, package="libtorch", python="3.11", cuda="cpu", env={},
+                  recipes_dir=tmp_path, source_dir=tmp_path, output_dir=tmp_path / "out",
+                  work_dir=tmp_path / "work", timeout_s=60, image=c.builders["demo"].tag_for("cpu"))
+    assert preflight_jobs(c, LIBTORCH, zip_job) == [zip_job]
+    host = Job(build_id=WHEEL.id, package="manywheel", python="3.11", cuda="cu130", env={},
+               recipes_dir=tmp_path, source_dir=tmp_path, output_dir=tmp_path / "out",
+               work_dir=tmp_path / "work", timeout_s=60)
+    assert preflight_jobs(c, WHEEL, host) == [host]
