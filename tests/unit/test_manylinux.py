@@ -17,43 +17,12 @@ from nightly.config import load
 from nightly.errors import ConfigError
 from nightly.images import context, sysroot
 from nightly.images.spec import parse_spec
-
-CONFIG = """\
-[project]
-name = "demo"
-source = "."
-base_version = "1.0.0"
-
-[matrix.linux.manywheel]
-pythons = ["3.11"]
-cudas = ["cpu", "11.8"]
-{matrix_policy}
-
-[matrix.linux.conda]
-pythons = ["3.11"]
-cudas = ["cpu"]
-
-[images]
-default = "@demo"
-
-[builders.demo]
-compilers = ["gcc", "g++", "gcc-11", "g++-11"]
-cudas = ["cpu", "11.8"]
-pythons = {{ "3.11" = "distro" }}
-{builder_policy}
-
-[[machines]]
-name = "a"
-platform = "linux"
-queues = 1
-executor = "container"
-"""
+from tests.support import policy_config
+from tests.support.policy_config import load_config
 
 
 def _config(tmp_path: Path, matrix_policy: str = "", builder_policy: str = "") -> Any:
-    p = tmp_path / "nightly.toml"
-    p.write_text(CONFIG.format(matrix_policy=matrix_policy, builder_policy=builder_policy))
-    return load(p)
+    return load_config(tmp_path, matrix_policy, builder_policy)
 
 
 @pytest.mark.parametrize(
@@ -286,7 +255,7 @@ def test_status_and_report_show_the_policy_and_what_was_reached(tmp_path: Path) 
 
 def test_a_policy_on_another_package_type_is_refused(tmp_path: Path) -> None:
     p = tmp_path / "nightly.toml"
-    p.write_text(CONFIG.format(matrix_policy="", builder_policy="").replace(
+    p.write_text(policy_config.text().replace(
         '[matrix.linux.conda]\npythons = ["3.11"]\ncudas = ["cpu"]\n',
         '[matrix.linux.conda]\npythons = ["3.11"]\ncudas = ["cpu"]\nmanylinux = "2_28"\n'))
     with pytest.raises(ConfigError, match="manywheel builds only") as e:

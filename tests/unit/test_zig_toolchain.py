@@ -11,44 +11,14 @@ from typing import Any
 import pytest
 
 from nightly.builds.jobs import manylinux_env
-from nightly.config import load
 from nightly.errors import ConfigError
 from nightly.images import context, sysroot, zig
 from nightly.images.spec import ZIG_VERSION, parse_spec
-
-CONFIG = """\
-[project]
-name = "demo"
-source = "."
-base_version = "1.0.0"
-
-[matrix.linux.manywheel]
-pythons = ["3.11"]
-cudas = ["cpu", "11.8"]
-manylinux = "2_28"
-{matrix}
-
-[images]
-default = "@demo"
-
-[builders.demo]
-compilers = ["gcc", "g++", "gcc-11", "g++-11"]
-cudas = ["cpu", "11.8"]
-pythons = {{ "3.11" = "distro" }}
-{builder}
-
-[[machines]]
-name = "a"
-platform = "linux"
-queues = 1
-executor = "container"
-"""
+from tests.support.policy_config import load_config
 
 
 def _config(tmp_path: Path, matrix: str = "", builder: str = "") -> Any:
-    p = tmp_path / "nightly.toml"
-    p.write_text(CONFIG.format(matrix=matrix, builder=builder))
-    return load(p)
+    return load_config(tmp_path, 'manylinux = "2_28"\n' + matrix, builder)
 
 
 def _spec(**extra: Any) -> Any:
