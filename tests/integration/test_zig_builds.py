@@ -84,7 +84,10 @@ def test_a_zig_builder_image_builds_a_cmake_cpp_project_for_manylinux_2_17(
     env = engine.env()
     listed = subprocess.run([*nightly_cmd(), "images", "list", "--config", str(config), "--json"],
                             env=env, capture_output=True, text=True, check=True)
-    (row,) = json.loads(listed.stdout)
+    # The builder's image, and the runtime image its wheels are tested in (no toolchain).
+    rows = {r["role"]: r for r in json.loads(listed.stdout)}
+    assert sorted(rows) == ["builder", "runtime"]
+    row = rows["builder"]
     assert row["manylinux"] == "manylinux_2_17_x86_64"
     assert f"zig {ZIG_VERSION} cc -target x86_64-linux-gnu.2.17" in row["toolchain"]
     built = subprocess.run([*nightly_cmd(), "images", "build", "--config", str(config)],
