@@ -66,6 +66,24 @@ def run_night(
     return took
 
 
+def _own_tests_pass(key: str, mirror: Path, pythons: dict[str, Path],
+                    tmp_path: Path) -> list[corpus.TestRun]:
+    """The project's own suite against its wheel from `mirror`, for each Python: every test
+    passes, some ran, and the installed wheel answered, not the sdist."""
+    project = corpus.BY_KEY[key]
+    index = (mirror / "whl" / "nightly" / "cpu").as_uri() + "/"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(
+            lambda xy: corpus.run_own_tests(project, pythons[xy], index, tmp_path / f"test-{xy}"),
+            corpus.PYTHONS,
+        ))
+    for xy, run in zip(corpus.PYTHONS, runs, strict=True):
+        assert run.failed == run.errors == 0, f"{key} on {xy}:\n{run.output[-6000:]}"
+        assert run.passed > 0, f"{key} on {xy}: no test ran\n{run.output[-3000:]}"
+        assert str(tmp_path / f"test-{xy}" / "venv") in run.module_file, run.module_file
+    return runs
+
+
 def build_durations(work: Path) -> dict[str, float]:
     """Build id -> seconds, from the day's state."""
     day = find_day(work / "configs" / "corpus" / "nightlies", corpus.DATE)
@@ -102,17 +120,7 @@ def test_corpus_project(key: str, tmp_path: Path) -> None:
         assert "manylinux" in mine[0], mine[0]
         tags.add(mine[0].rsplit("-", 3)[-1].removesuffix(".whl"))
 
-    index = (mirror / "whl" / "nightly" / "cpu").as_uri() + "/"
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = list(pool.map(
-            lambda xy: corpus.run_own_tests(project, pythons[xy], index, tmp_path / f"test-{xy}"),
-            corpus.PYTHONS,
-        ))
-    for xy, run in zip(corpus.PYTHONS, runs, strict=True):
-        assert run.failed == run.errors == 0, f"{key} on {xy}:\n{run.output[-6000:]}"
-        assert run.passed > 0, f"{key} on {xy}: no test ran\n{run.output[-3000:]}"
-        # The installed wheel answered, not the sdist.
-        assert str(tmp_path / f"test-{xy}" / "venv") in run.module_file, run.module_file
+    runs = _own_tests_pass(key, mirror, pythons, tmp_path)
 
     durations = build_durations(tmp_path / "night")
     corpus.record(key, {
@@ -241,16 +249,7 @@ def test_corpus_in_the_builder_image(key: str, engine: Engine, tmp_path: Path) -
     wheels = sorted((here / "mirror").glob("whl/nightly/cpu/**/*.whl"))
     assert len(wheels) == len(corpus.PYTHONS), wheels
     tags = policy_tags(wheels)
-    index = (here / "mirror" / "whl" / "nightly" / "cpu").as_uri() + "/"
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = list(pool.map(
-            lambda xy: corpus.run_own_tests(project, pythons[xy], index, tmp_path / f"test-{xy}"),
-            corpus.PYTHONS,
-        ))
-    for xy, run in zip(corpus.PYTHONS, runs, strict=True):
-        assert run.failed == run.errors == 0, f"{key} on {xy}:\n{run.output[-6000:]}"
-        assert run.passed > 0, f"{key} on {xy}: no test ran\n{run.output[-3000:]}"
-        assert str(tmp_path / f"test-{xy}" / "venv") in run.module_file, run.module_file
+    runs = _own_tests_pass(key, here / "mirror", pythons, tmp_path)
     corpus.record(key, {"builder_image": {
         "night_s": round(night_s, 1), "tags": {w: list(t) for w, t in tags.items()},
         "tests": {xy: [r.passed, r.skipped] for xy, r in zip(corpus.PYTHONS, runs, strict=True)},

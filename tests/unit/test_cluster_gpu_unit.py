@@ -40,10 +40,11 @@ from nightly.cluster.staging import (
 )
 from nightly.cluster.verify import seal
 from nightly.errors import ObjectTooLarge, UnsafeEntry
-from nightly.executors.base import ExecResult, Executor, Job, OutputSink
+from nightly.executors.base import Job
 from nightly.plan.matrix import Build
 from nightly.publish.stores import FileStore
 from nightly.workspace import Day
+from tests.support.executors import RecordingExecutor
 from tests.support.staging import put_attempt
 
 CPU = Build(package="manywheel", python="3.11", cuda="cpu")
@@ -62,20 +63,6 @@ def config(tmp_path: Path, minimal_config_text: str) -> cfg.Config:
 # ---------------------------------------------------------------------------- the build worker
 
 
-class Recording(Executor):
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.jobs: list[Job] = []
-
-    def describe(self, job: Job) -> dict[str, object]:
-        return {}
-
-    def run(self, job: Job, out: OutputSink, cancel: threading.Event) -> ExecResult:
-        self.jobs.append(job)
-        return ExecResult(exit_status=0)
-
-
 def _job(tmp_path: Path) -> Job:
     (tmp_path / "work" / "scratch").mkdir(parents=True, exist_ok=True)
     return Job(build_id=CUDA.id, package="manywheel", python="3.11", cuda="cu126",
@@ -89,7 +76,7 @@ def test_with_the_test_stage_the_build_worker_runs_the_cpu_part_only(
 ) -> None:
     wheel = tmp_path / "demo-1.0+cu126-py3-none-any.whl"
     wheel.write_text("w")
-    staged, inline = Recording(), Recording()
+    staged, inline = RecordingExecutor(), RecordingExecutor()
     out: list[bytes] = []
     r = SmokeTester(config, staged, tmp_path, where="cpu-1", gpu_host=True, gpu_stage=True)(
         CUDA, [wheel], _job(tmp_path), out.append, threading.Event())

@@ -13,10 +13,11 @@ import pytest
 from nightly.builds.smoke import SmokeTester
 from nightly.config import load
 from nightly.errors import ConfigError
-from nightly.executors.base import ExecResult, Executor, Job, OutputSink
+from nightly.executors.base import Job
 from nightly.images import commands, runtime
 from nightly.images.spec import SpecError, parse_spec
 from nightly.plan.matrix import Build
+from tests.support.executors import RecordingExecutor
 
 CONFIG = """\
 [project]
@@ -165,20 +166,6 @@ def test_the_night_checks_the_runtime_image_unless_tests_do_not_use_it(tmp_path:
     assert "site/rt:1 is builder demo's runtime_image: pull or load it" in str(e.value)
 
 
-class Recording(Executor):
-    name = "container"
-
-    def __init__(self) -> None:
-        self.jobs: list[Job] = []
-
-    def describe(self, job: Job) -> dict[str, object]:
-        return {}
-
-    def run(self, job: Job, out: OutputSink, cancel: threading.Event) -> ExecResult:
-        self.jobs.append(job)
-        return ExecResult(exit_status=0)
-
-
 def test_the_smoke_test_runs_in_the_runtime_image_and_its_log_says_so(tmp_path: Path) -> None:
     c = _load(tmp_path)
     wheel = tmp_path / "demo-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -189,7 +176,7 @@ def test_the_smoke_test_runs_in_the_runtime_image_and_its_log_says_so(tmp_path: 
               env={"BUILD_VERSION": "1.0", "DESIRED_PYTHON": "3.11"},
               recipes_dir=tmp_path, source_dir=tmp_path, output_dir=tmp_path / "out",
               work_dir=tmp_path / "work", timeout_s=60, image=build_image)
-    ex, out = Recording(), bytearray()
+    ex, out = RecordingExecutor("container"), bytearray()
     r = SmokeTester(c, ex, tmp_path)(WHEEL, [wheel], job, out.extend, threading.Event())
     assert r.ok
     (smoke_job,) = ex.jobs
