@@ -8,6 +8,7 @@ installed wheel, and records the figures docs/building.md's table shows.
     python -m tests.integration.corpus fetch [KEY...]   download and unpack (all by default)
     python -m tests.integration.corpus table            the results as docs/building.md's table
     python -m tests.integration.corpus policy-table     the builds in the builder image (policy 2_28)
+    python -m tests.integration.corpus cairo-image      pycairo's base image: the cairo stack
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ class Project:
     conda_check: str = ""  # code run after a py-rattler install; "" = no conda package
     container: bool = False
     apt: tuple[str, ...] = field(default=())  # Debian packages its build needs
-    # Why its wheels cannot meet the corpus builder image's policy (manylinux_2_28): the
-    # build must then fail with auditwheel's words. "" = they meet it.
-    misses_policy: str = ""
+    # The C libraries its container builds need, built for the policy into a base image
+    # ("cairo": tests/integration/cairo_stack.py) instead of taken from `apt`: Debian's are
+    # linked against a glibc newer than manylinux_2_28 allows. "" = none.
+    stack: str = ""
 
     @property
     def config(self) -> Path:
@@ -99,9 +101,10 @@ PROJECTS = (
         sha256="f3f7fde97325cae80224c09f12564ef58d0d0f655da0e3b040f5807bd5bd3142",
         backend="meson-python (C extension, system cairo)", import_name="cairo",
         wheel_version="1.29.0", apt=("libcairo2-dev", "pkg-config"),
-        # auditwheel bundles the image's libcairo and its dependencies, which are bookworm's
-        # (libcairo, libX11...: GLIBC_2.34-2.35); bullseye's would still need 2.29 (pow, exp).
-        misses_policy="bundles the system's cairo, built against a newer glibc",
+        # In the builder image, not bookworm's libcairo2-dev (libcairo, libX11...: GLIBC_2.34
+        # -2.35; bullseye's would still need 2.29 for pow, exp): auditwheel bundles what the
+        # build links, so cairo is built from source for glibc 2.17 into the base image.
+        stack="cairo",
     ),
     Project(
         key="setproctitle", dist="setproctitle", version="1.3.8",
@@ -128,10 +131,12 @@ CONTAINER_KEYS = (
 BUILDER_EXAMPLE = CONFIGS / "markupsafe-offline.toml"
 
 
-def container_config(project: Project) -> str:
+def container_config(project: Project, base_image: str = "", runtime_image: str = "") -> str:
     """The project's config with its manywheels built in containers of the corpus builder
     image (manylinux = "2_28"), as configs/corpus/markupsafe-offline.toml declares it, plus
-    the Debian packages the project builds against; conda packages left out."""
+    the Debian packages the project builds against; conda packages left out. With
+    `base_image` (a project's `stack`), the builder's layers go on that image instead of
+    the debootstrapped base, and its wheels are tested in `runtime_image`."""
     text = project.config.read_text()
     assert 'executor = "local"' in text, project.config
     text = text.replace('executor = "local"', 'executor = "container"')
@@ -140,10 +145,30 @@ def container_config(project: Project) -> str:
         text = text[:start] + text[text.index("\n\n", start) + 2:]
     example = BUILDER_EXAMPLE.read_text()
     tables = example[example.index("[images]"):example.index("[[machines]]")]
-    if project.apt:
+    if base_image:
+        # The base image is the whole base layer: a suite's packages have no say in it.
+        kept = [line for line in tables.splitlines()
+                if not line.startswith(("suite =", "packages =", "compilers ="))]
+        tables = "\n".join(kept).replace(
+            'repository = "nightly-builder"\n',
+            f'repository = "nightly-builder-{project.stack}"\nbase_image = "{base_image}"\n'
+            f'runtime_image = "{runtime_image}"\n', 1) + "\n"
+        assert base_image in tables, tables
+    elif project.apt:
         tables = tables.replace("packages = [", "packages = [" + "".join(
             f'"{deb}", ' for deb in project.apt), 1)
     return text + "\n" + tables
+
+
+def corpus_runtime_image() -> str:
+    """nightly's runtime image of the corpus builder (the pyenv interpreters on a minbase,
+    no compilers, no -dev packages): where a `stack` project's wheels are tested."""
+    from nightly.config.reader import read_toml
+    from nightly.images import runtime
+    from nightly.images.spec import parse_spec
+
+    table = read_toml(BUILDER_EXAMPLE)[0]["builders"]["corpus"]
+    return runtime.tag(parse_spec("corpus", table))
 
 
 def auditwheel_verdict(wheel: Path) -> str:
@@ -346,11 +371,6 @@ def policy_table() -> str:
         if not r:
             rows.append(f"| {p.dist} {p.version} | not run | | | |")
             continue
-        if r.get("failed"):
-            rows.append(f"| {p.dist} {p.version} | none: every build failed the policy "
-                        f"({r['failed']}) | auditwheel: too-recent versioned symbols | - | "
-                        f"{r['night_s']:.0f} s |")
-            continue
         tags = sorted({t for t, _ in r["tags"].values()})
         verdicts = sorted({v for _, v in r["tags"].values()})
         tests = ", ".join(f"{xy}: {n} ({sk})" for xy, (n, sk) in sorted(r["tests"].items()))
@@ -367,6 +387,12 @@ if __name__ == "__main__":
         print(table())
     elif sys.argv[1:] == ["policy-table"]:
         print(policy_table())
+    elif sys.argv[1:] == ["cairo-image"]:
+        import docker
+
+        from tests.integration import cairo_stack
+
+        print(*cairo_stack.ensure_image(docker.from_env()))
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
