@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "cairo_stack.sh"
 POOL = "http://deb.debian.org/debian/pool/main/"
+CAIRO_VERSION = "1.18.4"
 # The upstream tarballs as Debian's pool keeps them (trixie's versions), pinned by sha256.
 SOURCES = (
     ("z/zlib/zlib_1.3.dfsg+really1.3.1.orig.tar.gz",
@@ -43,7 +44,7 @@ SOURCES = (
      "89a4c1e1e45e0b23dffe708202cb2eaffde0fe3727d7692b2e1739fec78a7dac"),
     ("f/freetype/freetype_2.13.3+dfsg.orig.tar.xz",
      "686ec73cbf6783b245dd068a09ce807b729ac0f8a46dd70f7867923c32fdf4de"),
-    ("c/cairo/cairo_1.18.4.orig.tar.xz",
+    (f"c/cairo/cairo_{CAIRO_VERSION}.orig.tar.xz",
      "445ed8208a6e4823de1226a74ca319d3600e83f6369f99b14265006599c32ccb"),
 )
 TOOLS = ("meson==1.12.1", "ninja==1.13.2")  # the build tools, from PyPI
@@ -116,7 +117,7 @@ def image_tag(client: DockerClient) -> str:
         "zig": [ZIG_VERSION, ZIG_REVISION],
     }
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{REPOSITORY}:1.18.4-{digest}"
+    return f"{REPOSITORY}:{CAIRO_VERSION}-{digest}"
 
 
 def _context(log: list[str]) -> io.BytesIO:

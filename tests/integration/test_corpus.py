@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration import corpus
+from tests.integration import cairo_stack, corpus
 from tests.integration import recipe_env as renv
 from tests.support.cli import nightly_cmd
 from tests.support.day import find_day
@@ -244,6 +244,14 @@ def test_corpus_in_the_builder_image(key: str, engine: Engine, tmp_path: Path) -
     tags = policy_tags(wheels)
     bundled = _bundled(wheels) if project.stack else []
     runs = _own_tests_pass(key, here / "mirror", pythons, tmp_path)
+    if project.stack == "cairo":
+        # The host has bookworm's cairo 1.16: the wheels' tests ran against their own.
+        for xy in corpus.PYTHONS:
+            venv_python = tmp_path / f"test-{xy}" / "venv" / "bin" / "python"
+            got = subprocess.run([str(venv_python), "-c", "import cairo; print("
+                                  "cairo.cairo_version_string())"], cwd=tmp_path,
+                                 capture_output=True, text=True, check=True).stdout.strip()
+            assert got == cairo_stack.CAIRO_VERSION, (xy, got)
     corpus.record(key, {"builder_image": {
         "night_s": round(night_s, 1), "tags": {w: list(t) for w, t in tags.items()},
         "tests": {xy: [r.passed, r.skipped] for xy, r in zip(corpus.PYTHONS, runs, strict=True)},
@@ -257,15 +265,18 @@ def _stack_images(project: corpus.Project, engine: Engine) -> tuple[str, str]:
     `nightly images build` of the corpus builder's declaration). ("", "") otherwise."""
     if not project.stack:
         return "", ""
-    from tests.integration import cairo_stack
-
     assert project.stack == "cairo", project.stack
     built = subprocess.run(
         [*nightly_cmd(), "images", "build", "--config", str(corpus.BUILDER_EXAMPLE)],
         env=engine.env(), capture_output=True, text=True, timeout=3600)
     assert built.returncode == 0, built.stderr[-4000:]
     tag, _ = cairo_stack.ensure_image(engine.client)
-    return tag, corpus.corpus_runtime_image()
+    runtime = corpus.corpus_runtime_image()
+    # The smoke test proves the bundling only where no cairo is installed.
+    found = engine.client.containers.run(runtime, ["sh", "-c", "ldconfig -p | grep -c libcairo"
+                                                   " || true"], remove=True)
+    assert found.decode().strip() == "0", f"{runtime} has a libcairo"
+    return tag, runtime
 
 
 def _bundled(wheels: list[Path]) -> list[str]:
