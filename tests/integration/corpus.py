@@ -392,7 +392,8 @@ if __name__ == "__main__":
 
         from tests.integration import cairo_stack
 
-        print(*cairo_stack.ensure_image(docker.from_env()))
+        tag, figures = cairo_stack.ensure_image(docker.from_env())
+        print(tag, figures or "(present)")
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
