@@ -30,6 +30,7 @@ from nightly.publish.stores.base import (
     Store,
     check_key,
 )
+from nightly.publish.stores.s3reads import SignedReads
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -61,6 +62,7 @@ class S3Store(Store):
         connect_timeout: float = 10.0,
         read_timeout: float = 120.0,
         connections: int = 0,
+        signed_reads: bool = True,
     ) -> None:
         super().__init__()
         import boto3
@@ -102,6 +104,9 @@ class S3Store(Store):
         )
         self._client: S3Client = self._session.client("s3", endpoint_url=endpoint_url, config=config)
         self._client.meta.events.register("before-send.s3", self._on_send)
+        # HEADs and small GETs signed and sent without boto3's per-call cost (s3reads.py);
+        # anything but a 200 or a 404 is asked again through boto3.
+        self._reads = SignedReads.of(self._client, self._session, bucket) if signed_reads else None
         self._transfer = TransferConfig(
             multipart_threshold=multipart_threshold,
             multipart_chunksize=multipart_chunksize,
@@ -202,6 +207,10 @@ class S3Store(Store):
 
     def head(self, key: str) -> ObjectInfo | None:
         full = self._full(key)
+        reply = self._reads.head(full) if self._reads is not None else None
+        if reply is not None:
+            self._count("HeadObject")
+            return None if reply.status == 404 else _info_of(key, reply.headers)
         try:
             r = self._call(
                 "head",
@@ -319,6 +328,15 @@ class S3Store(Store):
 
     def get_bytes(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, str] | None:
         full = self._full(key)
+        reply = self._reads.get(full, max_bytes) if self._reads is not None else None
+        if reply is not None:
+            self._count("GetObject")
+            if reply.status == 404:
+                return None
+            if max_bytes is not None and len(reply.body) > max_bytes:
+                raise ObjectTooLarge(f"{self.url}/{key} holds more than the {max_bytes} bytes "
+                                     "expected: not read", size=len(reply.body))
+            return reply.body, reply.headers.get("etag", "")
 
         def fetch() -> tuple[bytes, str]:
             r = self._client.get_object(Bucket=self.bucket, Key=full)
@@ -417,6 +435,22 @@ def _recorded_sha256(metadata: dict[str, str]) -> str | None:
             if len(raw) == 32:
                 return raw.hex()
     return None
+
+
+def _info_of(key: str, headers: dict[str, str]) -> ObjectInfo:
+    """A HEAD's answer (lowercase header names) as head_object's would be read."""
+    meta = {k[len("x-amz-meta-"):]: v for k, v in headers.items() if k.startswith("x-amz-meta-")}
+    native = {"ChecksumSHA256": headers.get("x-amz-checksum-sha256"),
+              "ChecksumType": headers.get("x-amz-checksum-type")}
+    sha = _recorded_sha256(meta) or _native_sha256(native)
+    modified = headers.get("last-modified")
+    return ObjectInfo(
+        key=key,
+        size=int(headers.get("content-length", "0")),
+        sha256=sha.lower() if sha else None,
+        etag=headers.get("etag"),
+        last_modified=_timestamp(modified) if modified else None,
+    )
 
 
 def _native_sha256(head: Any) -> str | None:
