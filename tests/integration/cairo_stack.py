@@ -21,11 +21,10 @@ import subprocess
 import sys
 import tarfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tests.integration.corpus import CACHE, record, sha256_of
+from tests.integration.corpus import CACHE, download_checked, record, sha256_of
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -79,14 +78,7 @@ def fetch_sources() -> list[Path]:
     for rel, sha in SOURCES:
         dest = CACHE / "cairo-stack" / "src" / rel.rsplit("/", 1)[1]
         if not (dest.is_file() and sha256_of(dest) == sha):
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            part = dest.with_suffix(".part")
-            with urllib.request.urlopen(POOL + rel, timeout=300) as r:
-                part.write_bytes(r.read())
-            if (got := sha256_of(part)) != sha:
-                part.unlink()
-                raise RuntimeError(f"{POOL}{rel}: sha256 {got}, expected {sha}")
-            part.replace(dest)
+            download_checked(POOL + rel, dest, sha)
         out.append(dest)
     return out
 

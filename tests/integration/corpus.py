@@ -191,6 +191,21 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+def download_checked(url: str, dest: Path, sha256: str) -> Path:
+    """`url` saved at `dest` (through a .part file) when its bytes have this sha256; a wrong
+    sha256 raises and the download is dropped."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_suffix(".part")
+    with urllib.request.urlopen(url, timeout=300) as r, part.open("wb") as f:
+        shutil.copyfileobj(r, f)
+    got = sha256_of(part)
+    if got != sha256:
+        part.unlink()
+        raise RuntimeError(f"{url}: sha256 {got}, expected {sha256}")
+    part.replace(dest)
+    return dest
+
+
 def fetch(project: Project) -> Path:
     """The project's sdist in the cache, downloaded from PyPI when missing. Raises on any
     failure (a failed download fails the test that needs it)."""
@@ -203,16 +218,7 @@ def fetch(project: Project) -> Path:
     files = [f for f in meta["releases"].get(project.version, []) if f["packagetype"] == "sdist"]
     if not files:
         raise RuntimeError(f"PyPI has no sdist of {project.dist} {project.version}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_suffix(".part")
-    sdist_url = urllib.parse.urljoin(url, files[0]["url"])
-    with urllib.request.urlopen(sdist_url, timeout=300) as r, part.open("wb") as f:
-        shutil.copyfileobj(r, f)
-    got = sha256_of(part)
-    if got != project.sha256:
-        part.unlink()
-        raise RuntimeError(f"{project.sdist}: sha256 {got}, expected {project.sha256}")
-    part.replace(dest)
+    download_checked(urllib.parse.urljoin(url, files[0]["url"]), dest, project.sha256)
     return dest
 
 

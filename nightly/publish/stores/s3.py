@@ -210,7 +210,7 @@ class S3Store(Store):
         reply = self._reads.head(full) if self._reads is not None else None
         if reply is not None:
             self._count("HeadObject")
-            return None if reply.status == 404 else _info_of(key, reply.headers)
+            return None if reply.status == 404 else _head_info(key, _as_head_object(reply.headers))
         try:
             r = self._call(
                 "head",
@@ -219,14 +219,7 @@ class S3Store(Store):
             )
         except ObjectNotFound:
             return None
-        sha = _recorded_sha256(r.get("Metadata") or {}) or _native_sha256(r)
-        return ObjectInfo(
-            key=key,
-            size=int(r["ContentLength"]),
-            sha256=sha.lower() if sha else None,
-            etag=r.get("ETag"),
-            last_modified=r.get("LastModified"),
-        )
+        return _head_info(key, r)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         full = f"{self.prefix}/{prefix}" if self.prefix else prefix
@@ -333,9 +326,7 @@ class S3Store(Store):
             self._count("GetObject")
             if reply.status == 404:
                 return None
-            if max_bytes is not None and len(reply.body) > max_bytes:
-                raise ObjectTooLarge(f"{self.url}/{key} holds more than the {max_bytes} bytes "
-                                     "expected: not read", size=len(reply.body))
+            self._check_size(key, reply.body, max_bytes)
             return reply.body, reply.headers.get("etag", "")
 
         def fetch() -> tuple[bytes, str]:
@@ -345,15 +336,18 @@ class S3Store(Store):
                 data: bytes = body.read() if max_bytes is None else body.read(max_bytes + 1)
             finally:
                 body.close()
-            if max_bytes is not None and len(data) > max_bytes:
-                raise ObjectTooLarge(f"{self.url}/{key} holds more than the {max_bytes} bytes "
-                                     "expected: not read", size=len(data))
+            self._check_size(key, data, max_bytes)
             return data, r["ETag"]
 
         try:
             return self._call("get", key, fetch)
         except ObjectNotFound:
             return None
+
+    def _check_size(self, key: str, data: bytes, max_bytes: int | None) -> None:
+        if max_bytes is not None and len(data) > max_bytes:
+            raise ObjectTooLarge(f"{self.url}/{key} holds more than the {max_bytes} bytes "
+                                 "expected: not read", size=len(data))
 
     def put_bytes(
         self,
@@ -437,20 +431,29 @@ def _recorded_sha256(metadata: dict[str, str]) -> str | None:
     return None
 
 
-def _info_of(key: str, headers: dict[str, str]) -> ObjectInfo:
-    """A HEAD's answer (lowercase header names) as head_object's would be read."""
-    meta = {k[len("x-amz-meta-"):]: v for k, v in headers.items() if k.startswith("x-amz-meta-")}
-    native = {"ChecksumSHA256": headers.get("x-amz-checksum-sha256"),
-              "ChecksumType": headers.get("x-amz-checksum-type")}
-    sha = _recorded_sha256(meta) or _native_sha256(native)
-    modified = headers.get("last-modified")
+def _head_info(key: str, r: Any) -> ObjectInfo:
+    """head_object's answer as an ObjectInfo."""
+    sha = _recorded_sha256(r.get("Metadata") or {}) or _native_sha256(r)
     return ObjectInfo(
         key=key,
-        size=int(headers.get("content-length", "0")),
+        size=int(r["ContentLength"]),
         sha256=sha.lower() if sha else None,
-        etag=headers.get("etag"),
-        last_modified=_timestamp(modified) if modified else None,
+        etag=r.get("ETag"),
+        last_modified=r.get("LastModified"),
     )
+
+
+def _as_head_object(headers: dict[str, str]) -> dict[str, Any]:
+    """A HEAD's headers (lowercase names) as boto3's head_object would give them."""
+    modified = headers.get("last-modified")
+    return {
+        "ContentLength": headers.get("content-length", "0"),
+        "Metadata": {k[len("x-amz-meta-"):]: v for k, v in headers.items() if k.startswith("x-amz-meta-")},
+        "ChecksumSHA256": headers.get("x-amz-checksum-sha256"),
+        "ChecksumType": headers.get("x-amz-checksum-type"),
+        "ETag": headers.get("etag"),
+        "LastModified": _timestamp(modified) if modified else None,
+    }
 
 
 def _native_sha256(head: Any) -> str | None:

@@ -83,6 +83,8 @@ class SignedReads:
         if self.misses >= MAX_MISSES:
             return None
         reply = self._exchange(method, key, headers, max_bytes)
+        # Unlocked: the reading pool's threads may lose an update, which only moves the moment
+        # the fast path gives up by a request or two.
         self.misses = 0 if reply is not None else self.misses + 1
         if self.misses == MAX_MISSES:
             log.info("S3 reads go through boto3 from now on (%s %s was not answered 200 or 404)",
