@@ -34,7 +34,7 @@ from nightly.cluster.dispatch import (
     gpu_test_resources,
 )
 from nightly.cluster.gputest import run_gpu_test_task
-from nightly.cluster.host import GPU
+from nightly.cluster.host import GPU, PLATFORM_PREFIX, platform_resource
 from nightly.cluster.messages import (
     AttemptResult,
     GpuTestResult,
@@ -90,9 +90,22 @@ class GpuStage:
         `gpu_workers`: its cost, GPU-host seconds building vs testing) grows with them."""
         gpus = {a for a, w in workers.items() if GPU in (w.get("resources") or {})}
         if not gpus <= self.gpu_workers:
+            for address in sorted(gpus - self.gpu_workers):
+                self._check_platform(address, workers[address])
             self.gpu_workers |= gpus
             state.set_meta(gpu_workers=sorted(self.gpu_workers))
         return gpus
+
+    def _check_platform(self, address: str, worker: Mapping[str, Any]) -> None:
+        """A GPU worker that declares no platform is never given a test (a test needs a
+        worker of its build's platform): say so once, with the fix, rather than let its
+        tests wait and end `not run`."""
+        if any(str(r).startswith(PLATFORM_PREFIX) for r in worker.get("resources") or {}):
+            return
+        name = worker.get("name") or address
+        self.note(f"GPU worker {name} ({address}) declares gpu but no platform, so it runs no "
+                  f"GPU test: restart it with --resources \"gpu=1,{platform_resource('linux')}=1\" "
+                  "(docs/cluster.md, 'GPU workers only test')")
 
     # ------------------------------------------------------------------ the collector's hook
 

@@ -59,6 +59,7 @@ from nightly.workspace import Day, State, write_json
 
 NOT_TESTED = ("verifying staging: a package is not the one its build's worker built (changed "
               "in staging?); not tested")
+SOURCE_NOT_READ = "the day's source could not be read from staging; not tested"
 
 
 def run_gpu_test_task(spec: GpuTestSpec) -> GpuTestResult:
@@ -139,10 +140,7 @@ def _test(spec: GpuTestSpec, info: WorkerInfo, day: Day, log: Path,
     build's `tested.gpu`."""
     build, started = spec.build, time.time()
     store = spec.staging.open()
-    source = ensure_input(store, spec.source_key, spec.source_sha256, info.folder / "inputs",
-                          "source", size=spec.source_size)
-    config = worker_config(spec.config, source, info.folder, info.gpu)
-    masker = Masker(secret_values(config))
+    masker = Masker(secret_values(spec.config))  # the worker's config has the same secrets
     with log.open("ab", buffering=0) as f:
         lock = threading.Lock()
 
@@ -152,15 +150,25 @@ def _test(spec: GpuTestSpec, info: WorkerInfo, day: Day, log: Path,
 
         out(f"nightly GPU test of {build.id} on worker {info.address} ({info.name}): the "
             f"packages of build attempt {spec.build_token}\n".encode())
+        # Both from staging, which other hosts write: a source or a package that is not what
+        # was staged fails the test, in its log, and never leaves it merely "not run".
+        why = ""
         try:
-            wheels = fetch_wheels(store, spec, day.work / build.id / "packages")
+            source = ensure_input(store, spec.source_key, spec.source_sha256,
+                                  info.folder / "inputs", "source", size=spec.source_size)
+        except (NightlyError, OSError, ValueError) as e:
+            why = f"GPU test: {SOURCE_NOT_READ}: {e}"
+        try:
+            wheels = [] if why else fetch_wheels(store, spec, day.work / build.id / "packages")
         except (NightlyError, OSError, ValueError) as e:
             why = f"GPU test: {NOT_TESTED}: {e}"
+        if why:
             out(f"gpu test: {why}\n".encode())
             f.write(masker.flush())
             return stage_part(FAILED, info.address, started, reason=why)
         for w in wheels:
             out(f"gpu test: {w.name}: size and sha256 as its build's worker reported\n".encode())
+        config = worker_config(spec.config, source, info.folder, info.gpu)
         ctx = RunContext(config=config, day=day, state=State(day.state_path), source_dir=source,
                          version=spec.version, channel=spec.channel, machine=info.address)
         with make_executor(spec.executor, config, keep_container=spec.keep_container) as ex:
@@ -212,4 +220,4 @@ def _put_result(spec: GpuTestSpec, store: Store, info: WorkerInfo, token: str, p
     return result
 
 
-__all__ = ["NOT_TESTED", "fetch_wheels", "gpu_test_on_host", "run_gpu_test_task"]
+__all__ = ["NOT_TESTED", "SOURCE_NOT_READ", "fetch_wheels", "gpu_test_on_host", "run_gpu_test_task"]

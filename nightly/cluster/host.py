@@ -48,8 +48,11 @@ Emit = Callable[[str, Mapping[str, Any]], None]
 T = TypeVar("T")
 
 
+PLATFORM_PREFIX = "platform-"
+
+
 def platform_resource(platform: str) -> str:
-    return f"platform-{platform}"
+    return f"{PLATFORM_PREFIX}{platform}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -389,3 +389,43 @@ def test_a_rerun_adopts_only_a_sealed_test_of_the_same_build_attempt(config: cfg
     ((_, _, test),) = collector.calls
     assert test is not None
     assert (test.token, test.result) == ("t1", PASSED)
+
+
+def test_a_gpu_worker_without_a_platform_is_named_once_with_the_fix(config: cfg.Config) -> None:
+    notes: list[str] = []
+    stage, _, _ = _stage(config)
+    stage.note = notes.append
+    state = SimpleNamespace(set_meta=lambda **kw: None)
+    workers = {"tls://a": {"name": "gpu-a", "resources": {"gpu": 1}},
+               "tls://b": {"name": "gpu-b", "resources": {"gpu": 1, "platform-linux": 1}},
+               "tls://c": {"name": "lin-c", "resources": {"slots": 2, "platform-linux": 1}}}
+    assert stage.see_workers(workers, state) == {"tls://a", "tls://b"}  # type: ignore[arg-type]
+    (note,) = notes
+    assert "gpu-a (tls://a) declares gpu but no platform" in note
+    assert '--resources "gpu=1,platform-linux=1"' in note
+    stage.see_workers(workers, state)  # type: ignore[arg-type]
+    assert len(notes) == 1  # once per worker, not at every look
+
+
+def test_a_source_changed_in_staging_fails_the_gpu_test_in_its_log(
+    tmp_path: Path, config: cfg.Config
+) -> None:
+    """The source is read after the test's log is open: a tampered one fails the test with
+    why, in the log, rather than raising out of the task (which the orchestrator records as
+    merely not run, and publishes)."""
+    from nightly.cluster.gputest import SOURCE_NOT_READ, _test
+    from nightly.cluster.host import WorkerInfo
+
+    store = FileStore(tmp_path / "staging")
+    store.put_bytes("s", b"not the staged source", "application/gzip")
+    info = WorkerInfo(address="tls://gpu-1", name="gpu-1", folder=tmp_path / "w", gpu=True)
+    day = Day(tmp_path / "attempts", dt.date(2024, 5, 1), name="t1")
+    day.create()
+    log = day.path / "gpu-test.log"
+    spec = dataclasses.replace(_spec(tmp_path, config, ()),
+                               staging=StagingSpec(url=f"file://{tmp_path}/staging"))
+    part = _test(spec, info, day, log, threading.Event())
+    assert part["result"] == FAILED
+    assert SOURCE_NOT_READ in str(part["reason"])
+    assert "is not the expected" in str(part["reason"])
+    assert SOURCE_NOT_READ in log.read_text()
