@@ -150,22 +150,23 @@ def _test(spec: GpuTestSpec, info: WorkerInfo, day: Day, log: Path,
 
         out(f"nightly GPU test of {build.id} on worker {info.address} ({info.name}): the "
             f"packages of build attempt {spec.build_token}\n".encode())
+
+        def untested(why: str, result: str = FAILED) -> dict[str, object]:
+            out(f"gpu test: {why}\n".encode())
+            f.write(masker.flush())
+            return stage_part(result, info.address, started, reason=why)
+
         # Both from staging, which other hosts write: a source or a package that is not what
         # was staged fails the test, in its log, and never leaves it merely "not run".
-        why = ""
         try:
             source = ensure_input(store, spec.source_key, spec.source_sha256,
                                   info.folder / "inputs", "source", size=spec.source_size)
         except (NightlyError, OSError, ValueError) as e:
-            why = f"GPU test: {SOURCE_NOT_READ}: {e}"
+            return untested(f"GPU test: {SOURCE_NOT_READ}: {e}")
         try:
-            wheels = [] if why else fetch_wheels(store, spec, day.work / build.id / "packages")
+            wheels = fetch_wheels(store, spec, day.work / build.id / "packages")
         except (NightlyError, OSError, ValueError) as e:
-            why = f"GPU test: {NOT_TESTED}: {e}"
-        if why:
-            out(f"gpu test: {why}\n".encode())
-            f.write(masker.flush())
-            return stage_part(FAILED, info.address, started, reason=why)
+            return untested(f"GPU test: {NOT_TESTED}: {e}")
         for w in wheels:
             out(f"gpu test: {w.name}: size and sha256 as its build's worker reported\n".encode())
         config = worker_config(spec.config, source, info.folder, info.gpu)
@@ -181,10 +182,7 @@ def _test(spec: GpuTestSpec, info: WorkerInfo, day: Day, log: Path,
                 ex.preflight(preflight_jobs(config, build, job, "gputest")[1:] or [job])
             except NightlyError as e:
                 why = f"GPU test: not run on {info.address}: {' '.join(str(e).split())}"
-                out(f"gpu test: {why}\n".encode())
-                f.write(masker.flush())
-                return {**stage_part(NOT_RUN, info.address, started, reason=why),
-                        "worker_name": info.name}
+                return {**untested(why, NOT_RUN), "worker_name": info.name}
             try:
                 _, part = tester.gpu_part(build, wheels, job, out, cancel)
             except Exception as e:  # a test-stage bug fails this test only

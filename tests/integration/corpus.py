@@ -249,6 +249,7 @@ class TestRun:
     skipped: int
     module_file: str
     output: str
+    venv_python: Path  # the venv the wheel was installed into and tested in
 
 
 def run_own_tests(project: Project, python: Path, index_url: str, work: Path) -> TestRun:
@@ -298,6 +299,7 @@ def run_own_tests(project: Project, python: Path, index_url: str, work: Path) ->
     return TestRun(
         python=python.name, passed=total - failed - errors - skipped, failed=failed,
         errors=errors, skipped=skipped, module_file=where, output=proc.stdout + proc.stderr,
+        venv_python=vpy,
     )
 
 

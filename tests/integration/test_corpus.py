@@ -246,9 +246,8 @@ def test_corpus_in_the_builder_image(key: str, engine: Engine, tmp_path: Path) -
     runs = _own_tests_pass(key, here / "mirror", pythons, tmp_path)
     if project.stack == "cairo":
         # The host has bookworm's cairo 1.16: the wheels' tests ran against their own.
-        for xy in corpus.PYTHONS:
-            venv_python = tmp_path / f"test-{xy}" / "venv" / "bin" / "python"
-            got = subprocess.run([str(venv_python), "-c", "import cairo; print("
+        for xy, run in zip(corpus.PYTHONS, runs, strict=True):
+            got = subprocess.run([str(run.venv_python), "-c", "import cairo; print("
                                   "cairo.cairo_version_string())"], cwd=tmp_path,
                                  capture_output=True, text=True, check=True).stdout.strip()
             assert got == cairo_stack.CAIRO_VERSION, (xy, got)
