@@ -71,7 +71,7 @@ def measure(store: Any, fn: Callable[[], object]) -> dict[str, Any]:
 
 def naive(store: Any, folders: list[str], threads: int) -> None:
     """The old way: list everything, one HEAD per object for its sha256, write the pages."""
-    from nightly.publish.index import HTML_TYPE, is_package, render_folder
+    from nightly.index import HTML_TYPE, is_package, render_folder
 
     for folder in folders:
         names = [
@@ -98,9 +98,9 @@ def main() -> int:
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.s3.models import s3_backends
 
-    import nightly.publish.index as index
-    from nightly.publish.index import read_manifest, regenerate, render_folder
-    from nightly.publish.stores import S3Store
+    import nightly.index as index
+    from nightly.index import read_manifest, regenerate, render_folder
+    from nightly.stores import S3Store
     from tests.support.s3 import moto_server
 
     servers = contextlib.ExitStack()  # closed once the measurements are done

@@ -114,7 +114,7 @@ def main() -> int:
     pythons = [f"3.{10 + i}" if i < 5 else f"3.{i}" for i in range(args.builds)]
     base = Path(tempfile.mkdtemp(prefix="bench-provenance-"))
     try:
-        from nightly.publish import provenance
+        from nightly import provenance
 
         key, _ = provenance.keygen(base / "keys")
         samples: dict[str, list[float]] = {"without": [], "with": []}

@@ -4,7 +4,7 @@
                                                       [--runs 5]
 
 Since the store opens every path below its root one component at a time with O_NOFOLLOW
-(nightly.publish.stores.nofollow) and caps what it reads, this measures, in the same run:
+(nightly.stores.nofollow) and caps what it reads, this measures, in the same run:
 
 - fetching a package (FileStore.get with max_bytes, as the collector does) against
   shutil.copyfile of the same file (what the store did before);
@@ -43,7 +43,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from nightly.cluster.stagedlog import STAGED_LOG_MAX, read_staged_log
-    from nightly.publish import FileStore
+    from nightly.stores import FileStore
 
     with tempfile.TemporaryDirectory(prefix="bench-staging-") as tmp:
         root = Path(tmp) / "staging"

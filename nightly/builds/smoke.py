@@ -5,7 +5,7 @@ Wheels and libtorch zips are tested through the build's own executor (a fresh ve
 host, or a fresh container: wheels in the builder's runtime image, nightly.images.runtime)
 with the scripts in `smoke_scripts/`; conda
 packages are installed from a temporary local channel with a conda client (py-rattler: the
-`CondaClient` the night injects, nightly.publish.conda) and imported with the build's
+`CondaClient` the night injects, nightly.channels.conda) and imported with the build's
 interpreter.
 """
 
@@ -35,7 +35,7 @@ SCRIPTS = Path(__file__).with_name("smoke_scripts")
 
 
 class CondaClient(Protocol):
-    """What the smoke test needs of a conda client (nightly.publish.conda is one)."""
+    """What the smoke test needs of a conda client (nightly.channels.conda is one)."""
 
     def publish_to_channel(self, channel: Path, files: Sequence[Path]) -> list[str]: ...
 

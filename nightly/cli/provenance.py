@@ -1,5 +1,5 @@
 """`nightly provenance keygen DIR` and `nightly verify FILE|URL...` (registered on the main
-command group; the work is in nightly.publish.provenance and nightly.publish.verifying)."""
+command group; the work is in nightly.provenance and nightly.provenance.verifying)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def provenance_group() -> None:
 def keygen_command(folder: str, scheme: str, debug: bool) -> None:
     """Make a signing key pair in DIR: provenance.key (private, mode 0600, never printed) and
     provenance.pub (give it to your users)."""
-    from nightly.publish import provenance
+    from nightly import provenance
 
     private, public = provenance.keygen(Path(folder), scheme)
     click.echo(f"private key: {private} (mode 0600; set [provenance] key = {str(private)!r} on "
@@ -35,7 +35,7 @@ def keygen_command(folder: str, scheme: str, debug: bool) -> None:
 
 def _public_key(key_path: str | None, config_path: str | None) -> Any:
     from nightly import config as cfg
-    from nightly.publish import provenance
+    from nightly import provenance
 
     if key_path:
         return provenance.load_public_key(Path(key_path))
@@ -54,8 +54,8 @@ def _rebuilt(results: list[Any], config_path: str | None) -> list[Any]:
     import dataclasses
 
     from nightly import config as cfg
+    from nightly import provenance
     from nightly.night import verify_rebuild
-    from nightly.publish import provenance
 
     config = cfg.load(cfg.find_config_path(config_path))
     out = []
@@ -82,7 +82,7 @@ def verify_command(targets: tuple[str, ...], key_path: str | None, source_commit
                    rebuild: bool, config_path: str | None, debug: bool) -> None:
     """Check packages against their signed provenance (<file>.provenance.json beside each):
     the signature, the file's sha256, the commit. Exit 0 when all verify, 1 otherwise."""
-    from nightly.publish import verifying
+    from nightly.provenance import verifying
 
     key = _public_key(key_path, config_path)
     results = verifying.verify_targets(targets, key, source_commit=source_commit)

@@ -60,7 +60,7 @@ def index(
     backfill_metadata: bool,
 ) -> None:
     """Regenerate index pages (incremental: the day's folders; --full: every folder)."""
-    from nightly.publish.rebuild import rebuild_all
+    from nightly.index.rebuild import rebuild_all
     from nightly.publish.upload import (
         UploadReport,
         index_options,

@@ -53,8 +53,8 @@ from nightly.cluster.worker import worker_config
 from nightly.errors import NightlyError
 from nightly.executors import make_executor
 from nightly.files import process_identity, sha256_file
-from nightly.publish import Store
 from nightly.redact import Masker, secret_values
+from nightly.stores import Store
 from nightly.workspace import Day, State, write_json
 
 NOT_TESTED = ("verifying staging: a package is not the one its build's worker built (changed "

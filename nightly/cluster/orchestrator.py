@@ -121,7 +121,7 @@ def check_options(config: Config, opts: ClusterOptions) -> str:
 
 def config_for_workers(config: Config) -> Config:
     """The config a task carries: without the expanded matrix (size), and without the
-    provenance key's path: signing is the orchestrator's alone (nightly.publish.attest)."""
+    provenance key's path: signing is the orchestrator's alone (nightly.provenance.attest)."""
     return dataclasses.replace(config, builds=(), provenance=ProvenanceConfig())
 
 

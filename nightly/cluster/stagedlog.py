@@ -17,8 +17,8 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 from nightly.errors import PublishError, UnsafeEntry
-from nightly.publish import Store
 from nightly.redact import scrub_staged
+from nightly.stores import Store
 
 STAGED_LOG_MAX = 32 * 1024 * 1024  # documented in docs/cluster.md ("Staging")
 LOG_HEAD = 1024 * 1024  # of a log that is cut: its start (the rest of the budget: its end)

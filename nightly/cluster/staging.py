@@ -15,7 +15,7 @@ per host; each build attempt writes under a key prefix that is its own
 A GPU test attempt (nightly.cluster.gputest) writes the same files under
 `<day>/tests/<build-id>/<token>/`: a prefix of its own, never taken for a build attempt.
 
-The store is a shared folder or an S3 prefix (nightly.publish.stores). `StagingDay` is the
+The store is a shared folder or an S3 prefix (nightly.stores). `StagingDay` is the
 orchestrator's view of one day in it: the attempts of each build, their logs, and assembling
 them into the build's log in the day folder.
 """
@@ -39,7 +39,7 @@ from typing import Any
 from nightly.cluster.stagedlog import LOG_CHUNKS, LOG_TXT, log_check, read_staged_log
 from nightly.errors import NightlyError, ObjectTooLarge, PublishError, UnsafeEntry
 from nightly.files import sha256_file
-from nightly.publish import FileStore, Store, open_store
+from nightly.stores import FileStore, Store, open_store
 from nightly.workspace import INTERRUPTED, Day, atomic_write
 
 # Staging layout (keys relative to the staging store's root).

@@ -30,6 +30,7 @@ from typing import Any
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.runner import Runner
 from nightly.builds.smoke import SmokeTester, preflight_jobs
+from nightly.channels import conda as conda_client
 from nightly.cluster.host import (
     Emit,
     WorkerInfo,
@@ -61,8 +62,7 @@ from nightly.errors import NightlyError
 from nightly.executors import make_executor
 from nightly.files import process_identity, sha256_file
 from nightly.plan.matrix import Build
-from nightly.publish import Store
-from nightly.publish import conda as conda_client
+from nightly.stores import Store
 from nightly.workspace import FAILED, PENDING, Day, State, write_json
 
 

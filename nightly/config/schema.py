@@ -195,7 +195,7 @@ class CacheConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ProvenanceConfig:
-    """[provenance]: the key that signs each package's provenance (nightly.publish.provenance)."""
+    """[provenance]: the key that signs each package's provenance (nightly.provenance)."""
 
     key: Path | None = None  # a PEM private key (Ed25519 or ECDSA P-256); None: no provenance
 

@@ -26,6 +26,7 @@ from typing import Any
 from nightly.builds.local_phase import LocalPhase, SmokeFactory
 from nightly.builds.phase import BuildPhase, NightContext
 from nightly.builds.smoke import SmokeTester
+from nightly.channels import conda as conda_client
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError
@@ -36,8 +37,7 @@ from nightly.night import notify, wheelhouse
 from nightly.night import source as src
 from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spec
 from nightly.plan.schedule import make_plan, select_cli
-from nightly.publish import attest
-from nightly.publish import conda as conda_client
+from nightly.provenance import attest
 from nightly.publish.upload import open_destination, publish_day, record_publication
 from nightly.publish.validate import validate_day
 from nightly.report import terminal as display
@@ -283,7 +283,7 @@ def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> Summary
 
 def smoke_factory(config: Config) -> SmokeFactory | None:
     """The smoke test the build phase runs on each build's packages, when enabled (conda
-    packages through nightly.publish.conda's client)."""
+    packages through nightly.channels.conda's client)."""
     if not config.smoke.enabled:
         return None
     return functools.partial(SmokeTester, conda=conda_client)

@@ -19,7 +19,7 @@ from typing import Any
 from nightly.config import Config
 from nightly.errors import NightlyError
 from nightly.files import sha256_file
-from nightly.publish.provenance import Verdict
+from nightly.provenance import Verdict
 
 
 def _facts(stmt: Mapping[str, Any]) -> tuple[dict[str, Any], str, str]:

@@ -1,23 +1,8 @@
-"""Publishing: object storage (S3 or a file:// mirror), index pages, retention."""
+"""Publishing the night: the upload and its gate (`upload.py`, `gate.py`), remote retention
+(`retention.py`), promotion of a release candidate (`promote.py`), checking what users get
+(`validate.py`) and the published report (`reports.py`).
 
-from nightly.publish.layout import remote_folder
-from nightly.publish.stores import (
-    FileStore,
-    ObjectInfo,
-    ObjectNotFound,
-    PreconditionFailed,
-    S3Store,
-    Store,
-    open_store,
-)
-
-__all__ = [
-    "FileStore",
-    "ObjectInfo",
-    "ObjectNotFound",
-    "PreconditionFailed",
-    "S3Store",
-    "Store",
-    "open_store",
-    "remote_folder",
-]
+What it publishes through lives below it: object stores and the bucket layout
+(nightly.stores), index pages (nightly.index), channel clients (nightly.channels) and signed
+provenance (nightly.provenance).
+"""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from nightly.errors import ConfigError
-from nightly.publish.layout import remote_folder
+from nightly.stores.layout import remote_folder
 from nightly.workspace import SUCCEEDED, BuildEntry, State
 
 CONDA = "conda channel"

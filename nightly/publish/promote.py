@@ -17,14 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nightly import index as idx
+from nightly import provenance
+from nightly.channels import anaconda, conda, pypi
 from nightly.config import Config
 from nightly.errors import ConfigError, NotVerified, PublishError, UsageError
 from nightly.files import sha256_file
-from nightly.publish import anaconda, attest, conda, provenance, pypi
-from nightly.publish import index as idx
-from nightly.publish.layout import conda_channel_dir, kind_of, remote_folder
+from nightly.provenance import attest
 from nightly.publish.upload import UploadReport, open_destination, regenerate_index
 from nightly.redact import safe_url
+from nightly.stores.layout import conda_channel_dir, kind_of, remote_folder
 from nightly.workspace import SUCCEEDED, Day, DayLock, State
 from nightly.workspace.candidate import candidate_name, completeness, release_day
 

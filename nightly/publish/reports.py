@@ -5,7 +5,7 @@
 and `<day>_<machine>/logs/succeeded/<id>.log` (the last TAIL_BYTES of each succeeded one),
 secrets masked as in the day folder (plus any value of a secret-named variable of this
 process, and passwords in URLs). The page says which logs were cut. Page and logs carry
-Cache-Control (nightly.publish.caching). The binary sizes JSON goes to `<channel>/sizes/`.
+Cache-Control (nightly.index.caching). The binary sizes JSON goes to `<channel>/sizes/`.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nightly.publish import caching
+from nightly.index import caching
 from nightly.redact import SECRET_RE, mask, safe_url
 from nightly.workspace import Day
 
 if TYPE_CHECKING:
     from nightly.history.db import History
-    from nightly.publish.stores import Store
+    from nightly.stores import Store
 
 TAIL_BYTES = 64 * 1024  # a succeeded build's log: its end is what anyone looks at
 MAX_LOG_BYTES = 16 * 1024 * 1024  # a failed build's log: whole, unless it is larger than this

@@ -14,11 +14,11 @@ from datetime import datetime, timedelta
 from packaging.version import Version
 
 from nightly.errors import ConfigError, PublishError
-from nightly.publish.index import DEFAULT_FIND_LINKS, FolderReport, IndexOptions, regenerate
-from nightly.publish.layout import NIGHTLY_KEY, NIGHTLY_PREFIXES
-from nightly.publish.metadata import METADATA_SUFFIX
-from nightly.publish.names import parse_package
-from nightly.publish.stores import ObjectInfo, Store
+from nightly.index import DEFAULT_FIND_LINKS, FolderReport, IndexOptions, regenerate
+from nightly.index.metadata import METADATA_SUFFIX
+from nightly.index.names import parse_package
+from nightly.stores import ObjectInfo, Store
+from nightly.stores.layout import NIGHTLY_KEY, NIGHTLY_PREFIXES
 
 log = logging.getLogger(__name__)
 

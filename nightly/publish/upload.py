@@ -17,14 +17,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from nightly import provenance
+from nightly.channels import anaconda, conda
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
 from nightly.files import sha256_file
-from nightly.publish import anaconda, attest, conda, gate, metadata, provenance
-from nightly.publish.index import IndexOptions
-from nightly.publish.layout import STORE_KINDS, conda_channel_dir, kind_of, remote_folder
-from nightly.publish.manifest import FileRecord
-from nightly.publish.stores import Store
+from nightly.index import IndexOptions, metadata
+from nightly.index.manifest import FileRecord
+from nightly.provenance import attest
+from nightly.publish import gate
+from nightly.stores import Store
+from nightly.stores.layout import STORE_KINDS, conda_channel_dir, kind_of, remote_folder
 from nightly.workspace import SUCCEEDED, BuildEntry, Day, State
 
 Log = Callable[[str], None]
@@ -50,7 +53,7 @@ class UploadReport:
 
 def open_destination(config: Config) -> Any:
     """The Store of publish.url (imports boto3 only for s3://)."""
-    from nightly.publish.stores import open_store
+    from nightly.stores import open_store
 
     p = config.publish
     try:
@@ -249,7 +252,7 @@ def index_options(config: Config) -> IndexOptions:
 
 
 def regenerate_index(config: Config, store: Any, report: UploadReport, *, channel: str, log: Log) -> None:
-    from nightly.publish import index as idx
+    from nightly import index as idx
 
     # Only files that really are in the store go into the pages: a failed upload's file must
     # not be listed (pip would get a 404).

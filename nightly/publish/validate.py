@@ -30,7 +30,7 @@ from pathlib import Path
 
 from nightly.config import Config
 from nightly.errors import ConfigError, NightlyError
-from nightly.publish.layout import kind_of
+from nightly.stores.layout import kind_of
 from nightly.workspace import SUCCEEDED, BuildEntry, Day, State, write_json
 
 Log = Callable[[str], None]

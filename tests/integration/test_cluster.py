@@ -271,9 +271,9 @@ def test_provenance_is_signed_by_the_orchestrator_and_no_worker_holds_the_key(
     config without the key's path, and nothing a worker wrote or saw holds the key."""
     import pickle
 
+    from nightly import provenance
     from nightly.cluster.orchestrator import config_for_workers
     from nightly.config import load
-    from nightly.publish import provenance
 
     key, pub = provenance.keygen(tmp_path / "keys")
     p = make_project(night_project, make_recipe, cluster, name="prov",

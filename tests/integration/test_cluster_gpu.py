@@ -275,7 +275,7 @@ def test_a_gpu_test_refuses_a_package_changed_in_staging(
     build's worker reported, refuses to test it, and the build fails: nothing published."""
     import hashlib
 
-    from nightly.publish.stores.folder import FileStore
+    from nightly.stores.folder import FileStore
 
     gpu = cluster.procs["gpu"]
     gpu.terminate()

@@ -258,7 +258,7 @@ def _tamper_package(p, attempt: Path) -> tuple[str, bytes]:
     package through the store, metadata and all."""
     import hashlib
 
-    from nightly.publish.stores.folder import FileStore
+    from nightly.stores.folder import FileStore
 
     root = p.path / "staging"
     (pkg,) = (attempt / "packages").iterdir()

@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from nightly.errors import PublishError
-from nightly.publish import anaconda as anaconda_mod
-from nightly.publish import conda as conda_mod
-from nightly.publish.anaconda import anaconda_copy, anaconda_upload, read_token
-from nightly.publish.conda import (
+from nightly.channels import anaconda as anaconda_mod
+from nightly.channels import conda as conda_mod
+from nightly.channels.anaconda import anaconda_copy, anaconda_upload, read_token
+from nightly.channels.conda import (
     channel_key,
     install_from_channel,
     package_subdir,
     publish_to_channel,
     publish_to_store_channel,
 )
+from nightly.errors import PublishError
 from tests.support.fake_anaconda import FakeAnaconda
 from tests.support.s3 import moto_server
 
@@ -409,7 +409,7 @@ def test_self_hosted_channel_concurrent_publishers(tmp_path: Path) -> None:
 
 
 def test_store_channel_file_mirror_publish_and_install(tmp_path: Path, packages: dict[str, Path]) -> None:
-    from nightly.publish.stores import open_store
+    from nightly.stores import open_store
 
     root = tmp_path / "mirror"
     store = open_store(root.as_uri())
@@ -443,7 +443,7 @@ def moto_bucket() -> Iterator[tuple[str, str]]:
 
 def test_store_channel_s3_concurrent_publishers(moto_bucket: tuple[str, str], tmp_path: Path) -> None:
     """Publishers racing on one repodata.json in S3 (moto): conditional writes keep every entry."""
-    from nightly.publish.stores import open_store
+    from nightly.stores import open_store
 
     endpoint, bucket = moto_bucket
     out = tmp_path / "built"

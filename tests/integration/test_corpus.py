@@ -140,7 +140,7 @@ def test_corpus_project(key: str, tmp_path: Path) -> None:
 def check_conda(project: corpus.Project, mirror: Path, python: Path, work: Path) -> None:
     """Install the project's conda package from the mirror's channel with py-rattler and
     import it with the interpreter it was built for."""
-    from nightly.publish.conda import install_from_channel
+    from nightly.channels.conda import install_from_channel
 
     channel = mirror / "conda" / "nightly"
     prefix = work / "env"

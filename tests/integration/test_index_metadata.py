@@ -27,12 +27,12 @@ import boto3
 import pytest
 
 from nightly.config import Config, load
-from nightly.publish.index import IndexOptions, regenerate
-from nightly.publish.manifest import FileRecord, read_manifest
-from nightly.publish.metadata import from_wheel
-from nightly.publish.rebuild import rebuild_all
-from nightly.publish.stores import FileStore, S3Store, file_sha256, open_store
+from nightly.index import IndexOptions, regenerate
+from nightly.index.manifest import FileRecord, read_manifest
+from nightly.index.metadata import from_wheel
+from nightly.index.rebuild import rebuild_all
 from nightly.publish.upload import publish_day
+from nightly.stores import FileStore, S3Store, file_sha256, open_store
 from nightly.workspace import SUCCEEDED, Day, State
 from tests.support.wheels import make_wheel
 

@@ -22,8 +22,8 @@ from urllib.parse import unquote, urljoin
 import boto3
 import pytest
 
-from nightly.publish.index import read_manifest, regenerate, render_folder
-from nightly.publish.stores import FileStore, Store, file_sha256, open_store
+from nightly.index import read_manifest, regenerate, render_folder
+from nightly.stores import FileStore, Store, file_sha256, open_store
 from tests.support.servers import download_tree
 from tests.support.wheels import make_wheel
 

@@ -127,7 +127,7 @@ def test_demo_night_verifies_over_http_and_fails_naming_the_reason(
     assert "(the file was altered)" in case("altered", flip_one_byte)
 
     def sign_with_another_key(t: Path) -> None:
-        from nightly.publish import provenance
+        from nightly import provenance
 
         other, _ = provenance.keygen(tmp_path / "other-keys")
         stmt = provenance.payload_of((www / (wheel + ".provenance.json")).read_bytes())
@@ -170,7 +170,7 @@ def test_demo_night_verifies_over_http_and_fails_naming_the_reason(
 def test_promote_refuses_a_candidate_whose_provenance_does_not_verify(
     tmp_path: Path, run_cli: RunCli
 ) -> None:
-    from nightly.publish import provenance
+    from nightly import provenance
 
     key, _ = provenance.keygen(tmp_path / "keys")
     config = demo_config(tmp_path, key, one_wheel=True)

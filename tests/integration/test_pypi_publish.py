@@ -1,5 +1,5 @@
 """PyPI-style publishing against real servers and clients: pypiserver on a loopback port with
-an htpasswd file, twine (through nightly.publish.pypi) uploading a wheel made in the test,
+an htpasswd file, twine (through nightly.channels.pypi) uploading a wheel made in the test,
 then pip installing it from the server into a fresh virtual environment.
 
 pypiserver's htpasswd support needs passlib (`pypiserver[passlib]`).
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from nightly.channels.pypi import safe_url, twine_upload
 from nightly.errors import PublishError
-from nightly.publish.pypi import safe_url, twine_upload
 from tests.support import wheels
 from tests.support.servers import PYPI_PASSWORD, PYPI_USER, PypiServer, fresh_venv, pip_install
 

@@ -37,7 +37,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from nightly.publish.stores import file_sha256, open_store
+from nightly.stores import file_sha256, open_store
 from tests.support.fake_anaconda import FakeAnaconda
 from tests.support.s3 import Moto
 from tests.support.servers import (

@@ -16,9 +16,8 @@ import boto3
 import pytest
 
 from nightly.errors import ConfigError, PublishError
-from nightly.publish.index import list_index_prefixes
-from nightly.publish.layout import INDEX_PREFIXES
-from nightly.publish.stores import (
+from nightly.index import list_index_prefixes
+from nightly.stores import (
     FileStore,
     PreconditionFailed,
     S3Store,
@@ -26,6 +25,7 @@ from nightly.publish.stores import (
     file_sha256,
     open_store,
 )
+from nightly.stores.layout import INDEX_PREFIXES
 from tests.support.fixtures import MOTO_ACCESS_KEY, MOTO_SECRET_KEY
 from tests.support.net import free_port
 from tests.support.s3 import Moto
@@ -305,7 +305,7 @@ def test_published_pages_reports_and_logs_carry_cache_control(
     longer in the release channel (issue 29), as S3 serves them."""
     import datetime as dt
 
-    from nightly.publish.index import regenerate
+    from nightly.index import regenerate
     from nightly.publish.reports import TAIL_BYTES, publish_report
     from nightly.report.html import render_html
     from nightly.workspace import Day, write_json

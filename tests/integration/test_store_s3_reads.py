@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from nightly.errors import ObjectTooLarge
-from nightly.publish.stores import S3Store, open_store
+from nightly.stores import S3Store, open_store
 from tests.support.s3 import Moto
 
 # '+' and a space must be quoted as botocore quotes them, or the signature does not match.

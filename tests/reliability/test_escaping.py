@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from nightly.publish.index import project_of
-from nightly.publish.stores import FileStore
+from nightly.index import project_of
+from nightly.stores import FileStore
 from tests.support.published import check_tree, html_problems, page_links, sha256_of
 from tests.support.wheels import make_wheel
 

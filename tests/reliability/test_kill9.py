@@ -53,7 +53,7 @@ def key_of(bid: str) -> str:
 
 
 def stripe(key: str) -> str:
-    """The lock stripe of an object in nightly.publish.stores.folder.FileStore."""
+    """The lock stripe of an object in nightly.stores.folder.FileStore."""
     return hashlib.sha1(key.encode()).hexdigest()[:2]
 
 

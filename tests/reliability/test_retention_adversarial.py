@@ -181,8 +181,8 @@ def test_remote_retention_by_age_keeps_newest_test_release_and_strangers(
 ) -> None:
     """`[retention] remote_days = 30` alone (remote_versions left at 0: keep every version)
     deletes the nightly objects older than 30 days, except each project's newest."""
-    from nightly.publish.index import regenerate
-    from nightly.publish.stores import FileStore
+    from nightly.index import regenerate
+    from nightly.stores import FileStore
 
     mirror = tmp_path / "mirror"
     store = FileStore(mirror)

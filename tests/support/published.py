@@ -134,7 +134,7 @@ def check_published(
     """The file:// store at `root` holds exactly the package objects `expected` (key ->
     sha256), each whole (its bytes and the store's sha256 metadata), and every folder's
     manifest and pages agree with them."""
-    from nightly.publish.stores import FileStore
+    from nightly.stores import FileStore
 
     objects = store_objects(root)
     packages = {k: p for k, p in objects.items() if is_package(k.rpartition("/")[2])}
@@ -151,8 +151,8 @@ def check_tree(root: Path, expected: Mapping[str, str], *, find_links: str = FIN
     """A published tree on disk (a file:// store, or a download of a bucket): exactly the
     package objects `expected`, each whole, and per folder a manifest and pages that are
     the pages of exactly those files, parsed link by link."""
-    from nightly.publish.index import project_of, render_folder
-    from nightly.publish.manifest import decode_manifest
+    from nightly.index import project_of, render_folder
+    from nightly.index.manifest import decode_manifest
 
     objects = store_objects(root)
     packages = {k: p for k, p in objects.items() if is_package(k.rpartition("/")[2])}

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nightly.cluster.staging import ATTEMPT_JSON, LOG_TXT, RESULT_JSON
-from nightly.publish.stores import FileStore
+from nightly.stores import FileStore
 
 
 def put_attempt(store: FileStore, prefix: str, about: Mapping[str, Any], *,

@@ -42,7 +42,7 @@ from nightly.cluster.verify import seal
 from nightly.errors import ObjectTooLarge, UnsafeEntry
 from nightly.executors.base import Job
 from nightly.plan.matrix import Build
-from nightly.publish.stores import FileStore
+from nightly.stores import FileStore
 from nightly.workspace import Day
 from tests.support.executors import RecordingExecutor
 from tests.support.staging import put_attempt

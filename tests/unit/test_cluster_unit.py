@@ -36,7 +36,7 @@ from nightly.cluster.staging import (
 from nightly.cluster.worker import worker_config
 from nightly.errors import PublishError
 from nightly.plan.matrix import Build
-from nightly.publish.stores import FileStore
+from nightly.stores import FileStore
 from nightly.workspace import Day
 from tests.support.staging import put_attempt
 

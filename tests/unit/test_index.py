@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nightly.errors import PublishError
-from nightly.publish.index import (
+from nightly.index import (
     MANIFEST_NAME,
     parse_package,
     project_of,
@@ -24,7 +24,7 @@ from nightly.publish.index import (
     regenerate,
     render_folder,
 )
-from nightly.publish.stores import FileStore, ObjectInfo
+from nightly.stores import FileStore, ObjectInfo
 
 FOLDER = "whl/nightly/cpu"
 

@@ -1,4 +1,4 @@
-"""A full index run's reads (`publish/coldread.py`): the concurrent path against the serial one
+"""A full index run's reads (`index/coldread.py`): the concurrent path against the serial one
 on a store with slow and failing requests, no page from a partial listing or a failed read,
 resuming after an interruption, progress."""
 
@@ -19,12 +19,11 @@ from typing import Any
 import pytest
 
 from nightly.errors import PublishError
-from nightly.publish import coldread
-from nightly.publish.coldread import CHECKPOINT_NAME, Progress
-from nightly.publish.index import MANIFEST_NAME, IndexOptions, list_index_prefixes, read_manifest
-from nightly.publish.layout import INDEX_PREFIXES
-from nightly.publish.rebuild import rebuild_all
-from nightly.publish.stores import FileStore, ObjectInfo
+from nightly.index import MANIFEST_NAME, IndexOptions, coldread, list_index_prefixes, read_manifest
+from nightly.index.coldread import CHECKPOINT_NAME, Progress
+from nightly.index.rebuild import rebuild_all
+from nightly.stores import FileStore, ObjectInfo
+from nightly.stores.layout import INDEX_PREFIXES
 
 ACCELERATORS = ("cpu", "cu126", "rocm6.4")
 DAYS = 6

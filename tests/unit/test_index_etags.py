@@ -1,5 +1,5 @@
 """`.metadata` files with the same bytes, told by their listing's ETag, are read once in a first
-full run (`publish/etags.py`, `publish/coldread.py`): never when the ETag is multipart or turns
+full run (`index/etags.py`, `index/coldread.py`): never when the ETag is multipart or turns
 out not to be the digest of the bytes, and a body that changed is read on its own."""
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from nightly.publish import etags
-from nightly.publish.index import MANIFEST_NAME, IndexOptions
-from nightly.publish.manifest import read_manifest
-from nightly.publish.rebuild import rebuild_all
-from nightly.publish.stores import FileStore, ObjectInfo
+from nightly.index import MANIFEST_NAME, IndexOptions, etags
+from nightly.index.manifest import read_manifest
+from nightly.index.rebuild import rebuild_all
+from nightly.stores import FileStore, ObjectInfo
 
 PYTHONS = ("cp310", "cp311", "cp312", "cp313")
 DAYS = ("20261120", "20261121")

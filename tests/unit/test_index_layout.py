@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from nightly.publish.index import IndexOptions, regenerate
-from nightly.publish.manifest import read_manifest
-from nightly.publish.pages import render_folder
-from nightly.publish.rebuild import rebuild_all
-from nightly.publish.stores import FileStore
+from nightly.index import IndexOptions, regenerate
+from nightly.index.manifest import read_manifest
+from nightly.index.pages import render_folder
+from nightly.index.rebuild import rebuild_all
+from nightly.stores import FileStore
 
 FLAT = "demo_{channel}.html"
 

@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from nightly.errors import ConfigError
-from nightly.publish.layout import (
+from nightly.stores.layout import (
     NIGHTLY_KEY,
     channel_of,
     conda_channel_dir,

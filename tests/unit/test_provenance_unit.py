@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from nightly import provenance
 from nightly.builds import repro_check
 from nightly.builds.reproducible import normalise_conda, normalise_packages, normalise_zip, source_epoch
 from nightly.errors import UsageError
 from nightly.plan.matrix import Build
-from nightly.publish import provenance
 
 SHA = "ab" * 32
 

@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nightly.errors import ConfigError, PublishError
-from nightly.publish.index import read_manifest, regenerate
+from nightly.index import read_manifest, regenerate
 from nightly.publish.retention import apply_remote_prune, plan_remote_prune
-from nightly.publish.stores import FileStore, ObjectInfo, file_sha256
+from nightly.stores import FileStore, ObjectInfo, file_sha256
 from nightly.workspace import apply_local_prune, parse_day, plan_local_prune
 
 TODAY = date(2026, 11, 21)

@@ -16,8 +16,8 @@ import pytest
 from nightly.cluster.stagedlog import read_staged_log
 from nightly.cluster.staging import StagingDay, read_json
 from nightly.errors import ObjectTooLarge, PublishError, UnsafeEntry
-from nightly.publish import FileStore
 from nightly.redact import scrub_staged
+from nightly.stores import FileStore
 
 SECRET = (b"-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n"
           b"-----END PRIVATE KEY-----\n")

@@ -82,7 +82,7 @@ def test_store_update_is_compare_and_swap_and_loses_no_change(tmp_path: Path) ->
     """Store.update: a writer that lost the race reads again and merges, and one that cannot
     win within its rounds says so (one mechanism for every read-change-write of nightly)."""
     from nightly.errors import PublishError
-    from nightly.publish.stores import open_store
+    from nightly.stores import open_store
 
     store = open_store(tmp_path.as_uri())
     calls = []

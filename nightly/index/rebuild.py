@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nightly.publish import index as idx
-from nightly.publish.backfill import backfill_metadata
-from nightly.publish.layout import channel_root
-from nightly.publish.manifest import FileRecord
-from nightly.publish.stores import Store
+from nightly import index as idx
+from nightly.index.backfill import backfill_metadata
+from nightly.index.manifest import FileRecord
+from nightly.stores import Store
+from nightly.stores.layout import channel_root
 
 
 def rebuild_all(

@@ -41,9 +41,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from nightly.channels.childenv import child_env, run_client
 from nightly.errors import PublishError
 from nightly.files import tail
-from nightly.publish.childenv import child_env, run_client
 from nightly.redact import mask, safe_url
 
 TOKEN_ENV = "BINSTAR_API_TOKEN"

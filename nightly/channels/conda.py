@@ -1,5 +1,5 @@
 """Self-hosted conda channels: a channel folder, or a channel kept in a nightly Store,
-indexed with py-rattler. (anaconda.org uploads are in `nightly.publish.anaconda`.)
+indexed with py-rattler. (anaconda.org uploads are in `nightly.channels.anaconda`.)
 
 One publisher for both: `publish_to_store_channel` publishes into a channel kept in a nightly
 `Store` (S3, or a folder through the `file://` store: `publish_to_channel`) without downloading
@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nightly.errors import PublishError
-from nightly.publish.layout import CONDA_SUFFIXES
-from nightly.publish.stores.base import file_sha256
+from nightly.stores.base import file_sha256
+from nightly.stores.layout import CONDA_SUFFIXES
 
 if TYPE_CHECKING:
-    from nightly.publish.stores import Store
+    from nightly.stores import Store
 
 T = TypeVar("T")
 
@@ -89,7 +89,7 @@ def publish_to_channel(channel: Path, files: Sequence[Path]) -> list[str]:
     nothing), one with other content is replaced. Afterwards `repodata.json` of every subdir
     involved (and noarch's) lists each file with its current sha256.
     """
-    from nightly.publish.stores.folder import FileStore
+    from nightly.stores.folder import FileStore
 
     channel = Path(channel)
     try:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nightly import provenance
 from nightly.errors import UsageError
-from nightly.publish import provenance
 from nightly.redact import safe_url
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nightly.errors import ConfigError, ObjectTooLarge, PublishError
-from nightly.publish.stores.base import (
+from nightly.stores.base import (
     SHA256_RE,
     ObjectInfo,
     ObjectNotFound,
@@ -30,7 +30,7 @@ from nightly.publish.stores.base import (
     Store,
     check_key,
 )
-from nightly.publish.stores.s3reads import SignedReads
+from nightly.stores.s3reads import SignedReads
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

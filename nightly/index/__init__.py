@@ -47,11 +47,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from nightly.publish import caching, coldread
-from nightly.publish.coldread import CHECKPOINT_NAME, DEFAULT_WORKERS, Learned, ReadPool, Want
-from nightly.publish.layout import INDEX_PREFIXES, channel_of, channel_root
-from nightly.publish.listing import scan_folder, wants_of
-from nightly.publish.manifest import (
+from nightly.index import caching, coldread
+from nightly.index.coldread import CHECKPOINT_NAME, DEFAULT_WORKERS, Learned, ReadPool, Want
+from nightly.index.listing import scan_folder, wants_of
+from nightly.index.manifest import (
     MANIFEST_NAME,
     FileRecord,
     Manifest,
@@ -61,10 +60,11 @@ from nightly.publish.manifest import (
     encode_manifest,
     read_manifest,
 )
-from nightly.publish.names import is_package, parse_package, project_of
-from nightly.publish.pages import DEFAULT_FIND_LINKS, HTML_TYPE, Source, render_folder
-from nightly.publish.stores import ObjectInfo, PreconditionFailed, Store
-from nightly.publish.stores.base import cas_rounds
+from nightly.index.names import is_package, parse_package, project_of
+from nightly.index.pages import DEFAULT_FIND_LINKS, HTML_TYPE, Source, render_folder
+from nightly.stores import ObjectInfo, PreconditionFailed, Store
+from nightly.stores.base import cas_rounds
+from nightly.stores.layout import INDEX_PREFIXES, channel_of, channel_root
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ version) and keep the store's default.
 
 from __future__ import annotations
 
-from nightly.publish.layout import channel_of
+from nightly.stores.layout import channel_of
 
 NIGHTLY_MAX_AGE_S = 300  # 5 minutes: a night's pages are rewritten as its machines finish
 RELEASE_MAX_AGE_S = 3600  # an hour: a promotion's pages appear within the hour

@@ -1,4 +1,4 @@
-"""The night's provenance step: sign every succeeded build's packages (nightly.publish.provenance).
+"""The night's provenance step: sign every succeeded build's packages (nightly.provenance).
 
 Runs after the build phase, on the machine that runs the night: with the local phase that is
 the build machine, in cluster mode the orchestrator, after each staged package was checked
@@ -18,13 +18,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nightly import __version__
+from nightly import __version__, provenance
 from nightly.builds.reproducible import source_epoch
 from nightly.config import Config
 from nightly.errors import NightlyError
 from nightly.files import sha256_file
 from nightly.plan.matrix import Build
-from nightly.publish import provenance
 from nightly.workspace import SUCCEEDED, BuildEntry, Day, State
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly.errors import ConfigError
-from nightly.publish.stores.base import (
+from nightly.stores.base import (
     SHA256_RE,
     ObjectInfo,
     ObjectNotFound,
@@ -20,8 +20,8 @@ from nightly.publish.stores.base import (
     check_key,
     file_sha256,
 )
-from nightly.publish.stores.folder import FileStore
-from nightly.publish.stores.s3 import S3Store
+from nightly.stores.folder import FileStore
+from nightly.stores.s3 import S3Store
 
 __all__ = [
     "SHA256_RE",

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nightly.errors import ObjectTooLarge, PublishError
-from nightly.publish.stores.base import ObjectInfo, PreconditionFailed, Store, check_key
-from nightly.publish.stores.nofollow import Tree, copy_fd, read_fd, write_all
+from nightly.stores.base import ObjectInfo, PreconditionFailed, Store, check_key
+from nightly.stores.nofollow import Tree, copy_fd, read_fd, write_all
 
 T = TypeVar("T")
 
@@ -41,7 +41,7 @@ class FileStore(Store):
     that conditional writes are compare-and-swap and data and metadata change together.
 
     Other hosts may write the folder (the cluster's staging store), so nothing below the root
-    is reached through a symlink (nightly.publish.stores.nofollow): a symlink, FIFO or device
+    is reached through a symlink (nightly.stores.nofollow): a symlink, FIFO or device
     where an object or folder should be is refused with UnsafeEntry ("symlink in <label>"),
     and reads can be capped (`max_bytes`: ObjectTooLarge past it).
     """

@@ -43,10 +43,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
 
 from nightly.errors import PublishError
-from nightly.publish import etags
-from nightly.publish.manifest import FileRecord, Records
-from nightly.publish.metadata import METADATA_SUFFIX, describe
-from nightly.publish.stores import ObjectInfo, PreconditionFailed, Store
+from nightly.index import etags
+from nightly.index.manifest import FileRecord, Records
+from nightly.index.metadata import METADATA_SUFFIX, describe
+from nightly.stores import ObjectInfo, PreconditionFailed, Store
 
 log = logging.getLogger(__name__)
 

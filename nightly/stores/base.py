@@ -1,7 +1,7 @@
 """The store interface: object storage with S3 semantics, and what every store shares.
 
 Keys are relative to the destination (`s3://bucket/prefix` or `file:///abs/path`) and follow
-the bucket layout of `nightly.publish.layout`. Everything that can fail remotely raises
+the bucket layout of `nightly.stores.layout`. Everything that can fail remotely raises
 PublishError with a message that never contains credentials.
 """
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from nightly.publish.names import is_package
-from nightly.publish.stores import SHA256_RE, Store
+from nightly.index.names import is_package
+from nightly.stores import SHA256_RE, Store
 
 log = logging.getLogger(__name__)
 

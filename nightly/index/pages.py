@@ -26,9 +26,9 @@ from urllib.parse import quote
 
 from packaging.version import Version
 
-from nightly.publish.manifest import FileRecord, as_record
-from nightly.publish.names import is_package, parse_package, project_of
-from nightly.publish.stores import SHA256_RE
+from nightly.index.manifest import FileRecord, as_record
+from nightly.index.names import is_package, parse_package, project_of
+from nightly.stores import SHA256_RE
 
 DEFAULT_FIND_LINKS = "torch_nightly.html"
 HTML_TYPE = "text/html; charset=utf-8"
@@ -50,7 +50,7 @@ class _Entry:
     record: FileRecord
 
 
-PROVENANCE_SUFFIX = ".provenance.json"  # nightly.publish.provenance.SUFFIX
+PROVENANCE_SUFFIX = ".provenance.json"  # nightly.provenance.SUFFIX
 
 
 def _href(path: str) -> str:

@@ -20,7 +20,7 @@ from packaging.metadata import parse_email
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from nightly.errors import PublishError
-from nightly.publish.stores import Store
+from nightly.stores import Store
 
 METADATA_SUFFIX = ".metadata"
 METADATA_TYPE = "application/octet-stream"

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from nightly.publish.stores import ObjectInfo
+from nightly.stores import ObjectInfo
 
 _DIGEST = re.compile(r'"?([0-9a-f]{32}|[0-9a-f]{64})"?')
 

@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from nightly.errors import PublishError
-from nightly.publish.manifest import FileRecord
-from nightly.publish.metadata import METADATA_SUFFIX, METADATA_TYPE, CoreMetadata, from_store
-from nightly.publish.stores import ObjectInfo, Store
+from nightly.index.manifest import FileRecord
+from nightly.index.metadata import METADATA_SUFFIX, METADATA_TYPE, CoreMetadata, from_store
+from nightly.stores import ObjectInfo, Store
 
 THREADS = 8
 

@@ -9,13 +9,13 @@ from datetime import datetime, timezone
 
 from packaging.version import Version
 
-from nightly.publish import coldread
-from nightly.publish.coldread import Learned, Want
-from nightly.publish.layout import channel_of, channel_root
-from nightly.publish.manifest import FileRecord, Records
-from nightly.publish.metadata import METADATA_SUFFIX
-from nightly.publish.names import is_package, parse_package
-from nightly.publish.stores import ObjectInfo
+from nightly.index import coldread
+from nightly.index.coldread import Learned, Want
+from nightly.index.manifest import FileRecord, Records
+from nightly.index.metadata import METADATA_SUFFIX
+from nightly.index.names import is_package, parse_package
+from nightly.stores import ObjectInfo
+from nightly.stores.layout import channel_of, channel_root
 
 
 def _rfc3339(when: datetime | None) -> str | None:
