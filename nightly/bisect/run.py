@@ -251,8 +251,8 @@ class StepBuilder:
     def run(self, commit: str) -> Step:
         from nightly.builds.jobs import RunContext, make_job
         from nightly.builds.runner import Runner
+        from nightly.builds.smoke import night_smoke
         from nightly.executors import make_executor
-        from nightly.night.pipeline import smoke_factory
 
         sandbox = Day(self.folder, self.day.date, name=commit)
         sandbox.create()
@@ -269,7 +269,6 @@ class StepBuilder:
                          version=self.version, channel=self.channel, machine=self.machine)
         executor = self.t.executor or (self.config.machines[0].executor if self.config.machines
                                        else "local")
-        smoke = smoke_factory(self.config)
         with make_executor(executor, self.config) as ex:
             job = make_job(ctx, self.t.build, executor=ex.name)
             if ex.name == "container":
@@ -277,8 +276,8 @@ class StepBuilder:
 
                 preflight(self.config, [self.t.build])
             ex.preflight([job])
-            hook = smoke(self.config, ex, self.source) if smoke else None
-            Runner(ctx, ex, smoke=hook).run_build(self.t.build)
+            smoke = night_smoke(self.config, ex, self.source)
+            Runner(ctx, ex, smoke=smoke).run_build(self.t.build)
         found = self._finished(sandbox, State(sandbox.state_path))
         if found is None:  # interrupted (Ctrl-C): no verdict
             raise KeyboardInterrupt

@@ -4,24 +4,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nightly.builds import repro_check
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
-from nightly.builds.runner import Runner, SmokeHook
+from nightly.builds.runner import Runner
+from nightly.builds.smoke import night_smoke
 from nightly.config import Config, Machine
 from nightly.executors import make_executor
 from nightly.history.db import recorder
 from nightly.images.commands import preflight as images_preflight
 from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
-
-# (config, executor, source dir, where=machine, gpu_host=bool) -> the smoke hook of a night;
-# see nightly.builds.smoke.SmokeTester.
-SmokeFactory = Callable[..., SmokeHook]
 
 
 class LocalPhase:
@@ -37,7 +34,6 @@ class LocalPhase:
         queues: Sequence[Sequence[Build]] | None = None,
         estimate_s: float = 0.0,
         keep_container: bool = False,
-        smoke: SmokeFactory | None = None,
     ) -> None:
         self.config = config
         self._machine = machine
@@ -45,7 +41,6 @@ class LocalPhase:
         self.queues = queues
         self.estimate_s = estimate_s
         self.keep_container = keep_container
-        self.smoke = smoke
 
     @property
     def machine(self) -> Machine:
@@ -88,8 +83,8 @@ class LocalPhase:
                     f"build, {len(night.builds) - len(todo)} already succeeded, {n_q} queues, "
                     f"executor {ex.name}, source {night.source_describe}"
                 )
-                smoke = (self.smoke(night.config, ex, night.source_dir, where=self.machine.name,
-                                    gpu_host=self.machine.gpu) if self.smoke else None)
+                smoke = night_smoke(night.config, ex, night.source_dir, where=self.machine.name,
+                                    gpu_host=self.machine.gpu)
                 record = recorder(night.history, night.day.name, night.state,
                                   commit=night.commit, channel=night.channel, log=night.log)
 

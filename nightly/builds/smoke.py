@@ -4,9 +4,9 @@ the build counts as succeeded (and so before anything is uploaded).
 Wheels and libtorch zips are tested through the build's own executor (a fresh venv on the
 host, or a fresh container: wheels in the builder's runtime image, nightly.images.runtime)
 with the scripts in `smoke_scripts/`; conda
-packages are installed from a temporary local channel with a conda client (py-rattler: the
-`CondaClient` the night injects, nightly.channels.conda) and imported with the build's
-interpreter.
+packages are installed from a temporary local channel with a conda client (py-rattler:
+nightly.channels.conda, which `night_smoke` gives every build of a night) and imported with
+the build's interpreter.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nightly.builds.buildlog import ErrorLine
+from nightly.channels import conda as conda_client
 from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
 from nightly.executors.local import NotFound, find_python, give_to
@@ -97,6 +98,16 @@ def tested_record(cpu: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> dict
     overall = FAILED if FAILED in results else NOT_RUN if NOT_RUN in results else PASSED
     seconds = round(sum(float(p.get("seconds") or 0) for p in parts.values()), 3)
     return {"result": overall, "seconds": seconds, **parts}
+
+
+def night_smoke(config: Config, executor: Executor, source_dir: Path, *, where: str = "",
+                gpu_host: bool = False, gpu_stage: bool = False) -> SmokeTester | None:
+    """The smoke test of a night's builds when `[smoke] enabled` (else None), conda packages
+    through nightly.channels.conda: the local phase, a cluster worker and bisect's steps."""
+    if not config.smoke.enabled:
+        return None
+    return SmokeTester(config, executor, source_dir, conda=conda_client, where=where,
+                       gpu_host=gpu_host, gpu_stage=gpu_stage)
 
 
 class SmokeTester:

@@ -29,8 +29,7 @@ from typing import Any
 
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.runner import Runner
-from nightly.builds.smoke import SmokeTester, preflight_jobs
-from nightly.channels import conda as conda_client
+from nightly.builds.smoke import night_smoke, preflight_jobs
 from nightly.cluster.host import (
     Emit,
     WorkerInfo,
@@ -251,9 +250,8 @@ def _run(
             else:
                 # [cluster] gpu_smoke: the GPU part is a task of its own (gpu_stage); else
                 # it runs here if this worker declares the gpu resource (worker_config).
-                smoke = (SmokeTester(ctx.config, ex, ctx.source_dir, conda=conda_client,
-                                     where=ctx.machine, gpu_stage=spec.gpu_stage)
-                         if ctx.config.smoke.enabled else None)
+                smoke = night_smoke(ctx.config, ex, ctx.source_dir, where=ctx.machine,
+                                    gpu_stage=spec.gpu_stage)
                 runner = Runner(ctx, ex, on_event=att.events(emit), cancel=cancel, smoke=smoke)
                 runner.run_build(build, queue=att.slot)
             name = ex.name

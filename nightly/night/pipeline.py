@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
-import functools
 import shutil
 import socket
 import sqlite3
@@ -23,10 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nightly.builds.local_phase import LocalPhase, SmokeFactory
+from nightly.builds.local_phase import LocalPhase
 from nightly.builds.phase import BuildPhase, NightContext
-from nightly.builds.smoke import SmokeTester
-from nightly.channels import conda as conda_client
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError
@@ -264,7 +261,6 @@ def run_builds(
     phase = LocalPhase(
         config, machine, opts.executor or machine.executor, queues=queues,
         estimate_s=estimate_s, keep_container=opts.keep_container,
-        smoke=smoke_factory(config),
     )
     return run_night(config, date, phase, builds, opts, plan_json=plan_json,
                      estimates=estimates)
@@ -279,14 +275,6 @@ def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> Summary
     )
     return run_night(config, date, phase, phase.builds, opts, plan_json=phase.plan_json,
                      estimates=phase.estimates)
-
-
-def smoke_factory(config: Config) -> SmokeFactory | None:
-    """The smoke test the build phase runs on each build's packages, when enabled (conda
-    packages through nightly.channels.conda's client)."""
-    if not config.smoke.enabled:
-        return None
-    return functools.partial(SmokeTester, conda=conda_client)
 
 
 # ---------------------------------------------------------------------------- after the builds

@@ -33,8 +33,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("publishing", ("nightly.publish",)),
     ("cluster", ("nightly.cluster",)),
     ("reporting", ("nightly.report",)),
-    # `nightly bisect` rebuilds with the night's own steps, and a night may start a bisect.
-    ("the night", ("nightly.night", "nightly.bisect")),
+    # `nightly bisect` rebuilds one build with the builds' Runner; a night may start a bisect.
+    ("bisect", ("nightly.bisect",)),
+    ("the night", ("nightly.night",)),
     ("command line", ("nightly.cli", "nightly.__main__")),
 ]
 
