@@ -1,30 +1,52 @@
-"""No module of nightly imports from a layer above its own.
+"""No module of nightly imports from a layer above its own, no imports go round in a cycle, and
+every module has a layer.
 
 The layer order is written here once, lowest first; docs/architecture.md draws the same table.
-A module belongs to the layer of the longest prefix that names it. Imports inside functions
-and under TYPE_CHECKING count too: a type-only upward import is still a dependency upward.
+A module belongs to the layer of the longest entry that names it: a package entry
+(`nightly.config`) names the package and every module under it; the base layer's entries name
+single modules (the root `nightly` names only `nightly/__init__.py`), so a new top-level module
+belongs to no layer until it is added to BASE. Imports inside functions and under
+TYPE_CHECKING count too: a type-only or deferred upward import is still a dependency upward,
+and a cycle through a function-level import is still a cycle.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "nightly"
+ROOT = "nightly"
 
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("nightly", "nightly.errors", "nightly.files", "nightly.redact", "nightly.format",
-              "nightly.hardening")),
+# The base layer, module by module: they import no other nightly module but each other.
+# A new shared helper module (e.g. nightly/procs.py) is added here.
+BASE: tuple[str, ...] = (
+    ROOT,
+    "nightly.errors",
+    "nightly.files",
+    "nightly.redact",
+    "nightly.format",
+    "nightly.hardening",
+    "nightly.manylinux",
+)
+
+Layers = Sequence[tuple[str, tuple[str, ...]]]
+
+LAYERS: Layers = [
+    ("base", BASE),
     # Pure data every layer speaks: a build and its identifiers, a builder image's spec.
     ("vocabulary", ("nightly.plan.matrix", "nightly.images.spec")),
     ("configuration", ("nightly.config",)),
     ("planning", ("nightly.plan",)),
     ("day folder", ("nightly.workspace",)),
     ("history", ("nightly.history",)),
+    # Where published files go (S3, a folder) and the bucket layout; cluster staging uses them.
     ("object stores", ("nightly.stores",)),
     ("index pages", ("nightly.index",)),
+    # conda, anaconda.org, twine: below builds, whose smoke test installs with the conda client.
     ("channel clients", ("nightly.channels",)),
     ("executors", ("nightly.executors",)),
     ("builder images", ("nightly.images",)),
@@ -40,40 +62,136 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
-def layer_of(module: str) -> int | None:
-    """The index in LAYERS of a nightly module (None for a module outside nightly)."""
-    best: tuple[int, int] | None = None  # (prefix length, layer)
-    for index, (_, prefixes) in enumerate(LAYERS):
-        for prefix in prefixes:
-            named = module == prefix or module.startswith(prefix + ".")
-            if named and (best is None or len(prefix) > best[0]):
-                best = (len(prefix), index)
-    return None if best is None else best[1]
+def entry_of(module: str, layers: Layers = LAYERS) -> tuple[int, str] | None:
+    """(layer index, entry) of the longest entry naming `module`; None for a module of no layer.
+    The root names only itself: as a prefix it would name every module."""
+    best: tuple[int, str] | None = None
+    for index, (_, entries) in enumerate(layers):
+        for entry in entries:
+            named = module == entry or (entry != ROOT and module.startswith(entry + "."))
+            if named and (best is None or len(entry) > len(best[1])):
+                best = (index, entry)
+    return best
 
 
-def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, module) of every import of a nightly module; `from nightly import x` is x."""
+def layer_of(module: str, layers: Layers = LAYERS) -> int | None:
+    """The index in `layers` of a nightly module (None for a module of no layer)."""
+    found = entry_of(module, layers)
+    return None if found is None else found[0]
+
+
+def imported_modules(module: str, tree: ast.AST, known: Iterable[str] = ()) -> list[tuple[int, str]]:
+    """(line, module) of every import of a nightly module by `module`, wherever it is (module
+    level, a function, TYPE_CHECKING). `from P import n` is the module P.n when that is one of
+    `known` (or P is the root), else P; relative imports are resolved against `module`."""
+    modules = set(known)
+    package = module if (PACKAGE / Path(*module.split(".")[1:]) / "__init__.py").exists() \
+        else module.rpartition(".")[0]
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "nightly":
-                found += [(node.lineno, f"nightly.{a.name}") for a in node.names]
-            else:
-                found.append((node.lineno, node.module))
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*parts, base] if base else parts)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.append((node.lineno, sub if sub in modules or base == ROOT else base))
         elif isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
-    return [(line, m) for line, m in found if m == "nightly" or m.startswith("nightly.")]
+    return [(line, m) for line, m in found if m == ROOT or m.startswith(ROOT + ".")]
 
 
-def upward_imports(module: str, source: str) -> list[str]:
-    me = layer_of(module)
-    assert me is not None, f"{module} is in no layer: add it to LAYERS"
+def upward_imports(module: str, source: str, layers: Layers = LAYERS) -> list[str]:
+    me = layer_of(module, layers)
+    assert me is not None, f"{module} is in no layer: add it to LAYERS (a base module to BASE)"
     bad = []
-    for line, target in imported_modules(ast.parse(source)):
-        them = layer_of(target)
+    for line, target in imported_modules(module, ast.parse(source)):
+        them = layer_of(target, layers)
         if them is not None and them > me:
-            bad.append(f"{module}:{line} ({LAYERS[me][0]}) imports {target} ({LAYERS[them][0]})")
+            bad.append(f"{module}:{line} ({layers[me][0]}) imports {target} ({layers[them][0]})")
     return bad
+
+
+def import_graph(sources: Mapping[str, str]) -> dict[str, set[str]]:
+    """module -> the nightly modules it imports (anywhere in it), for the modules of `sources`.
+    An import of a module that is not in `sources` is an edge to the nearest package that is
+    (`nightly.publish.X` of a name defined in its __init__)."""
+    graph: dict[str, set[str]] = {m: set() for m in sources}
+    for module, source in sources.items():
+        for _, target in imported_modules(module, ast.parse(source), sources):
+            while target not in sources and "." in target:
+                target = target.rpartition(".")[0]
+            if target in sources and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def package_graph(graph: Mapping[str, set[str]], layers: Layers = LAYERS) -> dict[str, set[str]]:
+    """The same imports between layer entries (packages, base modules): a cycle here goes
+    between packages, e.g. two packages of one layer that import each other."""
+    def unit(module: str) -> str:
+        found = entry_of(module, layers)
+        return module if found is None else found[1]
+
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        mine = out.setdefault(unit(module), set())
+        mine |= {unit(t) for t in targets} - {unit(module)}
+    return out
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted, as
+    every import cycle's members; [] when the graph has no cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        # Iterative depth-first search: the import graph is deep enough for recursion limits.
+        work = [(node, iter(sorted(graph.get(node, ()))))]
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        while work:
+            current, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[current] = min(low[current], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[current])
+            if low[current] == index[current]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == current:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def unlayered(modules: Iterable[str], layers: Layers = LAYERS) -> list[str]:
+    return [m for m in modules if layer_of(m, layers) is None]
 
 
 def all_modules() -> list[tuple[str, Path]]:
@@ -86,15 +204,44 @@ def all_modules() -> list[tuple[str, Path]]:
     return out
 
 
+def all_sources() -> dict[str, str]:
+    return {m: path.read_text(encoding="utf-8") for m, path in all_modules()}
+
+
+# ------------------------------------------------------------------------------ the real tree
+
+
 def test_no_module_imports_from_a_higher_layer() -> None:
     bad = []
-    for module, path in all_modules():
-        bad += upward_imports(module, path.read_text(encoding="utf-8"))
+    for module, source in all_sources().items():
+        bad += upward_imports(module, source)
     assert not bad, "upward imports:\n" + "\n".join(bad)
 
 
 def test_every_module_has_a_layer() -> None:
-    assert [m for m, _ in all_modules() if layer_of(m) is None] == []
+    assert unlayered(m for m, _ in all_modules()) == []
+
+
+def test_no_import_cycle_between_modules() -> None:
+    found = cycles(import_graph(all_sources()))
+    assert found == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_import_cycle_between_packages() -> None:
+    found = cycles(package_graph(import_graph(all_sources())))
+    assert found == [], "import cycles between packages:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_layer_table_names_only_what_exists() -> None:
+    """An entry left behind by a move would silently name nothing."""
+    modules = [m for m, _ in all_modules()]
+    for _, entries in LAYERS:
+        for entry in entries:
+            assert any(m == entry or m.startswith(entry + ".") for m in modules), entry
+
+
+# ------------------------------------------------------------------ planted failures: each check
+# can fail
 
 
 @pytest.mark.parametrize(
@@ -104,6 +251,11 @@ def test_every_module_has_a_layer() -> None:
         ("nightly.config.schema", "from nightly.plan.schedule import Plan\n"),
         ("nightly.executors.base", "if True:\n    import nightly.builds.cache\n"),
         ("nightly.workspace.summary", "def f():\n    from nightly.publish.upload import X\n"),
+        ("nightly.stores.s3", "from nightly.index import regenerate\n"),
+        ("nightly.channels.conda", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                   "    from nightly.builds.smoke import SmokeTester\n"),
+        ("nightly.bisect.run", "def f():\n    from nightly.night.pipeline import run_night\n"),
+        ("nightly.errors", "from nightly import config\n"),
     ],
 )
 def test_a_planted_upward_import_is_found(module: str, source: str) -> None:
@@ -114,3 +266,55 @@ def test_imports_downward_and_sideways_pass() -> None:
     assert upward_imports("nightly.night.pipeline", "from nightly.builds import runner\n") == []
     assert upward_imports("nightly.config.schema", "from nightly.plan.matrix import Build\n") == []
     assert upward_imports("nightly.builds.runner", "from nightly.builds.jobs import make_job\n") == []
+    assert upward_imports("nightly.night.pipeline", "def f():\n    from nightly.bisect import auto\n") == []
+
+
+def test_a_planted_cycle_through_a_function_level_import_is_found() -> None:
+    """The cycle this table once hid: bisect.auto -> bisect.run -> night.pipeline -> bisect.auto,
+    the last two inside functions."""
+    sources = {
+        "nightly.bisect.auto": "from nightly.bisect.run import bisect\n",
+        "nightly.bisect.run": "def run():\n    from nightly.night.pipeline import smoke_factory\n",
+        "nightly.night.pipeline": "def night():\n    from nightly.bisect.auto import bisect_new\n",
+        "nightly.errors": "",
+    }
+    assert cycles(import_graph(sources)) == [
+        ["nightly.bisect.auto", "nightly.bisect.run", "nightly.night.pipeline"]
+    ]
+    sources["nightly.bisect.run"] = "from nightly.errors import UsageError\n"
+    assert cycles(import_graph(sources)) == []
+
+
+def test_a_planted_cycle_between_modules_of_one_package_is_found() -> None:
+    sources = {
+        "nightly.index": "from nightly.index import pages\n",
+        "nightly.index.pages": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                               "    from nightly.index import IndexOptions\n",
+    }
+    assert cycles(import_graph(sources)) == [["nightly.index", "nightly.index.pages"]]
+
+
+def test_a_planted_cycle_between_packages_of_one_layer_is_found() -> None:
+    """No module cycle, but two packages of one layer that need each other."""
+    layers = [("base", (ROOT,)), ("the night", ("nightly.night", "nightly.bisect"))]
+    sources = {
+        "nightly.bisect.run": "from nightly.night import source\n",
+        "nightly.night.source": "",
+        "nightly.night.pipeline": "def f():\n    from nightly.bisect.auto import x\n",
+        "nightly.bisect.auto": "",
+    }
+    graph = import_graph(sources)
+    assert cycles(graph) == []
+    assert cycles(package_graph(graph, layers)) == [["nightly.bisect", "nightly.night"]]
+    assert upward_imports("nightly.bisect.run", sources["nightly.bisect.run"], layers) == []
+
+
+def test_a_planted_module_of_no_layer_is_found() -> None:
+    """The root names only itself: a new top-level module is in no layer until added to BASE."""
+    assert unlayered(["nightly.errors", "nightly.procs", "nightly.newstage.thing"]) == [
+        "nightly.procs", "nightly.newstage.thing"]
+    assert layer_of(ROOT) == 0
+    extended = [("base", (*BASE, "nightly.procs")), *LAYERS[1:]]
+    assert unlayered(["nightly.procs"], extended) == []
+    with pytest.raises(AssertionError, match="in no layer"):
+        upward_imports("nightly.procs", "import os\n")
