@@ -13,6 +13,7 @@ and a cycle through a function-level import is still a cycle.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -238,6 +239,25 @@ def test_the_layer_table_names_only_what_exists() -> None:
     for _, entries in LAYERS:
         for entry in entries:
             assert any(m == entry or m.startswith(entry + ".") for m in modules), entry
+
+
+def test_the_docs_draw_the_same_layers() -> None:
+    """docs/architecture.md's layer table names the layers of LAYERS, in order, and the
+    README's Layout list names every folder and module of `ls nightly/`."""
+    lines = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8").splitlines()
+    head = lines.index("| layer | folder / module | owns |")
+    rows = []
+    for line in lines[head + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line.split("|")[1].strip())
+    assert rows == [name for name, _ in LAYERS]
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    layout = readme.split("## Layout", 1)[1].split("\nrecipes/", 1)[0]
+    names = [f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").exists()]
+    names += [p.name for p in PACKAGE.glob("*.py") if not p.name.startswith("__")]
+    words = set(re.findall(r"[\w.]+/?", layout))
+    assert [n for n in sorted(names) if n not in words] == []
 
 
 # ------------------------------------------------------------------ planted failures: each check
