@@ -55,9 +55,32 @@ def glibc_of(policy: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def plat(policy: str, arch: str = "x86_64") -> str:
-    """auditwheel's --plat for a policy: manylinux_2_28_x86_64."""
-    return f"manylinux_{policy}_{arch}"
+ENV_PLATFORM = "MANYLINUX_PLATFORM"  # the recipe environment's platform tag to reach
+# Build architectures -> the machine names manylinux tags use (macOS's arm64 is aarch64).
+_TAG_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64",
+             "ppc64le": "ppc64le", "s390x": "s390x", "i686": "i686", "armv7l": "armv7l"}
+
+
+def plat(policy: str, arch: str) -> str:
+    """auditwheel's --plat for a policy and a build's architecture: manylinux_2_28_x86_64,
+    manylinux_2_28_aarch64. The one rule for the platform tag: the architecture always comes
+    from the build (Build.target_arch), never from the machine that runs nightly."""
+    tag_arch = _TAG_ARCH.get(arch)
+    if tag_arch is None:
+        raise ValueError(f"'{arch}' is not an architecture manylinux knows")
+    return f"manylinux_{policy}_{tag_arch}"
+
+
+def platform_env(policy: str, arch: str) -> dict[str, str]:
+    """What a manywheel recipe receives: the policy (NIGHTLY_MANYLINUX) and, unless it is
+    "off", the platform tag to repair to (MANYLINUX_PLATFORM; AUDITWHEEL_PLAT, auditwheel's
+    own name, the same)."""
+    if not policy:
+        return {}
+    env = {ENV_POLICY: policy}
+    if policy != OFF:
+        env[ENV_PLATFORM] = env["AUDITWHEEL_PLAT"] = plat(policy, arch)
+    return env
 
 
 def tag_glibc(platform_tag: str) -> tuple[int, int] | None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import nightly.plan.axes as axes
 from nightly.config.reader import Ctx, Table, check_template, unique
 from nightly.config.schema import EXECUTORS, ContainerConfig, LocalSettings, Machine
-from nightly.plan import axes
 from nightly.plan.matrix import (
     PACKAGES,
     PLATFORMS,

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nightly.plan.axes as axes
 from nightly.errors import ConfigError, did_you_mean
 from nightly.images.spec import BuilderSpec, SpecError
-from nightly.plan import axes
 from nightly.plan.matrix import Build, PackageMatrix
 
 EXECUTORS = ("local", "container")

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from nightly.plan import axes
+import nightly.plan.axes as axes
 
 PACKAGES = ("conda", "manywheel", "wheel", "libtorch")
 PLATFORMS = ("linux", "macos")
