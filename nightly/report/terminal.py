@@ -30,6 +30,7 @@ def _console() -> Console:
 
 
 def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
+    from rich.markup import escape
     from rich.table import Table
     console = _console()
 
@@ -48,7 +49,7 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
         t.add_column("finish", justify="right")
         for q in m.queues:
             names = ", ".join(
-                f"{pb.build.id} [{pb.build.label}] ({hms(pb.estimate_s)})"
+                f"{pb.build.id} {escape('[' + pb.build.label + ']')} ({hms(pb.estimate_s)})"
                 f"{'' if pb.explicit else '*'}"
                 for pb in q.builds
             )
