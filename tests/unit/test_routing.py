@@ -255,3 +255,16 @@ def test_one_off_builds_nobody_can_take_are_refused(write_config: WriteConfig) -
     b = Build(package="manywheel", python="3.12", cuda="rocm7.2", arch="aarch64")
     with pytest.raises(ConfigError, match=r"no machine can build manywheel_3\.12_rocm7\.2_aarch64"):
         make_plan(c, [b])
+
+
+def test_a_one_off_build_may_name_its_architecture(write_config: WriteConfig, nightly) -> None:
+    path = write_config(HEAD + MACHINES)
+    r = nightly("build", "manywheel", "3.12", "cu130", "--arch", "arm64", "--config", str(path),
+                "--dry-run", "--executor", "container")
+    assert r.code == 0, r.err
+    assert '"TARGET_ARCH": "aarch64"' in r.out
+    assert '"MANYLINUX_PLATFORM": "manylinux_2_28_aarch64"' in r.out
+    assert '"image": "arm/builder:cuda13.0"' in r.out
+    r = nightly("build", "manywheel", "3.12", "cu130", "--arch", "sparc", "--config", str(path))
+    assert r.code == 2
+    assert "'sparc' is not a linux architecture: write x86_64 or aarch64" in r.err
