@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import pytest
 
@@ -268,3 +269,23 @@ def test_a_one_off_build_may_name_its_architecture(write_config: WriteConfig, ni
     r = nightly("build", "manywheel", "3.12", "cu130", "--arch", "sparc", "--config", str(path))
     assert r.code == 2
     assert "'sparc' is not a linux architecture: write x86_64 or aarch64" in r.err
+
+
+def test_the_interpreter_is_chosen_by_abi(tmp_path: Path) -> None:
+    from nightly.builds.jobs import interpreter_env
+    from tests.support.policy_config import text
+
+    config = text().replace('pythons = ["3.11"]\ncudas = ["cpu", "11.8"]',
+                            'pythons = ["3.11", "3.13", "3.13t"]\ncudas = ["cpu", "11.8"]', 1)
+    config = config.replace('pythons = { "3.11" = "distro" }',
+                            'pythons = { "3.11" = "distro", "3.13" = "host:/opt/py313" }')
+    path = tmp_path / "nightly.toml"
+    path.write_text(config)
+    c = load(path)
+    by_id = {b.id: b for b in c.builds}
+    assert interpreter_env(c, by_id["manywheel_3.13_cpu"], "container") == {
+        "PYTHON": "/opt/python/cp313-cp313/bin/python"}
+    # The declared image's 3.13 is no 3.13t: the manylinux layout's free-threaded one.
+    assert interpreter_env(c, by_id["manywheel_3.13t_cpu"], "container") == {
+        "PYTHON": "/opt/python/cp313-cp313t/bin/python"}
+    assert interpreter_env(c, by_id["manywheel_3.13t_cpu"], "local") == {}
