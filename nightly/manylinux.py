@@ -116,13 +116,45 @@ class Verdict:
     notes: tuple[str, ...] = ()
 
 
-def check_packages(package: str, policy: str, files: Sequence[Path]) -> Verdict:
-    """The policy check of a build's packages, before they are filed (both build phases)."""
+def check_packages(
+    package: str, policy: str, files: Sequence[Path], arch: str = ""
+) -> Verdict:
+    """The policy check of a build's packages, before they are filed (both build phases).
+    With the build's architecture (`arch`), a manywheel tagged for another one fails too."""
     if package == "manywheel":
-        return _check_wheels(policy, [f for f in files if f.name.endswith(".whl")])
+        wheels = [f for f in files if f.name.endswith(".whl")]
+        verdict = _check_wheels(policy, wheels)
+        wrong = _wrong_arch(wheels, arch) if arch else []
+        if wrong:
+            reason = (f"{', '.join(wrong)}, not {arch}, the build's architecture (a wheel "
+                      "of another architecture is never published)")
+            if verdict.reason:
+                reason = f"{verdict.reason}; {reason}"
+            return Verdict(reason=reason, record=verdict.record, notes=verdict.notes)
+        return verdict
     if package == "libtorch":
         return _record_zips([f for f in files if f.suffix == ".zip"])
     return Verdict()
+
+
+def tag_arch(platform_tag: str) -> str:
+    """The architecture a Linux platform tag names (manylinux_2_28_aarch64 -> aarch64,
+    linux_x86_64 -> x86_64); "" for `any` and tags of no Linux architecture."""
+    for prefix in ("linux_", *(f"{legacy}_" for legacy in LEGACY)):
+        if platform_tag.startswith(prefix):
+            return _TAG_ARCH.get(platform_tag[len(prefix):], "")
+    m = _TAG.match(platform_tag)
+    return _TAG_ARCH.get(m.group(3), "") if m else ""
+
+
+def _wrong_arch(wheels: Sequence[Path], arch: str) -> list[str]:
+    want = _TAG_ARCH.get(arch, arch)
+    wrong = []
+    for w in wheels:
+        archs = {a for a in (tag_arch(p) for p in wheel_platforms(w.name)) if a}
+        if archs and want not in archs:
+            wrong.append(f"{w.name} is for {'/'.join(sorted(archs))}")
+    return wrong
 
 
 def _check_wheels(policy: str, wheels: Sequence[Path]) -> Verdict:

@@ -289,3 +289,34 @@ def test_the_interpreter_is_chosen_by_abi(tmp_path: Path) -> None:
     assert interpreter_env(c, by_id["manywheel_3.13t_cpu"], "container") == {
         "PYTHON": "/opt/python/cp313-cp313t/bin/python"}
     assert interpreter_env(c, by_id["manywheel_3.13t_cpu"], "local") == {}
+
+
+@pytest.mark.parametrize(
+    ("tag", "arch"),
+    [("manylinux_2_28_aarch64", "aarch64"), ("manylinux2014_x86_64", "x86_64"),
+     ("linux_aarch64", "aarch64"), ("any", ""), ("macosx_11_0_arm64", "")],
+)
+def test_the_architecture_of_a_platform_tag(tag: str, arch: str) -> None:
+    from nightly.manylinux import tag_arch
+
+    assert tag_arch(tag) == arch
+
+
+def test_a_wheel_of_another_architecture_fails_its_build(tmp_path: Path) -> None:
+    from nightly.manylinux import check_packages
+
+    def wheel(tag: str) -> Path:
+        p = tmp_path / f"demo-1.0-cp312-cp312-{tag}.whl"
+        p.write_bytes(b"")
+        return p
+
+    x86 = wheel("manylinux_2_28_x86_64")
+    arm = wheel("manylinux_2_28_aarch64")
+    assert check_packages("manywheel", "2_28", [arm], arch="aarch64").reason is None
+    v = check_packages("manywheel", "2_28", [x86], arch="aarch64")
+    assert v.reason is not None
+    assert f"{x86.name} is for x86_64, not aarch64, the build's architecture" in v.reason
+    assert check_packages("manywheel", "", [wheel("linux_x86_64")], arch="aarch64").reason
+    assert check_packages("manywheel", "", [wheel("any")], arch="aarch64").reason is None
+    # Without an architecture (callers before it), as before.
+    assert check_packages("manywheel", "2_28", [x86]).reason is None
