@@ -236,6 +236,19 @@ class ProvenanceConfig:
     key: Path | None = None  # a PEM private key (Ed25519 or ECDSA P-256); None: no provenance
 
 
+def image_entry(images: Mapping[str, Mapping[str, str]], build: Build) -> str:
+    """The [images] entry a build runs in, as written: its package's table, then the default
+    table; in each, its architecture's sub-table (`aarch64/cu126`, `aarch64/default`)
+    before the plain keys."""
+    arch = build.target_arch
+    keys = (f"{arch}/{build.cuda}", f"{arch}/default", build.cuda, "default")
+    for table in (images.get(build.package, {}), images.get("default", {})):
+        for key in keys:
+            if table.get(key):
+                return table[key]
+    return ""
+
+
 def image_placeholders(build: Build) -> dict[str, str]:
     """{cuda} cu126, {cuda_version} 12.6, {cuda_digits} 126, {accelerator} cuda12.6 (as
     PyTorch tags images: cpu, cuda12.6, rocm7.2, xpu), {rocm_version} 7.2, {arch} aarch64."""
@@ -303,16 +316,7 @@ class Config:
         )
 
     def image_entry(self, build: Build) -> str:
-        """The [images] entry a build runs in, as written: its package's table, then the
-        default table; in each, its architecture's sub-table (`aarch64/cu126`,
-        `aarch64/default`) before the plain keys."""
-        arch = build.target_arch
-        keys = [f"{arch}/{build.cuda}", f"{arch}/default", build.cuda, "default"]
-        for table in (self.images.get(build.package, {}), self.images.get("default", {})):
-            for key in keys:
-                if table.get(key):
-                    return table[key]
-        return ""
+        return image_entry(self.images, build)
 
     def image_for(self, build: Build) -> str:
         image = self.image_entry(build)
