@@ -83,7 +83,11 @@ def bound(builds: Sequence[tuple[float, tuple[int, ...]]], queues: Sequence[int]
     work of the builds that can only run within S over S's queues."""
     if not builds:
         return 0.0
-    sets = sorted({frozenset(e) for _, e in builds}, key=sorted)
+    work: dict[frozenset[int], float] = {}  # the work of the builds of each eligible set
+    for e, elig in builds:
+        key = frozenset(elig)
+        work[key] = work.get(key, 0.0) + e
+    sets = sorted(work, key=sorted)
     candidates = set(sets)
     if len(sets) <= MAX_UNION_SETS:
         for r in range(2, len(sets) + 1):
@@ -92,7 +96,6 @@ def bound(builds: Sequence[tuple[float, tuple[int, ...]]], queues: Sequence[int]
     best = max(e for e, _ in builds)
     for s in candidates:
         slots = sum(queues[mi] for mi in s)
-        work = sum(e for e, elig in builds if s.issuperset(elig))
         if slots:
-            best = max(best, work / slots)
+            best = max(best, sum(w for k, w in work.items() if k <= s) / slots)
     return best
