@@ -55,9 +55,32 @@ def glibc_of(policy: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def plat(policy: str, arch: str = "x86_64") -> str:
-    """auditwheel's --plat for a policy: manylinux_2_28_x86_64."""
-    return f"manylinux_{policy}_{arch}"
+ENV_PLATFORM = "MANYLINUX_PLATFORM"  # the recipe environment's platform tag to reach
+# Build architectures -> the machine names manylinux tags use (macOS's arm64 is aarch64).
+_TAG_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64",
+             "ppc64le": "ppc64le", "s390x": "s390x", "i686": "i686", "armv7l": "armv7l"}
+
+
+def plat(policy: str, arch: str) -> str:
+    """auditwheel's --plat for a policy and a build's architecture: manylinux_2_28_x86_64,
+    manylinux_2_28_aarch64. The one rule for the platform tag: the architecture always comes
+    from the build (Build.target_arch), never from the machine that runs nightly."""
+    tag_arch = _TAG_ARCH.get(arch)
+    if tag_arch is None:
+        raise ValueError(f"'{arch}' is not an architecture manylinux knows")
+    return f"manylinux_{policy}_{tag_arch}"
+
+
+def platform_env(policy: str, arch: str) -> dict[str, str]:
+    """What a manywheel recipe receives: the policy (NIGHTLY_MANYLINUX) and, unless it is
+    "off", the platform tag to repair to (MANYLINUX_PLATFORM; AUDITWHEEL_PLAT, auditwheel's
+    own name, the same)."""
+    if not policy:
+        return {}
+    env = {ENV_POLICY: policy}
+    if policy != OFF:
+        env[ENV_PLATFORM] = env["AUDITWHEEL_PLAT"] = plat(policy, arch)
+    return env
 
 
 def tag_glibc(platform_tag: str) -> tuple[int, int] | None:
@@ -93,13 +116,45 @@ class Verdict:
     notes: tuple[str, ...] = ()
 
 
-def check_packages(package: str, policy: str, files: Sequence[Path]) -> Verdict:
-    """The policy check of a build's packages, before they are filed (both build phases)."""
+def check_packages(
+    package: str, policy: str, files: Sequence[Path], arch: str = ""
+) -> Verdict:
+    """The policy check of a build's packages, before they are filed (both build phases).
+    With the build's architecture (`arch`), a manywheel tagged for another one fails too."""
     if package == "manywheel":
-        return _check_wheels(policy, [f for f in files if f.name.endswith(".whl")])
+        wheels = [f for f in files if f.name.endswith(".whl")]
+        verdict = _check_wheels(policy, wheels)
+        wrong = _wrong_arch(wheels, arch) if arch else []
+        if wrong:
+            reason = (f"{', '.join(wrong)}, not {arch}, the build's architecture (a wheel "
+                      "of another architecture is never published)")
+            if verdict.reason:
+                reason = f"{verdict.reason}; {reason}"
+            return Verdict(reason=reason, record=verdict.record, notes=verdict.notes)
+        return verdict
     if package == "libtorch":
         return _record_zips([f for f in files if f.suffix == ".zip"])
     return Verdict()
+
+
+def tag_arch(platform_tag: str) -> str:
+    """The architecture a Linux platform tag names (manylinux_2_28_aarch64 -> aarch64,
+    linux_x86_64 -> x86_64); "" for `any` and tags of no Linux architecture."""
+    for prefix in ("linux_", *(f"{legacy}_" for legacy in LEGACY)):
+        if platform_tag.startswith(prefix):
+            return _TAG_ARCH.get(platform_tag[len(prefix):], "")
+    m = _TAG.match(platform_tag)
+    return _TAG_ARCH.get(m.group(3), "") if m else ""
+
+
+def _wrong_arch(wheels: Sequence[Path], arch: str) -> list[str]:
+    want = _TAG_ARCH.get(arch, arch)
+    wrong = []
+    for w in wheels:
+        archs = {a for a in (tag_arch(p) for p in wheel_platforms(w.name)) if a}
+        if archs and want not in archs:
+            wrong.append(f"{w.name} is for {'/'.join(sorted(archs))}")
+    return wrong
 
 
 def _check_wheels(policy: str, wheels: Sequence[Path]) -> Verdict:

@@ -61,7 +61,8 @@ def check_policy(
     manywheel must carry a manylinux tag no newer than its policy (NIGHTLY_MANYLINUX of the
     recipe environment), whatever the recipe said; a libtorch zip's glibc is recorded. The
     record (policy, tags reached, glibc needed) goes into the build's state entry."""
-    verdict = manylinux.check_packages(build.package, env.get(manylinux.ENV_POLICY, ""), files)
+    verdict = manylinux.check_packages(build.package, env.get(manylinux.ENV_POLICY, ""), files,
+                                       arch=build.target_arch)
     if verdict.record:
         state.update(build.id, manylinux=verdict.record)
     return verdict

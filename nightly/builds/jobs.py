@@ -14,7 +14,8 @@ from nightly.builds.reproducible import reproducible_env
 from nightly.config import Config
 from nightly.config.detect import resolve_version_from
 from nightly.executors.base import Job
-from nightly.manylinux import ENV_POLICY, OFF, glibc_of, plat
+from nightly.manylinux import OFF, glibc_of, platform_env
+from nightly.plan.axes import manylinux_interpreter
 from nightly.plan.matrix import Build, python_number
 from nightly.workspace import Day, State
 
@@ -37,11 +38,31 @@ def recipe_env(
     }
     if build.devtoolset:
         env["DEVTOOLSET"] = build.devtoolset
+    env.update(axis_env(build))
     # Aliases for recipes written for the old scripts.
     env["PYTORCH_BUILD_VERSION"] = version
     env["PYTORCH_BUILD_NUMBER"] = env["BUILD_NUMBER"]
     env["OVERRIDE_PACKAGE_VERSION"] = version
     env.update(build_env(config))
+    return env
+
+
+def axis_env(build: Build) -> dict[str, str]:
+    """The 2026 axes for the recipe (docs/recipes.md): the accelerator family and version,
+    the target architecture, the Python ABI and PyTorch's name for the build."""
+    env = {
+        "ACCELERATOR": build.family,  # cpu, cuda, rocm, xpu
+        "DESIRED_ACCELERATOR": build.accelerator,  # = DESIRED_CUDA: cpu, cu130, rocm7.2, xpu
+        "GPU_ARCH_TYPE": build.family,
+        "ROCM_VERSION": build.cuda[4:] if build.family == "rocm" else "",
+        "TARGET_ARCH": build.target_arch,
+        "NIGHTLY_ARCH": build.target_arch,
+        "NIGHTLY_LABEL": build.label,
+        "NIGHTLY_LOCAL_SUFFIX": build.local_suffix,
+    }
+    if build.python_abi:
+        env["NIGHTLY_PYTHON_ABI"] = build.python_abi  # cp314t
+        env["NIGHTLY_FREE_THREADED"] = "1" if build.python_abi.endswith("t") else "0"
     return env
 
 
@@ -79,9 +100,15 @@ def interpreter_env(config: Config, build: Build, executor: str) -> dict[str, st
         return {}
     spec = config.builder_for(build)
     number = python_number(build.python) if build.python != "3" else ""
+    free_threaded = build.python_abi.endswith("t")
     for source in spec.pythons if spec is not None else ():
-        if source.version == number:
+        # The interpreter of the build's ABI: a declared image's 3.14 is no 3.14t.
+        if source.version == number and not free_threaded:
             return {"PYTHON": f"{source.dest}/bin/python"}
+    if spec is not None and free_threaded:
+        # Declared images have no free-threaded interpreter of their own (Debian ships none):
+        # the manylinux layout's, if the site put one there.
+        return {"PYTHON": manylinux_interpreter(build.python)}
     return {}
 
 
@@ -89,22 +116,18 @@ def manylinux_env(config: Config, build: Build, executor: str) -> dict[str, str]
     """A manywheel build's policy for the recipe (NIGHTLY_MANYLINUX, AUDITWHEEL_PLAT) and,
     on the host, the glibc-targeting toolchain that meets it (an image has its own)."""
     policy = config.manylinux_for(build, executor)
-    if not policy:
-        return {}
-    env = {ENV_POLICY: policy}
-    if policy != OFF:
-        env["AUDITWHEEL_PLAT"] = plat(policy)
-        if executor == "local":
-            from nightly.images import engine, sysroot, zig
+    env = platform_env(policy, build.target_arch)
+    if policy and policy != OFF and executor == "local":
+        from nightly.images import engine, sysroot, zig
 
-            cache = engine.default_cache()
-            if sysroot.host_glibc() <= glibc_of(policy):
-                return env  # this machine's glibc is old enough
-            # zig where chosen, except for CUDA builds: nvcc needs the sysroot's gcc.
-            if host_toolchain(config) == "zig" and not build.is_cuda:
-                env.update(zig.host_env(glibc_of(policy), cache))
-            else:
-                env.update(sysroot.host_env(glibc_of(policy), cache))
+        cache = engine.default_cache()
+        if sysroot.host_glibc() <= glibc_of(policy):
+            return env  # this machine's glibc is old enough
+        # zig where chosen, except for CUDA builds: nvcc needs the sysroot's gcc.
+        if host_toolchain(config) == "zig" and not build.is_cuda:
+            env.update(zig.host_env(glibc_of(policy), cache))
+        else:
+            env.update(sysroot.host_env(glibc_of(policy), cache))
     return env
 
 
@@ -146,9 +169,9 @@ def package_version(build: Build, version: str, version_from: str) -> str:
     the recipes and the smoke test: CUDA wheels and libtorch zips get `+<cuda>` (1.0.dev20261124
     +cu130); conda versions have no local part; a project that keeps its own version, or a
     version that already has a local part, is left as it is."""
-    if (build.is_cuda and build.package in LOCAL_VERSION_PACKAGES and version_from != "keep"
-            and "+" not in version):
-        return f"{version}+{build.cuda}"
+    if (build.local_suffix and build.package in LOCAL_VERSION_PACKAGES
+            and version_from != "keep" and "+" not in version):
+        return f"{version}{build.local_suffix}"
     return version
 
 
@@ -195,6 +218,6 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
 
 
 __all__ = [
-    "RunContext", "build_env", "interpreter_env", "make_job", "manylinux_env", "package_version",
+    "RunContext", "axis_env", "build_env", "interpreter_env", "make_job", "manylinux_env", "package_version",
     "prepare_toolchain", "recipe_env", "version_env", "wheelhouse_env",
 ]

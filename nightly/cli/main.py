@@ -115,10 +115,13 @@ def init(target: str) -> None:
 @click.option("--no-upload", is_flag=True, help="Keep the packages here; `nightly upload` publishes them.")
 @click.option("--check-reproducible", is_flag=True,
               help="Build each twice (other work folder and umask) and fail on any difference.")
+@click.option("--arch", default="", metavar="ARCH",
+              help="Target architecture (aarch64, x86_64; default: the platform's own).")
 def build(
     package: str,
     pythons: str,
     cudas: str,
+    arch: str,
     executor: str | None,
     machine: str | None,
     dry_run: bool,
@@ -144,7 +147,7 @@ def build(
 
         config = dataclasses.replace(config, build=dataclasses.replace(
             config.build, check_reproducible="all"))
-    builds = night.builds_from_cli(config, package, pythons, cudas)
+    builds = night.builds_from_cli(config, package, pythons, cudas, arch)
     opts = night.NightOptions(
         machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
         rebuild=tuple(b.id for b in builds), no_upload=no_upload,

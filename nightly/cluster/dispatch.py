@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nightly.cluster.host import GPU, SLOTS, platform_resource
+from nightly.cluster.host import GPU, SLOTS, accel_resource, arch_resource, platform_resource
 from nightly.config import Config
 from nightly.errors import NightlyError
 from nightly.plan.matrix import Build
@@ -42,13 +42,37 @@ def lpt_priorities(builds: Sequence[Build], estimate: Mapping[str, float]) -> di
 def build_resources(config: Config, build: Build) -> dict[str, float]:
     """What a build needs of a worker: one build slot, and its platform (amount 0: only
     workers that declare it qualify, and running builds never use it up). Never a GPU: with
-    `[cluster] gpu_smoke` the GPU part of its test is a task of its own (gpu_test_resources)."""
-    return {SLOTS: 1.0, platform_resource(build.platform): 0.0}
+    `[cluster] gpu_smoke` the GPU part of its test is a task of its own (gpu_test_resources).
+    With its route (route_resources): the workers of its architecture and accelerator."""
+    return {SLOTS: 1.0, platform_resource(build.platform): 0.0, **route_resources(config, build)}
+
+
+# Families every worker builds without saying so (as before accelerators were declared).
+IMPLICIT_FAMILIES = ("cpu", "cuda")
+
+
+def route_resources(config: Config, build: Build) -> dict[str, float]:
+    """The capabilities a build's route needs of a worker, in amount 0 (never used up):
+    `arch-<arch>` when the night builds for more than one architecture of the build's
+    platform (then every build of it names its own, so an aarch64 worker never takes an
+    x86_64 build), and `accel-<family>` for ROCm and XPU builds. A night of one
+    architecture and CPU/CUDA builds needs nothing new of its workers."""
+    out: dict[str, float] = {}
+    archs = {b.target_arch for b in config.builds if b.platform == build.platform}
+    if len(archs | {build.target_arch}) > 1:
+        out[arch_resource(build.target_arch)] = 0.0
+    if build.family not in IMPLICIT_FAMILIES:
+        out[accel_resource(build.family)] = 0.0
+    return out
 
 
 def gpu_test_resources(build: Build) -> dict[str, float]:
-    """What a build's GPU test needs: one GPU of a worker of the build's platform."""
-    return {GPU: 1.0, platform_resource(build.platform): 0.0}
+    """What a build's GPU test needs: one GPU of a worker of the build's platform (and of its
+    architecture, when that is not the platform's default)."""
+    res = {GPU: 1.0, platform_resource(build.platform): 0.0}
+    if build.arch:
+        res[arch_resource(build.target_arch)] = 0.0
+    return res
 
 
 def worker_slots(info: Mapping[str, Any], resources: Resources) -> float:
@@ -132,7 +156,7 @@ def task_key(build: Build, day: str, run_id: str, *, what: str = BUILD) -> str:
     per package and cpu/cuda, and GPU tests apart."""
     if what == TEST:
         return f"nightly-gputest-{build.package}-{day.replace('/', '_')}-{build.id}-{run_id}"
-    kind = "cuda" if build.is_cuda else "cpu"
+    kind = build.family
     return f"nightly-{build.package}-{kind}-{day.replace('/', '_')}-{build.id}-{run_id}"
 
 
@@ -371,6 +395,7 @@ __all__ = [
     "connect",
     "gpu_test_resources",
     "lpt_priorities",
+    "route_resources",
     "task_key",
     "worker_slots",
 ]

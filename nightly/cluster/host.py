@@ -55,6 +55,20 @@ def platform_resource(platform: str) -> str:
     return f"{PLATFORM_PREFIX}{platform}"
 
 
+# Routing (docs/cluster.md): a worker that builds for an architecture or an accelerator
+# family declares it, e.g. --resources "slots=4,platform-linux=1,arch-aarch64=1,accel-rocm=1".
+ARCH_PREFIX = "arch-"
+ACCEL_PREFIX = "accel-"
+
+
+def arch_resource(arch: str) -> str:
+    return f"{ARCH_PREFIX}{arch}"
+
+
+def accel_resource(family: str) -> str:
+    return f"{ACCEL_PREFIX}{family}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkerInfo:
     address: str

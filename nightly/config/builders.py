@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from nightly.config.reader import Ctx, Table
+from nightly.config.schema import image_entry
 from nightly.errors import did_you_mean
 from nightly.images.spec import BuilderSpec, SpecError, parse_spec
 from nightly.plan.matrix import Build, PackageMatrix
@@ -56,17 +57,13 @@ def check_references(
         for cuda, image in table.items():
             if image.startswith("@") and image[1:] not in builders:
                 key = f"images.{package}" + ("" if cuda == "default" and package == "default"
-                                             else f".{cuda}")
+                                             else f".{cuda.replace('/', '.')}")
                 hint = did_you_mean(image[1:], builders) or (
                     f"declare it as [builders.{image[1:]}]" if not builders
                     else f"declared builders: {', '.join(builders)}")
                 ctx.fail(f"'{image}' names no declared builder", key, hint=hint)
     for b in builds:
-        image = ""
-        for table in (images.get(b.package, {}), images.get("default", {})):
-            image = table.get(b.cuda) or table.get("default") or ""
-            if image:
-                break
+        image = image_entry(images, b)
         if b.platform == "linux" and image.startswith("@"):
             spec = builders[image[1:]]
             if b.cuda not in spec.cudas:

@@ -22,7 +22,14 @@ from typing import Any, TypeAlias
 
 from nightly.config.reader import Ctx
 from nightly.errors import did_you_mean
-from nightly.plan.matrix import PACKAGES, PLATFORMS, SpellingError, normalize_cuda, normalize_python
+from nightly.plan.matrix import (
+    PACKAGES,
+    PLATFORMS,
+    SpellingError,
+    normalize_accelerator,
+    normalize_cuda,
+    normalize_python,
+)
 
 
 @dataclass(frozen=True)
@@ -44,16 +51,23 @@ class Tables:
 Shape: TypeAlias = "Open | Tables | Mapping[str, Shape] | None"
 
 
-def _cuda_or_default(key: str) -> str:
-    return key if key == "default" else normalize_cuda(key)
+def _image_key(key: str) -> str:
+    """An [images.<package>] key: default, an accelerator, or an architecture's sub-table."""
+    if key == "default" or key in ARCH_NAMES:
+        return key
+    return normalize_accelerator(key)
 
 
 _PYTHON_KEYS = Open(normalize_python)
 _CUDA_KEYS = Open(normalize_cuda)
-_PACKAGE_KEYS = {"cudas": None, "pythons": None, "devtoolset": None, "manylinux": None,
+_PACKAGE_KEYS = {"cudas": None, "accelerators": None, "archs": None, "pythons": None,
+                 "devtoolset": None, "manylinux": None,
                  "toolchain": None}
-_LIBTORCH_KEYS = {"cudas": None, "variants": None, "python": None, "devtoolset": None}
+_LIBTORCH_KEYS = {"cudas": None, "accelerators": None, "archs": None, "variants": None,
+                  "python": None, "devtoolset": None}
 _NAMES = ("default", *PACKAGES)
+ARCH_NAMES = ("x86_64", "aarch64", "arm64")
+_ESTIMATE_KEYS: dict[str, Shape] = {"cpu": None, "cuda": None, "rocm": None, "xpu": None}
 
 # What defaults.toml cannot say: tables keyed by platform or package name.
 _EXTRA: dict[str, Shape] = {
@@ -63,14 +77,15 @@ _EXTRA: dict[str, Shape] = {
     },
     "machines": Tables(
         {k: None for k in ("name", "platform", "queues", "executor", "hostname",
-                           "explicit_queues", "gpu")}
+                           "explicit_queues", "gpu", "archs", "accelerators")}
     ),
-    "images": {name: Open(_cuda_or_default) for name in _NAMES},
+    "images": {name: Open(_image_key) for name in _NAMES},
     "timeouts": {
         **{name: None for name in _NAMES},
         **{plat: {name: None for name in _NAMES} for plat in PLATFORMS},
     },
-    "estimates": {name: {"cpu": None, "cuda": None} for name in _NAMES},
+    "estimates": {name: {**_ESTIMATE_KEYS, **{a: _ESTIMATE_KEYS for a in ARCH_NAMES}}
+                  for name in _NAMES},
 }
 
 # Open tables of defaults.toml whose keys have a known spelling.

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from nightly.config.reader import Ctx, Table, check_template
+import nightly.plan.axes as axes
+from nightly.config.reader import Ctx, Table, check_template, unique
 from nightly.config.schema import EXECUTORS, ContainerConfig, LocalSettings, Machine
-from nightly.plan.matrix import PACKAGES, PLATFORMS, SpellingError, normalize_cuda, normalize_python
+from nightly.plan.matrix import (
+    PACKAGES,
+    PLATFORMS,
+    SpellingError,
+    normalize_accelerator,
+    normalize_arch,
+    normalize_cuda,
+    normalize_python,
+)
 
 
 def parse_machines(top: Table, ctx: Ctx) -> list[Machine]:
@@ -32,6 +41,11 @@ def parse_machines(top: Table, ctx: Ctx) -> list[Machine]:
         executor = t.choice("executor", EXECUTORS, default="local")
         hostname = t.str("hostname", default="")
         gpu = t.bool("gpu") if t.get("gpu", default=None) is not None else False
+        archs = tuple(unique(t.str_list("archs", default=[],
+                                        item=lambda a, p=platform: normalize_arch(a, p)),
+                             ctx, f"{key}.archs"))
+        accelerators = tuple(unique(t.str_list("accelerators", default=[], item=_accelerator),
+                                    ctx, f"{key}.accelerators"))
         explicit_raw = t.get("explicit_queues", default=[])
         if not isinstance(explicit_raw, list) or not all(
             isinstance(q, list) and all(isinstance(s, str) for s in q) for q in explicit_raw
@@ -56,9 +70,17 @@ def parse_machines(top: Table, ctx: Ctx) -> list[Machine]:
                 hostname=hostname,
                 explicit_queues=tuple(tuple(q) for q in explicit_raw),
                 gpu=gpu,
+                archs=archs,
+                accelerators=accelerators,
             )
         )
     return machines
+
+
+def _accelerator(text: str) -> str:
+    """A machine's accelerator: a family (cpu, cuda, rocm, xpu) or an exact spelling."""
+    s = str(text).strip().lower()
+    return s if s in axes.FAMILIES else normalize_accelerator(text)
 
 
 def parse_images(top: Table, ctx: Ctx) -> dict[str, dict[str, str]]:
@@ -84,20 +106,30 @@ def parse_images(top: Table, ctx: Ctx) -> dict[str, dict[str, str]]:
             continue
         if k not in (*PACKAGES, "default"):
             continue  # reported by finish()
-        sub = t.table(k)
-        table: dict[str, str] = out.get(k, {})
-        for cuda in sub:
-            image = sub.str(cuda)
-            check_template(image, ctx, f"images.{k}.{cuda}")
-            if cuda != "default":
-                try:
-                    cuda = normalize_cuda(cuda)
-                except SpellingError as e:
-                    ctx.fail(str(e), f"images.{k}.{cuda}")
-            table[cuda] = image
-        out[k] = table
+        out[k] = _image_table(t.table(k), f"images.{k}", ctx, out.get(k, {}))
     t.finish(valid=(*PACKAGES, "default"))
     return out
+
+
+def _image_table(sub: Table, key: str, ctx: Ctx, table: dict[str, str]) -> dict[str, str]:
+    """accelerator -> image; a sub-table per architecture ([images.manywheel.aarch64]) is
+    kept as `aarch64/<accelerator>` keys (Config.image_entry)."""
+    for acc in sub:
+        if acc in axes.ARCHS["linux"] + axes.ARCHS["macos"] and isinstance(sub.get(acc), dict):
+            inner = sub.table(acc)
+            for k, v in _image_table(inner, f"{key}.{acc}", ctx, {}).items():
+                table[f"{acc}/{k}"] = v
+            continue
+        image = sub.str(acc)
+        check_template(image, ctx, f"{key}.{acc}")
+        if acc != "default":
+            try:
+                acc = normalize_accelerator(acc)
+            except SpellingError as e:
+                ctx.fail(str(e), f"{key}.{acc}")
+        table[acc] = image
+    sub.finish()
+    return table
 
 
 def parse_executors(top: Table) -> tuple[LocalSettings, ContainerConfig]:

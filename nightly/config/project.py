@@ -20,7 +20,8 @@ from nightly.plan.matrix import (
     PackageMatrix,
     expand,
     near_misses,
-    normalize_cuda,
+    normalize_accelerator,
+    normalize_arch,
     normalize_python,
     select,
 )
@@ -117,9 +118,10 @@ def parse_matrix(top: Table, ctx: Ctx) -> list[PackageMatrix]:
                     hint=f"on {plat} use {other}",
                 )
             t = pt.table(pkg)
-            cudas = tuple(
-                unique(t.str_list("cudas", required=True, item=normalize_cuda), ctx, key)
-            )
+            cudas = _accelerators(t, key, ctx)
+            archs = tuple(unique(t.str_list("archs", default=[],
+                                            item=lambda a, p=plat: normalize_arch(a, p)),
+                                 ctx, f"{key}.archs"))
             devtoolset = t.str("devtoolset", default="")
             if pkg == "libtorch":
                 variants = tuple(
@@ -141,6 +143,7 @@ def parse_matrix(top: Table, ctx: Ctx) -> list[PackageMatrix]:
                         variants=variants,
                         python=python,
                         devtoolset=devtoolset,
+                        archs=archs,
                     )
                 )
             else:
@@ -158,6 +161,7 @@ def parse_matrix(top: Table, ctx: Ctx) -> list[PackageMatrix]:
                         devtoolset=devtoolset,
                         manylinux=_manylinux(t, pkg, key, ctx),
                         toolchain=_toolchain(t, pkg, key, ctx),
+                        archs=archs,
                     )
                 )
             t.finish()
@@ -166,6 +170,19 @@ def parse_matrix(top: Table, ctx: Ctx) -> list[PackageMatrix]:
     if not out:
         ctx.fail("the matrix is empty: add e.g. [matrix.linux.manywheel]", "matrix")
     return out
+
+
+def _accelerators(t: Table, key: str, ctx: Ctx) -> tuple[str, ...]:
+    """`accelerators` (cpu, cuXYZ, rocmX.Y, xpu), or `cudas` as configs wrote it before."""
+    if t.get("accelerators", default=None) is not None:
+        if t.get("cudas", default=None) is not None:
+            ctx.fail("cudas and accelerators say the same: keep one", f"{key}.cudas",
+                     hint="accelerators takes cpu, CUDA, ROCm and XPU spellings")
+        name = "accelerators"
+    else:
+        name = "cudas"
+    items = t.str_list(name, required=True, item=normalize_accelerator)
+    return tuple(unique(items, ctx, key))
 
 
 def _manylinux(t: Table, pkg: str, key: str, ctx: Ctx) -> str:
@@ -222,6 +239,13 @@ def select_builds(
             "the matrix is empty after the selectors: include and exclude leave no build",
             "selectors",
         )
+    check_routes(builds, machines, ctx)
+    return builds
+
+
+def check_routes(builds: list[Build], machines: list[Machine], ctx: Ctx) -> None:
+    """Every build has a machine that can build it (its platform, architecture and
+    accelerator), or the config is refused naming the build and the machines considered."""
     platforms_needed = sorted({b.platform for b in builds})
     have = {m.platform for m in machines}
     for plat in platforms_needed:
@@ -231,4 +255,17 @@ def select_builds(
                 "machines",
                 hint=f"add a [[machines]] entry with platform = \"{plat}\" or remove matrix.{plat}",
             )
-    return builds
+    routes: dict[tuple[str, str, str], bool] = {}
+    for b in builds:
+        route = (b.platform, b.target_arch, b.cuda)
+        if route not in routes:
+            routes[route] = any(m.can_build(b) for m in machines)
+        if not routes[route]:
+            considered = [m.describe() for m in machines if m.platform == b.platform]
+            ctx.fail(
+                f"no machine can build {b.id} ({b.platform} {b.target_arch}, {b.cuda}); "
+                f"considered: {'; '.join(considered)}",
+                "machines",
+                hint=f"add \"{b.target_arch}\" to a {b.platform} machine's archs and "
+                f"\"{b.family}\" to its accelerators, or exclude the build in [selectors]",
+            )

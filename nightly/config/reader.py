@@ -375,18 +375,20 @@ def placeholders(template: str) -> list[str]:
 def check_template(image: str, ctx: Ctx, key: str) -> None:
     # Exactly these names: no attribute or index ({cuda.x} raised AttributeError here;
     # {cuda_digits[0]} passed here and raised IndexError at night for cpu builds).
-    known = ("cuda", "cuda_version", "cuda_digits")
+    known = ("cuda", "cuda_version", "cuda_digits", "accelerator", "rocm_version", "arch")
     try:
         bad = next((f for f in placeholders(image) if f not in known), None)
         if bad is None:
-            image.format(cuda="cu100", cuda_version="10.0", cuda_digits="100")
+            image.format(cuda="cu100", cuda_version="10.0", cuda_digits="100",
+                         accelerator="cuda10.0", rocm_version="", arch="x86_64")
     except (KeyError, IndexError, ValueError, AttributeError, TypeError) as e:
         bad = str(e)
     if bad is not None:
         ctx.fail(
             f"'{image}' has an unknown placeholder {{{bad}}}",
             key,
-            hint="use {cuda}, {cuda_version} or {cuda_digits}",
+            hint="use {cuda}, {cuda_version}, {cuda_digits}, {accelerator}, {rocm_version} "
+            "or {arch}",
         )
 
 

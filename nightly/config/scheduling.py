@@ -52,6 +52,9 @@ def parse_timeouts(top: Table) -> dict[str, dict[str, float]]:
     return out
 
 
+ARCH_NAMES = ("x86_64", "aarch64", "arm64")
+
+
 def parse_estimates(top: Table) -> dict[str, Estimate]:
     t = top.table("estimates")
     out: dict[str, Estimate] = {}
@@ -59,7 +62,23 @@ def parse_estimates(top: Table) -> dict[str, Estimate]:
         if k not in (*PACKAGES, "default"):
             continue
         sub = t.table(k)
-        out[k] = Estimate(cpu_s=sub.duration("cpu"), cuda_s=sub.duration("cuda"))
-        sub.finish()
+        # A table per architecture (e.g. [estimates.manywheel.aarch64]) overrides the
+        # package's figures for builds of that architecture.
+        by_arch = {a: _estimate(sub.table(a)) for a in ARCH_NAMES if a in sub}
+        out[k] = _estimate(sub, by_arch)
     t.finish(valid=(*PACKAGES, "default"))
     return out
+
+
+def _estimate(sub: Table, by_arch: dict[str, Estimate] | None = None) -> Estimate:
+    """cpu and cuda, and optionally rocm and xpu (default: cuda's)."""
+    cuda = sub.duration("cuda")
+    est = Estimate(
+        cpu_s=sub.duration("cpu"),
+        cuda_s=cuda,
+        rocm_s=sub.duration("rocm") if sub.get("rocm", default=None) is not None else cuda,
+        xpu_s=sub.duration("xpu") if sub.get("xpu", default=None) is not None else cuda,
+        by_arch=by_arch or {},
+    )
+    sub.finish()
+    return est

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nightly.plan.axes as axes
 from nightly.errors import ConfigError, did_you_mean
 from nightly.images.spec import BuilderSpec, SpecError
 from nightly.plan.matrix import Build, PackageMatrix
@@ -56,12 +57,47 @@ class Machine:
     # Each inner tuple is one queue, as written: build ids, globs or "package pythons cudas".
     explicit_queues: tuple[tuple[str, ...], ...] = ()
     gpu: bool = False  # has a GPU: the GPU part of CUDA builds' tests runs here
+    # What it can build: target architectures ((): the platform's default) and accelerators,
+    # families or exact spellings ((): cpu and cuda, what every machine built before 2026).
+    archs: tuple[str, ...] = ()
+    accelerators: tuple[str, ...] = ()
+
+    @property
+    def arch_list(self) -> tuple[str, ...]:
+        return self.archs or (axes.default_arch(self.platform),)
+
+    @property
+    def accelerator_list(self) -> tuple[str, ...]:
+        return self.accelerators or DEFAULT_ACCELERATORS
+
+    def can_build(self, build: Build) -> bool:
+        """Routing: the build's platform, one of its architectures, one of its accelerators."""
+        return (build.platform == self.platform and build.target_arch in self.arch_list
+                and axes.accepts(self.accelerator_list, build.cuda))
+
+    def describe(self) -> str:
+        """'lin-a (linux x86_64; cpu, cuda)': how plans and routing errors name it."""
+        return (f"{self.name} ({self.platform} {', '.join(self.arch_list)}; "
+                f"{', '.join(self.accelerator_list)})")
+
+
+DEFAULT_ACCELERATORS = ("cpu", "cuda")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Estimate:
     cpu_s: float
     cuda_s: float
+    rocm_s: float = 0.0  # 0: as cuda_s
+    xpu_s: float = 0.0  # 0: as cuda_s
+    by_arch: Mapping[str, Estimate] = field(default_factory=dict)  # per target architecture
+
+    def for_build(self, build: Build) -> float:
+        est = self.by_arch.get(build.target_arch, self)
+        if build.family == "cpu":
+            return est.cpu_s
+        extra = {"rocm": est.rocm_s, "xpu": est.xpu_s}.get(build.family, 0.0)
+        return extra or est.cuda_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +236,32 @@ class ProvenanceConfig:
     key: Path | None = None  # a PEM private key (Ed25519 or ECDSA P-256); None: no provenance
 
 
+def image_entry(images: Mapping[str, Mapping[str, str]], build: Build) -> str:
+    """The [images] entry a build runs in, as written: its package's table, then the default
+    table; in each, its architecture's sub-table (`aarch64/cu126`, `aarch64/default`)
+    before the plain keys."""
+    arch = build.target_arch
+    keys = (f"{arch}/{build.cuda}", f"{arch}/default", build.cuda, "default")
+    for table in (images.get(build.package, {}), images.get("default", {})):
+        for key in keys:
+            if table.get(key):
+                return table[key]
+    return ""
+
+
+def image_placeholders(build: Build) -> dict[str, str]:
+    """{cuda} cu126, {cuda_version} 12.6, {cuda_digits} 126, {accelerator} cuda12.6 (as
+    PyTorch tags images: cpu, cuda12.6, rocm7.2, xpu), {rocm_version} 7.2, {arch} aarch64."""
+    return {
+        "cuda": build.cuda,
+        "cuda_version": build.cuda_version,
+        "cuda_digits": build.cuda[2:] if build.is_cuda else "",
+        "accelerator": axes.image_tag(build.cuda),
+        "rocm_version": axes.rocm_version(build.cuda),
+        "arch": build.target_arch,
+    }
+
+
 @dataclass(frozen=True, kw_only=True)
 class Config:
     path: Path
@@ -253,32 +315,26 @@ class Config:
             key="machines",
         )
 
+    def image_entry(self, build: Build) -> str:
+        return image_entry(self.images, build)
+
     def image_for(self, build: Build) -> str:
-        for table in (self.images.get(build.package, {}), self.images.get("default", {})):
-            image = table.get(build.cuda) or table.get("default")
-            if image and image.startswith("@") and image[1:] in self.builders:
-                # A declared builder: its image for this CUDA, tagged with the spec's hash.
-                try:
-                    return self.builders[image[1:]].tag_for(build.cuda)
-                except SpecError as e:
-                    raise ConfigError(str(e), file=str(self.path), key=e.key, hint=e.hint) from e
-            if image:
-                # Placeholders let one entry cover every CUDA version:
-                # {cuda} cu126, {cuda_version} 12.6, {cuda_digits} 126.
-                return image.format(
-                    cuda=build.cuda,
-                    cuda_version=build.cuda_version,
-                    cuda_digits=build.cuda[2:] if build.is_cuda else "",
-                )
+        image = self.image_entry(build)
+        if image and image.startswith("@") and image[1:] in self.builders:
+            # A declared builder: its image for this CUDA, tagged with the spec's hash.
+            try:
+                return self.builders[image[1:]].tag_for(build.cuda)
+            except SpecError as e:
+                raise ConfigError(str(e), file=str(self.path), key=e.key, hint=e.hint) from e
+        if image:
+            # Placeholders let one entry cover every accelerator (docs/images.md).
+            return image.format(**image_placeholders(build))
         return ""
 
     def builder_for(self, build: Build) -> BuilderSpec | None:
         """The declared builder whose image a container build of `build` runs in, if any."""
-        for table in (self.images.get(build.package, {}), self.images.get("default", {})):
-            image = table.get(build.cuda) or table.get("default")
-            if image:
-                return self.builders.get(image[1:]) if image.startswith("@") else None
-        return None
+        image = self.image_entry(build)
+        return self.builders.get(image[1:]) if image.startswith("@") else None
 
     def manylinux_for(self, build: Build, executor: str = "container") -> str:
         """A manywheel build's manylinux policy ("2_28", "off", "": none declared): its
@@ -303,7 +359,7 @@ class Config:
 
     def estimate_for(self, build: Build) -> float:
         est = self.estimates.get(build.package) or self.estimates["default"]
-        one = est.cuda_s if build.is_cuda else est.cpu_s
+        one = est.for_build(build)
         return one * len(build.variants) if build.package == "libtorch" else one
 
     def uses_history_estimates(self) -> bool:

@@ -22,6 +22,7 @@ from pathlib import Path
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.files import boot_id, proc_stat
 from nightly.hardening import BuildUser
+from nightly.plan.axes import family
 from nightly.plan.matrix import cuda_version, python_number
 
 # Variables passed through from the caller: harmless, and needed for a sane build.
@@ -130,7 +131,7 @@ class LocalExecutor(Executor):
             python = find_python(job.python, self.pythons)
             path.insert(0, str(Path(python).parent))
             env["PYTHON"] = python
-            if job.cuda != "cpu":
+            if family(job.cuda) == "cuda":  # ROCm and XPU builds bring their own toolchains
                 root = find_cuda(job.cuda, self.cuda)
                 env["CUDA_HOME"] = root
                 path.insert(0, os.path.join(root, "bin"))

@@ -443,7 +443,9 @@ def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) ->
                  estimates={pb.build.id: pb.estimate_s for pb in mp.builds})
 
 
-def builds_from_cli(config: Config, package: str, pythons: str, cudas: str) -> list[Build]:
+def builds_from_cli(
+    config: Config, package: str, pythons: str, cudas: str, arch: str = ""
+) -> list[Build]:
     platform = this_platform()
     lt = config.libtorch_matrix(platform)
     try:
@@ -451,6 +453,7 @@ def builds_from_cli(config: Config, package: str, pythons: str, cudas: str) -> l
             package, pythons, cudas, platform=platform,
             libtorch_python=lt.python if lt else "3",
             libtorch_variants=lt.variants if lt else ("shared-with-deps",),
+            arch=arch,
         )
     except SpellingError as e:
         raise UsageError(str(e)) from e

@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import nightly.plan.axes as axes
+
 PACKAGES = ("conda", "manywheel", "wheel", "libtorch")
 PLATFORMS = ("linux", "macos")
 # Package types that exist on one platform only.
@@ -32,8 +34,9 @@ _CUDA_CU_RE = re.compile(r"^(?:cu|cuda)([0-9]{2,4})$")
 _CUDA_DOT_RE = re.compile(r"^(?:cuda)?([0-9]{1,2})\.([0-9])$")
 
 
-class SpellingError(ValueError):
-    """A malformed Python or CUDA spelling; config/cli turn it into a located error."""
+class SpellingError(axes.AxisError):
+    """A malformed Python, CUDA, accelerator or architecture spelling; config/cli turn it
+    into a located error."""
 
 
 def normalize_cuda(text: str) -> str:
@@ -52,9 +55,33 @@ def normalize_cuda(text: str) -> str:
     )
 
 
+def normalize_accelerator(text: str) -> str:
+    """An accelerator in the CUDA slot: `cpu`, a CUDA spelling (-> `cuXYZ`), `rocmX.Y`, `xpu`."""
+    try:
+        other = axes.normalize_other(text)
+    except axes.AxisError as e:
+        raise SpellingError(str(e)) from e
+    if other is not None:
+        return other
+    try:
+        return normalize_cuda(text)
+    except SpellingError as e:
+        raise SpellingError(
+            f"'{text}' is not a CUDA version or other accelerator: write cpu, cuXY[Z] (cu100, "
+            "cu126) or X.Y (10.0, 12.6), rocmX.Y (rocm7.2) or xpu"
+        ) from e
+
+
+def normalize_arch(text: str, platform: str) -> str:
+    try:
+        return axes.normalize_arch(text, platform)
+    except axes.AxisError as e:
+        raise SpellingError(str(e)) from e
+
+
 def cuda_version(cuda: str) -> str:
-    """`cu100` -> `10.0`, `cu126` -> `12.6`, `cu80` -> `8.0`, `cpu` -> ``."""
-    if cuda == "cpu":
+    """`cu100` -> `10.0`, `cu126` -> `12.6`, `cu80` -> `8.0`, `cpu` (and ROCm, XPU) -> ``."""
+    if axes.family(cuda) != "cuda":
         return ""
     digits = cuda[2:]
     return f"{int(digits[:-1])}.{digits[-1]}"
@@ -66,8 +93,12 @@ def normalize_python(text: str) -> str:
     if not _PYTHON_RE.match(s):
         raise SpellingError(
             f"'{text}' is not a Python version: write X.Y with an optional ABI suffix "
-            "(3.11, 3.6m, 2.7mu, 3.13t)"
+            "(3.11, 3.6m, 2.7mu, 3.14t)"
         )
+    try:
+        axes.check_free_threaded(s)
+    except axes.AxisError as e:
+        raise SpellingError(str(e)) from e
     return s
 
 
@@ -96,11 +127,17 @@ class Build:
     variant: str = ""  # libtorch only
     platform: str = "linux"
     devtoolset: str = ""
+    # The target architecture; "" is the platform's default (x86_64 on Linux, arm64 on
+    # macOS), which ids leave out. Expansion writes "" for the default, so equal builds
+    # compare equal.
+    arch: str = ""
 
     @property
     def id(self) -> str:
         middle = self.variant if self.package == "libtorch" else self.python
         ident = f"{self.package}_{middle}_{self.cuda}"
+        if self.arch and self.arch != axes.default_arch(self.platform):
+            ident += f"_{self.arch}"  # manywheel_3.12_cpu_aarch64
         # conda and libtorch exist on both platforms; the macOS ones carry a suffix so every
         # identifier in a plan is unique (wheel is macOS-only and needs none).
         if self.platform == "macos" and self.package != "wheel":
@@ -108,8 +145,41 @@ class Build:
         return ident
 
     @property
+    def target_arch(self) -> str:
+        """The architecture, the platform's default spelt out."""
+        return self.arch or axes.default_arch(self.platform)
+
+    @property
+    def accelerator(self) -> str:
+        """The CUDA slot under its 2026 name: cpu, cuXYZ, rocmX.Y or xpu."""
+        return self.cuda
+
+    @property
+    def family(self) -> str:
+        """cpu, cuda, rocm or xpu."""
+        return axes.family(self.cuda)
+
+    @property
     def is_cuda(self) -> bool:
-        return self.cuda != "cpu"
+        """A CUDA build (its tests want an NVIDIA GPU); not ROCm or XPU."""
+        return self.family == "cuda"
+
+    @property
+    def local_suffix(self) -> str:
+        """`+cu130`, `+rocm7.2`, `+xpu`; "" for cpu."""
+        return axes.local_suffix(self.cuda)
+
+    @property
+    def label(self) -> str:
+        """PyTorch's name for it (`manywheel-py3_14t-rocm7_2`, `wheel-py3_10-cpu-aarch64`)."""
+        return axes.pytorch_label(package=self.package, python=self.python,
+                                  accelerator=self.cuda, variant=self.variant,
+                                  platform=self.platform, arch=self.target_arch)
+
+    @property
+    def python_abi(self) -> str:
+        """cp314t for 3.14t ("" for libtorch's "3": any interpreter)."""
+        return axes.python_abi(self.python) if _PYTHON_RE.match(self.python) else ""
 
     @property
     def cuda_version(self) -> str:
@@ -136,8 +206,11 @@ class PackageMatrix:
     devtoolset: str = ""
     manylinux: str = ""  # manywheel: the declared policy ("2_28", "off", "": none)
     toolchain: str = ""  # manywheel: the policy's C/C++ toolchain ("sysroot", "zig"; "": sysroot)
+    archs: tuple[str, ...] = ()  # target architectures ("": the platform's default only)
 
     def expand(self) -> list[Build]:
+        default = axes.default_arch(self.platform)
+        archs = [("" if a == default else a) for a in self.archs] or [""]
         if self.package == "libtorch":
             return [
                 Build(
@@ -147,7 +220,9 @@ class PackageMatrix:
                     variant=variant,
                     platform=self.platform,
                     devtoolset=self.devtoolset,
+                    arch=arch,
                 )
+                for arch in archs
                 for cuda in self.cudas
                 for variant in self.variants
             ]
@@ -158,7 +233,9 @@ class PackageMatrix:
                 cuda=cuda,
                 platform=self.platform,
                 devtoolset=self.devtoolset,
+                arch=arch,
             )
+            for arch in archs
             for python in self.pythons
             for cuda in self.cudas
         ]
@@ -187,23 +264,23 @@ def near_misses(pattern: str, ids: Iterable[str], n: int = 5) -> list[str]:
     return close[:n]
 
 
+def matches(build: Build, pattern: str) -> bool:
+    """A selector glob matches a build's id or its PyTorch label."""
+    return fnmatch.fnmatchcase(build.id, pattern) or fnmatch.fnmatchcase(build.label, pattern)
+
+
 def select(
     builds: Sequence[Build], include: Sequence[str], exclude: Sequence[str]
 ) -> tuple[list[Build], list[str]]:
-    """Apply include-then-exclude globs.
+    """Apply include-then-exclude globs (on ids or labels).
 
     Returns the builds and the patterns that matched nothing.
     """
-    unmatched: list[str] = []
-    ids = [b.id for b in builds]
-    for pattern in (*include, *exclude):
-        if not any(fnmatch.fnmatchcase(i, pattern) for i in ids):
-            unmatched.append(pattern)
+    unmatched = [p for p in (*include, *exclude) if not any(matches(b, p) for b in builds)]
     chosen = [
         b
         for b in builds
-        if any(fnmatch.fnmatchcase(b.id, p) for p in include)
-        and not any(fnmatch.fnmatchcase(b.id, p) for p in exclude)
+        if any(matches(b, p) for p in include) and not any(matches(b, p) for p in exclude)
     ]
     return chosen, unmatched
 
@@ -216,6 +293,7 @@ def parse_spec(
     platform: str,
     libtorch_python: str = "",
     libtorch_variants: Sequence[str] = LIBTORCH_VARIANTS,
+    arch: str = "",
 ) -> list[Build]:
     """`manywheel 3.6m,3.7m cpu,cu100` -> builds, as on the command line and in explicit queues.
 
@@ -232,7 +310,9 @@ def parse_spec(
         if package == "wheel":
             raise SpellingError("wheel builds are macOS builds; on Linux build manywheel")
         raise SpellingError(f"{package} builds are Linux builds; on macOS build wheel")
-    cuda_list = [normalize_cuda(c) for c in _split(cudas)]
+    cuda_list = [normalize_accelerator(c) for c in _split(cudas)]
+    arch = "" if not arch else normalize_arch(arch, platform)
+    arch = "" if arch == axes.default_arch(platform) else arch
     if package == "libtorch":
         items = _split(pythons)
         valid = (*LIBTORCH_VARIANTS, LIBTORCH_ALL)
@@ -247,13 +327,13 @@ def parse_spec(
                 f"'{pythons}': libtorch takes variants ({', '.join(valid)}) or one Python version"
             )
         return [
-            Build(package=package, python=py, cuda=c, variant=v, platform=platform)
+            Build(package=package, python=py, cuda=c, variant=v, platform=platform, arch=arch)
             for c in cuda_list
             for v in variants
         ]
     py_list = [normalize_python(p) for p in _split(pythons)]
     return [
-        Build(package=package, python=p, cuda=c, platform=platform)
+        Build(package=package, python=p, cuda=c, platform=platform, arch=arch)
         for p in py_list
         for c in cuda_list
     ]

@@ -10,14 +10,14 @@ without talking to the others.
 from __future__ import annotations
 
 import fnmatch
-import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from nightly.config import Config, Machine
 from nightly.errors import ConfigError, NothingSelected, UsageError
-from nightly.plan.matrix import Build, SpellingError, near_misses, parse_spec
+from nightly.plan import routing
+from nightly.plan.matrix import Build, SpellingError, matches, near_misses, parse_spec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +50,8 @@ class MachinePlan:
     platform: str
     executor: str
     queues: tuple[QueuePlan, ...]
+    archs: tuple[str, ...] = ()  # what it can build (the routing), as Machine.arch_list
+    accelerators: tuple[str, ...] = ()
 
     @property
     def builds(self) -> list[PlannedBuild]:
@@ -72,6 +74,8 @@ class MachinePlan:
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     machines: tuple[MachinePlan, ...]
+    # The bound the routing imposes (builds only some machines can take: routing.bound).
+    routed_bound_s: float = 0.0
 
     @property
     def builds(self) -> list[PlannedBuild]:
@@ -92,7 +96,7 @@ class Plan:
                     [pb.estimate_s for m in ms for pb in m.builds], sum(len(m.queues) for m in ms)
                 )
             )
-        return max(bounds, default=0.0)
+        return max(self.routed_bound_s, *bounds) if bounds else self.routed_bound_s
 
     def machine(self, name: str) -> MachinePlan:
         for m in self.machines:
@@ -114,6 +118,10 @@ class Plan:
                     "cuda": pb.build.cuda,
                     "variant": pb.build.variant,
                     "platform": pb.build.platform,
+                    "arch": pb.build.target_arch,
+                    "accelerator": pb.build.accelerator,
+                    "family": pb.build.family,
+                    "label": pb.build.label,
                     "machine": pb.machine,
                     "queue": pb.queue,
                     "estimate_s": pb.estimate_s,
@@ -128,6 +136,8 @@ class Plan:
                     "name": m.name,
                     "platform": m.platform,
                     "executor": m.executor,
+                    "archs": list(m.archs),
+                    "accelerators": list(m.accelerators),
                     "makespan_s": m.makespan_s,
                     "lower_bound_s": m.lower_bound_s,
                     "queues": [
@@ -182,24 +192,17 @@ def make_plan(
                     queues[(mi, qi)].append((b, True))
 
     rest = sorted((b for b in builds if b.id not in pinned), key=lambda b: (-est(b), b.id))
-    # One heap per platform of (free-at, machine index, queue index).
-    heaps: dict[str, list[tuple[float, int, int]]] = {}
-    for (mi, qi), items in queues.items():
-        load = sum(est(b) for b, _ in items)
-        heaps.setdefault(config.machines[mi].platform, []).append((load, mi, qi))
-    for heap in heaps.values():
-        heapq.heapify(heap)
+    loads = {q: sum(est(b) for b, _ in items) for q, items in queues.items()}
+    router = routing.Router(config, loads)
     for b in rest:
-        h = heaps.get(b.platform)
-        if not h:
-            raise ConfigError(
-                f"build {b.id} needs a {b.platform} machine and none is configured",
-                file=str(config.path),
-                key="machines",
-            )
-        load, mi, qi = heapq.heappop(h)
+        mi, qi = router.place(b, est(b))
         queues[(mi, qi)].append((b, False))
-        heapq.heappush(h, (load + est(b), mi, qi))
+    pinned_to = {b.id: (mi,) for (mi, _), items in queues.items() for b, explicit in items
+                 if explicit}
+    bound = routing.bound(
+        [(est(b), pinned_to.get(b.id) or router.eligible(b)) for b in builds],
+        [m.queues for m in config.machines],
+    )
 
     machines = []
     for mi, m in enumerate(config.machines):
@@ -218,9 +221,10 @@ def make_plan(
                 t += e
             qplans.append(QueuePlan(index=qi, builds=tuple(pbs)))
         machines.append(
-            MachinePlan(name=m.name, platform=m.platform, executor=m.executor, queues=tuple(qplans))
+            MachinePlan(name=m.name, platform=m.platform, executor=m.executor, queues=tuple(qplans),
+                        archs=m.arch_list, accelerators=m.accelerator_list)
         )
-    return Plan(machines=tuple(machines))
+    return Plan(machines=tuple(machines), routed_bound_s=bound)
 
 
 def _resolve_queue(
@@ -275,6 +279,14 @@ def _resolve_queue(
                     file=str(config.path),
                     key=key,
                 )
+            if not machine.can_build(b):
+                raise ConfigError(
+                    f"{i} ({b.target_arch}, {b.cuda}) is listed on machine "
+                    f"{machine.describe()}, which cannot build it",
+                    file=str(config.path),
+                    key=key,
+                    hint="add its architecture to archs and its accelerator to accelerators",
+                )
             if i in selected:  # builds the selectors removed simply drop out of the queue
                 out.append(selected[i])
     return out
@@ -293,8 +305,9 @@ def filter_plan(plan: Plan, *, machine: str | None = None, ids: set[str] | None 
             )
             for q in m.queues
         )
-        ms.append(MachinePlan(name=m.name, platform=m.platform, executor=m.executor, queues=qs))
-    return Plan(machines=tuple(ms))
+        ms.append(MachinePlan(name=m.name, platform=m.platform, executor=m.executor, queues=qs,
+                              archs=m.archs, accelerators=m.accelerators))
+    return Plan(machines=tuple(ms), routed_bound_s=plan.routed_bound_s)
 
 
 def select_cli(config: Config, selects: Sequence[str]) -> list[Build]:
@@ -304,7 +317,7 @@ def select_cli(config: Config, selects: Sequence[str]) -> list[Build]:
     if not selects:
         return builds
     check_globs(config, selects, "--select", NothingSelected)
-    return [b for b in builds if any(fnmatch.fnmatchcase(b.id, p) for p in selects)]
+    return [b for b in builds if any(matches(b, p) for p in selects)]
 
 
 def check_globs(
@@ -314,7 +327,7 @@ def check_globs(
     """Each glob matches a build of the config, or `error` names it and its near misses."""
     ids = [b.id for b in config.builds]
     for pattern in globs:
-        if not any(fnmatch.fnmatchcase(i, pattern) for i in ids):
+        if not any(matches(b, pattern) for b in config.builds):
             close = near_misses(pattern, ids)
             raise error(
                 f"{option} '{pattern}' matches no build"

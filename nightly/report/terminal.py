@@ -30,6 +30,7 @@ def _console() -> Console:
 
 
 def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
+    from rich.markup import escape
     from rich.table import Table
     console = _console()
 
@@ -37,8 +38,10 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
     for m in plan.machines:
         if not m.builds:
             continue
+        routes = f" {', '.join(m.archs)}; {', '.join(m.accelerators)}" if m.archs else ""
         t = Table(
-            title=f"machine {m.name} ({m.platform}, {len(m.queues)} queues, {m.executor})",
+            title=f"machine {m.name} ({m.platform}{routes}; {len(m.queues)} queues, "
+            f"{m.executor})",
             title_justify="left",
         )
         t.add_column("queue", justify="right")
@@ -46,7 +49,8 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
         t.add_column("finish", justify="right")
         for q in m.queues:
             names = ", ".join(
-                f"{pb.build.id} ({hms(pb.estimate_s)}){'' if pb.explicit else '*'}"
+                f"{pb.build.id} {escape('[' + pb.build.label + ']')} ({hms(pb.estimate_s)})"
+                f"{'' if pb.explicit else '*'}"
                 for pb in q.builds
             )
             t.add_row(str(q.index), names or "-", hms(q.finish_s))

@@ -6,8 +6,12 @@
 #
 # Environment: the recipe contract of docs/recipes.md, plus (all optional) PYTHON, CUDA_HOME,
 # WORK_DIR as described in recipes/common/lib.sh, and:
+#   MANYLINUX_PLATFORM the platform tag to repair to, decided by nightly from the policy and
+#                     the build's architecture (manylinux_2_28_aarch64 for an aarch64 build,
+#                     whatever machine runs it); it wins over AUDITWHEEL_PLAT.
 #   AUDITWHEEL_PLAT   platform tag for `auditwheel repair --plat` (manylinux images set it,
-#                     e.g. manylinux2014_x86_64); unset: manylinux_<NIGHTLY_MANYLINUX>_<arch>,
+#                     e.g. manylinux2014_x86_64); unset: manylinux_<NIGHTLY_MANYLINUX>_<arch>
+#                     with this machine's arch (callers older than MANYLINUX_PLATFORM),
 #                     else auditwheel's own choice, the most compatible tag the wheel satisfies.
 #   NIGHTLY_MANYLINUX the declared policy (2_28; off): the repair must reach it or the build
 #                     fails with auditwheel's reason.
@@ -34,8 +38,10 @@ build_python_wheel
 # checks the delivered wheel's tag again before anything is filed or published.
 final="$WHEEL"
 policy="${NIGHTLY_MANYLINUX:-}"
-if [[ -n "$policy" && "$policy" != off && -z "${AUDITWHEEL_PLAT:-}" ]]; then
-    AUDITWHEEL_PLAT="manylinux_${policy}_$(uname -m)"
+if [[ -n "${MANYLINUX_PLATFORM:-}" && "$policy" != off ]]; then
+    AUDITWHEEL_PLAT="$MANYLINUX_PLATFORM"   # nightly's one rule: the build's architecture
+elif [[ -n "$policy" && "$policy" != off && -z "${AUDITWHEEL_PLAT:-}" ]]; then
+    AUDITWHEEL_PLAT="manylinux_${policy}_$(uname -m)"   # an older caller: this machine's
 fi
 if command -v auditwheel >/dev/null 2>&1; then
     repair=(auditwheel repair -w "$WORK_DIR/wheelhouse")

@@ -11,7 +11,13 @@ fresh_venv() {
   py=${PYTHON:-}
   if [ -z "$py" ]; then
     num=${DESIRED_PYTHON%%[a-z]*}
-    for cand in "/opt/python/cp${num/./}-cp${num/./}"*/bin/python "python$num" python3; do
+    if [ "${DESIRED_PYTHON%t}" != "$DESIRED_PYTHON" ]; then
+      # Free-threaded: its own ABI's interpreter, never the GIL one of the same version.
+      set -- "/opt/python/cp${num/./}-cp${num/./}t/bin/python" "python${num}t"
+    else
+      set -- "/opt/python/cp${num/./}-cp${num/./}"*/bin/python "python$num" python3
+    fi
+    for cand in "$@"; do
       if command -v "$cand" >/dev/null 2>&1; then py=$cand; break; fi
     done
   fi
@@ -20,4 +26,28 @@ fresh_venv() {
   "$py" -m venv "$work/venv"
   vpy="$work/venv/bin/python"
   "$vpy" -m pip install --quiet --no-index --no-deps "$SOURCE_DIR"/*.whl
+}
+
+# gil_check PY MODULE : for a free-threaded build (DESIRED_PYTHON 3.14t), PY must run MODULE
+# with the GIL disabled: sys._is_gil_enabled() False after the import (an extension that does
+# not declare free-threading support turns the GIL back on when it is imported). Nothing to
+# check for any other build.
+gil_check() {
+  local py=$1 module=$2
+  case "${DESIRED_PYTHON:-}" in
+    *t) ;;
+    *) return 0 ;;
+  esac
+  echo "smoke: free-threaded build: checking that $module runs with the GIL disabled"
+  "$py" - "$module" <<'PY'
+import importlib, sys
+if not hasattr(sys, "_is_gil_enabled"):
+    sys.exit(f"smoke: {sys.executable} ({sys.version.split()[0]}) is no free-threaded "
+             "interpreter (no sys._is_gil_enabled)")
+importlib.import_module(sys.argv[1])
+if sys._is_gil_enabled():
+    sys.exit(f"smoke: the GIL is enabled after importing {sys.argv[1]}: the build is not "
+             "free-threaded (an extension without Py_mod_gil, or PYTHON_GIL=1)")
+print("smoke: GIL disabled: free-threaded build")
+PY
 }

@@ -34,7 +34,10 @@ if mv is not None and mv not in (expect, os.environ["BUILD_VERSION"]):
     else:
         sys.exit(f"smoke: {name}.__version__ is {mv}, expected {expect}")
 PY
-if [ "${DESIRED_CUDA:-cpu}" != cpu ] && [ -n "${SMOKE_CUDA_CHECK:-}" ]; then
+gil_check "$vpy" "$SMOKE_IMPORT"
+# CUDA builds only (ACCELERATOR; callers before it: any DESIRED_CUDA but cpu).
+if [ "${ACCELERATOR:-${DESIRED_CUDA:-cpu}}" != cpu ] && [ "${ACCELERATOR:-cuda}" = cuda ] &&
+   [ -n "${SMOKE_CUDA_CHECK:-}" ]; then
   echo "smoke: CUDA build check"
   "$vpy" -c "$SMOKE_CUDA_CHECK"
   echo "smoke: CUDA build check passed"

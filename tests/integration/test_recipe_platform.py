@@ -1,0 +1,53 @@
+"""The manywheel recipe repairs to the platform nightly decided from the build's
+architecture (MANYLINUX_PLATFORM), not to this machine's `uname -m`; without it (a caller
+older than the variable) it falls back to uname. Real auditwheel, on the demo's real wheel.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import pytest
+
+from nightly.manylinux import platform_env
+from tests.integration import recipe_env as renv
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(platform.system() != "Linux", reason="the Linux recipes build on Linux"),
+]
+
+
+def _run(tmp_path: Path, extra: dict[str, str]) -> renv.RecipeRun:
+    python = renv.pyenv_python("3.12")
+    if python is None:
+        pytest.fail("no Python 3.12 interpreter on this machine (pyenv provides it here)")
+    src = renv.readonly_copy_of_demo(tmp_path / "demo")
+    try:
+        env = renv.contract_env(package_type="manywheel", source_dir=src,
+                                output_dir=tmp_path / "out", work_dir=tmp_path / "work",
+                                desired_python="3.12", python=python, extra=extra)
+        return renv.run_recipe("manywheel", env)
+    finally:
+        renv.make_writable(src)
+
+
+def test_an_aarch64_build_is_repaired_to_aarch64_whatever_runs_it(tmp_path: Path) -> None:
+    if platform.machine() != "x86_64":
+        pytest.fail("this test builds an x86_64 wheel and asks for aarch64: run it on x86_64")
+    env = platform_env("2_28", "aarch64")
+    assert env["MANYLINUX_PLATFORM"] == "manylinux_2_28_aarch64"
+    run = _run(tmp_path, env)
+    # The wheel compiled here is x86_64: auditwheel is asked for aarch64 and refuses, and the
+    # recipe fails naming the platform it was given (never a mislabelled wheel).
+    assert run.returncode != 0, run.describe()
+    assert "--plat manylinux_2_28_aarch64" in run.output, run.describe()
+    assert "cannot meet the manylinux policy manylinux_2_28_aarch64" in run.output
+    assert run.packages == []
+
+
+def test_without_the_variable_the_recipe_uses_this_machine(tmp_path: Path) -> None:
+    run = _run(tmp_path, {"NIGHTLY_MANYLINUX": "2_28"})
+    assert f"--plat manylinux_2_28_{platform.machine()}" in run.output, run.describe()
+    assert run.returncode == 0, run.describe()
