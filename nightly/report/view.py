@@ -240,11 +240,12 @@ def _judge(v: BuildView) -> None:
 
 
 def find_log(day: Day, build_id: str, recorded: object = None) -> Path | None:
-    """The build's log: where state.json says, else failed/, succeeded/, the running log."""
+    """The build's log: where state.json says (only inside the day folder: Day.inside),
+    else failed/, succeeded/, the running log."""
     candidates = []
-    if isinstance(recorded, str) and recorded:
-        p = Path(recorded)
-        candidates.append(p if p.is_absolute() else day.path / p)
+    named = day.inside(recorded)
+    if named is not None:
+        candidates.append(named)
     candidates += [
         day.failed / f"{build_id}.log",
         day.succeeded / f"{build_id}.log",
