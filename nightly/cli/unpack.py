@@ -4,7 +4,8 @@ An sdist is one folder `<name>-<version>/` (PyPA's sdist format); `nightly init 
 it beside the config. The archive comes from anywhere, so it is read as hostile:
 
 - every member must lie under that one top folder (named like the archive); a member outside
-  it, an absolute name, a `..` part or a backslash refuses the archive;
+  it, an absolute name, a `..` part, a backslash or a `.git` folder (a repository nightly would
+  clone from, its config and hooks run on the host) refuses the archive;
 - only regular files and folders are written: a symbolic or hard link, a device, a fifo
   refuses the archive; files get mode 0644 (0755 when executable), never set-id bits;
 - at most MAX_MEMBERS members and MAX_TOTAL_BYTES unpacked, and never more than MAX_RATIO
@@ -200,6 +201,8 @@ def _rel(name: str, stem: str, archive: Path) -> tuple[str, ...]:
         raise _refuse(archive, f"member {name!r} leads out of its folder ('..')")
     if not parts or parts[0] != stem:
         raise _refuse(archive, f"member {name!r} is outside the sdist's top folder {stem}/")
+    if ".git" in parts:  # a repository's config and hooks run on the host (nightly clones it)
+        raise _refuse(archive, f"member {name!r} is part of a git repository; an sdist has none")
     return tuple(parts[1:])
 
 

@@ -84,6 +84,8 @@ ATTACKS = {
     # The probe's own: a file beside the config, a git hook, the config itself.
     "dotdot": [_info(f"{STEM}/../README.victim", data=b"owned\n")],
     "git-hook": [_info(".git/hooks/pre-commit", data=b"#!/bin/sh\ntouch pwned\n", mode=0o755)],
+    "git-config-inside": [_info(f"{STEM}/.git/config",
+                                data=b"[core]\n\tfsmonitor = touch pwned\n")],
     "config": [_info("nightly.toml", data=b"[notify]\ncommand = 'touch pwned'\n")],
     "absolute": [_info("/tmp/nightly-t39a-absolute", data=b"x")],
     "symlink": [_info(f"{STEM}/link", tarfile.SYMTYPE, linkname="../../README.victim")],
@@ -187,6 +189,27 @@ def test_a_good_sdist_writes_its_folder_and_the_config_only(place: tuple[Path, P
     code, _out, err = run_nightly(["init", str(sdist)], cwd=work)
     assert "unpacked before?" in _refused(code, err)
     assert not (work / "nightly.toml").exists()
+
+
+def test_a_good_zip_sdist_unpacks_and_too_many_members_are_refused(
+    place: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work, downloads = place
+    sdist = downloads / f"{STEM}.zip"
+    with zipfile.ZipFile(sdist, "w") as z:
+        for rel, text in GOOD.items():
+            z.writestr(f"{STEM}/{rel}", text)
+    code, _out, err = _invoke(["init", str(sdist), "--config", str(work / "nightly.toml")])
+    assert code == 0, err
+    assert (work / STEM / "victim" / "__init__.py").is_file()
+    # The member bound (100,000) lowered for the test: refused, nothing left.
+    monkeypatch.setattr("nightly.cli.unpack.MAX_MEMBERS", len(GOOD) - 1)
+    other = tmp_path / "other"
+    other.mkdir()
+    before = _tree(tmp_path)
+    code, _out, err = _invoke(["init", str(sdist), "--config", str(other / "nightly.toml")])
+    assert f"more than {len(GOOD) - 1} members" in _refused(code, err)
+    assert _tree(tmp_path) == before
 
 
 def test_init_failing_after_unpacking_removes_the_folder(place: tuple[Path, Path]) -> None:
