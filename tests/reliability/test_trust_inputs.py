@@ -91,7 +91,7 @@ def test_a_bad_pyproject_fails_the_builds_and_the_night_still_reports_and_notifi
 
 
 def _history(p: Any) -> Path:
-    return p.path / "nightlies" / "history.sqlite"
+    return Path(p.path) / "nightlies" / "history.sqlite"
 
 
 def _recorded(history: Path) -> set[str]:
