@@ -72,7 +72,9 @@ def test_a_bad_pyproject_fails_the_builds_and_the_night_still_reports_and_notifi
     script = tmp_path / "notify.sh"
     script.write_text(f'#!/bin/sh\ncat > "{notified}"\n')
     script.chmod(0o755)
-    p = night_project(matrix=MATRIX, extra=f'[notify]\ncommand = "{script}"\n')
+    # The wheelhouse (prepared before any build, from the same pyproject.toml) is skipped.
+    p = night_project(matrix=MATRIX, extra=f'[notify]\ncommand = "{script}"\n'
+                                           '[build]\nwheelhouse = true\n')
     (p.path / "src" / "pyproject.toml").write_bytes(text)
     code, out, err = run_cli(run_args(p.config))
     assert code == 1, (out, err)
@@ -84,6 +86,7 @@ def test_a_bad_pyproject_fails_the_builds_and_the_night_still_reports_and_notifi
         assert key in reason, reason
         assert p.starts(bid) == 0  # failed before its recipe ran
     assert (p.day / "report.html").is_file()
+    assert "wheelhouse: not prepared: " in (p.day / "logs" / "master" / "run.log").read_text()
     assert json.loads(notified.read_text())["builds"].keys() >= set(BUILDS)
 
 
