@@ -227,6 +227,7 @@ def _prepare(
         note(msg)
     checkout = src.prepare(config.project, day.source, date, config_dir=config.path.parent)
     state = State(day.state_path)
+
     def warn(line: str) -> None:  # a corrupt history, set aside: said, never fatal
         print(line, file=sys.stderr)
         note(line)
