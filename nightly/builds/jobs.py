@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nightly.builds.reproducible import reproducible_env
 from nightly.config import Config
-from nightly.config.detect import resolve_version_from
+from nightly.config.detect import PyProjectError, VersionChoice, resolve_version_from
 from nightly.executors.base import Job
 from nightly.manylinux import OFF, glibc_of, platform_env
 from nightly.plan.axes import manylinux_interpreter
@@ -178,7 +178,10 @@ def package_version(build: Build, version: str, version_from: str) -> str:
 def version_env(ctx: RunContext, build: Build) -> dict[str, str]:
     """NIGHTLY_VERSION_FROM as the build uses it ("auto" resolved from the night's source),
     NIGHTLY_VERSION_REASON, which the recipe logs, and the package's version."""
-    choice = resolve_version_from(ctx.config.project.version_from, ctx.source_dir)
+    try:
+        choice = resolve_version_from(ctx.config.project.version_from, ctx.source_dir)
+    except PyProjectError as e:  # the build is failed with this line before its recipe runs
+        choice = VersionChoice("keep", str(e))
     return {"NIGHTLY_VERSION_FROM": choice.strategy, "NIGHTLY_VERSION_REASON": choice.reason,
             "PACKAGE_VERSION": package_version(build, ctx.version, choice.strategy)}
 

@@ -23,6 +23,7 @@ from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
 from nightly.builds.collect import PackageFile, check_policy, collect_build
 from nightly.builds.jobs import RunContext, make_job, prepare_toolchain
 from nightly.builds.reproducible import normalise_packages
+from nightly.config.pyproject import pyproject_problem
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
 from nightly.plan.matrix import Build
@@ -138,9 +139,16 @@ class Runner:
             log.write(safe_url(mask(head, *secrets)).encode())
             log.write(f"[nightly] {cache_note}\n".encode() if cache_note else b"")
             try:
-                problem = prepare_toolchain(job, sink)  # a host build's manylinux toolchain
-                result = (ExecResult(exit_status=None, reason=problem, infra=True) if problem
-                          else self.executor.run(job, recipe_sink, self.cancel))
+                # The project's pyproject.toml of another shape than PEP 517/621 say: this
+                # build fails with that line (the night goes on, reports and notifies).
+                bad = pyproject_problem(job.source_dir)
+                if bad:
+                    sink(f"[nightly] {bad}\n".encode())
+                    result = ExecResult(exit_status=None, reason=bad)
+                else:
+                    problem = prepare_toolchain(job, sink)  # a host build's manylinux toolchain
+                    result = (ExecResult(exit_status=None, reason=problem, infra=True) if problem
+                              else self.executor.run(job, recipe_sink, self.cancel))
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started

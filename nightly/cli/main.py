@@ -76,11 +76,13 @@ def _version_strategy(config: Any) -> tuple[str, str]:
     import os
 
     from nightly.config.detect import resolve_version_from
+    from nightly.config.pyproject import read_pyproject
 
     source, configured = config.project.source, config.project.version_from
     if configured == "auto" and ("://" in source or source.startswith("git@")):
         return "auto", "decided from the night's checkout of the source"
     path = (config.path.resolve().parent / os.path.expanduser(source)).resolve()
+    read_pyproject(path)  # of another shape than PEP 517/621 say: one line, exit 2
     choice = resolve_version_from(configured, path)
     return choice.strategy, choice.reason
 

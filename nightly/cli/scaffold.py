@@ -10,10 +10,10 @@ mirror to publish into.
 from __future__ import annotations
 
 import configparser
+import os
 import re
 import sys
-import tarfile
-import zipfile
+import unicodedata
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
@@ -22,7 +22,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from nightly.config.detect import VersionChoice, detect_version_strategy, read_pyproject
+from nightly.cli.unpack import removed_on_failure, unpack_sdist
+from nightly.config.detect import MAX_READ, VersionChoice, detect_version_strategy
+from nightly.config.pyproject import PyProject, read_pyproject
 from nightly.errors import UsageError
 
 if sys.version_info >= (3, 11):
@@ -55,37 +57,17 @@ class ProjectFacts:
     strategy: VersionChoice
 
 
-def unpack_sdist(archive: Path, dest_dir: Path) -> Path:
-    """An sdist unpacked into dest_dir (once): the folder its archive holds."""
-    name = archive.name
-    for suffix in (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip"):
-        if name.endswith(suffix):
-            stem = name[: -len(suffix)]
-            break
-    else:
-        raise UsageError(f"{archive} is neither a folder nor an sdist (.tar.gz, .zip)")
-    dest = dest_dir / stem
-    if dest.is_dir():
-        return dest
-    try:
-        if name.endswith(".zip"):
-            with zipfile.ZipFile(archive) as z:
-                z.extractall(dest_dir)
-        else:
-            with tarfile.open(archive) as tar:
-                tar.extractall(dest_dir, filter="data")
-    except (OSError, tarfile.TarError, zipfile.BadZipFile) as e:
-        raise UsageError(f"cannot unpack {archive}: {e}") from e
-    if not dest.is_dir():
-        raise UsageError(f"{archive} does not unpack into one folder named {stem}")
-    return dest
-
-
 def _text(path: Path) -> str:
+    """A file of the project, never through a symbolic link, its first MAX_READ bytes."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return ""
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return f.read(MAX_READ).decode("utf-8", errors="replace")
+        except OSError:
+            return ""
 
 
 def _pkg_info(source: Path) -> dict[str, str]:
@@ -113,11 +95,11 @@ def _setup_literal(setup_py: str, key: str) -> str:
     return m.group(1) if m else ""
 
 
-def _version(source: Path, project: dict[str, object], import_dir: Path | None) -> str:
+def _version(source: Path, pyproject: PyProject, import_dir: Path | None) -> str:
     """The project's release version: static pyproject, PKG-INFO, setup.cfg (a literal or
     `attr:`), a setup.py literal, a `__version__` literal in the package."""
-    if isinstance(project.get("version"), str):
-        return str(project["version"])
+    if pyproject.version:
+        return pyproject.version
     found = _pkg_info(source).get("Version", "")
     cfg = _setup_cfg(source).get("version", "").strip()
     if not found and cfg and not cfg.startswith(("attr:", "file:")):
@@ -147,6 +129,8 @@ def _walk(source: Path, depth: int = 4) -> list[Path]:
         except OSError:
             continue
         for entry in entries:
+            if entry.is_symlink():  # the project's tree only: a link may point anywhere
+                continue
             if entry.is_dir():
                 if level < depth and entry.name not in _SKIP_DIRS and not entry.name.startswith("."):
                     stack.append((entry, level + 1))
@@ -181,9 +165,8 @@ def _import_dir(source: Path, name: str, files: list[Path]) -> Path | None:
     return inits[0] if inits else None
 
 
-def _compiled(source: Path, pyproject: dict[str, object], files: list[Path]) -> tuple[bool, str]:
-    system = pyproject.get("build-system")
-    backend = str(system.get("build-backend", "")) if isinstance(system, dict) else ""
+def _compiled(source: Path, pyproject: PyProject, files: list[Path]) -> tuple[bool, str]:
+    backend = pyproject.backend
     if backend.startswith(_COMPILING_BACKENDS):
         return True, f"its build backend is {backend}"
     sources = sorted(str(f.relative_to(source)) for f in files if f.suffix in _COMPILED)
@@ -196,16 +179,14 @@ def _compiled(source: Path, pyproject: dict[str, object], files: list[Path]) -> 
 
 
 def read_facts(source: Path) -> ProjectFacts:
-    pyproject = read_pyproject(source)
-    project = pyproject.get("project", {})
-    project = project if isinstance(project, dict) else {}
+    pyproject = read_pyproject(source)  # PyProjectError: one line, exit 2
     info, cfg, setup_py = _pkg_info(source), _setup_cfg(source), _text(source / "setup.py")
-    name = (str(project.get("name") or "") or info.get("Name", "") or cfg.get("name", "")
+    name = (pyproject.name or info.get("Name", "") or cfg.get("name", "")
             or _setup_literal(setup_py, "name") or source.name)
     files = _walk(source)
     import_dir = _import_dir(source, name, files)
-    version = _version(source, project, import_dir)
-    requires = (str(project.get("requires-python") or "") or info.get("Requires-Python", "")
+    version = _version(source, pyproject, import_dir)
+    requires = (pyproject.requires_python or info.get("Requires-Python", "")
                 or cfg.get("python_requires", "") or _setup_literal(setup_py, "python_requires"))
     compiled, why = _compiled(source, pyproject, files)
     return ProjectFacts(
@@ -234,22 +215,25 @@ def _builder_python(interpreter: str) -> str:
 
 
 def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
-    """The nightly.toml text: every choice commented, values TOML-quoted."""
+    """The nightly.toml text: every choice commented, values TOML-quoted. Everything taken
+    from the project is untrusted: a value is a TOML basic string (`_q`), a comment one
+    line without control characters (`_line`), so no project text adds a key or a table."""
     name = canonicalize_name(facts.name)
     builder = re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "project"
     chosen = list(pythons) if facts.compiled else list(pythons)[-1:]
+    shown, why = _line(facts.name), _line(facts.compiled_why)
     if facts.compiled:
-        matrix_note = (f"# {facts.name} has compiled code ({facts.compiled_why}): one wheel per "
+        matrix_note = (f"# {shown} has compiled code ({why}): one wheel per "
                        "Python.\n# The Pythons of requires-python "
-                       f"({facts.requires_python or 'not set'}) that this machine has.")
+                       f"({_line(facts.requires_python) or 'not set'}) that this machine has.")
     else:
-        matrix_note = (f"# {facts.name} is pure Python ({facts.compiled_why}): it needs no "
+        matrix_note = (f"# {shown} is pure Python ({why}): it needs no "
                        "matrix,\n# one wheel (py3-none-any) serves every Python; built once.")
     base = facts.base_version or "0.0.0"
-    version_note = (f"the project's version {facts.version}" if facts.version
+    version_note = (f"the project's version {_line(facts.version)}" if facts.version
                     else "no version found: set it")
     lines = [
-        f"# nightly configuration for {facts.name}, written by `nightly init`.",
+        f"# nightly configuration for {shown}, written by `nightly init`.",
         "# Try it:  nightly plan  |  nightly images build  |  nightly run",
         "",
         'root = "nightlies"          # day folders: logs, packages, state, report',
@@ -258,7 +242,7 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
         f"name = {_q(facts.name)}",
         f"source = {_q(source)}       # a folder or a git URL",
         f"base_version = {_q(base)}  # {version_note}; nightlies are {base}.devYYYYMMDD",
-        f"# {facts.strategy.reason}.",
+        f"# {_line(facts.strategy.reason)}.",
         '# "auto" decides again each night from the source.',
         f"version_from = {_q(facts.strategy.strategy)}",
         "",
@@ -297,7 +281,7 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
         f"import_name = {_q(facts.import_name)}",
         "",
         "# Publish into a local mirror folder with PEP 503 pages:",
-        f"#   pip install --pre --index-url file://$PWD/mirror/whl/nightly/cpu/ {name}",
+        f"#   pip install --pre --index-url file://$PWD/mirror/whl/nightly/cpu/ {_line(name)}",
         "[publish]",
         'url = "mirror"',
         "",
@@ -305,9 +289,40 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
     return "\n".join(lines)
 
 
+_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r",
+            '"': '\\"', "\\": "\\\\"}
+
+
 def _q(text: str) -> str:
-    """A TOML basic string."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A TOML basic string of `text`: quote, backslash and every control character escaped
+    (TOML allows none raw); a lone surrogate (an undecodable file name) becomes U+FFFD."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append("\uFFFD")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _line(text: str) -> str:
+    """`text` for a comment or a terminal: one line, no control or format characters
+    (a newline would end the comment; an escape sequence would drive the terminal)."""
+    out = []
+    for ch in text:
+        kind = unicodedata.category(ch)
+        if ch in "\t\n\r":
+            out.append(" ")
+        elif kind == "Cs":
+            out.append("\uFFFD")
+        elif kind not in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(ch)
+    return "".join(out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,13 +335,13 @@ class InitResult:
     def lines(self) -> list[str]:
         """What `nightly init` prints: what it found, then the three commands to try."""
         f = self.facts
-        out = [f"wrote {self.config} for {f.name} {f.version or '(no version found)'}",
-               f"  version: {f.strategy.strategy} ({f.strategy.reason})"]
+        out = [f"wrote {self.config} for {_line(f.name)} {_line(f.version) or '(no version found)'}",
+               f"  version: {f.strategy.strategy} ({_line(f.strategy.reason)})"]
         if f.compiled:
-            out.append(f"  compiled ({f.compiled_why}): manywheels for Python "
+            out.append(f"  compiled ({_line(f.compiled_why)}): manywheels for Python "
                        f"{', '.join(self.pythons)}")
         else:
-            out.append(f"  pure Python ({f.compiled_why}): it needs no matrix, one wheel "
+            out.append(f"  pure Python ({_line(f.compiled_why)}): it needs no matrix, one wheel "
                        "serves every Python")
         if self.missing:
             out.append(f"  requires-python allows Python {', '.join(self.missing)} too, not "
@@ -339,43 +354,59 @@ class InitResult:
 
 def init_project(target: Path, config: Path) -> InitResult:
     """Write `config` for the project at `target` (a folder, or an sdist unpacked beside
-    the config). Never overwrites a file."""
-    import os
-
-    from nightly.config.loader import parse
+    the config: nightly.cli.unpack). Never overwrites a file; writes nothing beside the
+    config but the config and the sdist's own folder, which a failure removes again."""
     from nightly.executors.local import NotFound, find_python
 
-    if config.exists():
+    if config.exists() or config.is_symlink():
         raise UsageError(
             f"{config} exists: nightly init never overwrites a file (remove it, or pass "
             "--config NEW.toml)"
         )
+    folder = Path(os.path.abspath(config)).parent.resolve()
+    unpacked: Path | None = None
     if target.is_file():
-        source = unpack_sdist(target, config.resolve().parent)
+        source = unpacked = unpack_sdist(target, folder)
     elif target.is_dir():
         source = target
     else:
         raise UsageError(f"{target} does not exist: give a project folder or an sdist")
-    facts = read_facts(source.resolve())
-    found: dict[str, str] = {}
-    missing: list[str] = []
-    for xy in allowed_pythons(facts.requires_python):
-        try:
-            found[xy] = find_python(xy, {})
-        except NotFound:
-            missing.append(xy)
-    if not found:
-        raise UsageError(
-            f"no interpreter for {facts.name}'s requires-python {facts.requires_python!r} "
-            f"on this machine (looked for Python {', '.join(missing) or 'none'}): install one"
-        )
-    rel = os.path.relpath(source.resolve(), config.resolve().parent)
-    text = render(facts, found, source=rel)
-    # What init writes must load: checked before the file exists.
-    parse(tomllib.loads(text), path=config, text=text)
-    with config.open("x", encoding="utf-8") as f:
-        f.write(text)
+    with removed_on_failure(unpacked):
+        facts = read_facts(source.resolve())
+        found: dict[str, str] = {}
+        missing: list[str] = []
+        for xy in allowed_pythons(facts.requires_python):
+            try:
+                found[xy] = find_python(xy, {})
+            except NotFound:
+                missing.append(xy)
+        if not found:
+            raise UsageError(
+                f"no interpreter for {_line(facts.name)}'s requires-python "
+                f"{_line(facts.requires_python)!r} on this machine (looked for Python "
+                f"{', '.join(missing) or 'none'}): install one"
+            )
+        text = render(facts, found, source=os.path.relpath(source.resolve(), folder))
+        _write_new(config, text)
     return InitResult(config=config, facts=facts, pythons=found, missing=missing)
+
+
+def _write_new(config: Path, text: str) -> None:
+    """The config, created (never through a link, never over a file) once it is known to
+    load: what init writes must load."""
+    from nightly.config.loader import parse
+
+    parse(tomllib.loads(text), path=config, text=text)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(config, flags, 0o644)
+    except FileExistsError as e:
+        raise UsageError(f"{config} exists: nightly init never overwrites a file (remove it, "
+                         "or pass --config NEW.toml)") from e
+    except OSError as e:
+        raise UsageError(f"cannot write {config}: {e.strerror or e}") from e
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 __all__ = [

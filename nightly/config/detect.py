@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from nightly.config.pyproject import PyProject, PyProjectError, read_pyproject
 
 # Strategies a recipe understands (NIGHTLY_VERSION_FROM); "auto" is resolved to one of them.
 STRATEGIES = ("env", "setuptools-scm", "rewrite", "keep")
 _ENV_VARS = re.compile(r"\b(?:PYTORCH_)?BUILD_VERSION\b|\bOVERRIDE_PACKAGE_VERSION\b")
+MAX_READ = 4 << 20  # of setup.py, setup.cfg: more is not a build file nightly reads
 _SCM_IN_SETUP = re.compile(r"\bsetuptools_scm\b|\buse_scm_version\b")
 
 
@@ -36,46 +32,38 @@ class VersionChoice:
     reason: str
 
 
-def read_pyproject(source: Path) -> dict[str, Any]:
-    """The project's pyproject.toml, or {} when there is none or it does not parse (the
-    build then says what is wrong with it, with pip's words)."""
-    path = source / "pyproject.toml"
-    try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
-        return {}
-
-
-def build_requirement_names(pyproject: dict[str, Any]) -> set[str]:
+def build_requirement_names(pyproject: PyProject) -> set[str]:
     names: set[str] = set()
-    for text in pyproject.get("build-system", {}).get("requires", []) or []:
+    for text in pyproject.requires:
         try:
-            names.add(canonicalize_name(Requirement(str(text)).name))
+            names.add(canonicalize_name(Requirement(text).name))
         except InvalidRequirement:
             continue
     return names
 
 
 def _read(path: Path) -> str:
+    """A build file's text, the first MAX_READ bytes (the project's: read bounded)."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        with path.open("rb") as f:
+            return f.read(MAX_READ).decode("utf-8", errors="replace")
     except OSError:
         return ""
 
 
 def detect_version_strategy(source: Path) -> VersionChoice:
-    """How nightly can give this project's packages the nightly version."""
+    """How nightly can give this project's packages the nightly version. A pyproject.toml
+    that is not of PEP 517/621's shape raises PyProjectError (one line)."""
     pyproject = read_pyproject(source)
     requires = build_requirement_names(pyproject)
-    tool = pyproject.get("tool", {})
-    dynamic = "version" in (pyproject.get("project", {}).get("dynamic") or [])
+    tool = pyproject.tools
+    dynamic = "version" in pyproject.dynamic
     if "setuptools-scm" in requires or "setuptools_scm" in tool:
         return VersionChoice(
             "setuptools-scm", "pyproject.toml builds with setuptools-scm: it takes "
             "SETUPTOOLS_SCM_PRETEND_VERSION",
         )
-    if "hatch-vcs" in requires and tool.get("hatch", {}).get("version", {}).get("source") == "vcs":
+    if "hatch-vcs" in requires and pyproject.hatch_version_source == "vcs":
         if (source / "PKG-INFO").is_file():
             # Hatchling builds an unpacked sdist with the version in its PKG-INFO: hatch-vcs
             # (and its SETUPTOOLS_SCM_PRETEND_VERSION) is not consulted.
@@ -100,7 +88,7 @@ def detect_version_strategy(source: Path) -> VersionChoice:
         return VersionChoice(
             "setuptools-scm", "setup.py uses setuptools-scm: it takes SETUPTOOLS_SCM_PRETEND_VERSION",
         )
-    if pyproject or setup_py or (source / "setup.cfg").is_file():
+    if pyproject.exists or setup_py or (source / "setup.cfg").is_file():
         how = "a dynamic version" if dynamic else "its own version"
         return VersionChoice(
             "rewrite", f"the project sets {how} that cannot be set from outside: the built "
@@ -120,6 +108,7 @@ def resolve_version_from(configured: str, source: Path) -> VersionChoice:
 
 __all__ = [
     "STRATEGIES",
+    "PyProjectError",
     "VersionChoice",
     "build_requirement_names",
     "detect_version_strategy",

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nightly.history import recover
 from nightly.history.schema import (
     BUILD_COLUMNS,
     SCHEMA,
@@ -62,10 +63,19 @@ class History:
     Usable as a context manager; nothing stays open between calls, so closing is a no-op kept
     for symmetry."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, warn: Callable[[str], None] = recover.warn_stderr) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._init_schema()
+        inode = recover.inode_of(self.path)
+        try:
+            self._init_schema(check=inode is not None)
+        except sqlite3.DatabaseError as e:
+            # Unreadable (truncated, garbage): kept aside, a fresh history started
+            # (history/recover.py); a busy or locked one was waited out and re-raised.
+            if not recover.is_corruption(e):
+                raise
+            recover.set_aside(self.path, e, inode, warn)
+            self._init_schema(check=False)
 
     def __enter__(self) -> History:
         return self
@@ -110,7 +120,7 @@ class History:
         finally:
             conn.close()
 
-    def _init_schema(self) -> None:
+    def _init_schema(self, *, check: bool) -> None:
         # Several processes may create the database at the same moment: switching to WAL and
         # creating the tables are both idempotent, and a lock met here is waited out.
         deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
@@ -118,6 +128,8 @@ class History:
             try:
                 conn = self._open()
                 try:
+                    if check:  # an existing file: every page must read back
+                        recover.check(conn)
                     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                     if str(mode).lower() != "wal":
                         raise sqlite3.OperationalError(f"cannot switch {self.path} to WAL ({mode})")

@@ -207,8 +207,8 @@ def facts_for_day(day: Day, history: History | None) -> dict[str, FailureFacts]:
         if history is not None and _DAY_RE.match(day.name):
             earlier = [NightOutcome(day=d, outcome=o, commit=c)
                        for d, o, c in _safe_outcomes(history, bid) if _DAY_RE.match(d)]
-        log = day.path / str(entry.get("log") or "")
-        text = _read_text(log) if entry.get("log") else ""
+        log = day.inside(entry.get("log"))  # never a file outside the day folder
+        text = _read_text(log) if log is not None else ""
         sig = signature(text, bid) if text else normalise(str(entry.get("reason") or "failed"))
         f = facts(bid, NightOutcome(day=day.name, outcome=FAILED, commit=commit), earlier, sig)
         lines, total = commit_range(day.source, f.last_good_commit, f.first_bad_commit)

@@ -224,7 +224,12 @@ def _prepare(
         note(msg)
     checkout = src.prepare(config.project, day.source, date, config_dir=config.path.parent)
     state = State(day.state_path)
-    history = History(history_path(config.root))
+
+    def warn(line: str) -> None:  # a corrupt history, set aside: said, never fatal
+        print(line, file=sys.stderr)
+        note(line)
+
+    history = History(history_path(config.root), warn=warn)
     stale = state.mark_stale_running()
     if stale:
         note(f"resuming: {len(stale)} build(s) left running by a dead run: {', '.join(stale)}")

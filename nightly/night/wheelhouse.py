@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from nightly.config import Config
+from nightly.config.pyproject import pyproject_problem
 from nightly.errors import NightlyError
 
 MARKER = ".complete"
@@ -86,6 +87,10 @@ def prepare(config: Config, source: Path, dest: Path, pythons: Iterable[str],
     from nightly.executors.local import NotFound, find_python
 
     if (dest / MARKER).is_file():
+        return dest
+    bad = pyproject_problem(source)
+    if bad:  # every build of this source fails with the same line; the night goes on
+        log(f"wheelhouse: not prepared: {bad}")
         return dest
     dest.mkdir(parents=True, exist_ok=True)
     wanted: dict[str, list[str]] = {}

@@ -240,18 +240,13 @@ def _judge(v: BuildView) -> None:
 
 
 def find_log(day: Day, build_id: str, recorded: object = None) -> Path | None:
-    """The build's log: where state.json says, else failed/, succeeded/, the running log."""
-    candidates = []
-    if isinstance(recorded, str) and recorded:
-        p = Path(recorded)
-        candidates.append(p if p.is_absolute() else day.path / p)
-    candidates += [
-        day.failed / f"{build_id}.log",
-        day.succeeded / f"{build_id}.log",
-        day.running_log(build_id),
-    ]
-    for p in candidates:
-        if p.is_file():
+    """The build's log: where state.json says, else failed/, succeeded/, the running log;
+    each only inside the day folder (Day.inside: no absolute path, `..` or link out)."""
+    fallbacks = (day.failed / f"{build_id}.log", day.succeeded / f"{build_id}.log",
+                 day.running_log(build_id))
+    for rel in (recorded, *(os.path.relpath(p, day.path) for p in fallbacks)):
+        p = day.inside(rel)
+        if p is not None and p.is_file():
             return p
     return None
 

@@ -86,6 +86,24 @@ class Day:
         """Scratch and per-build output folders (not part of the contract; cleaned up)."""
         return self.path / "work"
 
+    def inside(self, recorded: object) -> Path | None:
+        """The file a path recorded in state.json or summary.json names (relative to the day
+        folder), or None when it would lead out of the day folder: absolute, through `..`, or
+        through a link that points outside. Those files are rewritten by whoever can write
+        the day folder; what they name is never read from anywhere else."""
+        if not isinstance(recorded, str) or not recorded or "\0" in recorded:
+            return None
+        rel = Path(recorded)
+        if rel.is_absolute() or ".." in rel.parts:
+            return None
+        path = self.path / rel
+        try:
+            if not path.resolve().is_relative_to(self.path.resolve()):
+                return None
+        except (OSError, RuntimeError):  # a link loop
+            return None
+        return path
+
     @property
     def state_path(self) -> Path:
         return self.path / "state.json"
