@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from nightly.builds import repro_check
+from nightly.builds import cache as compiler_cache
+from nightly.builds import repro_check, userarea
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
 from nightly.builds.runner import Runner, SmokeHook
 from nightly.config import Config, Machine
 from nightly.executors import make_executor
+from nightly.executors.local import LocalExecutor
 from nightly.history.db import recorder
 from nightly.images.commands import preflight as images_preflight
 from nightly.plan.matrix import Build
@@ -73,6 +76,8 @@ class LocalPhase:
         )
         with make_executor(self.executor, night.config,
                            keep_container=self.keep_container) as ex:
+            if todo and isinstance(ex, LocalExecutor) and ex.user is not None:
+                ctx = user_area(night, ctx, ex, todo)  # exit 2 here: a path out of its reach
             if todo:
                 if ex.name == "container":
                     images_preflight(night.config, todo)  # a missing builder image names its build command
@@ -109,3 +114,27 @@ class LocalPhase:
 
     def finish(self, night: NightContext) -> None:
         pass
+
+
+def user_area(night: NightContext, ctx: RunContext, ex: LocalExecutor,
+              todo: Sequence[Build]) -> RunContext:
+    """The night's build area for the build user (builds/userarea.py): made, filled with the
+    night's copies, and every path a build needs checked against the user's reach."""
+    assert ex.user is not None
+    config = night.config
+    file = str(getattr(config, "path", "") or "") or None
+    area = userarea.area_for(config.local.build_dir, ex.user, night.day.name)
+    userarea.make_root(area, file)
+    ctx = replace(ctx, area=area)
+    jobs = [make_job(ctx, b, executor=ex.name) for b in todo]
+    settings = area.cache_settings(compiler_cache.settings_of(config))
+    userarea.forget_old_days(area, config.root)
+    userarea.stage(
+        area, source=night.source_dir, stamp=night.commit or night.source_describe,
+        recipes=config.recipes,
+        wheelhouse=night.day.path / "wheelhouse" if config.build.wheelhouse else None,
+        sccache=compiler_cache.find_sccache() if settings.enabled else None,
+        cache=settings, jobs=jobs)
+    userarea.preflight(jobs, user=ex.user, pythons=ex.pythons, cuda=ex.cuda,
+                       cache=area.cache_settings(settings), config_file=file)
+    return ctx

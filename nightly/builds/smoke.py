@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from nightly.builds import userarea
 from nightly.builds.buildlog import ErrorLine
 from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
@@ -239,7 +240,7 @@ class SmokeTester:
                 job,
                 # The scripts are laid out like recipes: <dir>/<package>/build.sh.
                 package=kind,
-                recipes_dir=SCRIPTS,
+                recipes_dir=_scripts(job),
                 source_dir=inputs,
                 output_dir=tmp / "out",
                 work_dir=tmp / "work",
@@ -322,6 +323,13 @@ class SmokeTester:
             if build.python != "3" and f"python{python_number(build.python)}" not in str(site[0]):
                 out(f"smoke: note: site-packages is {site[0]}\n".encode())
         return SmokeResult(ok=True)
+
+
+def _scripts(job: Job) -> Path:
+    """The smoke scripts: nightly's own, or the build area's copy when the build runs as a
+    build user (nightly's may be out of its reach; builds/userarea.py)."""
+    staged = job.recipes_dir.parent / userarea.SMOKE_SCRIPTS
+    return staged if staged.is_dir() else SCRIPTS
 
 
 def _conda_name(path: Path) -> str:
