@@ -12,6 +12,7 @@ import pytest
 from nightly.errors import ConfigError
 from nightly.executors.local import NotFound, find_python
 from nightly.hardening import credential_settings, recipe_user
+from tests.support.staged import staged_nightly
 
 
 def test_a_configured_interpreter_that_is_missing_is_an_error_naming_the_setting(
@@ -65,25 +66,25 @@ def test_nightly_undumpable_hides_its_environment_from_its_own_user(undumpable: 
     that made itself non-dumpable; without it, it can (the control)."""
     import subprocess
 
-    repo = Path(__file__).resolve().parents[2]
     code = ("import sys; from nightly.hardening import make_undumpable; "
             f"ok = make_undumpable() if {undumpable} else True; print(ok, flush=True); "
             "sys.stdin.read()")
     # As an unprivileged user (root reads everything), with the system's Python that user
     # can run.
-    python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+    # nightly staged where that user can read it: this checkout may be under a 0700 home.
     prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] \
         if os.geteuid() == 0 else []
-    env = {"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin", "HIDDEN": "value-9f2c"}
-    holder = subprocess.Popen([*prefix, python, "-c", code], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env, cwd="/")
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "True"
-        reader = subprocess.run([*prefix, "cat", f"/proc/{holder.pid}/environ"],
-                                capture_output=True, cwd="/")
-    finally:
-        holder.communicate("")
+    with staged_nightly(dists=()) as staged:
+        env = {"PYTHONPATH": str(staged.site), "PATH": "/usr/bin:/bin", "HIDDEN": "value-9f2c"}
+        holder = subprocess.Popen([*prefix, staged.python, "-c", code], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=env, cwd="/")
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "True"
+            reader = subprocess.run([*prefix, "cat", f"/proc/{holder.pid}/environ"],
+                                    capture_output=True, cwd="/")
+        finally:
+            holder.communicate("")
     if undumpable:
         assert reader.returncode != 0
         assert b"value-9f2c" not in reader.stdout
