@@ -97,11 +97,11 @@ def _open_up(top: Path) -> None:
 
 
 @contextmanager
-def staged_nightly(*, extras: Sequence[str] = (), dists: Sequence[str] | None = None
-                   ) -> Iterator[Staged]:
+def staged_nightly(*, extras: Sequence[str] = (), dists: Sequence[str] | None = None,
+                   parent: Path | None = None) -> Iterator[Staged]:
     """nightly with the closure of its requirements (and `extras`), or only `dists`, in a
-    world-readable folder for the duration."""
-    root = Path(tempfile.mkdtemp(prefix="nightly-staged-", dir="/tmp"))
+    world-readable folder (under `parent`, default /tmp) for the duration."""
+    root = Path(tempfile.mkdtemp(prefix="nightly-staged-", dir=parent or "/tmp"))
     try:
         site, bindir = root / "site", root / "bin"
         bindir.mkdir()
