@@ -123,7 +123,8 @@ def user_area(night: NightContext, ctx: RunContext, ex: LocalExecutor,
     assert ex.user is not None
     config = night.config
     file = str(getattr(config, "path", "") or "") or None
-    area = userarea.area_for(config.local.build_dir, ex.user, night.day.name)
+    area = userarea.area_for(config.local.build_dir, ex.user, night.day.name,
+                             project=config.project.name, nightlies=config.root)
     userarea.make_root(area, file)
     ctx = replace(ctx, area=area)
     jobs = [make_job(ctx, b, executor=ex.name) for b in todo]

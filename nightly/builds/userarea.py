@@ -6,9 +6,10 @@ that, and must not. So its builds run in a folder of their own, the *build area*
 (`[executor.local] build_dir`, default /var/tmp/nightly-<user>), which root owns and nobody
 else may write:
 
-    DAY/source/, recipes/, wheelhouse/   the night's copies of what builds read (root's, a+rX),
-    DAY/.nightly-smoke-scripts/          and of nightly's smoke scripts
-    DAY/work/<build>/                    a build's scratch, output and cache tools (the user's)
+    nights/<project>-<hash of ROOT>/DAY/ a night's folder (DAY: the day folder's name):
+      source/, recipes/, wheelhouse/     the night's copies of what builds read (root's, a+rX),
+      .nightly-smoke-scripts/            and of nightly's smoke scripts
+      work/<build>/                      a build's scratch, output and cache tools (the user's)
     bin/sccache                          the compiler cache's binary, copied from nightly's
     images/                              the host toolchains (sysroot, zig), assembled here
     sccache/<toolchain>/                 the compiler cache (the user's: it writes it)
@@ -21,7 +22,9 @@ first build, `preflight` checks every path a build needs against the user's uid 
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -40,7 +43,6 @@ from nightly.reach import Account, Denied, denied
 SMOKE_SCRIPTS = ".nightly-smoke-scripts"  # DAY/: nightly's smoke scripts (builds/smoke.py)
 DAY_MARK = ".nightly-area-day"  # a day folder of the area (only such folders are removed)
 SOURCE_MARK = ".nightly-staged"  # in DAY/source: what it is a copy of
-_OWN = ("bin", "images", "sccache", "zig-cache")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,10 +52,15 @@ class BuildArea:
     root: Path
     day_name: str
     user: BuildUser
+    nights: str = "nights"  # nights/<project>-<hash of ROOT>: one folder per nightlies root
+
+    @property
+    def days(self) -> Path:
+        return self.root / "nights" / self.nights
 
     @property
     def day(self) -> Path:
-        return self.root / self.day_name
+        return self.days / self.day_name
 
     @property
     def source(self) -> Path:
@@ -103,9 +110,14 @@ def default_dir(user: BuildUser) -> Path:
     return Path("/var/tmp") / f"nightly-{user.name}"
 
 
-def area_for(build_dir: str, user: BuildUser, day_name: str) -> BuildArea:
+def area_for(build_dir: str, user: BuildUser, day_name: str, *, project: str,
+             nightlies: Path) -> BuildArea:
+    """The build area of a night of `project` kept in `nightlies` (two projects, or two roots,
+    built by one account on one machine never share a day's folders)."""
     root = Path(os.path.abspath(os.path.expanduser(build_dir))) if build_dir else default_dir(user)
-    return BuildArea(root=root, day_name=day_name, user=user)
+    tag = hashlib.sha256(str(Path(os.path.abspath(nightlies))).encode()).hexdigest()[:10]
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", project).strip("._") or "project"
+    return BuildArea(root=root, day_name=day_name, user=user, nights=f"{slug}-{tag}")
 
 
 def _fail(config_file: str | None, message: str, hint: str) -> ConfigError:
@@ -179,8 +191,8 @@ def _stage_sccache(area: BuildArea, binary: Path | None) -> None:
 
 def forget_old_days(area: BuildArea, nightlies: Path) -> None:
     """The area's day folders whose day folder in ROOT is gone (pruned)."""
-    for entry in sorted(area.root.iterdir()):
-        if entry.name in _OWN or entry.name == area.day_name or entry.is_symlink():
+    for entry in sorted(area.days.iterdir()) if area.days.is_dir() else ():
+        if entry.name == area.day_name or entry.is_symlink():
             continue
         if (entry / DAY_MARK).is_file() and not (nightlies / entry.name).exists():
             shutil.rmtree(entry, ignore_errors=True)
@@ -190,7 +202,8 @@ def stage(area: BuildArea, *, source: Path, stamp: str, recipes: Path, wheelhous
           sccache: Path | None, cache: CacheSettings, jobs: Sequence[Job]) -> None:
     """Copy what the night's builds read into the area and give the user what it writes."""
     day = area.day
-    day.mkdir(mode=0o755, exist_ok=True)
+    for folder in (area.root / "nights", area.days, day):
+        folder.mkdir(mode=0o755, exist_ok=True)
     (day / DAY_MARK).write_text(f"{day.name}\n")
     mark = area.source / SOURCE_MARK
     if not (mark.is_file() and mark.read_text() == stamp + "\n"):
