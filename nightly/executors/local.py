@@ -12,6 +12,7 @@ import re
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -264,6 +265,8 @@ class LocalExecutor(Executor):
         reader.join(timeout=5)
         stdout.close()
         record.unlink(missing_ok=True)
+        if self.user is not None:  # what nightly reads next is out of the build user's hands
+            take_back(job.work_dir.parent, keep=job.work_dir)
         status = proc.returncode
         if reason:
             return ExecResult(
@@ -319,6 +322,24 @@ def give_to(folder: Path, user: BuildUser) -> None:
     for root, dirs, files in os.walk(folder):
         for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
             os.chown(name, user.uid, user.gid, follow_symlinks=False)
+
+
+def take_back(folder: Path, *, keep: Path) -> None:
+    """The build's folder back to nightly once its recipe ended (all but `keep`, its scratch):
+    the output and the compiler cache's files, which nightly reads, hashes and publishes, can
+    then be neither swapped for a symlink nor changed by the build user's other processes
+    (the folder first, so no entry of it can be replaced meanwhile; links are not followed)."""
+    def own(path: str) -> None:
+        st = os.lstat(path)
+        os.chown(path, os.geteuid(), os.getegid(), follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):  # its parent is nightly's now
+            os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o7022)
+
+    own(str(folder))
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if Path(root, d) != keep]
+        for name in (*dirs, *files):
+            own(os.path.join(root, name))
 
 
 def _gated(command: list[str], fd: int) -> list[str]:

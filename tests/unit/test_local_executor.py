@@ -90,3 +90,32 @@ def test_nightly_undumpable_hides_its_environment_from_its_own_user(undumpable: 
         assert b"value-9f2c" not in reader.stdout
     else:
         assert b"HIDDEN=value-9f2c" in reader.stdout
+
+
+def test_the_build_folder_is_taken_back_from_the_build_user_after_its_recipe(
+    tmp_path: Path,
+) -> None:
+    """Once the recipe ended, nothing nightly reads next (output, cache tools) can be changed or
+    swapped for a symlink by the build user's other processes; its scratch stays its own."""
+    from nightly.executors.local import take_back
+
+    if os.geteuid() != 0:
+        pytest.fail("run as root: this hands folders to another account and back")
+    build = tmp_path / "b"
+    (build / "out").mkdir(parents=True)
+    (build / "scratch").mkdir()
+    (build / "out" / "pkg.whl").write_text("wheel")
+    (build / "out" / "link").symlink_to(tmp_path / "secret")
+    (tmp_path / "secret").write_text("root's")
+    (tmp_path / "secret").chmod(0o666)
+    for p in (build, build / "out", build / "scratch", build / "out" / "pkg.whl"):
+        os.chown(p, 65534, 65534)
+        p.chmod(0o777 if p.is_dir() else 0o666)
+    os.chown(build / "out" / "link", 65534, 65534, follow_symlinks=False)
+    take_back(build, keep=build / "scratch")
+    for p in (build, build / "out", build / "out" / "pkg.whl"):
+        st = p.stat()
+        assert (st.st_uid, st.st_mode & 0o022) == (0, 0), p
+    assert os.lstat(build / "out" / "link").st_uid == 0
+    assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o666  # never followed
+    assert (build / "scratch").stat().st_uid == 65534
