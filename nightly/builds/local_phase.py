@@ -63,6 +63,10 @@ class LocalPhase:
         ctx = RunContext(config=config, day=day, state=state, source_dir=day.source,
                          version=version, channel=channel, machine=self.machine.name)
         ex = make_executor(self.executor, config, keep_container=self.keep_container)
+        if isinstance(ex, LocalExecutor) and ex.user is not None:  # where it would run (nothing made)
+            ctx = replace(ctx, area=userarea.area_for(
+                config.local.build_dir, ex.user, day.name, project=config.project.name,
+                nightlies=config.root))
         for b in builds:
             desc = ex.describe(make_job(ctx, b, executor=ex.name))
             print(json.dumps({"build": b.id, "machine": self.machine.name, **desc}, indent=2,

@@ -38,6 +38,7 @@ from nightly.errors import ConfigError
 from nightly.executors.base import Job
 from nightly.executors.local import NotFound, find_cuda, find_python
 from nightly.hardening import USER_KEY, BuildUser
+from nightly.plan.matrix import python_number
 from nightly.reach import Account, Denied, denied
 
 SMOKE_SCRIPTS = ".nightly-smoke-scripts"  # DAY/: nightly's smoke scripts (builds/smoke.py)
@@ -268,7 +269,8 @@ def needs(job: Job, *, user: BuildUser, pythons: dict[str, str], cuda: dict[str,
         python = find_python(job.python, pythons)
         yield Need(path=Path(python), access="x", what=f"the interpreter of python {job.python}",
                    fix=f'map "{job.python}" in [executor.local.pythons] to an interpreter '
-                       f"{user.name} can run (e.g. /usr/bin/python3.X), not one in a private home")
+                       f"{user.name} can run (e.g. /usr/bin/python{_number(job.python)}), "
+                       "not one in a private home")
         if job.cuda != "cpu":
             root = find_cuda(job.cuda, cuda)
             yield Need(path=Path(root) / "bin" / "nvcc", access="x", what=f"nvcc of {job.cuda}",
@@ -290,6 +292,10 @@ def needs(job: Job, *, user: BuildUser, pythons: dict[str, str], cuda: dict[str,
         yield Need(path=Path(sys.executable), access="x",
                    what="nightly's Python (NIGHTLY_PYTHON, auditwheel)", fix=nightly_fix)
     yield from _cache_needs(job, user, cache, nightly_fix)
+
+
+def _number(python: str) -> str:
+    return python if python == "3" else python_number(python)
 
 
 def _cache_needs(job: Job, user: BuildUser, cache: CacheSettings, fix: str) -> Iterable[Need]:

@@ -215,5 +215,6 @@ def test_a_path_out_of_the_build_users_reach_is_one_line_before_any_build(
     assert f"build user {name} cannot reach the interpreter of python {PY}" in line, line
     assert f"{home} is drwx------ root:root: {name} lacks search (x) on it" in line, line
     assert f'map "{PY}" in [executor.local.pythons]' in line, line
+    assert f"(e.g. /usr/bin/python{PY})" in line, line
     day = home / "project" / "nightlies" / "2024_05_01"
     assert not list(day.rglob(f"manywheel_{PY}_cpu.log"))  # nothing was built
