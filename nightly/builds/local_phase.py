@@ -141,5 +141,6 @@ def user_area(night: NightContext, ctx: RunContext, ex: LocalExecutor,
         sccache=compiler_cache.find_sccache() if settings.enabled else None,
         cache=settings, jobs=jobs)
     userarea.preflight(jobs, user=ex.user, pythons=ex.pythons, cuda=ex.cuda,
-                       cache=area.cache_settings(settings), config_file=file)
+                       cache=area.cache_settings(settings), config_file=file,
+                       usable=ex.usable)
     return ctx

@@ -294,7 +294,8 @@ class SmokeTester:
                 out(b"smoke: the conda package holds no Python modules; install checked only\n")
                 return SmokeResult(ok=True)
             try:
-                py = find_python(build.python, self.config.local.pythons)
+                py = find_python(build.python, self.config.local.pythons,
+                                 getattr(self.executor, "usable", None))
             except NotFound as e:
                 return SmokeResult(ok=False, reason=f"smoke test: {e}")
             code = (

@@ -29,7 +29,7 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -253,7 +253,7 @@ class Need:
 
 
 def needs(job: Job, *, user: BuildUser, pythons: dict[str, str], cuda: dict[str, str],
-          cache: CacheSettings) -> Iterable[Need]:
+          cache: CacheSettings, usable: Callable[[str], bool] | None = None) -> Iterable[Need]:
     """Every path `job` needs as the build user, with the access and the fix."""
     area_fix = ("set [executor.local] build_dir to a folder outside private homes that "
                 f"{user.name} can search (default {default_dir(user)})")
@@ -266,7 +266,7 @@ def needs(job: Job, *, user: BuildUser, pythons: dict[str, str], cuda: dict[str,
         yield Need(path=job.recipes_dir / "common", access="rx", what="the recipes' common folder",
                    fix=area_fix)
     try:
-        python = find_python(job.python, pythons)
+        python = find_python(job.python, pythons, usable)
         yield Need(path=Path(python), access="x", what=f"the interpreter of python {job.python}",
                    fix=f'map "{job.python}" in [executor.local.pythons] to an interpreter '
                        f"{user.name} can run (e.g. /usr/bin/python{_number(job.python)}), "
@@ -332,11 +332,13 @@ def first_denied(wanted: Iterable[Need], user: BuildUser) -> tuple[Need, Denied]
 
 
 def preflight(jobs: Sequence[Job], *, user: BuildUser, pythons: dict[str, str],
-              cuda: dict[str, str], cache: CacheSettings, config_file: str | None) -> None:
+              cuda: dict[str, str], cache: CacheSettings, config_file: str | None,
+              usable: Callable[[str], bool] | None = None) -> None:
     """Raise ConfigError (one line) naming the first path a build needs that the user
-    cannot reach with the access it needs, what is missing and the fix."""
+    cannot reach with the access it needs, what is missing and the fix. `usable`: how the
+    executor picks interpreters (the same are checked)."""
     wanted = (n for job in jobs for n in needs(job, user=user, pythons=pythons, cuda=cuda,
-                                               cache=cache))
+                                               cache=cache, usable=usable))
     found = first_denied(wanted, user)
     if found is None:
         return

@@ -139,8 +139,13 @@ user = "{user}"
 
 def _nightly(st: Staged, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`nightly ARGS` as root, run from its install in the home, with HOME there."""
-    env = {"HOME": str(home), "PATH": f"{st.bin}:/usr/bin:/bin", "PYTHONPATH": str(st.site),
-           "LANG": "C.UTF-8"}
+    # Root's own interpreters come first on its PATH (a venv or pyenv in its home).
+    private = home / "pyenv" / "bin"
+    if not private.exists():
+        private.mkdir(parents=True)
+        (private / f"python{PY}").symlink_to(st.python)
+    env = {"HOME": str(home), "PATH": f"{private}:{st.bin}:/usr/bin:/bin",
+           "PYTHONPATH": str(st.site), "LANG": "C.UTF-8"}
     return subprocess.run([st.python, "-m", "nightly", *args], env=env, capture_output=True,
                           text=True, timeout=600, cwd=home, check=False)
 
@@ -171,6 +176,8 @@ def test_root_builds_as_a_user_from_a_private_home(
             log = (day / entry["log"]).read_text()
             assert f"recipe runs as {name} (uid {uid})" in log
             assert f"recipe as uid {uid}," in log
+            # The first interpreter on root's PATH is out of the user's reach: the next one.
+            assert f"[nightly] interpreter {st.python}\n" in log, log
             assert "probe: READ" not in log, log
             assert log.count("probe: denied") == len(probes), log
             assert "smoke: passed" in log, log

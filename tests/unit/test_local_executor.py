@@ -26,6 +26,25 @@ def test_a_configured_interpreter_that_is_missing_is_an_error_naming_the_setting
     assert find_python("3.11", {"3.11": sys.executable}) == sys.executable
 
 
+def test_a_build_users_interpreter_is_the_first_on_path_it_can_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root's PATH may start in its own venv or pyenv (in its 0700 home): for a build user the
+    search goes on to an interpreter that user can reach."""
+    private, shared = tmp_path / "private", tmp_path / "shared"
+    for d in (private, shared):
+        d.mkdir()
+        (d / "python3.99").write_text("#!/bin/sh\n")
+        (d / "python3.99").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{private}:{shared}")
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))
+    assert find_python("3.99", {}) == str(private / "python3.99")
+    reachable = lambda p: not p.startswith(str(private))  # noqa: E731
+    assert find_python("3.99", {}, reachable) == str(shared / "python3.99")
+    with pytest.raises(NotFound):
+        find_python("3.99", {}, lambda p: False)
+
+
 def _config(**publish: str) -> SimpleNamespace:
     pub = SimpleNamespace(url=publish.get("url", ""), anaconda_user="", pypi_url="")
     return SimpleNamespace(
