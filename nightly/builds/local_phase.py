@@ -15,6 +15,7 @@ from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
 from nightly.builds.runner import Runner, SmokeHook
 from nightly.config import Config, Machine
+from nightly.errors import ExecutorError
 from nightly.executors import make_executor
 from nightly.executors.local import LocalExecutor
 from nightly.history.db import recorder
@@ -133,13 +134,17 @@ def user_area(night: NightContext, ctx: RunContext, ex: LocalExecutor,
     ctx = replace(ctx, area=area)
     jobs = [make_job(ctx, b, executor=ex.name) for b in todo]
     settings = area.cache_settings(compiler_cache.settings_of(config))
-    userarea.forget_old_days(area, config.root)
-    userarea.stage(
-        area, source=night.source_dir, stamp=night.commit or night.source_describe,
-        recipes=config.recipes,
-        wheelhouse=night.day.path / "wheelhouse" if config.build.wheelhouse else None,
-        sccache=compiler_cache.find_sccache() if settings.enabled else None,
-        cache=settings, jobs=jobs)
+    try:
+        userarea.forget_old_days(area, config.root)
+        userarea.stage(
+            area, source=night.source_dir, stamp=night.commit or night.source_describe,
+            recipes=config.recipes,
+            wheelhouse=night.day.path / "wheelhouse" if config.build.wheelhouse else None,
+            sccache=compiler_cache.find_sccache() if settings.enabled else None,
+            cache=settings, jobs=jobs)
+    except OSError as e:
+        raise ExecutorError(f"cannot prepare the build area {area.root} for {ex.user.name}: "
+                            f"{e} (free space there, or set [executor.local] build_dir)") from e
     userarea.preflight(jobs, user=ex.user, pythons=ex.pythons, cuda=ex.cuda,
                        cache=area.cache_settings(settings), config_file=file,
                        usable=ex.usable)
