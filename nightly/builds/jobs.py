@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightly.builds.reproducible import reproducible_env
+from nightly.builds.userarea import BuildArea
 from nightly.config import Config
 from nightly.config.detect import PyProjectError, VersionChoice, resolve_version_from
 from nightly.executors.base import Job
@@ -71,6 +72,8 @@ def wheelhouse_env(ctx: RunContext) -> dict[str, str]:
     elsewhere map it: the container executor mounts it read-only)."""
     if not ctx.config.build.wheelhouse:
         return {}
+    if ctx.area is not None:  # the build user's copy
+        return {"NIGHTLY_WHEELHOUSE": str(ctx.area.wheelhouse)}
     return {"NIGHTLY_WHEELHOUSE": str(ctx.day.path / "wheelhouse")}
 
 
@@ -112,15 +115,17 @@ def interpreter_env(config: Config, build: Build, executor: str) -> dict[str, st
     return {}
 
 
-def manylinux_env(config: Config, build: Build, executor: str) -> dict[str, str]:
+def manylinux_env(config: Config, build: Build, executor: str,
+                  toolchains: Path | None = None) -> dict[str, str]:
     """A manywheel build's policy for the recipe (NIGHTLY_MANYLINUX, AUDITWHEEL_PLAT) and,
-    on the host, the glibc-targeting toolchain that meets it (an image has its own)."""
+    on the host, the glibc-targeting toolchain that meets it (an image has its own), from
+    `toolchains` (default: nightly's images cache; a build user's: its build area)."""
     policy = config.manylinux_for(build, executor)
     env = platform_env(policy, build.target_arch)
     if policy and policy != OFF and executor == "local":
         from nightly.images import engine, sysroot, zig
 
-        cache = engine.default_cache()
+        cache = toolchains or engine.default_cache()
         if sysroot.host_glibc() <= glibc_of(policy):
             return env  # this machine's glibc is old enough
         # zig where chosen, except for CUDA builds: nvcc needs the sysroot's gcc.
@@ -196,10 +201,13 @@ class RunContext:
     channel: str = "nightly"
     machine: str = ""
     repro_builds: frozenset[str] = frozenset()  # built twice and compared (repro_check)
+    # A build user's build area (builds/userarea.py): builds run and read their inputs there.
+    area: BuildArea | None = None
 
 
 def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
-    work = ctx.day.work / build.id
+    area = ctx.area
+    work = (area.work if area else ctx.day.work) / build.id
     return Job(
         build_id=build.id,
         package=build.package,
@@ -208,10 +216,11 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         env=recipe_env(
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
         ) | wheelhouse_env(ctx) | version_env(ctx, build)
-        | manylinux_env(ctx.config, build, executor) | reproducible_env(ctx.source_dir)
-        | interpreter_env(ctx.config, build, executor),
-        recipes_dir=ctx.config.recipes,
-        source_dir=ctx.source_dir,
+        | manylinux_env(ctx.config, build, executor, area.images if area else None)
+        | reproducible_env(ctx.source_dir) | interpreter_env(ctx.config, build, executor)
+        | (area.env() if area else {}),
+        recipes_dir=area.recipes if area else ctx.config.recipes,
+        source_dir=area.source if area else ctx.source_dir,
         output_dir=work / "out",
         work_dir=work / "scratch",
         timeout_s=ctx.config.timeout_for(build),

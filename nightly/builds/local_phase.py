@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from nightly.builds import repro_check
+from nightly.builds import cache as compiler_cache
+from nightly.builds import repro_check, userarea
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
 from nightly.builds.runner import Runner
 from nightly.builds.smoke import night_smoke
 from nightly.config import Config, Machine
+from nightly.errors import ExecutorError
 from nightly.executors import make_executor
+from nightly.executors.local import LocalExecutor
 from nightly.history.db import recorder
 from nightly.images.commands import preflight as images_preflight
 from nightly.plan.matrix import Build
@@ -55,6 +59,10 @@ class LocalPhase:
         ctx = RunContext(config=config, day=day, state=state, source_dir=day.source,
                          version=version, channel=channel, machine=self.machine.name)
         ex = make_executor(self.executor, config, keep_container=self.keep_container)
+        if isinstance(ex, LocalExecutor) and ex.user is not None:  # where it would run (nothing made)
+            ctx = replace(ctx, area=userarea.area_for(
+                config.local.build_dir, ex.user, day.name, project=config.project.name,
+                nightlies=config.root))
         for b in builds:
             desc = ex.describe(make_job(ctx, b, executor=ex.name))
             print(json.dumps({"build": b.id, "machine": self.machine.name, **desc}, indent=2,
@@ -68,6 +76,8 @@ class LocalPhase:
         )
         with make_executor(self.executor, night.config,
                            keep_container=self.keep_container) as ex:
+            if todo and isinstance(ex, LocalExecutor) and ex.user is not None:
+                ctx = user_area(night, ctx, ex, todo)  # exit 2 here: a path out of its reach
             if todo:
                 if ex.name == "container":
                     images_preflight(night.config, todo)  # a missing builder image names its build command
@@ -104,3 +114,33 @@ class LocalPhase:
 
     def finish(self, night: NightContext) -> None:
         pass
+
+
+def user_area(night: NightContext, ctx: RunContext, ex: LocalExecutor,
+              todo: Sequence[Build]) -> RunContext:
+    """The night's build area for the build user (builds/userarea.py): made, filled with the
+    night's copies, and every path a build needs checked against the user's reach."""
+    assert ex.user is not None
+    config = night.config
+    file = str(getattr(config, "path", "") or "") or None
+    area = userarea.area_for(config.local.build_dir, ex.user, night.day.name,
+                             project=config.project.name, nightlies=config.root)
+    userarea.make_root(area, file)
+    ctx = replace(ctx, area=area)
+    jobs = [make_job(ctx, b, executor=ex.name) for b in todo]
+    settings = area.cache_settings(compiler_cache.settings_of(config))
+    try:
+        userarea.forget_old_days(area, config.root)
+        userarea.stage(
+            area, source=night.source_dir, stamp=night.commit or night.source_describe,
+            recipes=config.recipes,
+            wheelhouse=night.day.path / "wheelhouse" if config.build.wheelhouse else None,
+            sccache=compiler_cache.find_sccache() if settings.enabled else None,
+            cache=settings, jobs=jobs)
+    except OSError as e:
+        raise ExecutorError(f"cannot prepare the build area {area.root} for {ex.user.name}: "
+                            f"{e} (free space there, or set [executor.local] build_dir)") from e
+    userarea.preflight(jobs, user=ex.user, pythons=ex.pythons, cuda=ex.cuda,
+                       cache=area.cache_settings(settings), config_file=file,
+                       usable=ex.usable)
+    return ctx

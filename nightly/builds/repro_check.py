@@ -84,7 +84,7 @@ def check(
     def say(line: str) -> None:
         sink(f"[nightly] reproducibility check: {line}\n".encode())
 
-    work = day.work / f"{build.id}.repro"
+    work = job.work_dir.parent.parent / f"{build.id}.repro"  # beside the first (day or build area)
     if work.exists():
         remove_tree(work)
     second = dataclasses.replace(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nightly.builds import cache as compiler_cache
-from nightly.builds import repro_check
+from nightly.builds import repro_check, userarea
 from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
 from nightly.builds.collect import PackageFile, check_policy, collect_build
 from nightly.builds.jobs import RunContext, make_job, prepare_toolchain
@@ -147,6 +147,8 @@ class Runner:
                     result = ExecResult(exit_status=None, reason=bad)
                 else:
                     problem = prepare_toolchain(job, sink)  # a host build's manylinux toolchain
+                    if ctx.area is not None:
+                        userarea.open_toolchains(ctx.area)
                     result = (ExecResult(exit_status=None, reason=problem, infra=True) if problem
                               else self.executor.run(job, recipe_sink, self.cancel))
             except Exception as e:  # an executor bug must not stop the other builds
@@ -177,7 +179,7 @@ class Runner:
                 exit_status=result.exit_status, duration_s=round(duration, 3),
             )
         if entry.status == SUCCEEDED or result.interrupted:
-            remove_tree(day.work / build.id)
+            remove_tree(job.work_dir.parent)  # the build's folder (in the day, or the build area)
         self.on_event("end", {"build": build.id, "status": entry.status, "reason": entry.reason,
                               "duration_s": duration, "queue": queue})
         return Outcome(
@@ -199,7 +201,10 @@ class Runner:
                 remove_tree(d)
         job.output_dir.mkdir(parents=True)
         job.work_dir.mkdir(parents=True)
-        job, cache_note = compiler_cache.attach(compiler_cache.settings_of(ctx.config), job)
+        settings = compiler_cache.settings_of(ctx.config)
+        if ctx.area is not None:
+            settings = ctx.area.cache_settings(settings)
+        job, cache_note = compiler_cache.attach(settings, job)
         state.update(
             build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,
             machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None, tested=None,

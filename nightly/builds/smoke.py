@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from nightly.builds import userarea
 from nightly.builds.buildlog import ErrorLine
 from nightly.channels import conda as conda_client
 from nightly.config import Config
@@ -250,7 +251,7 @@ class SmokeTester:
                 job,
                 # The scripts are laid out like recipes: <dir>/<package>/build.sh.
                 package=kind,
-                recipes_dir=SCRIPTS,
+                recipes_dir=_scripts(job),
                 source_dir=inputs,
                 output_dir=tmp / "out",
                 work_dir=tmp / "work",
@@ -304,7 +305,8 @@ class SmokeTester:
                 out(b"smoke: the conda package holds no Python modules; install checked only\n")
                 return SmokeResult(ok=True)
             try:
-                py = find_python(build.python, self.config.local.pythons)
+                py = find_python(build.python, self.config.local.pythons,
+                                 getattr(self.executor, "usable", None))
             except NotFound as e:
                 return SmokeResult(ok=False, reason=f"smoke test: {e}")
             code = (
@@ -333,6 +335,13 @@ class SmokeTester:
             if build.python != "3" and f"python{python_number(build.python)}" not in str(site[0]):
                 out(f"smoke: note: site-packages is {site[0]}\n".encode())
         return SmokeResult(ok=True)
+
+
+def _scripts(job: Job) -> Path:
+    """The smoke scripts: nightly's own, or the build area's copy when the build runs as a
+    build user (nightly's may be out of its reach; builds/userarea.py)."""
+    staged = job.recipes_dir.parent / userarea.SMOKE_SCRIPTS
+    return staged if staged.is_dir() else SCRIPTS
 
 
 def _conda_name(path: Path) -> str:

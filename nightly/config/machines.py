@@ -139,6 +139,7 @@ def parse_executors(top: Table) -> tuple[LocalSettings, ContainerConfig]:
         pythons=lo.str_map("pythons", key_check=normalize_python),
         cuda=lo.str_map("cuda", key_check=normalize_cuda),
         user=lo.str("user"),
+        build_dir=lo.str("build_dir"),
     )
     lo.finish()
     co = ex.table("container")

@@ -105,6 +105,9 @@ class LocalSettings:
     pythons: Mapping[str, str]
     cuda: Mapping[str, str]
     user: str = ""  # run recipes as this account ("": nightly's own user); nightly/hardening.py
+    # Where a build user's builds run and read their inputs ("": /var/tmp/nightly-<user>);
+    # nightly/builds/userarea.py
+    build_dir: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,11 +12,12 @@ import re
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
@@ -24,6 +25,7 @@ from nightly.files import boot_id, proc_stat
 from nightly.hardening import BuildUser
 from nightly.plan.axes import family
 from nightly.plan.matrix import cuda_version, python_number
+from nightly.reach import Account, denied
 
 # Variables passed through from the caller: harmless, and needed for a sane build.
 PASSTHROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SOURCE_DATE_EPOCH")
@@ -37,8 +39,12 @@ class NotFound(Exception):
     """An interpreter or toolkit is missing; the message says where we looked."""
 
 
-def find_python(python: str, configured: Mapping[str, str]) -> str:
-    """The interpreter for DESIRED_PYTHON: configured map, then PATH, then pyenv."""
+def find_python(python: str, configured: Mapping[str, str],
+                usable: Callable[[str], bool] | None = None) -> str:
+    """The interpreter for DESIRED_PYTHON: configured map, then PATH, then pyenv; of those
+    found, the first that is `usable` (a build user's: one it can reach; a configured one is
+    taken as it is, and the preflight says when the user cannot run it)."""
+    ok = usable or (lambda _: True)
     looked: list[str] = []
     if python in configured:
         path = configured[python]
@@ -52,10 +58,11 @@ def find_python(python: str, configured: Mapping[str, str]) -> str:
     free_threaded = python.endswith("t")
     names = [f"python{number}t"] if free_threaded else [f"python{number}"]
     for name in names:
-        found = shutil.which(name, path=os.environ.get("PATH", ""))
-        # pyenv's shims answer for every version and fail later; skip them.
-        if found and "/shims/" not in found:
-            return found
+        for folder in os.environ.get("PATH", "").split(os.pathsep):
+            found = shutil.which(name, path=folder) if folder else None
+            # pyenv's shims answer for every version and fail later; skip them.
+            if found and "/shims/" not in found and ok(found):
+                return found
         looked.append(f"{name} on PATH")
     roots = [os.environ.get("PYENV_ROOT", ""), os.path.expanduser("~/.pyenv")]
     seen: list[str] = []
@@ -63,7 +70,7 @@ def find_python(python: str, configured: Mapping[str, str]) -> str:
         pattern = os.path.join(root, "versions", f"{number}.*", "bin", names[0])
         if number == "3":
             pattern = os.path.join(root, "versions", "3.*", "bin", "python3")
-        cands = sorted(glob.glob(pattern), key=_version_key, reverse=True)
+        cands = [c for c in sorted(glob.glob(pattern), key=_version_key, reverse=True) if ok(c)]
         if cands:
             return cands[0]
         looked.append(pattern)
@@ -118,6 +125,10 @@ class LocalExecutor(Executor):
         # Recipes run as this account (`[executor.local] user`): they cannot read nightly's
         # credentials, its files or its processes. None: as nightly's own user.
         self.user = user
+        self.usable: Callable[[str], bool] | None = None
+        if user is not None:  # of the interpreters found, one the build user can run
+            account = Account.of(user.name)
+            self.usable = lambda p: denied(Path(p), account, "x") is None
         self.cuda = dict(cuda or {})
         # The caller's environment, from which only PASSTHROUGH is taken.
         self.base_env = dict(os.environ if base_env is None else base_env)
@@ -128,7 +139,7 @@ class LocalExecutor(Executor):
         env = {k: self.base_env[k] for k in PASSTHROUGH if k in self.base_env}
         path = list(_SYSTEM_PATH)
         if lookup:
-            python = find_python(job.python, self.pythons)
+            python = find_python(job.python, self.pythons, self.usable)
             path.insert(0, str(Path(python).parent))
             env["PYTHON"] = python
             if family(job.cuda) == "cuda":  # ROCm and XPU builds bring their own toolchains
@@ -265,6 +276,8 @@ class LocalExecutor(Executor):
         reader.join(timeout=5)
         stdout.close()
         record.unlink(missing_ok=True)
+        if self.user is not None:  # what nightly reads next is out of the build user's hands
+            take_back(job.work_dir.parent, keep=job.work_dir)
         status = proc.returncode
         if reason:
             return ExecResult(
@@ -320,6 +333,24 @@ def give_to(folder: Path, user: BuildUser) -> None:
     for root, dirs, files in os.walk(folder):
         for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
             os.chown(name, user.uid, user.gid, follow_symlinks=False)
+
+
+def take_back(folder: Path, *, keep: Path) -> None:
+    """The build's folder back to nightly once its recipe ended (all but `keep`, its scratch):
+    the output and the compiler cache's files, which nightly reads, hashes and publishes, can
+    then be neither swapped for a symlink nor changed by the build user's other processes
+    (the folder first, so no entry of it can be replaced meanwhile; links are not followed)."""
+    def own(path: str) -> None:
+        st = os.lstat(path)
+        os.chown(path, os.geteuid(), os.getegid(), follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):  # its parent is nightly's now
+            os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o7022)
+
+    own(str(folder))
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if Path(root, d) != keep]
+        for name in (*dirs, *files):
+            own(os.path.join(root, name))
 
 
 def _gated(command: list[str], fd: int) -> list[str]:

@@ -17,7 +17,6 @@ import os
 import re
 import secrets
 import shutil
-import sys
 import tempfile
 import threading
 import uuid
@@ -30,8 +29,9 @@ import pytest
 from tests.support.fake_anaconda import FakeAnaconda
 from tests.support.leaks import leaks_in_text, scan_for
 from tests.support.net import free_port
-from tests.support.projects import DATE, REPO
+from tests.support.projects import DATE
 from tests.support.s3 import StoppableS3, s3_env, s3_objects
+from tests.support.staged import staged_nightly
 
 OWNER = "nightly-owner"
 
@@ -348,7 +348,9 @@ smtp_password_env = "SMTP_PASSWORD"
 [smoke]
 enabled = false
 """)
-    text = p.config.read_text().replace('user = "root"', f'user = "{user}"', 1)
+    # A build user's build area inside the test's folder (not /var/tmp/nightly-<user>).
+    area = f'\nbuild_dir = "{base / "area"}"' if user else ""
+    text = p.config.read_text().replace('user = "root"', f'user = "{user}"{area}', 1)
     p.config.write_text(text)
     drop = base / "drop"
     drop.mkdir()
@@ -397,7 +399,6 @@ def test_a_recipe_reaches_no_credential_when_nightly_runs_unprivileged(
 ) -> None:
     """nightly itself runs as an unprivileged user; recipes run as that same user."""
     import subprocess
-    import sysconfig
 
     _name, uid, gid = build_user
     creds = _snoop_creds(creds)
@@ -410,18 +411,18 @@ def test_a_recipe_reaches_no_credential_when_nightly_runs_unprivileged(
         home = base / "u" / "home"
         home.mkdir()
         subprocess.run(["chown", "-R", f"{uid}:{gid}", str(base / "u")], check=True)
-        # The system's Python of the same version with this venv's packages: the venv's own
-        # interpreter may live where the user cannot go (root's home).
-        python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-        assert os.access(python, os.X_OK), f"{python} is needed to run nightly as a user"
-        env = {**s3_env(creds["AWS_ACCESS_KEY_ID"], creds["AWS_SECRET_ACCESS_KEY"]), **creds,
-               "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(home),
-               "PYTHONPATH": f"{sysconfig.get_paths()['purelib']}:{REPO}", "LANG": "C.UTF-8"}
-        proc = subprocess.run(
-            ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups", "--", python,
-             "-m", "nightly", "run", "--config", str(p.config), "--date", DATE],
-            env=env, capture_output=True, text=True, timeout=600, cwd=base / "u",
-        )
+        # nightly, boto3 and sccache staged where the user can read them, run by the system's
+        # Python of this version: this checkout and its venv may be under a 0700 home.
+        with staged_nightly(extras=("s3",)) as st:
+            assert os.access(st.python, os.X_OK), f"{st.python} is needed to run nightly as a user"
+            env = {**s3_env(creds["AWS_ACCESS_KEY_ID"], creds["AWS_SECRET_ACCESS_KEY"]), **creds,
+                   "PATH": f"{st.bin}:/usr/bin:/bin", "HOME": str(home),
+                   "PYTHONPATH": str(st.site), "LANG": "C.UTF-8"}
+            proc = subprocess.run(
+                ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups", "--", st.python,
+                 "-m", "nightly", "run", "--config", str(p.config), "--date", DATE],
+                env=env, capture_output=True, text=True, timeout=600, cwd=base / "u",
+            )
         assert "Traceback" not in proc.stderr, proc.stderr
         assert proc.returncode == 0, proc.stdout + proc.stderr
         _check_night(p, base / "u" / "drop", s3, bucket, creds, proc.stdout, proc.stderr, uid)

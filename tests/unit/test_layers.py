@@ -31,6 +31,7 @@ BASE: tuple[str, ...] = (
     "nightly.redact",
     "nightly.format",
     "nightly.hardening",
+    "nightly.reach",
     "nightly.manylinux",
 )
 

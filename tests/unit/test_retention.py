@@ -21,6 +21,7 @@ from nightly.index import read_manifest, regenerate
 from nightly.publish.retention import apply_remote_prune, plan_remote_prune
 from nightly.stores import FileStore, ObjectInfo, file_sha256
 from nightly.workspace import apply_local_prune, parse_day, plan_local_prune
+from tests.support.staged import staged_nightly
 
 TODAY = date(2026, 11, 21)
 
@@ -206,8 +207,6 @@ def test_read_only_tree_is_deleted_by_an_unprivileged_user() -> None:
     python = _unprivileged_python()
     if python is None:
         pytest.fail("no Python interpreter the user `nobody` can run (e.g. /usr/bin/python3)")
-    import packaging
-
     base = Path(tempfile.mkdtemp(dir="/tmp"))
     try:
         base.chmod(0o755)
@@ -227,17 +226,18 @@ def test_read_only_tree_is_deleted_by_an_unprivileged_user() -> None:
             "r = apply_local_prune(root, plan, free)\n"
             "assert [p.name for p in r.deleted] == ['2026_01_01'], r\n"
         )
-        paths = [str(Path(__file__).resolve().parents[2]), str(Path(packaging.__file__).parents[1])]
-        proc = subprocess.run(
-            [python, "-c", code],
-            user=65534,
-            group=65534,
-            env={"PYTHONPATH": os.pathsep.join(paths), "PATH": "/usr/bin:/bin"},
-            cwd="/tmp",
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        # nightly staged where `nobody` can read it: this checkout may be under a 0700 home.
+        with staged_nightly(dists=("packaging",)) as staged:
+            proc = subprocess.run(
+                [python, "-c", code],
+                user=65534,
+                group=65534,
+                env={"PYTHONPATH": str(staged.site), "PATH": "/usr/bin:/bin"},
+                cwd="/tmp",
+                capture_output=True,
+                text=True,
+                check=False,
+            )
         assert proc.returncode == 0, proc.stderr
         assert not old.exists()
     finally:

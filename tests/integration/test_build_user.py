@@ -1,0 +1,227 @@
+"""Root runs the night with `[executor.local] user` set, everything of its own in a 0700 home
+(nightly installed there, the project, the nightlies root, the caches, the AWS credentials,
+the provenance signing key), as a release engineer sets it up: every build runs as the build
+user in its build area (nightly/builds/userarea.py) and succeeds with the compiler cache on
+(hits on the second night), and the build user reads nothing of root's. A path the build
+user cannot reach stops the night before any build, with one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nightly.reach import Account, denied
+from tests.support.staged import Staged, staged_nightly
+
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+# Compiles through $CC (the compiler cache's wrapper), tries to read each of root's secrets
+# (PROBES, one per line), and packs a pure wheel the smoke test installs and imports.
+RECIPE = r"""#!/usr/bin/env bash
+set -euo pipefail
+echo "recipe as uid $(id -u), HOME=$HOME"
+while IFS= read -r f; do
+    [ -n "$f" ] || continue
+    if cat "$f" >/dev/null 2>&1; then echo "probe: READ $f"; else echo "probe: denied $f"; fi
+done <<'PROBES'
+@PROBES@
+PROBES
+mkdir -p "$WORK_DIR/b" "$OUTPUT_DIR"
+cd "$WORK_DIR/b"
+for f in "$SOURCE_DIR"/*.c; do b="$(basename "$f" .c)"; $CC -O1 -c "$f" -o "$b.o"; done
+"$PYTHON" - "$OUTPUT_DIR" "$PACKAGE_VERSION" <<'PY'
+import base64, hashlib, sys, zipfile
+out, version = sys.argv[1:3]
+dist = "userdemo"
+info = f"{dist}-{version}.dist-info"
+files = {f"{dist}/__init__.py": f"__version__ = {version!r}\n".encode(),
+         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
+         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+          for n, d in files.items()] + [f"{info}/RECORD,,"]
+files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
+    for n, d in files.items():
+        z.writestr(n, d)
+PY
+"""
+
+
+@pytest.fixture
+def account() -> Iterator[pwd.struct_passwd]:
+    """A fresh unprivileged build account, removed afterwards (with its build area)."""
+    if os.geteuid() != 0:
+        pytest.fail("run as root: this test is about root building as another account")
+    name = f"nb{secrets.token_hex(4)}"
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                   check=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], check=False)
+        shutil.rmtree(f"/var/tmp/nightly-{name}", ignore_errors=True)
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """Root's private home: a 0700 folder."""
+    path = Path(tempfile.mkdtemp(prefix="nightly-roothome-", dir="/tmp"))
+    path.chmod(0o700)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _secrets(home: Path) -> list[Path]:
+    """Root's credentials, carelessly world-readable inside the home, and its other cache."""
+    aws = home / ".aws"
+    aws.mkdir(mode=0o755)
+    (aws / "credentials").write_text(
+        f"[default]\naws_access_key_id = AKIA{secrets.token_hex(8).upper()}\n"
+        f"aws_secret_access_key = {secrets.token_urlsafe(30)}\n")
+    (aws / "credentials").chmod(0o644)
+    pip = home / ".cache" / "pip"
+    pip.mkdir(parents=True)
+    (pip / "selfcheck.json").write_text("{}\n")
+    (pip / "selfcheck.json").chmod(0o644)
+    return [aws / "credentials", pip / "selfcheck.json"]
+
+
+def _project(home: Path, user: str, probes: list[Path], extra: str = "") -> Path:
+    """A small C project under the home; `extra`: more configuration."""
+    project = home / "project"
+    (project / "src").mkdir(parents=True)
+    for i in range(3):
+        (project / "src" / f"f{i}.c").write_text(f"int f{i}(int x) {{ return x * {i + 2}; }}\n")
+    recipe = project / "recipes" / "manywheel" / "build.sh"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text(RECIPE.replace("@PROBES@", "\n".join(map(str, probes))))
+    config = project / "nightly.toml"
+    config.write_text(f"""
+root = "nightlies"
+recipes = "recipes"
+
+[project]
+name = "userdemo"
+source = "src"
+base_version = "0.1.0"
+
+[matrix.linux.manywheel]
+pythons = ["{PY}"]
+cudas = ["cpu"]
+
+[[machines]]
+name = "m"
+platform = "linux"
+queues = 1
+executor = "local"
+
+[executor.local]
+user = "{user}"
+
+{extra}
+""")
+    return config
+
+
+def _nightly(st: Staged, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`nightly ARGS` as root, run from its install in the home, with HOME there."""
+    # Root's own interpreters come first on its PATH (a venv or pyenv in its home).
+    private = home / "pyenv" / "bin"
+    if not private.exists():
+        private.mkdir(parents=True)
+        (private / f"python{PY}").symlink_to(st.python)
+    env = {"HOME": str(home), "PATH": f"{private}:{st.bin}:/usr/bin:/bin",
+           "PYTHONPATH": str(st.site), "LANG": "C.UTF-8"}
+    return subprocess.run([st.python, "-m", "nightly", *args], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=home, check=False)
+
+
+@pytest.mark.slow
+def test_root_builds_as_a_user_from_a_private_home(
+    account: pwd.struct_passwd, home: Path
+) -> None:
+    name, uid = account.pw_name, account.pw_uid
+    probes = _secrets(home)
+    with staged_nightly(extras=("provenance",), parent=home) as st:
+        keygen = _nightly(st, home, "provenance", "keygen", str(home / "keys"))
+        assert keygen.returncode == 0, keygen.stderr
+        key = home / "keys" / "provenance.key"
+        probes += [key, home / "project" / "nightly.toml"]
+        config = _project(home, name, probes, f'[provenance]\nkey = "{key}"\n')
+        hits = []
+        for date in ("2024_05_01", "2024_05_02"):
+            proc = _nightly(st, home, "run", "--config", str(config), "--date", date)
+            day = home / "project" / "nightlies" / date
+            logs = "".join(p.read_text() for p in (day / "logs").rglob("*.log"))
+            assert proc.returncode == 0, proc.stdout + proc.stderr + logs[-4000:]
+            entry = json.loads((day / "state.json").read_text())["builds"][f"manywheel_{PY}_cpu"]
+            assert entry["status"] == "succeeded", entry
+            assert "off" not in entry["cache"], entry["cache"]
+            assert entry["cache"]["requests"] == 3, entry["cache"]
+            hits.append(entry["cache"]["hits"])
+            log = (day / entry["log"]).read_text()
+            assert f"recipe runs as {name} (uid {uid})" in log
+            assert f"recipe as uid {uid}," in log
+            # The first interpreter on root's PATH is out of the user's reach: the next one.
+            assert f"[nightly] interpreter {st.python}\n" in log, log
+            assert "probe: READ" not in log, log
+            assert log.count("probe: denied") == len(probes), log
+            assert "smoke: passed" in log, log
+            assert list((day / "packages").rglob("*.whl.provenance.json")), "nothing was signed"
+        assert hits == [0, 3], hits  # the second night is served by the cache
+        area = Path(f"/var/tmp/nightly-{name}")
+        assert (area / "sccache" / "host-cpu").stat().st_uid == uid
+        assert stat.S_IMODE(area.stat().st_mode) == 0o755
+        assert area.stat().st_uid == 0
+    # Nothing of root's was opened up: its home is still 0700, and the build user reaches
+    # none of its secrets, by the mode bits and by a real try.
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    who = Account.of(name)
+    for secret in probes:
+        assert denied(secret, who, "r") is not None, secret
+        tried = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={account.pw_gid}",
+                                "--init-groups", "--", "cat", str(secret)],
+                               capture_output=True, check=False)
+        assert tried.returncode != 0, secret
+
+
+def test_a_path_out_of_the_build_users_reach_is_one_line_before_any_build(
+    account: pwd.struct_passwd, home: Path
+) -> None:
+    """The interpreter mapped for the build lives in root's home: the night stops at plan
+    time (exit 2) with one line naming it, what is missing on which folder, and the fix."""
+    private_bin = home / "py" / "bin"
+    private_bin.mkdir(parents=True)
+    (private_bin / f"python{PY}").symlink_to(sys.executable)
+    name = account.pw_name
+    with staged_nightly() as st:
+        config = _project(home, name, [], extra=f"""
+[executor.local.pythons]
+"{PY}" = "{private_bin / f'python{PY}'}"
+""")
+        proc = _nightly(st, home, "run", "--config", str(config), "--date", "2024_05_01")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(lines) == 1, proc.stderr
+    line = lines[0]
+    assert "[executor.local.user]" in line, line
+    assert f"build user {name} cannot reach the interpreter of python {PY}" in line, line
+    assert f"{home} is drwx------ root:root: {name} lacks search (x) on it" in line, line
+    assert f'map "{PY}" in [executor.local.pythons]' in line, line
+    assert f"(e.g. /usr/bin/python{PY})" in line, line
+    day = home / "project" / "nightlies" / "2024_05_01"
+    assert not list(day.rglob(f"manywheel_{PY}_cpu.log"))  # nothing was built
