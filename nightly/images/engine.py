@@ -234,7 +234,7 @@ def ensure_cpu(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) -
         LABEL_SPEC: spec.name, LABEL_HASH: spec.cpu_hash(), LABEL_CUDA: "cpu",
         LABEL_MANYLINUX: spec.manylinux_tag(), LABEL_POLICY: spec.manylinux or "-",
         LABEL_TOOLCHAIN: spec.toolchain_text(),
-        LABEL_PYTHONS: " ".join(f"{p.version}={p.describe()}" for p in spec.pythons),
+        LABEL_PYTHONS: " ".join(f"{p.version}={p.describe_in(spec.suite)}" for p in spec.pythons),
     }
     logfile = log_file(cache, tag)
     write_header(logfile, tag, spec, [f"parent:   {spec.base_tag()}",
@@ -256,6 +256,10 @@ def ensure_cuda(client: DockerClient, spec: BuilderSpec, cuda_id: str, cache: Pa
                 log: Log) -> str:
     if cuda_id == "cpu":
         return ensure_cpu(client, spec, cache, log)
+    if cuda_id.startswith("rocm"):
+        from nightly.images import rocm
+
+        return rocm.ensure(client, spec, cuda_id, cache, log)
     tag = spec.tag_for(cuda_id)
     if inspect(client, tag) is not None:
         log(f"{tag}: present")

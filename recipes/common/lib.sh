@@ -78,8 +78,8 @@ init_recipe() {
     BUILD_NUMBER="${BUILD_NUMBER:-1}"
     export BUILD_NUMBER
     case "$DESIRED_CUDA" in
-        cpu | cu[0-9]*) ;;
-        *) die "DESIRED_CUDA=$DESIRED_CUDA is neither 'cpu' nor 'cuXY[Z]' (cu92, cu130)" ;;
+        cpu | cu[0-9]* | rocm[0-9]* | xpu) ;;
+        *) die "DESIRED_CUDA=$DESIRED_CUDA is none of 'cpu', 'cuXY[Z]' (cu92, cu130), 'rocmX.Y' (rocm5.7), 'xpu'" ;;
     esac
     log "building ${PACKAGE_TYPE} python=${DESIRED_PYTHON:-none} cuda=${DESIRED_CUDA} version=${BUILD_VERSION} build=${BUILD_NUMBER} channel=${CHANNEL:-?} date=${NIGHTLY_DATE:-?}"
     log "source ${SOURCE_DIR}; output ${OUTPUT_DIR}; scratch ${WORK_DIR}"
@@ -168,8 +168,11 @@ set_project_version() {
     esac
 }
 
-# is_cuda_build : true unless DESIRED_CUDA=cpu.
-is_cuda_build() { [[ "$DESIRED_CUDA" != cpu ]]; }
+# is_cuda_build : true for a CUDA build (DESIRED_CUDA=cuXYZ).
+is_cuda_build() { [[ "$DESIRED_CUDA" == cu[0-9]* ]]; }
+
+# is_rocm_build : true for a ROCm build (DESIRED_CUDA=rocmX.Y; PyTorch's spelling).
+is_rocm_build() { [[ "$DESIRED_CUDA" == rocm[0-9]* ]]; }
 
 # cuda_release : CUDA_VERSION, else derived from DESIRED_CUDA (cu130 -> 13.0, cu92 -> 9.2).
 cuda_release() {

@@ -44,6 +44,13 @@ if command -v auditwheel >/dev/null 2>&1; then
         # The driver library belongs to the machine that runs the wheel, never in it.
         repair+=(--exclude libcuda.so.1)
     fi
+    if is_rocm_build; then
+        # The HIP runtime is the machine's ROCm, as the driver is for CUDA: Debian's is
+        # linked against a glibc and libstdc++ no manylinux policy allows, so it is a
+        # dependency of the wheel, not bundled (docs/images.md, "ROCm").
+        rocm="${ROCM_VERSION:-${DESIRED_CUDA#rocm}}"
+        repair+=(--exclude "libamdhip64.so.${rocm%%.*}")
+    fi
     log "running: ${repair[*]} $(basename "$WHEEL")"
     if "${repair[@]}" "$WHEEL" 2>"$WORK_DIR/auditwheel.err"; then
         cat "$WORK_DIR/auditwheel.err" >&2

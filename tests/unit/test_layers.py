@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("nightly", "nightly.errors", "nightly.files", "nightly.redact", "nightly.format",
               "nightly.hardening")),
     # Pure data every layer speaks: a build and its identifiers, a builder image's spec.
-    ("vocabulary", ("nightly.plan.matrix", "nightly.images.spec")),
+    ("vocabulary", ("nightly.plan.matrix", "nightly.images.spec", "nightly.images.suites")),
     ("configuration", ("nightly.config",)),
     ("planning", ("nightly.plan",)),
     ("day folder", ("nightly.workspace",)),
