@@ -59,7 +59,7 @@ DEBIAN_TOOLS = frozenset({"ninja-build", "ccache", "chrpath", "file", "git"})
 
 # The glibc-targeting toolchain (nightly.images.sysroot): the glibc it links against.
 SYSROOT_GLIBC = "2.31"
-TOOLCHAIN_REVISION = "3"  # bumped when its wrappers or shim change (in the cpu layer's hash)
+TOOLCHAIN_REVISION = "4"  # bumped when its wrappers or shim change (in the cpu layer's hash)
 # The C/C++ toolchains a builder can choose (`toolchain`); CUDA builds always get the sysroot
 # (nvcc rejects zig's libc++). zig (nightly.images.zig) targets glibc ZIG_GLIBC, or the
 # policy's when older.

@@ -353,6 +353,10 @@ setup_build_venv() {
         export PIP_NO_INDEX=1 PIP_FIND_LINKS="$NIGHTLY_WHEELHOUSE"
         log "build requirements from the wheelhouse $NIGHTLY_WHEELHOUSE (no index)"
     fi
+    if [[ -n "${NIGHTLY_CROSS_PYTHON:-}" ]] && build_isolated; then
+        cross_build_requirements "$src"
+        return 0
+    fi
     if build_isolated; then
         [[ -n "$BUILD_PIP" ]] || die "$PYTHON has no pip, which isolated builds need; install pip, or set [build] isolation = false"
         local source="the index of the pip configuration"
@@ -369,6 +373,23 @@ setup_build_venv() {
     else
         warn "$BUILD_PYTHON is older than 3.8: its build requirements are not checked before the build"
     fi
+}
+
+# cross_build_requirements SRC : a cross build (nightly's cross environment: the target's
+# sysconfigdata on PYTHONPATH, _PYTHON_HOST_PLATFORM) cannot be isolated by pip, which replaces
+# PYTHONPATH in its build environments: the project's build requirements are installed into
+# the fresh build venv for this machine (the cross variables unset), then the wheel is built
+# in it without isolation (and without an index).
+cross_build_requirements() {
+    local src="$1" reqs=() line
+    local -a plain=(env -u _PYTHON_HOST_PLATFORM -u _PYTHON_SYSCONFIGDATA_NAME -u PYTHONPATH)
+    [[ -n "$BUILD_PIP" ]] || die "$PYTHON has no pip, which a cross build needs for its build requirements"
+    while IFS= read -r line; do
+        [[ -n "$line" ]] && reqs+=("$line")
+    done < <(cd "$src" && "${plain[@]}" "$BUILD_PYTHON" "$NIGHTLY_RECIPES_COMMON/buildreqs.py" list "$src")
+    log "cross build for ${NIGHTLY_ARCH:-?} (Python $NIGHTLY_CROSS_PYTHON): build requirements for this machine: ${reqs[*]} wheel"
+    "${plain[@]}" "$BUILD_PIP" install -q "${reqs[@]}" wheel >&2 || die "installing the build requirements failed (output above)"
+    NIGHTLY_BUILD_ISOLATION=0
 }
 
 # build_wheel SRC DIST : builds SRC into a wheel in DIST through pip's PEP 517 front end
