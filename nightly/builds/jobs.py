@@ -119,19 +119,21 @@ def prepare_toolchain(job: Job, out: Callable[[bytes], None]) -> str | None:
     """Assemble the glibc-targeting toolchain a host build's environment names (once per
     cache; here rather than in make_job, so a dry run or a preflight downloads nothing).
     Returns why it could not be made, or None."""
-    from nightly.images import sysroot, zig
+    from nightly.images import cross, sysroot, zig
 
     def log(line: str) -> None:
         out(f"[nightly] {line}\n".encode())
 
     try:
-        if zig.ENV_CACHE in job.env:
+        if cross.ENV_CACHE in job.env:  # a cross build (cross.host_env): zig + target root
+            cross.ensure(job.env, log)
+        elif zig.ENV_CACHE in job.env:
             zig.ensure(job.env, log)
         elif sysroot.ENV_CACHE in job.env:
             sysroot.ensure(job.env, log)
         else:
             return None
-    except (sysroot.ToolchainError, zig.ZigError) as e:
+    except (sysroot.ToolchainError, zig.ZigError, cross.CrossError) as e:
         out(f"[nightly] {e}\n".encode())
         return f"toolchain: {e}"
     out(f"[nightly] toolchain {job.env['NIGHTLY_TOOLCHAIN']}: CC={job.env['CC']}\n".encode())

@@ -33,7 +33,7 @@ import re
 import shutil
 import subprocess
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +44,7 @@ from nightly.images.suites import SUITE_OTHER_PYTHONS, SUITE_PYTHON
 
 Log = Callable[[str], None]
 
-REVISION = "1"  # of the cross folders' layout: a new one is a new cached folder
+REVISION = "2"  # of the cross folders' layout: a new one is a new cached folder
 MARKER = ".nightly-complete"
 ENV_CACHE = "NIGHTLY_CROSS_CACHE"
 ENV_ARCH = "NIGHTLY_ARCH"  # the wheel's architecture: the recipe's auditwheel --plat
@@ -140,6 +140,11 @@ def make_root(cache: Path, arch: str, python: str, mirror: str, log: Log) -> Pat
     for deb in sorted(debs.glob(f"*_{t.deb}.deb")) + sorted(debs.glob("*_all.deb")):
         _run(["dpkg-deb", "-x", str(deb), str(partial / "root")], f"dpkg-deb -x {deb.name}")
     sysroot.relink(partial / "root")
+    for top in ("bin", "lib", "sbin"):
+        # Merged /usr (trixie on): /lib -> usr/lib is base-files', which no .deb here brings;
+        # the loader is looked for at /lib/ld-linux-aarch64.so.1.
+        if (partial / "root" / "usr" / top).is_dir() and not (partial / "root" / top).exists():
+            (partial / "root" / top).symlink_to(f"usr/{top}")
     _sysconfig(partial, python, t)
     (partial / "nightly-sources.txt").write_text(
         "\n".join(sorted(d.name for d in debs.glob("*.deb"))) + "\n")
@@ -188,6 +193,8 @@ def host_env(arch: str, python: str, policy_glibc: tuple[int, int], cache: Path)
         **zig.toolchain_env(str(bindir), zig.target_glibc(policy_glibc)),
         "NIGHTLY_TOOLCHAIN": f"zig {ZIG_VERSION} ({t.triple}.{zig.target_glibc(policy_glibc)})",
         ENV_ARCH: t.arch, ENV_CACHE: str(cache), "NIGHTLY_CROSS_PYTHON": python,
+        # How the smoke test runs the target's Python (smoke_scripts/common.sh).
+        "NIGHTLY_CROSS_RUN": f"{t.qemu} -L {root} {root}/usr/bin/python{python}",
         "_PYTHON_HOST_PLATFORM": f"linux-{t.arch}",
         "_PYTHON_SYSCONFIGDATA_NAME": f"_sysconfigdata__linux_{t.triple}",
         "PYTHONPATH": str(where / "sysconfig"),
@@ -230,11 +237,15 @@ def unpack_wheel(wheel: Path, dest: Path) -> Path:
     return dest
 
 
-def run_against(wheel: Path, cache: Path, arch: str, python: str, code: str,
-                workdir: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`code` run by the target's Python under qemu-user with the wheel importable."""
-    site = unpack_wheel(wheel, workdir / "site")
+def run_against(wheels: Sequence[Path], cache: Path, arch: str, python: str,
+                args: Sequence[str], workdir: Path,
+                timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """The target's Python run under qemu-user with `args` (["-c", CODE], ["-m", "pytest"...])
+    in `workdir`, the wheels' files importable (unpacked as pip would install them)."""
+    site = workdir / "site"
+    for wheel in wheels:
+        unpack_wheel(wheel, site)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1",
-           "HOME": str(workdir)}
-    return subprocess.run(qemu_command(cache, arch, python, "-c", code), env=env, cwd=workdir,
+           "HOME": str(workdir), "LANG": "C.UTF-8"}
+    return subprocess.run(qemu_command(cache, arch, python, *args), env=env, cwd=workdir,
                           capture_output=True, text=True, timeout=timeout, check=False)
