@@ -44,7 +44,7 @@ from nightly.images.suites import SUITE_OTHER_PYTHONS, SUITE_PYTHON
 
 Log = Callable[[str], None]
 
-REVISION = "2"  # of the cross folders' layout: a new one is a new cached folder
+REVISION = "3"  # of the cross folders' layout: a new one is a new cached folder
 MARKER = ".nightly-complete"
 ENV_CACHE = "NIGHTLY_CROSS_CACHE"
 ENV_ARCH = "NIGHTLY_ARCH"  # the wheel's architecture: the recipe's auditwheel --plat
@@ -145,7 +145,7 @@ def make_root(cache: Path, arch: str, python: str, mirror: str, log: Log) -> Pat
         # the loader is looked for at /lib/ld-linux-aarch64.so.1.
         if (partial / "root" / "usr" / top).is_dir() and not (partial / "root" / top).exists():
             (partial / "root" / top).symlink_to(f"usr/{top}")
-    _sysconfig(partial, python, t)
+    _sysconfig(partial, python, t, final=dest)
     (partial / "nightly-sources.txt").write_text(
         "\n".join(sorted(d.name for d in debs.glob("*.deb"))) + "\n")
     (partial / MARKER).write_text(f"{suite} {t.deb} python{python}\n")
@@ -155,12 +155,13 @@ def make_root(cache: Path, arch: str, python: str, mirror: str, log: Log) -> Pat
     return dest
 
 
-def _sysconfig(dest: Path, python: str, t: Target) -> None:
+def _sysconfig(dest: Path, python: str, t: Target, *, final: Path | None = None) -> None:
     """The target's sysconfigdata with /usr/include and /usr/lib moved into the root (the
-    host's own headers must never be what the target's extension compiles against)."""
+    host's own headers must never be what the target's extension compiles against); `final`:
+    where `dest` will be once complete (the paths written are that folder's)."""
     name = f"_sysconfigdata__linux_{t.triple}"
     text = (dest / "root" / "usr" / "lib" / f"python{python}" / f"{name}.py").read_text()
-    root = (dest / "root").resolve()
+    root = (final or dest).resolve() / "root"
     text = re.sub(r"(?<=['\" =IL])/usr/(include|lib)\b", lambda m: f"{root}/usr/{m.group(1)}", text)
     (dest / "sysconfig").mkdir()
     (dest / "sysconfig" / f"{name}.py").write_text(text)
@@ -198,9 +199,11 @@ def host_env(arch: str, python: str, policy_glibc: tuple[int, int], cache: Path)
         "_PYTHON_HOST_PLATFORM": f"linux-{t.arch}",
         "_PYTHON_SYSCONFIGDATA_NAME": f"_sysconfigdata__linux_{t.triple}",
         "PYTHONPATH": str(where / "sysconfig"),
-        # Debian's pyconfig.h includes <aarch64-linux-gnu/python3.X/pyconfig.h>: found after
-        # zig's own libc headers, so no glibc header of the root is ever used.
-        "CPPFLAGS": f"-idirafter {root}/usr/include",
+        # The target's Python headers first (setuptools may add the build interpreter's own
+        # include folder: shadowed), and Debian's pyconfig.h includes
+        # <aarch64-linux-gnu/python3.X/pyconfig.h>, found after zig's own libc headers, so no
+        # glibc header of the root is ever used.
+        "CPPFLAGS": f"-I{root}/usr/include/python{python} -idirafter {root}/usr/include",
     }
 
 

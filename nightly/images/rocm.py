@@ -61,7 +61,8 @@ echo "HIP self-test passed: code objects for $PYTORCH_ROCM_ARCH, runtime answers
 def image_env(spec: BuilderSpec, rocm: str) -> dict[str, str]:
     """What a HIP build reads in the image (PyTorch's names where it has them)."""
     return {
-        "ROCM_PATH": "/usr",  # Debian installs HIP under /usr (hipcc, include/hip, the libs)
+        # No ROCM_PATH: Debian's hipcc (under /usr) finds its device libraries itself, and
+        # ROCM_PATH=/usr sends clang to look for them where they are not.
         "HIP_PLATFORM": "amd",
         "ROCM_VERSION": rocm,
         "PYTORCH_ROCM_ARCH": ";".join(spec.rocm_targets),

@@ -32,8 +32,9 @@ ARCH = "aarch64"
 POLICY = "2_28"
 
 
-def _cross_build(source: Path, python: str, tmp: Path) -> Path:
-    """The manywheel recipe's wheel of `source` for Python X.Y on aarch64 (one file)."""
+def _cross_build(source: Path, python: str, tmp: Path, **versions: str) -> Path:
+    """The manywheel recipe's wheel of `source` for Python X.Y on aarch64 (one file);
+    `versions`: build_version and version_from for a project that keeps its own."""
     host = renv.pyenv_python(python)
     assert host is not None, f"no Python {python} on this machine to build with"
     cache = engine.default_cache()
@@ -41,10 +42,16 @@ def _cross_build(source: Path, python: str, tmp: Path) -> Path:
     cross.ensure(env_x, print)
     env = renv.contract_env(package_type="manywheel", source_dir=source, output_dir=tmp / "out",
                             work_dir=tmp / "work", desired_python=python, python=host,
-                            extra={**env_x, "NIGHTLY_MANYLINUX": POLICY})
+                            build_version=versions.get("build_version", renv.BUILD_VERSION),
+                            extra={**env_x, "NIGHTLY_MANYLINUX": POLICY,
+                                   "NIGHTLY_VERSION_FROM": versions.get("version_from", "env")})
     run = renv.run_recipe("manywheel", env, timeout=1200)
     assert run.returncode == 0, run.describe()
     assert f"for {ARCH} (Python {python})" in run.output
+    # Compiled against the target's Python headers, first on the include path.
+    root = cross.folder(cache, ARCH, python) / "root"
+    assert f"-I{root}/usr/include/python{python} " in run.output
+    assert ".partial" not in run.output
     (wheel,) = run.packages
     return wheel
 
@@ -87,7 +94,8 @@ def test_a_corpus_project_cross_built_for_aarch64_passes_its_own_tests_under_qem
 ) -> None:
     project = corpus.BY_KEY["markupsafe"]
     python = "3.11"
-    wheel = _cross_build(corpus.unpack(project), python, tmp_path)
+    wheel = _cross_build(corpus.unpack(project), python, tmp_path,
+                         build_version=project.wheel_version, version_from="keep")
     assert _glibc(corpus.auditwheel_verdict(wheel)) <= (2, 28)
     # Its test suite and pytest (pure Python wheels) beside the wheel, run by the aarch64
     # interpreter under qemu from a copy of the tests: only the wheel's markupsafe imports.

@@ -82,10 +82,10 @@ def test_the_demos_cp314_wheels_are_built_published_and_used_in_the_runtime_imag
 
     # From the mirror's own index pages, into a fresh venv of the runtime image's 3.14.
     for wheel in wheels:
-        folder = wheel.parent.parent  # <channel>/<accelerator>/<project>/<wheel>
-        assert (folder / "nightlydemo" / "index.html").is_file() or (
-            folder.parent / "nightlydemo" / "index.html").is_file(), folder
-        index = folder if (folder / "nightlydemo" / "index.html").is_file() else folder.parent
+        # The PEP 503 index of the wheel's folder (whl/nightly/cpu/nightlydemo/index.html).
+        index = next(d for d in (wheel.parent, *wheel.parents)
+                     if (d / "nightlydemo" / "index.html").is_file())
+        assert (tmp_path / "mirror") in index.parents
         version = wheel.name.split("-")[1]
         script = (
             "set -e; /opt/python/cp314-cp314/bin/python -m venv /tmp/v; "

@@ -20,7 +20,7 @@ def test_the_recipe_environment_of_an_aarch64_build(tmp_path: Path) -> None:
     assert env["PYTHONPATH"] == str(root.parent / "sysconfig")
     assert env["CC"] == str(cross.zig_folder(tmp_path, "aarch64") / "bin" / "cc")
     assert env["NIGHTLY_ZIG_GLIBC"] == "2.17"  # the policy is 2_28; zig targets 2.17
-    assert env["CPPFLAGS"] == f"-idirafter {root}/usr/include"
+    assert env["CPPFLAGS"] == f"-I{root}/usr/include/python3.13 -idirafter {root}/usr/include"
     assert env["NIGHTLY_CROSS_RUN"] == f"qemu-aarch64 -L {root} {root}/usr/bin/python3.13"
     assert not (tmp_path / "cross").exists()  # nothing is made until ensure()
 
@@ -43,7 +43,7 @@ def test_the_targets_sysconfigdata_points_into_its_root(tmp_path: Path) -> None:
     cross._sysconfig(tmp_path, "3.11", cross.target("aarch64"))
     ns: dict[str, dict[str, str]] = {}
     exec((tmp_path / "sysconfig" / "_sysconfigdata__linux_aarch64-linux-gnu.py").read_text(), ns)
-    got, root = ns["build_time_vars"], (tmp_path / "root").resolve()
+    got, root = ns["build_time_vars"], tmp_path.resolve() / "root"
     assert got["INCLUDEPY"] == f"{root}/usr/include/python3.11"
     assert got["LIBDIR"] == f"{root}/usr/lib/aarch64-linux-gnu"
     assert got["CFLAGS"] == f"-I{root}/usr/include/x -O2"
