@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from nightly.config import load
+from nightly.executors.container_engine import CA_ENV, CA_MOUNT, host_ca_bundle
 from nightly.images import runtime
 from nightly.manylinux import check_packages
 from tests.support.cli import run_nightly
@@ -56,9 +57,10 @@ def offload_targets(so: bytes) -> list[str]:
     return targets
 
 
-def _run(engine: Engine, image: str, script: str, volumes: dict[str, dict[str, str]]) -> str:
+def _run(engine: Engine, image: str, script: str, volumes: dict[str, dict[str, str]], *,
+         network: bool = False) -> str:
     container = engine.client.containers.run(image, ["bash", "-c", script], detach=True,
-                                             volumes=volumes, network_disabled=True)
+                                             volumes=volumes, network_disabled=not network)
     try:
         status = container.wait(timeout=1200)["StatusCode"]
         output = container.logs().decode(errors="replace")
@@ -82,14 +84,17 @@ def test_the_demos_rocm_wheel_holds_amd_code_objects_and_runs_without_a_gpu(
         "PACKAGE_TYPE": "manywheel", "DESIRED_PYTHON": "3.13", "DESIRED_CUDA": "rocm5.7",
         "BUILD_VERSION": VERSION, "PACKAGE_VERSION": f"{VERSION}+rocm5.7", "BUILD_NUMBER": "1",
         "SOURCE_DIR": "/source", "OUTPUT_DIR": "/out", "NIGHTLY_MANYLINUX": "2_28",
-        # Offline: the image's interpreter has the demo's build requirements.
-        "NIGHTLY_BUILD_ISOLATION": "0",
     }
+    # As the container executor does: the host's CA bundle, so pip trusts what the host does.
+    ca = host_ca_bundle()
+    assert ca is not None
+    recipe_env |= {var: CA_MOUNT for var in CA_ENV}
     exports = " ".join(f"{k}={v}" for k, v in recipe_env.items())
     log = _run(engine, spec.tag_for("rocm5.7"), f"export {exports}; bash /recipes/manywheel/build.sh",
                {str(REPO / "recipes"): {"bind": "/recipes", "mode": "ro"},
                 str(REPO / "examples" / "demo"): {"bind": "/source", "mode": "ro"},
-                str(out): {"bind": "/out", "mode": "rw"}})
+                str(out): {"bind": "/out", "mode": "rw"}, ca: {"bind": CA_MOUNT, "mode": "ro"}},
+               network=True)  # pip's isolated build fetches setuptools, as in a night
     assert "--offload-arch=gfx90a --offload-arch=gfx1100" in log
     assert "--exclude libamdhip64.so.5" in log
     (wheel,) = out.glob("*.whl")
