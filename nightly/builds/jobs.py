@@ -108,6 +108,27 @@ def manylinux_env(config: Config, build: Build, executor: str) -> dict[str, str]
     return env
 
 
+def cross_env(config: Config, build: Build, executor: str, arch: str) -> dict[str, str]:
+    """A host build of a manywheel for another architecture than this machine's (`arch`: the
+    build's, e.g. "aarch64"): nightly's cross environment (nightly.images.cross: the target's
+    Python, zig for it, NIGHTLY_ARCH and a smoke test under qemu-user), laid over what
+    manylinux_env gives (its toolchain and AUDITWHEEL_PLAT are this machine's). Empty for this
+    machine's architecture, other package types and container builds (an image builds for its
+    own architecture: such a build is routed to a machine of it)."""
+    import platform
+
+    if executor != "local" or build.package != "manywheel" or arch in ("", platform.machine()):
+        return {}
+    from nightly.images import cross, engine
+
+    policy = config.manylinux_for(build, executor)
+    glibc = glibc_of(policy) if policy not in ("", OFF) else (2, 17)
+    env = cross.host_env(arch, python_number(build.python), glibc, engine.default_cache())
+    if policy not in ("", OFF):
+        env["AUDITWHEEL_PLAT"] = plat(policy, arch)
+    return env
+
+
 def host_toolchain(config: Config) -> str:
     """[matrix.linux.manywheel] toolchain: "sysroot" (the default) or "zig"."""
     return next((m.toolchain for m in config.matrices
@@ -197,6 +218,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
 
 
 __all__ = [
-    "RunContext", "build_env", "interpreter_env", "make_job", "manylinux_env", "package_version",
+    "RunContext", "build_env", "cross_env", "interpreter_env", "make_job", "manylinux_env",
+    "package_version",
     "prepare_toolchain", "recipe_env", "version_env", "wheelhouse_env",
 ]

@@ -63,3 +63,22 @@ def test_zig_wrappers_for_the_target_and_for_this_machine(tmp_path: Path) -> Non
     assert zig._kept(kept.format("aarch64-linux-gnu"), include)
     assert not zig._kept(kept.format("aarch64-linux-gnu"))  # x86's copy drops it
     assert not zig._kept(kept.format("x86-linux-gnu"), include)
+
+
+def test_a_build_for_another_architecture_gets_the_cross_environment() -> None:
+    import platform
+
+    from nightly.builds.jobs import cross_env
+    from nightly.config import load
+    from nightly.plan.matrix import Build
+
+    config = load(Path(__file__).resolve().parents[2] / "configs" / "demo-beyond-cuda.toml")
+    build = Build(package="manywheel", python="3.13", cuda="cpu")
+    env = cross_env(config, build, "local", "aarch64")
+    assert env["NIGHTLY_ARCH"] == "aarch64"
+    assert env["AUDITWHEEL_PLAT"] == "manylinux_2_28_aarch64"  # the build's, not uname -m's
+    assert env["NIGHTLY_CROSS_PYTHON"] == "3.13"
+    assert cross_env(config, build, "local", platform.machine()) == {}  # built natively
+    assert cross_env(config, build, "container", "aarch64") == {}  # an image's own arch
+    assert cross_env(config, Build(package="conda", python="3.13", cuda="cpu"), "local",
+                     "aarch64") == {}
