@@ -121,6 +121,8 @@ def test_the_demos_rocm_wheel_holds_amd_code_objects_and_runs_without_a_gpu(
     output = _run(engine, runtime.tag(spec), script,
                   {str(out): {"bind": "/wheels", "mode": "ro"}})
     lines = output.strip().splitlines()
+    print(f"{wheel.name}: {verdict.record}; offload targets {targets}; in the runtime image: "
+          f"{lines[-2]}")
     version, (count, why), added = json.loads(lines[-2])
     assert (version, count, added) == ("5.7", 0, 5), lines
     assert "100" in why or "no" in why.lower(), why
