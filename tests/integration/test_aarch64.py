@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -78,8 +79,10 @@ def test_the_demos_aarch64_wheel_meets_the_policy_and_runs_under_qemu(
             "print(platform.machine(), nightlydemo.add(2, 3), nightlydemo.vector_sum([1.5, 2]),"
             " n.__file__.endswith(sysconfig.get_config_var('EXT_SUFFIX')), "
             "nightlydemo.built_with_cuda())")
+    started = time.monotonic()
     ran = cross.run_against([wheel], engine.default_cache(), ARCH, python, ["-c", code],
                             tmp_path / "smoke")
+    print(f"Python {python} under qemu-aarch64: {time.monotonic() - started:.1f} s")
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.stdout.split() == ["aarch64", "5", "3.5", "True", "False"], ran.stdout
     so = next((tmp_path / "smoke" / "site" / "nightlydemo").glob("_native*.so"))
@@ -106,6 +109,7 @@ def test_a_corpus_project_cross_built_for_aarch64_passes_its_own_tests_under_qem
     work.mkdir()
     shutil.copytree(project.source / "tests", work / "tests")
     (work / "pytest.ini").write_text("[pytest]\n")
+    started = time.monotonic()
     ran = cross.run_against(
         [wheel, *tools], engine.default_cache(), ARCH, python,
         ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "pytest.ini", "--rootdir", ".",
@@ -114,6 +118,7 @@ def test_a_corpus_project_cross_built_for_aarch64_passes_its_own_tests_under_qem
     suite = ET.parse(work / "junit.xml").getroot()
     suite = suite if suite.tag == "testsuite" else suite[0]
     total, failed, errors = (int(suite.get(k, "0")) for k in ("tests", "failures", "errors"))
+    print(f"markupsafe's {total} tests under qemu-aarch64: {time.monotonic() - started:.1f} s")
     assert total > 50, ran.stdout[-2000:]
     assert (failed, errors) == (0, 0)
     # The speedups (the C extension) are what ran, not markupsafe's pure-Python fallback.
