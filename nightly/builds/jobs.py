@@ -15,7 +15,7 @@ from nightly.builds.userarea import BuildArea
 from nightly.config import Config
 from nightly.config.detect import PyProjectError, VersionChoice, resolve_version_from
 from nightly.executors.base import Job
-from nightly.manylinux import OFF, glibc_of, platform_env
+from nightly.manylinux import OFF, glibc_of, plat, platform_env
 from nightly.plan.axes import manylinux_interpreter
 from nightly.plan.matrix import Build, python_number
 from nightly.workspace import Day, State
@@ -136,6 +136,27 @@ def manylinux_env(config: Config, build: Build, executor: str,
     return env
 
 
+def cross_env(config: Config, build: Build, executor: str, arch: str) -> dict[str, str]:
+    """A host build of a manywheel for another architecture than this machine's (`arch`: the
+    build's, e.g. "aarch64"): nightly's cross environment (nightly.images.cross: the target's
+    Python, zig for it, NIGHTLY_ARCH and a smoke test under qemu-user), laid over what
+    manylinux_env gives (its toolchain and AUDITWHEEL_PLAT are this machine's). Empty for this
+    machine's architecture, other package types and container builds (an image builds for its
+    own architecture: such a build is routed to a machine of it)."""
+    import platform
+
+    if executor != "local" or build.package != "manywheel" or arch in ("", platform.machine()):
+        return {}
+    from nightly.images import cross, engine
+
+    policy = config.manylinux_for(build, executor)
+    glibc = glibc_of(policy) if policy not in ("", OFF) else (2, 17)
+    env = cross.host_env(arch, python_number(build.python), glibc, engine.default_cache())
+    if policy not in ("", OFF):
+        env["AUDITWHEEL_PLAT"] = plat(policy, arch)
+    return env
+
+
 def host_toolchain(config: Config) -> str:
     """[matrix.linux.manywheel] toolchain: "sysroot" (the default) or "zig"."""
     return next((m.toolchain for m in config.matrices
@@ -147,19 +168,21 @@ def prepare_toolchain(job: Job, out: Callable[[bytes], None]) -> str | None:
     """Assemble the glibc-targeting toolchain a host build's environment names (once per
     cache; here rather than in make_job, so a dry run or a preflight downloads nothing).
     Returns why it could not be made, or None."""
-    from nightly.images import sysroot, zig
+    from nightly.images import cross, sysroot, zig
 
     def log(line: str) -> None:
         out(f"[nightly] {line}\n".encode())
 
     try:
-        if zig.ENV_CACHE in job.env:
+        if cross.ENV_CACHE in job.env:  # a cross build (cross.host_env): zig + target root
+            cross.ensure(job.env, log)
+        elif zig.ENV_CACHE in job.env:
             zig.ensure(job.env, log)
         elif sysroot.ENV_CACHE in job.env:
             sysroot.ensure(job.env, log)
         else:
             return None
-    except (sysroot.ToolchainError, zig.ZigError) as e:
+    except (sysroot.ToolchainError, zig.ZigError, cross.CrossError) as e:
         out(f"[nightly] {e}\n".encode())
         return f"toolchain: {e}"
     out(f"[nightly] toolchain {job.env['NIGHTLY_TOOLCHAIN']}: CC={job.env['CC']}\n".encode())
@@ -217,6 +240,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
             ctx.config, build, version=ctx.version, date=ctx.day.date, channel=ctx.channel
         ) | wheelhouse_env(ctx) | version_env(ctx, build)
         | manylinux_env(ctx.config, build, executor, area.images if area else None)
+        | cross_env(ctx.config, build, executor, build.target_arch)
         | reproducible_env(ctx.source_dir) | interpreter_env(ctx.config, build, executor)
         | (area.env() if area else {}),
         recipes_dir=area.recipes if area else ctx.config.recipes,
@@ -230,6 +254,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
 
 
 __all__ = [
-    "RunContext", "axis_env", "build_env", "interpreter_env", "make_job", "manylinux_env", "package_version",
+    "RunContext", "axis_env", "build_env", "cross_env", "interpreter_env", "make_job", "manylinux_env",
+    "package_version",
     "prepare_toolchain", "recipe_env", "version_env", "wheelhouse_env",
 ]

@@ -66,7 +66,7 @@ def check_references(
         image = image_entry(images, b)
         if b.platform == "linux" and image.startswith("@"):
             spec = builders[image[1:]]
-            if b.cuda not in spec.cudas:
+            if b.cuda not in spec.accelerators:
                 ctx.fail(
                     f"build {b.id} runs in {image}, which has no {b.cuda} image",
                     f"builders.{spec.name}.cudas",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nightly.errors import NightlyError, UsageError
-from nightly.images import runtime
+from nightly.images import rocm, runtime
 from nightly.images.spec import BuilderSpec, SpecError
 from nightly.plan.matrix import Build, SpellingError, normalize_cuda
 
@@ -80,14 +80,35 @@ def needed(config: Config, *, cudas: Sequence[str] = (), package: str | None = N
         if tested is not None:
             out.setdefault(tested[1], Needed(tag=tested[1], spec=tested[0], cuda=b.cuda,
                                              runtime=True)).builds.append(b.id)
+    if builds is None and not package:
+        _declared_rocm(config, cudas, out)
     return list(out.values())
 
 
+def _declared_rocm(config: Config, cudas: Sequence[str], out: dict[str, Needed]) -> None:
+    """The `rocmX.Y` images of the builders [images] names, whether or not a build of the
+    matrix runs in one yet (the matrix's accelerator axis routes ROCm builds to them), and
+    their runtime image (the HIP runtime the wheels are tested with)."""
+    names = {v[1:] for t in config.images.values() for v in t.values() if v.startswith("@")}
+    for name in sorted(names & set(config.builders)):
+        spec = config.builders[name]
+        for accelerator in (a for a in spec.accelerators if a.startswith("rocm")):
+            if cudas and accelerator not in cudas:
+                continue
+            out.setdefault(spec.tag_for(accelerator), Needed(tag=spec.tag_for(accelerator),
+                                                            spec=spec, cuda=accelerator))
+            if runtime.tag(spec) and not spec.runtime_image:
+                out.setdefault(runtime.tag(spec), Needed(tag=runtime.tag(spec), spec=spec,
+                                                         cuda=accelerator, runtime=True))
+
+
 def parse_cudas(text: str | None) -> list[str]:
+    """`--cuda cpu,13.0,rocm5.7`: CUDA spellings, and ROCm images as `rocmX.Y`."""
     if not text:
         return []
     try:
-        return [normalize_cuda(c) for c in text.split(",") if c.strip()]
+        return [c.strip() if c.strip().startswith("rocm") else normalize_cuda(c)
+                for c in text.split(",") if c.strip()]
     except SpellingError as e:
         raise UsageError(f"--cuda: {e}") from e
 
@@ -113,8 +134,13 @@ def build_images(config: Config, *, cudas: Sequence[str] = (), package: str | No
             log(f"{n.tag}: {why}; nightly does not build it")
             continue
         try:
-            tags += ([runtime.ensure(client, n.spec, cache, log)] if n.runtime
-                     else engine.build(client, n.spec, [n.cuda], cache, log))
+            if n.runtime:
+                tags.append(runtime.ensure(client, n.spec, cache, log))
+            elif n.cuda.startswith("rocm"):  # its own module: a ROCm image stands on the cpu layer
+                with engine.cache_lock(cache):
+                    tags.append(rocm.ensure(client, n.spec, n.cuda, cache, log))
+            else:
+                tags += engine.build(client, n.spec, [n.cuda], cache, log)
         except KeyboardInterrupt:
             log("interrupted: nothing half-built is tagged; run the same command again to go on")
             raise
@@ -157,7 +183,8 @@ def list_images(config: Config, *, client: DockerClient | None = None) -> list[R
             rows.append(_runtime_row(n, n.spec, info))
             continue
         spec_hash = n.spec.hash_for(n.cuda) if n.spec else labels.get(engine.LABEL_HASH, "-")
-        pythons = (" ".join(f"{p.version}={p.describe()}" for p in n.spec.pythons) if n.spec
+        pythons = (" ".join(f"{p.version}={p.describe_in(n.spec.suite)}" for p in n.spec.pythons)
+                   if n.spec
                    else labels.get(engine.LABEL_PYTHONS, "?"))
         manylinux = labels.get(engine.LABEL_MANYLINUX) or (n.spec.manylinux_tag(n.cuda) if n.spec
                                                           else "?")
@@ -178,7 +205,7 @@ def _runtime_row(n: Needed, spec: BuilderSpec, info: ImageInfo | None) -> Row:
         tag=n.tag, present=info is not None, size=info.size if info else 0,
         spec_hash="-" if spec.runtime_image else runtime.image_hash(spec),
         age=_age(info.created) if info else "-", manylinux="-",
-        pythons=" ".join(f"{p.version}={p.describe()}" for p in spec.pythons),
+        pythons=" ".join(f"{p.version}={p.describe_in(spec.suite)}" for p in spec.pythons),
         builds=len(n.builds), nvcc="", role="runtime",
         toolchain=("none: the site's runtime_image" if spec.runtime_image else
                    f"none: the runtime image of {spec.name} (where its wheels are tested)"),

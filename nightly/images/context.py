@@ -19,7 +19,8 @@ from pathlib import Path
 
 from nightly.errors import NightlyError
 from nightly.images import sysroot, zig
-from nightly.images.spec import SUITE_PYTHON, BuilderSpec, PythonSource
+from nightly.images.spec import BuilderSpec, PythonSource
+from nightly.images.suites import SUITE_PYTHON
 
 Log = Callable[[str], None]
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nightly.errors import NightlyError
-from nightly.images.spec import DEBIAN_NVCC
+from nightly.images.suites import DEBIAN_NVCC
 
 Log = Callable[[str], None]
 

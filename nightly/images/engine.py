@@ -234,7 +234,7 @@ def ensure_cpu(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) -
         LABEL_SPEC: spec.name, LABEL_HASH: spec.cpu_hash(), LABEL_CUDA: "cpu",
         LABEL_MANYLINUX: spec.manylinux_tag(), LABEL_POLICY: spec.manylinux or "-",
         LABEL_TOOLCHAIN: spec.toolchain_text(),
-        LABEL_PYTHONS: " ".join(f"{p.version}={p.describe()}" for p in spec.pythons),
+        LABEL_PYTHONS: " ".join(f"{p.version}={p.describe_in(spec.suite)}" for p in spec.pythons),
     }
     logfile = log_file(cache, tag)
     write_header(logfile, tag, spec, [f"parent:   {spec.base_tag()}",

@@ -67,8 +67,15 @@ def _digest(parts: dict[str, object]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def debs(spec: BuilderSpec) -> tuple[str, ...]:
+    """The runtime base's packages: DEBS, plus what the builder's wheels need of the machine
+    (another distro Python; the HIP runtime its ROCm wheels declare as a dependency)."""
+    return tuple(sorted({*DEBS, *spec.runtime_debs}))
+
+
 def base_hash(spec: BuilderSpec) -> str:
-    return _digest({"suite": spec.suite, "debs": list(DEBS)})
+    extra = {"runtime_debs": list(spec.runtime_debs)} if spec.runtime_debs else {}
+    return _digest({"suite": spec.suite, "debs": list(DEBS), **extra})
 
 
 def image_hash(spec: BuilderSpec) -> str:
@@ -134,9 +141,9 @@ def ensure_base(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) 
         return tag_
     mirror = spec.mirror or cuda.host_mirror()
     fs = rootfs.bootstrap(suite=spec.suite, packages=(), key=f"runtime-{base_hash(spec)}",
-                          mirror=mirror, cache=cache, log=log, essential=DEBS)
+                          mirror=mirror, cache=cache, log=log, essential=debs(spec))
     engine.write_header(engine.log_file(cache, tag_), tag_, spec,
-                  [f"suite:    {spec.suite} ({mirror})", f"packages: {' '.join(DEBS)}"])
+                  [f"suite:    {spec.suite} ({mirror})", f"packages: {' '.join(debs(spec))}"])
     return engine.import_rootfs(
         client, fs, tag_, {engine.LABEL_SPEC: spec.name, engine.LABEL_HASH: base_hash(spec),
                            LABEL_ROLE: "runtime"}, cache, log)

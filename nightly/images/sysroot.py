@@ -78,13 +78,22 @@ fi
 """
 
 SHIM = "nightly-glibc-shim.o"
-# What gcc 12's static libstdc++ refers to that glibc 2.31 does not have, defined hidden
+# What the suite's static libstdc++ refers to that glibc 2.31 does not have, defined hidden
 # (never exported, never interposing the running glibc): __libc_single_threaded (2.32; 0
-# means "maybe threaded", the always-correct answer) and arc4random (2.36; random_device).
+# means "maybe threaded", the always-correct answer), arc4random (2.36; random_device), and
+# the C23 strto* (2.38: a libstdc++ compiled against trixie's or sid's glibc calls them; the
+# C17 ones differ only in not reading a "0b" prefix, which libstdc++ never parses).
 SHIM_SOURCE = r"""
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#define NIGHTLY_C23(type, name) __attribute__((visibility("hidden"))) type __isoc23_##name( \
+    const char *s, char **end, int base) { return name(s, end, base); }
+NIGHTLY_C23(long, strtol)
+NIGHTLY_C23(unsigned long, strtoul)
+NIGHTLY_C23(long long, strtoll)
+NIGHTLY_C23(unsigned long long, strtoull)
 __attribute__((visibility("hidden"))) char __libc_single_threaded = 0;
 __attribute__((visibility("hidden"))) uint32_t arc4random(void) {
     uint32_t v = 0;

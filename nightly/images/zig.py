@@ -70,7 +70,7 @@ for a in "$@"; do
 done
 [ "$san" = 1 ] || set -- -fno-sanitize=undefined "$@"
 [ "$opt" = 1 ] || [ "$link" = 0 ] || set -- -O2 "$@"
-exec "$here/../zig/zig" {driver} -target "x86_64-linux-gnu.${{{env_glibc}:-{glibc}}}" "$@"
+exec "$here/../zig/zig" {driver} -target "{triple}.${{{env_glibc}:-{glibc}}}" "$@"
 """
 
 # The image's self-test, which also fills zig's cache for the builds (the glibc stubs,
@@ -125,22 +125,22 @@ def fetch_wheel(cache: Path, log: Log) -> Path:
     return found[0]
 
 
-def _kept(name: str) -> bool:
+def _kept(name: str, keep_include: tuple[str, ...] = KEEP_INCLUDE) -> bool:
     """Whether a path of the wheel goes into the toolchain (ziglang/... only, this target's)."""
     parts = name.split("/")
     if parts[0] != "ziglang" or len(parts) < 2 or parts[1] in ("__init__.py", "__main__.py"):
         return False
     if parts[1:4] == ["lib", "libc", "include"] and len(parts) > 4:
-        return parts[4] in KEEP_INCLUDE
+        return parts[4] in keep_include
     return not (parts[1:3] == ["lib", "libc"] and len(parts) > 3 and parts[3] in DROP_LIBC)
 
 
-def unpack(wheel: Path, dest: Path) -> int:
+def unpack(wheel: Path, dest: Path, keep_include: tuple[str, ...] = KEEP_INCLUDE) -> int:
     """The wheel's ziglang/ folder as dest/zig (executable bits kept); returns bytes kept."""
     total = 0
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
-            if info.is_dir() or not _kept(info.filename):
+            if info.is_dir() or not _kept(info.filename, keep_include):
                 continue
             target = dest / "zig" / info.filename.split("/", 1)[1]
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -153,17 +153,17 @@ def unpack(wheel: Path, dest: Path) -> int:
     return total
 
 
-def wrapper_text(driver: str) -> str:
+def wrapper_text(driver: str, triple: str = "x86_64-linux-gnu") -> str:
     return WRAPPER.format(zig_version=ZIG_VERSION, driver=driver, glibc=ZIG_GLIBC,
-                          env_glibc=ENV_GLIBC)
+                          env_glibc=ENV_GLIBC, triple=triple)
 
 
-def write_wrappers(dest: Path) -> None:
+def write_wrappers(dest: Path, triple: str = "x86_64-linux-gnu") -> None:
     """bin/cc and bin/c++ (gcc and g++ link to them: projects that call those by name)."""
     bindir = dest / "bin"
     bindir.mkdir(parents=True, exist_ok=True)
     for name, driver in (("cc", "cc"), ("c++", "c++")):
-        (bindir / name).write_text(wrapper_text(driver))
+        (bindir / name).write_text(wrapper_text(driver, triple))
         (bindir / name).chmod(0o755)
     for alias, name in (("gcc", "cc"), ("g++", "c++")):
         if not (bindir / alias).exists():

@@ -78,8 +78,8 @@ init_recipe() {
     BUILD_NUMBER="${BUILD_NUMBER:-1}"
     export BUILD_NUMBER
     case "$DESIRED_CUDA" in
-        cpu | cu[0-9]*) ;;
-        *) die "DESIRED_CUDA=$DESIRED_CUDA is neither 'cpu' nor 'cuXY[Z]' (cu92, cu130)" ;;
+        cpu | cu[0-9]* | rocm[0-9]* | xpu) ;;
+        *) die "DESIRED_CUDA=$DESIRED_CUDA is none of 'cpu', 'cuXY[Z]' (cu92, cu130), 'rocmX.Y' (rocm5.7), 'xpu'" ;;
     esac
     log "building ${PACKAGE_TYPE} python=${DESIRED_PYTHON:-none} cuda=${DESIRED_CUDA} version=${BUILD_VERSION} build=${BUILD_NUMBER} channel=${CHANNEL:-?} date=${NIGHTLY_DATE:-?}"
     log "source ${SOURCE_DIR}; output ${OUTPUT_DIR}; scratch ${WORK_DIR}"
@@ -168,8 +168,11 @@ set_project_version() {
     esac
 }
 
-# is_cuda_build : true unless DESIRED_CUDA=cpu.
-is_cuda_build() { [[ "$DESIRED_CUDA" != cpu ]]; }
+# is_cuda_build : true for a CUDA build (DESIRED_CUDA=cuXYZ).
+is_cuda_build() { [[ "$DESIRED_CUDA" == cu[0-9]* ]]; }
+
+# is_rocm_build : true for a ROCm build (DESIRED_CUDA=rocmX.Y; PyTorch's spelling).
+is_rocm_build() { [[ "$DESIRED_CUDA" == rocm[0-9]* ]]; }
 
 # cuda_release : CUDA_VERSION, else derived from DESIRED_CUDA (cu130 -> 13.0, cu92 -> 9.2).
 cuda_release() {
@@ -350,6 +353,10 @@ setup_build_venv() {
         export PIP_NO_INDEX=1 PIP_FIND_LINKS="$NIGHTLY_WHEELHOUSE"
         log "build requirements from the wheelhouse $NIGHTLY_WHEELHOUSE (no index)"
     fi
+    if [[ -n "${NIGHTLY_CROSS_PYTHON:-}" ]] && build_isolated; then
+        cross_build_requirements "$src"
+        return 0
+    fi
     if build_isolated; then
         [[ -n "$BUILD_PIP" ]] || die "$PYTHON has no pip, which isolated builds need; install pip, or set [build] isolation = false"
         local source="the index of the pip configuration"
@@ -366,6 +373,23 @@ setup_build_venv() {
     else
         warn "$BUILD_PYTHON is older than 3.8: its build requirements are not checked before the build"
     fi
+}
+
+# cross_build_requirements SRC : a cross build (nightly's cross environment: the target's
+# sysconfigdata on PYTHONPATH, _PYTHON_HOST_PLATFORM) cannot be isolated by pip, which replaces
+# PYTHONPATH in its build environments: the project's build requirements are installed into
+# the fresh build venv for this machine (the cross variables unset), then the wheel is built
+# in it without isolation (and without an index).
+cross_build_requirements() {
+    local src="$1" reqs=() line
+    local -a plain=(env -u _PYTHON_HOST_PLATFORM -u _PYTHON_SYSCONFIGDATA_NAME -u PYTHONPATH)
+    [[ -n "$BUILD_PIP" ]] || die "$PYTHON has no pip, which a cross build needs for its build requirements"
+    while IFS= read -r line; do
+        [[ -n "$line" ]] && reqs+=("$line")
+    done < <(cd "$src" && "${plain[@]}" "$BUILD_PYTHON" "$NIGHTLY_RECIPES_COMMON/buildreqs.py" list "$src")
+    log "cross build for ${NIGHTLY_ARCH:-?} (Python $NIGHTLY_CROSS_PYTHON): build requirements for this machine: ${reqs[*]} wheel"
+    "${plain[@]}" "$BUILD_PIP" install -q "${reqs[@]}" wheel >&2 || die "installing the build requirements failed (output above)"
+    NIGHTLY_BUILD_ISOLATION=0
 }
 
 # build_wheel SRC DIST : builds SRC into a wheel in DIST through pip's PEP 517 front end

@@ -15,6 +15,7 @@
 #                     else auditwheel's own choice, the most compatible tag the wheel satisfies.
 #   NIGHTLY_MANYLINUX the declared policy (2_28; off): the repair must reach it or the build
 #                     fails with auditwheel's reason.
+#   NIGHTLY_ARCH      the wheel's architecture (aarch64 for a cross build); default uname -m.
 # Writes exactly one .whl into OUTPUT_DIR.
 set -euo pipefail
 
@@ -41,14 +42,47 @@ policy="${NIGHTLY_MANYLINUX:-}"
 if [[ -n "${MANYLINUX_PLATFORM:-}" && "$policy" != off ]]; then
     AUDITWHEEL_PLAT="$MANYLINUX_PLATFORM"   # nightly's one rule: the build's architecture
 elif [[ -n "$policy" && "$policy" != off && -z "${AUDITWHEEL_PLAT:-}" ]]; then
-    AUDITWHEEL_PLAT="manylinux_${policy}_$(uname -m)"   # an older caller: this machine's
+    AUDITWHEEL_PLAT="manylinux_${policy}_${NIGHTLY_ARCH:-$(uname -m)}"   # an older caller
 fi
+# check_cross_plat WHEEL PLAT : the repaired wheel's first tag is manylinux_X_Y_<arch> of
+# PLAT's architecture, for a glibc no newer than PLAT's.
+check_cross_plat() {
+    local tags tag="" t want_arch="${2#manylinux_*_*_}" want="${2#manylinux_}"
+    tags="$(wheel_field "$1" platform_tag)"
+    for t in ${tags//./ }; do
+        [[ "$t" =~ ^manylinux_[0-9]+_[0-9]+_ ]] && tag="$t" && break
+    done
+    [[ "$tag" =~ ^manylinux_([0-9]+)_([0-9]+)_(.+)$ ]] || die "auditwheel tagged the cross-built wheel $tags, not manylinux_*_$want_arch"
+    local major="${BASH_REMATCH[1]}" minor="${BASH_REMATCH[2]}" arch="${BASH_REMATCH[3]}"
+    [[ "$arch" == "$want_arch" ]] || die "the wheel is for $arch, not $want_arch (NIGHTLY_ARCH)"
+    want="${want%_"$want_arch"}"
+    if ((major > ${want%%_*} || (major == ${want%%_*} && minor > ${want#*_}))); then
+        die "the wheel cannot meet the manylinux policy $2: auditwheel gives it $tag"
+    fi
+    log "cross-built wheel tagged $tag, which meets $2"
+}
+
+cross_plat=""
 if command -v auditwheel >/dev/null 2>&1; then
     repair=(auditwheel repair -w "$WORK_DIR/wheelhouse")
-    [[ -n "${AUDITWHEEL_PLAT:-}" ]] && repair+=(--plat "$AUDITWHEEL_PLAT")
+    if [[ -n "${AUDITWHEEL_PLAT:-}" && "$AUDITWHEEL_PLAT" != *"_$(uname -m)" ]]; then
+        # auditwheel's --plat takes this machine's architecture only: for a cross-built
+        # wheel it finds the wheel's own and gives it the most compatible tag, which must
+        # then reach the policy (checked below, and again by nightly).
+        cross_plat="$AUDITWHEEL_PLAT"
+    elif [[ -n "${AUDITWHEEL_PLAT:-}" ]]; then
+        repair+=(--plat "$AUDITWHEEL_PLAT")
+    fi
     if is_cuda_build && auditwheel repair --help 2>/dev/null | grep -q -- '--exclude'; then
         # The driver library belongs to the machine that runs the wheel, never in it.
         repair+=(--exclude libcuda.so.1)
+    fi
+    if is_rocm_build; then
+        # The HIP runtime is the machine's ROCm, as the driver is for CUDA: Debian's is
+        # linked against a glibc and libstdc++ no manylinux policy allows, so it is a
+        # dependency of the wheel, not bundled (docs/images.md, "ROCm").
+        rocm="${ROCM_VERSION:-${DESIRED_CUDA#rocm}}"
+        repair+=(--exclude "libamdhip64.so.${rocm%%.*}")
     fi
     log "running: ${repair[*]} $(basename "$WHEEL")"
     if "${repair[@]}" "$WHEEL" 2>"$WORK_DIR/auditwheel.err"; then
@@ -58,6 +92,7 @@ if command -v auditwheel >/dev/null 2>&1; then
         shopt -u nullglob
         ((${#repaired[@]} == 1)) || die "auditwheel left ${#repaired[@]} wheels in $WORK_DIR/wheelhouse"
         final="${repaired[0]}"
+        [[ -z "$cross_plat" ]] || check_cross_plat "$final" "$cross_plat"
     else
         cat "$WORK_DIR/auditwheel.err" >&2
         why="$(grep -v -E '^(INFO:|usage: )' "$WORK_DIR/auditwheel.err" | tr -s ' \n' ' ' | tail -c 600)"

@@ -123,7 +123,7 @@ def test_a_new_build_procedure_for_a_layer_retags_it_and_those_above(
         ({"pythons": {"3.12": "conda:/x"}}, "builders.demo.pythons", "unknown source"),
         ({"pythons": {"3.12": "host:relative"}}, "builders.demo.pythons", "absolute path"),
         ({"pythons": {"three": "distro"}}, "builders.demo.pythons", "not a Python"),
-        ({"suite": "sid"}, "builders.demo.suite", "not a Debian suite"),
+        ({"suite": "buster"}, "builders.demo.suite", "not a Debian suite"),
         ({"tools": ["auditwheel>>1"]}, "builders.demo.tools", "pip requirement"),
         ({"packages": ["Bad Name"]}, "builders.demo.packages", "Debian package"),
         ({"pythonz": {}}, "builders.demo.pythonz", "unknown key"),

@@ -20,6 +20,8 @@ __all__ = [
     "cuda_runtime_version",
     "cuda_device_count",
     "vector_add_cuda",
+    "hip_version",
+    "hip_device_query",
 ]
 
 
@@ -73,3 +75,15 @@ def vector_add_cuda(a, b):
     touches the CUDA runtime until this is called, so importing never needs a GPU.
     """
     return _native.vector_add_cuda(list(a), list(b))
+
+
+def hip_version():
+    """The HIP release the extension was compiled against ("5.7"), or None (not ROCm)."""
+    v = _native.hip_version()
+    return None if v is None else "%d.%d" % (v // 100, v % 100)
+
+
+def hip_device_query():
+    """(number of AMD GPUs visible, the HIP runtime's answer): (0, "no ROCm-capable device
+    is detected (hipErrorNoDevice, 100)") on a machine without one. Never raises."""
+    return _native.hip_device_query()

@@ -18,6 +18,12 @@ int nightlydemo_cuda_vector_add(const double *a, const double *b, double *out, s
                                 char *err, size_t errlen);
 #endif
 
+#ifdef NIGHTLYDEMO_WITH_HIP
+/* Implemented in hip/kernel.hip (C linkage). */
+int nightlydemo_hip_version(void);
+int nightlydemo_hip_device_count(char *why, size_t whylen);
+#endif
+
 static PyObject *native_add(PyObject *self, PyObject *args) {
     long a, b;
     (void)self;
@@ -162,6 +168,33 @@ static PyObject *native_vector_add_cuda(PyObject *self, PyObject *args) {
 #endif
 }
 
+static PyObject *native_hip_version(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+#ifdef NIGHTLYDEMO_WITH_HIP
+    /* HIP_VERSION_MAJOR * 100 + HIP_VERSION_MINOR at compile time: 507 for ROCm 5.7. */
+    return PyLong_FromLong(nightlydemo_hip_version());
+#else
+    Py_RETURN_NONE;
+#endif
+}
+
+static PyObject *native_hip_device_query(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+#ifdef NIGHTLYDEMO_WITH_HIP
+    {
+        char why[256];
+        int n;
+        why[0] = '\0';
+        n = nightlydemo_hip_device_count(why, sizeof(why));
+        return Py_BuildValue("(is)", n, why);
+    }
+#else
+    return Py_BuildValue("(is)", 0, "built without HIP (not a ROCm build)");
+#endif
+}
+
 static PyMethodDef native_methods[] = {
     {"add", native_add, METH_VARARGS, "add(a, b) -> a + b, computed in C."},
     {"vector_sum", native_vector_sum, METH_VARARGS, "vector_sum(seq) -> sum of the floats."},
@@ -170,6 +203,8 @@ static PyMethodDef native_methods[] = {
     {"cuda_runtime_version", native_cuda_runtime_version, METH_NOARGS, "CUDART_VERSION compiled against (11080), or None."},
     {"cuda_device_count", native_cuda_device_count, METH_NOARGS, "Visible CUDA devices (0 without)."},
     {"vector_add_cuda", native_vector_add_cuda, METH_VARARGS, "Element-wise add on the GPU."},
+    {"hip_version", native_hip_version, METH_NOARGS, "HIP version compiled against (507), or None."},
+    {"hip_device_query", native_hip_device_query, METH_NOARGS, "(AMD GPUs visible, the runtime's answer)."},
     {NULL, NULL, 0, NULL}};
 
 #if PY_MAJOR_VERSION >= 3

@@ -22,6 +22,18 @@ fresh_venv() {
     done
   fi
   [ -n "$py" ] || { echo "$who: no interpreter for Python $DESIRED_PYTHON"; exit 1; }
+  if [ -n "${NIGHTLY_CROSS_RUN:-}" ]; then
+    # A wheel cross-built for another architecture (nightly/images/cross.py): its files
+    # unpacked as pip installs them, imported by the target's Python under qemu-user.
+    echo "$who: the $NIGHTLY_ARCH wheel under emulation: $NIGHTLY_CROSS_RUN on $(hostname)"
+    local plain=(env -u _PYTHON_HOST_PLATFORM -u _PYTHON_SYSCONFIGDATA_NAME -u PYTHONPATH)
+    for cand in "$SOURCE_DIR"/*.whl; do "${plain[@]}" "$py" -m zipfile -e "$cand" "$work/site"; done
+    printf '#!/bin/sh\nexec env -u _PYTHON_HOST_PLATFORM -u _PYTHON_SYSCONFIGDATA_NAME PYTHONPATH=%q %s "$@"\n' \
+      "$work/site" "$NIGHTLY_CROSS_RUN" > "$work/target-python"
+    chmod +x "$work/target-python"
+    vpy="$work/target-python"
+    return 0
+  fi
   echo "$who: fresh virtual environment with $py on $(hostname)"
   "$py" -m venv "$work/venv"
   vpy="$work/venv/bin/python"
