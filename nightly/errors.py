@@ -140,8 +140,11 @@ class MissingExtra(UsageError):
 
     def __init__(self, module: str, extra: str, what: str = "") -> None:
         needs = f"{what} needs" if what else "this needs"
-        super().__init__(f"{needs} the '{extra}' extra ({module} is not installed): "
-                         f"pip install '{DISTRIBUTION}[{extra}]'")
+        extras = list(dict.fromkeys(extra.split(",")))
+        named = " and ".join(f"'{e}'" for e in extras) + (" extras" if len(extras) > 1 else " extra")
+        missing = module.replace(",", ", ")
+        super().__init__(f"{needs} the {named} ({missing} {'are' if ',' in module else 'is'} not "
+                         f"installed): pip install '{DISTRIBUTION}[{','.join(extras)}]'")
         self.module, self.extra = module, extra
 
 
@@ -152,11 +155,12 @@ def missing_extra(e: ImportError, what: str = "") -> MissingExtra | None:
     return MissingExtra(name, extra, what) if extra else None
 
 
-def require(module: str, what: str = "") -> None:
-    """Raise MissingExtra now, in the command's own thread, when `module` (an optional
-    library of EXTRA_OF_MODULE) is not installed: before a night's work starts rather than
-    as each build's failure."""
+def require(*modules: str, what: str = "") -> None:
+    """Raise MissingExtra now, in the command's own thread, when any of `modules` (optional
+    libraries of EXTRA_OF_MODULE) is not installed, naming every extra missing: before a
+    night's work starts rather than as each build's failure."""
     import importlib.util
 
-    if importlib.util.find_spec(module) is None:
-        raise MissingExtra(module, EXTRA_OF_MODULE[module], what)
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(",".join(missing), ",".join(EXTRA_OF_MODULE[m] for m in missing), what)

@@ -93,16 +93,25 @@ class Verdict:
     notes: tuple[str, ...] = ()
 
 
-def check_packages(package: str, policy: str, files: Sequence[Path]) -> Verdict:
-    """The policy check of a build's packages, before they are filed (both build phases)."""
+def check_packages(package: str, policy: str, files: Sequence[Path], toolchain: str = "") -> Verdict:
+    """The policy check of a build's packages, before they are filed (both build phases).
+    `toolchain`: the build's NIGHTLY_TOOLCHAIN when known, for the fix a failure names."""
     if package == "manywheel":
-        return _check_wheels(policy, [f for f in files if f.name.endswith(".whl")])
+        return _check_wheels(policy, [f for f in files if f.name.endswith(".whl")], toolchain)
     if package == "libtorch":
         return _record_zips([f for f in files if f.suffix == ".zip"])
     return Verdict()
 
 
-def _check_wheels(policy: str, wheels: Sequence[Path]) -> Verdict:
+def fix_for_glibc(toolchain: str) -> str:
+    """What to change when a wheel needs a glibc newer than its policy."""
+    if toolchain.startswith("zig"):
+        return ("the zig toolchain targets glibc 2.17: a library the wheel links is newer "
+                "(auditwheel show in the log)")
+    return 'toolchain = "zig" (C/C++, not CUDA) reaches manylinux_2_17'
+
+
+def _check_wheels(policy: str, wheels: Sequence[Path], toolchain: str = "") -> Verdict:
     shown = policy or "none declared"
     tags: list[str] = []
     newest: tuple[int, int] = (0, 0)
@@ -124,7 +133,7 @@ def _check_wheels(policy: str, wheels: Sequence[Path]) -> Verdict:
         newest = max(newest, need)
         if policy not in ("", OFF) and need > glibc_of(policy):
             problems.append(f"{w.name} needs glibc {need[0]}.{need[1]}, newer than the "
-                            f"policy manylinux_{policy}")
+                            f"policy manylinux_{policy} ({fix_for_glibc(toolchain)})")
     record: dict[str, Any] = {"policy": policy or "", "tags": tags}
     if newest != (0, 0):
         record["glibc"] = f"{newest[0]}.{newest[1]}"

@@ -61,9 +61,14 @@ def check_policy(
     manywheel must carry a manylinux tag no newer than its policy (NIGHTLY_MANYLINUX of the
     recipe environment), whatever the recipe said; a libtorch zip's glibc is recorded. The
     record (policy, tags reached, glibc needed) goes into the build's state entry."""
-    verdict = manylinux.check_packages(build.package, env.get(manylinux.ENV_POLICY, ""), files)
+    verdict = manylinux.check_packages(build.package, env.get(manylinux.ENV_POLICY, ""), files,
+                                       env.get("NIGHTLY_TOOLCHAIN", ""))
     if verdict.record:
-        state.update(build.id, manylinux=verdict.record)
+        # What it was built under, so a later policy or toolchain change rebuilds it
+        # (nightly.builds.policy).
+        toolchain = env.get("NIGHTLY_MANYLINUX_TOOLCHAIN", "")
+        state.update(build.id, manylinux={**verdict.record,
+                                          **({"toolchain": toolchain} if toolchain else {})})
     return verdict
 
 

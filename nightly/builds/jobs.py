@@ -93,7 +93,10 @@ def manylinux_env(config: Config, build: Build, executor: str) -> dict[str, str]
         return {}
     env = {ENV_POLICY: policy}
     if policy != OFF:
+        from nightly.builds.policy import ENV_TOOLCHAIN, toolchain_choice
+
         env["AUDITWHEEL_PLAT"] = plat(policy)
+        env[ENV_TOOLCHAIN] = toolchain_choice(config, build, executor)  # recorded in state
         if executor == "local":
             from nightly.images import engine, sysroot, zig
 

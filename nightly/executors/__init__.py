@@ -25,7 +25,7 @@ def _local(config: Config, keep_container: bool) -> Executor:
 
 
 def _container(config: Config, keep_container: bool) -> Executor:
-    require("docker", "the container executor")
+    require("docker", what="the container executor")
     c = config.container
     try:
         settings = ContainerSettings(

@@ -55,7 +55,7 @@ def default_cache() -> Path:
 
 
 def connect(base_url: str | None = None) -> DockerClient:
-    require("docker", "building and listing images")
+    require("docker", what="building and listing images")
     import docker
     from docker.errors import DockerException
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from nightly.builds.local_phase import LocalPhase, SmokeFactory
 from nightly.builds.phase import BuildPhase, NightContext
+from nightly.builds.policy import stale_builds
 from nightly.builds.smoke import SmokeTester
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
@@ -54,7 +55,7 @@ from nightly.workspace import (
     write_json,
 )
 from nightly.workspace import summary as day_record
-from nightly.workspace.cost import GpuHosts, build_cost, gpu_host_seconds, test_verdict
+from nightly.workspace.cost import GpuHosts, build_cost, gpu_host_seconds, verdict_of
 from nightly.workspace.summary import BuildSummary, Summary
 
 
@@ -152,8 +153,12 @@ def run_night(
         if plan_json is not None:
             write_json(day.master / "plan.json", plan_json)
         state = night.state
-        todo = [b for b in builds
-                if state.status(b.id) != SUCCEEDED or _matches(b.id, opts.rebuild)]
+        stale = stale_builds(config, state, builds, getattr(phase, "executor", "") or "local")
+        for bid, why in sorted(stale.items()):  # never keep wheels that break the policy
+            print(f"rebuilding {bid}: {why}", file=sys.stderr)
+            night.log(f"rebuilding {bid}: {why}")
+        todo = [b for b in builds if state.status(b.id) != SUCCEEDED
+                or _matches(b.id, opts.rebuild) or b.id in stale]
         day_record.mark_manual(state, [b.id for b in todo], opts.manual)
         if config.build.wheelhouse and todo:
             wheelhouse.prepare(config, night.source_dir, day.path / "wheelhouse",
@@ -261,8 +266,10 @@ def run_builds(
     machine = pick_machine(config, opts.machine, strict=queues is not None)
     if not builds:
         raise NothingSelected("nothing to build")
-    if config.publish.url.startswith("s3://") and not (opts.no_upload or opts.dry_run):
-        require("boto3", "publishing to an s3:// store")  # now, not after the builds
+    # Every extra the night needs, named at once, now rather than after the builds.
+    s3 = config.publish.url.startswith("s3://") and not (opts.no_upload or opts.dry_run)
+    require(*(["docker"] if (opts.executor or machine.executor) == "container" else []),
+            *(["boto3"] if s3 else []), what="this night")
     phase = LocalPhase(
         config, machine, opts.executor or machine.executor, queues=queues,
         estimate_s=estimate_s, keep_container=opts.keep_container,
@@ -274,7 +281,7 @@ def run_builds(
 
 def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> Summary | None:
     """`nightly run --cluster`: every machine's builds of the night on a Dask cluster."""
-    require("distributed", "a night on a cluster")
+    require("distributed", what="a night on a cluster")
     phase = ClusterPhase(config, date, copts)
     opts = NightOptions(
         dry_run=copts.dry_run, no_upload=copts.no_upload, rebuild=copts.rebuild,
@@ -398,7 +405,7 @@ def write_summary(
             estimate_s=estimates.get(b.id), attempts=e.attempts or 0, queue=e.queue,
             packages=tuple(p.to_json() for p in e.packages), published=dict(e.published),
             log=e.log, test_s=cost.test_s, built_on=cost.built_on, tested_on=cost.tested_on,
-            tested=test_verdict(e) if e.status == SUCCEEDED else "",
+            tested=verdict_of(e) if e.status == SUCCEEDED else "",
         )
     failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]
     publish_error = state.meta.get("publish_error")

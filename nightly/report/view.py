@@ -77,7 +77,7 @@ class BuildView:
     test_s: float | None = None
     tested_on: str = ""
     gpu_test_s: float = 0.0
-    # "passed", "untested", "GPU test not run", "failed" (nightly.workspace.cost.test_verdict)
+    # "passed", "untested", "GPU test not run", "failed" (nightly.workspace.cost.verdict_of)
     tested: str = ""
     # The manylinux record (nightly.manylinux): policy and tags reached, or a zip's glibc.
     manylinux: dict[str, Any] | None = None
@@ -186,11 +186,11 @@ def load_night(
 
 
 def _test_fields(e: BuildEntry) -> dict[str, Any]:
-    from nightly.workspace.cost import GpuHosts, build_cost, test_verdict
+    from nightly.workspace.cost import GpuHosts, build_cost, verdict_of
 
     cost = build_cost(e, GpuHosts())
     return {"test_s": cost.test_s, "tested_on": cost.tested_on, "gpu_test_s": cost.gpu_test_s,
-            "tested": test_verdict(e) if e.status == SUCCEEDED else ""}
+            "tested": verdict_of(e) if e.status == SUCCEEDED else ""}
 
 
 def _build_view(

@@ -72,7 +72,7 @@ def gpu_host_seconds(costs: Iterable[BuildCost]) -> dict[str, float]:
 PASSED, UNTESTED, PARTLY = "passed", "untested", "GPU test not run"
 
 
-def test_verdict(entry: BuildEntry) -> str:
+def verdict_of(entry: BuildEntry) -> str:
     """"passed", "failed", "GPU test not run" (the CPU part passed, the GPU part was not run)
     or "untested" (no test ran: [smoke] enabled = false, or none recorded)."""
     tested = entry.tested or {}

@@ -66,7 +66,7 @@ class BuildSummary:
     test_s: float | None = None
     built_on: str = ""
     tested_on: str = ""
-    # "passed", "untested", "GPU test not run", "failed" (nightly.workspace.cost.test_verdict)
+    # "passed", "untested", "GPU test not run", "failed" (nightly.workspace.cost.verdict_of)
     tested: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys other versions wrote
 

@@ -22,7 +22,7 @@ fresh_venv() {
   if [ "${SMOKE_DEPENDENCIES:-none}" = index ]; then
     # The wheel from its file (a direct requirement: never looked up on an index), its
     # runtime dependencies from the configured indexes ([smoke] dependencies = "index").
-    echo "$who: installing the wheel and its dependencies from ${PIP_INDEX_URL:-the host's pip configuration}${PIP_EXTRA_INDEX_URL:+ and $PIP_EXTRA_INDEX_URL}"
+    echo "$who: installing the wheel and its dependencies from ${PIP_INDEX_URL:-the pip configuration of this host}${PIP_EXTRA_INDEX_URL:+ and $PIP_EXTRA_INDEX_URL}"
     "$vpy" -m pip install --quiet --disable-pip-version-check "$SOURCE_DIR"/*.whl
   else
     "$vpy" -m pip install --quiet --no-index --no-deps "$SOURCE_DIR"/*.whl

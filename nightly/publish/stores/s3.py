@@ -65,7 +65,7 @@ class S3Store(Store):
         signed_reads: bool = True,
     ) -> None:
         super().__init__()
-        require("boto3", "an s3:// store")
+        require("boto3", what="an s3:// store")
         import boto3
         import botocore.exceptions
         from boto3.s3.transfer import TransferConfig
