@@ -5,7 +5,8 @@ that break the declared policy. state.json's `manylinux` record carries both."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 
 from nightly.config import Config
 from nightly.manylinux import OFF
@@ -34,11 +35,13 @@ def built_under(config: Config, build: Build, executor: str) -> tuple[str, str]:
     return policy, toolchain_choice(config, build, executor)
 
 
-def stale_builds(config: Config, state: State, builds: Sequence[Build],
-                 executor: str) -> dict[str, str]:
+def stale_builds(config: Config, state: State, builds: Sequence[Build], executor: str,
+                 log: Callable[[str], None] | None = None) -> dict[str, str]:
     """Succeeded manywheel builds of the day made under another policy or toolchain than
-    the configuration's now: build id -> why they are rebuilt."""
+    the configuration's now: build id -> why they are rebuilt (each said on stderr and in
+    `log` when given)."""
     out: dict[str, str] = {}
+    executor = executor or "local"
     for b in builds:
         if b.package != "manywheel" or state.status(b.id) != SUCCEEDED:
             continue
@@ -52,6 +55,10 @@ def stale_builds(config: Config, state: State, builds: Sequence[Build],
                          f"now declares {policy or 'none'}")
         elif toolchain and was_toolchain and toolchain != was_toolchain:
             out[b.id] = f"built with toolchain {was_toolchain}, the configuration now chooses {toolchain}"
+    for bid, why in sorted(out.items()):
+        if log is not None:
+            print(f"rebuilding {bid}: {why}", file=sys.stderr)
+            log(f"rebuilding {bid}: {why}")
     return out
 
 

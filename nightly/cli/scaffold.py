@@ -22,6 +22,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from nightly.cli import init_choices as choices
 from nightly.config.detect import VersionChoice, detect_version_strategy, read_pyproject
 from nightly.errors import UsageError
 
@@ -53,6 +54,8 @@ class ProjectFacts:
     compiled_why: str
     import_name: str
     strategy: VersionChoice
+    dependencies: tuple[str, ...] = ()  # runtime requirements (no extras), as written
+    zig_why: str = ""  # why init picks toolchain = "zig" ("" : the default sysroot)
 
 
 def unpack_sdist(archive: Path, dest_dir: Path) -> Path:
@@ -214,6 +217,8 @@ def read_facts(source: Path) -> ProjectFacts:
         import_name=(_top_level(source) or (import_dir.name if import_dir else "")
                      or canonicalize_name(name).replace("-", "_")),
         strategy=detect_version_strategy(source),
+        dependencies=choices.dependencies(source, project, _text(source / "setup.cfg"), setup_py),
+        zig_why=choices.zig_why(files) if compiled else "",
     )
 
 
@@ -266,6 +271,7 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
         "[matrix.linux.manywheel]",
         f"pythons = [{', '.join(_q(p) for p in chosen)}]",
         'cudas = ["cpu"]             # add "12.6" etc. for CUDA builds (and to the builder)',
+        *(choices.policy_lines(facts.zig_why) if facts.compiled else []),
         "",
         "[[machines]]",
         'name = "this-machine"',
@@ -295,14 +301,22 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
         "# Each wheel is installed into a fresh venv and imported before it is published.",
         "[smoke]",
         f"import_name = {_q(facts.import_name)}",
+        *choices.smoke_dependency_lines(facts.name, facts.dependencies),
         "",
-        "# Publish into a local mirror folder with PEP 503 pages:",
-        f"#   pip install --pre --index-url file://$PWD/mirror/whl/nightly/cpu/ {name}",
+        "# Publish into a local mirror folder with PEP 503 pages. Install a night's wheel with",
+        f"#   {_install(facts)}",
+        "# (its exact version: with two indexes pip takes the highest version found on either,",
+        "# and a release on PyPI is higher than its nightlies; docs/building.md, \"Installing\")",
         "[publish]",
         'url = "mirror"',
         "",
     ]
     return "\n".join(lines)
+
+
+def _install(facts: ProjectFacts) -> str:
+    return choices.install_command(facts.name, facts.base_version, facts.dependencies,
+                                   "file://$PWD/mirror/whl/nightly/cpu/")
 
 
 def _q(text: str) -> str:
@@ -331,6 +345,18 @@ class InitResult:
         if self.missing:
             out.append(f"  requires-python allows Python {', '.join(self.missing)} too, not "
                        "found on this machine")
+        if f.compiled:
+            out.append("  manylinux policy 2_28, toolchain "
+                       + (f"zig ({f.zig_why})" if f.zig_why else "sysroot"))
+            import shutil
+
+            if shutil.which("auditwheel") is None:
+                out.append("  auditwheel is not installed here, and the policy needs it: "
+                           "pip install 'nightly-builds[manylinux]'")
+        if f.dependencies:
+            out.append(f"  smoke test: {len(f.dependencies)} runtime dependencies installed "
+                       'from the index ([smoke] dependencies = "index")')
+        out.append(f"  install a night's wheel: {_install(f)}")
         opt = "" if self.config == Path("nightly.toml") else f" --config {self.config}"
         out.append("Try it:")
         out += [f"  nightly {command}{opt}" for command in ("plan", "images build", "run")]

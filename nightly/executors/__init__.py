@@ -46,6 +46,14 @@ def _container(config: Config, keep_container: bool) -> Executor:
 EXECUTORS: dict[str, ExecutorFactory] = {"local": _local, "container": _container}
 
 
+def require_extras(config: Config, executor: str, publish: bool) -> None:
+    """Every extra a night needs (its executor's, its store's), named at once before the
+    night starts rather than as each build's failure or after the builds."""
+    s3 = publish and config.publish.url.startswith("s3://")
+    require(*(["docker"] if executor == "container" else []), *(["boto3"] if s3 else []),
+            what="this night")
+
+
 def make_executor(name: str, config: Config, *, keep_container: bool = False) -> Executor:
     factory = EXECUTORS.get(name)
     if factory is None:
@@ -61,4 +69,5 @@ __all__ = [
     "Job",
     "OutputSink",
     "make_executor",
+    "require_extras",
 ]

@@ -30,6 +30,7 @@ from nightly.builds.smoke import SmokeTester
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError, require
+from nightly.executors import require_extras
 from nightly.files import append_line
 from nightly.history.db import History, history_path, planning_estimator
 from nightly.history.triage import summary_for_day
@@ -150,13 +151,13 @@ def run_night(
         day.create()
         started = time.time()
         night = _prepare(config, date, day, phase, builds, opts, version, lock.taken_over)
+        if opts.manual is None:  # the report's wall time is this run's, not summary.json's
+            night.state.set_meta(run_started=round(started, 3))
         if plan_json is not None:
             write_json(day.master / "plan.json", plan_json)
         state = night.state
-        stale = stale_builds(config, state, builds, getattr(phase, "executor", "") or "local")
-        for bid, why in sorted(stale.items()):  # never keep wheels that break the policy
-            print(f"rebuilding {bid}: {why}", file=sys.stderr)
-            night.log(f"rebuilding {bid}: {why}")
+        # Never keep wheels built under another policy or toolchain: rebuilt, and said so.
+        stale = stale_builds(config, state, builds, getattr(phase, "executor", ""), night.log)
         todo = [b for b in builds if state.status(b.id) != SUCCEEDED
                 or _matches(b.id, opts.rebuild) or b.id in stale]
         day_record.mark_manual(state, [b.id for b in todo], opts.manual)
@@ -266,10 +267,7 @@ def run_builds(
     machine = pick_machine(config, opts.machine, strict=queues is not None)
     if not builds:
         raise NothingSelected("nothing to build")
-    # Every extra the night needs, named at once, now rather than after the builds.
-    s3 = config.publish.url.startswith("s3://") and not (opts.no_upload or opts.dry_run)
-    require(*(["docker"] if (opts.executor or machine.executor) == "container" else []),
-            *(["boto3"] if s3 else []), what="this night")
+    require_extras(config, opts.executor or machine.executor, not (opts.no_upload or opts.dry_run))
     phase = LocalPhase(
         config, machine, opts.executor or machine.executor, queues=queues,
         estimate_s=estimate_s, keep_container=opts.keep_container,

@@ -63,7 +63,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert "nightly/recipes/common/rewrite_wheel.py" in z.namelist()
     venv = tmp_path_factory.mktemp("venv")
     _ok([sys.executable, "-m", "venv", str(venv)])
-    _ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)])
+    # As the README installs it: the policy init declares needs auditwheel.
+    _ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[manylinux]"])
     return venv / "bin" / "nightly"
 
 
@@ -102,6 +103,7 @@ def test_init_then_run_gives_nightly_wheels_that_pass_the_projects_tests(
     assert data["project"]["version_from"] == strategy
     assert data["project"]["base_version"] == project.version
     assert data["smoke"]["import_name"] == project.import_name
+    assert data["matrix"]["linux"]["manywheel"]["manylinux"] == "2_28"
     for command in ("nightly plan", "nightly images build", "nightly run"):
         assert command in init.stdout
     # Never overwritten.
