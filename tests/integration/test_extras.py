@@ -47,6 +47,9 @@ pythons = { "3.11" = "distro" }
 
 [publish]
 url = "s3://a-bucket/nightly"
+
+[publish.pypi]
+repository_url = "http://127.0.0.1:9/"
 """
 
 
@@ -102,6 +105,7 @@ COMMANDS = [
     (("index", "--full"), "s3"),
     (("cluster", "certs", "certs", "--hosts", "a"), "cluster"),
     (("provenance", "keygen", "keys"), "provenance"),
+    (("promote", "1.0.0"), "pypi"),
 ]
 
 
