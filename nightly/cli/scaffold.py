@@ -348,9 +348,12 @@ class InitResult:
         if f.compiled:
             out.append("  manylinux policy 2_28, toolchain "
                        + (f"zig ({f.zig_why})" if f.zig_why else "sysroot"))
+            import os
             import shutil
 
-            if shutil.which("auditwheel") is None:
+            # Where host builds look: beside nightly's interpreter, then PATH (executors.local).
+            if shutil.which("auditwheel", path=os.pathsep.join(
+                    [str(Path(sys.executable).parent), os.environ.get("PATH", "")])) is None:
                 out.append("  auditwheel is not installed here, and the policy needs it: "
                            "pip install 'nightly-builds[manylinux]'")
         if f.dependencies:
