@@ -13,7 +13,7 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   "$PY" -m venv .venv
 fi
-log "installing nightly[test]"
+log "installing nightly-builds[test]"
 .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 
