@@ -35,20 +35,22 @@ def built_under(config: Config, build: Build, executor: str) -> tuple[str, str]:
     return policy, toolchain_choice(config, build, executor)
 
 
-def stale_builds(config: Config, state: State, builds: Sequence[Build], executor: str,
+def stale_builds(config: Config, state: State, builds: Sequence[Build],
+                 executor: str | Callable[[Build], str],
                  log: Callable[[str], None] | None = None) -> dict[str, str]:
     """Succeeded manywheel builds of the day made under another policy or toolchain than
     the configuration's now: build id -> why they are rebuilt (each said on stderr and in
-    `log` when given)."""
+    `log` when given). `executor`: the night's, or each build's (a cluster's
+    `executor_for`)."""
     out: dict[str, str] = {}
-    executor = executor or "local"
     for b in builds:
         if b.package != "manywheel" or state.status(b.id) != SUCCEEDED:
             continue
         record = state.get(b.id).manylinux
         if not isinstance(record, Mapping):
             continue  # nothing recorded (an older nightly): nothing to compare with
-        policy, toolchain = built_under(config, b, executor)
+        policy, toolchain = built_under(
+            config, b, (executor(b) if callable(executor) else executor) or "local")
         was_policy, was_toolchain = str(record.get("policy") or ""), str(record.get("toolchain") or "")
         if policy != was_policy:
             out[b.id] = (f"built under manylinux policy {was_policy or 'none'}, the configuration "

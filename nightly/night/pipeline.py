@@ -157,7 +157,8 @@ def run_night(
             write_json(day.master / "plan.json", plan_json)
         state = night.state
         # Never keep wheels built under another policy or toolchain: rebuilt, and said so.
-        stale = stale_builds(config, state, builds, getattr(phase, "executor", ""), night.log)
+        stale = stale_builds(config, state, builds, getattr(phase, "executor_for", None)
+                             or str(getattr(phase, "executor", "")), night.log)
         todo = [b for b in builds if state.status(b.id) != SUCCEEDED
                 or _matches(b.id, opts.rebuild) or b.id in stale]
         day_record.mark_manual(state, [b.id for b in todo], opts.manual)

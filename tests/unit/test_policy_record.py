@@ -73,3 +73,12 @@ def test_untested_is_never_shown_as_plain_succeeded() -> None:
     assert shown_status("succeeded", "passed") == "succeeded"
     assert shown_status("succeeded", "untested") == "succeeded (untested)"
     assert shown_status("failed", "untested") == "failed"
+
+
+def test_a_clusters_builds_are_judged_with_each_builds_executor(tmp_path: Path) -> None:
+    """The builder declares 2_17, the matrix nothing: a container build made under 2_17 is
+    current when judged as a container build, stale only if judged as a host build."""
+    config = load_config(tmp_path, "", 'manylinux = "2_17"')
+    state = _state(tmp_path, **{CPU.id: {"policy": "2_17", "toolchain": "sysroot", "tags": []}})
+    assert stale_builds(config, state, [CPU], lambda b: "container") == {}
+    assert CPU.id in stale_builds(config, state, [CPU], lambda b: "local")
