@@ -1,6 +1,7 @@
 """Maps the repository's top-level recipes/ into the wheel as package data (nightly/recipes),
-so an installed nightly has its recipes without a second committed copy. Everything else is
-in pyproject.toml."""
+and scripts/container-engine.sh as nightly/scripts/container-engine.sh (`nightly images
+engine` runs it), so an installed nightly has them without a second committed copy.
+Everything else is in pyproject.toml."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
+ENGINE = Path(__file__).resolve().parent / "scripts" / "container-engine.sh"
 
 
 class BuildPyWithRecipes(build_py):  # type: ignore[misc]
@@ -22,6 +24,9 @@ class BuildPyWithRecipes(build_py):  # type: ignore[misc]
         dest = Path(self.build_lib) / "nightly" / "recipes"
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(RECIPES, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if ENGINE.is_file():
+            (dest.parent / "scripts").mkdir(exist_ok=True)
+            shutil.copy2(ENGINE, dest.parent / "scripts" / ENGINE.name)
 
 
 setup(cmdclass={"build_py": BuildPyWithRecipes})

@@ -122,3 +122,45 @@ def did_you_mean(word: str, choices: Iterable[str], *, quote: bool = True) -> st
     if not close:
         return None
     return f"did you mean '{close[0]}'?" if quote else f"did you mean {close[0]}?"
+
+
+# The distribution nightly is installed as (`pip install nightly-builds`; the command and the
+# import package stay `nightly`), and the extra that brings each optional library.
+DISTRIBUTION = "nightly-builds"
+EXTRA_OF_MODULE = {
+    "docker": "container", "boto3": "s3", "botocore": "s3", "s3transfer": "s3",
+    "rattler": "conda", "rattler_build": "conda", "binstar_client": "conda", "twine": "pypi",
+    "dask": "cluster", "distributed": "cluster", "cryptography": "cluster",
+    "securesystemslib": "provenance", "diffoscope": "repro", "auditwheel": "manylinux",
+}
+
+
+class MissingExtra(UsageError):
+    """An optional library a command needs is not installed: one line naming the extra."""
+
+    def __init__(self, module: str, extra: str, what: str = "") -> None:
+        needs = f"{what} needs" if what else "this needs"
+        extras = list(dict.fromkeys(extra.split(",")))
+        named = " and ".join(f"'{e}'" for e in extras) + (" extras" if len(extras) > 1 else " extra")
+        missing = module.replace(",", ", ")
+        super().__init__(f"{needs} the {named} ({missing} {'are' if ',' in module else 'is'} not "
+                         f"installed): pip install '{DISTRIBUTION}[{','.join(extras)}]'")
+        self.module, self.extra = module, extra
+
+
+def missing_extra(e: ImportError, what: str = "") -> MissingExtra | None:
+    """The MissingExtra for an import of an optional library that failed, else None."""
+    name = (getattr(e, "name", None) or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(name)
+    return MissingExtra(name, extra, what) if extra else None
+
+
+def require(*modules: str, what: str = "") -> None:
+    """Raise MissingExtra now, in the command's own thread, when any of `modules` (optional
+    libraries of EXTRA_OF_MODULE) is not installed, naming every extra missing: before a
+    night's work starts rather than as each build's failure."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(",".join(missing), ",".join(EXTRA_OF_MODULE[m] for m in missing), what)

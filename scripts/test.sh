@@ -13,8 +13,11 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   "$PY" -m venv .venv
 fi
-log "installing nightly[test]"
+log "installing nightly-builds[test]"
 .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
+# The distribution was `nightly` before it became `nightly-builds`: a .venv made before then
+# holds an editable install under the old name, which would shadow the new one's metadata.
+.venv/bin/python -m pip uninstall -q -y nightly >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 
 log "ruff"

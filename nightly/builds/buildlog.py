@@ -93,11 +93,16 @@ def footer(
     notes: Sequence[str] = (),
 ) -> str:
     """The block each attempt ends the build's log with (read back by `last_footer`)."""
+    exit_line = f"exit status: {result.exit_status if result.exit_status is not None else '-'}"
+    if result.exit_status == 0 and status.lower() != "succeeded":
+        # The recipe succeeded and a later step (smoke test, policy, reproducibility) did not:
+        # the footer says so, so "FAILED" above "0" reads as one story.
+        exit_line += " (the recipe's; the build failed after it: reason below)"
     lines = [
         "",
         "=" * 78,
         f"result:      {status.upper()}",
-        f"exit status: {result.exit_status if result.exit_status is not None else '-'}",
+        exit_line,
         f"duration:    {duration:.1f} s",
     ]
     if reason:

@@ -122,6 +122,10 @@ def manylinux_env(config: Config, build: Build, executor: str,
     `toolchains` (default: nightly's images cache; a build user's: its build area)."""
     policy = config.manylinux_for(build, executor)
     env = platform_env(policy, build.target_arch)
+    if policy and policy != OFF:
+        from nightly.builds.policy import ENV_TOOLCHAIN, toolchain_choice
+
+        env[ENV_TOOLCHAIN] = toolchain_choice(config, build, executor)  # recorded in state
     if policy and policy != OFF and executor == "local":
         from nightly.images import engine, sysroot, zig
 

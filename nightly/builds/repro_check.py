@@ -51,7 +51,7 @@ def diffoscope_report(a: Path, b: Path, out: Path) -> str:
     """diffoscope's text report of a and b into `out`; returns the report (or why none)."""
     cmd = _diffoscope()
     if cmd is None:
-        text = ("diffoscope is not installed (pip install 'nightly[repro]'): no report; "
+        text = ("diffoscope is not installed (pip install 'nightly-builds[repro]'): no report; "
                 f"sha256 {sha256_file(a)} vs {sha256_file(b)}\n")
     else:
         try:

@@ -246,7 +246,9 @@ class SmokeTester:
                 SMOKE_GPU_COMMAND=sm.gpu_command,
                 SMOKE_COMMAND=sm.command,
                 SMOKE_LIBS=" ".join(sm.libtorch_libs),
+                SMOKE_DEPENDENCIES=sm.dependencies,
             )
+            _smoke_indexes(self.config, env)
             smoke_job = replace(
                 job,
                 # The scripts are laid out like recipes: <dir>/<package>/build.sh.
@@ -286,7 +288,7 @@ class SmokeTester:
         conda = self.conda
         if conda is None:
             return SmokeResult(ok=False, reason="smoke test: no conda client to install the "
-                               "conda package with (install nightly's conda extra)")
+                               "conda package with (pip install 'nightly-builds[conda]')")
         with tempfile.TemporaryDirectory(prefix=f"smoke-{build.id}-", dir=job.work_dir.parent) as t:
             channel, prefix = Path(t) / "channel", Path(t) / "prefix"
             try:
@@ -342,6 +344,21 @@ def _scripts(job: Job) -> Path:
     build user (nightly's may be out of its reach; builds/userarea.py)."""
     staged = job.recipes_dir.parent / userarea.SMOKE_SCRIPTS
     return staged if staged.is_dir() else SCRIPTS
+
+
+def _smoke_indexes(config: Config, env: dict[str, str]) -> None:
+    """pip's indexes for the dependencies of a wheel under test ([smoke] dependencies =
+    "index"): [smoke]'s own when it names any (in place of [build]'s), else the job's
+    ([build]'s PIP_* settings, else the host's pip configuration)."""
+    sm = config.smoke
+    if sm.dependencies != "index" or not (sm.index_url or sm.extra_index_urls):
+        return
+    for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
+        env.pop(key, None)
+    if sm.index_url:
+        env["PIP_INDEX_URL"] = sm.index_url
+    if sm.extra_index_urls:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(sm.extra_index_urls)
 
 
 def _conda_name(path: Path) -> str:

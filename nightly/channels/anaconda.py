@@ -87,7 +87,7 @@ def _anaconda_command() -> list[str]:
     exe = shutil.which("anaconda")
     if exe is None:
         raise PublishError(
-            "anaconda-client is not installed (pip install anaconda-client, or install nightly[conda])"
+            "anaconda-client is not installed (pip install 'nightly-builds[conda]')"
         )
     return [exe]
 

@@ -63,7 +63,7 @@ def twine_upload(
     if not paths:
         return []
     if importlib.util.find_spec("twine") is None:
-        raise PublishError("twine is not installed (pip install twine, or install nightly[pypi])")
+        raise PublishError("twine is not installed (pip install 'nightly-builds[pypi]')")
     if not skip_existing or _is_pypi(repository_url):
         _twine(paths, repository_url, username, password, skip_existing, timeout)
         return []

@@ -84,3 +84,30 @@ def check_command() -> int:
     wanted = commands.check_images(_load())
     click.echo(f"all {len(wanted)} image(s) the matrix needs are present")
     return 0
+
+
+@images.command(name="engine", context_settings={"ignore_unknown_options": True})
+@click.argument("action", default="start", type=click.Choice(["start", "stop", "status"]))
+def engine_command(action: str) -> None:
+    """Start (stop, check) a container engine for the container executor: Podman serving the
+    Docker API on a unix socket (needs root and Debian's packages). The last line printed is
+    DOCKER_HOST=...: export it for `nightly images build` and `nightly run`."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from nightly.errors import NightlyError, UsageError
+
+    here = Path(__file__).resolve().parents[1]
+    # The wheel carries the script as package data (setup.py); a checkout has it in scripts/.
+    for script in (here / "scripts" / "container-engine.sh",
+                   here.parent / "scripts" / "container-engine.sh"):
+        if script.is_file():
+            break
+    else:
+        raise UsageError(f"container-engine.sh is not installed with nightly (looked in "
+                         f"{here / 'scripts'}): reinstall nightly-builds")
+    proc = subprocess.run(["bash", str(script), action], env=os.environ.copy(), check=False)
+    if proc.returncode != 0:
+        raise NightlyError(f"the container engine script ended with exit status {proc.returncode} "
+                         f"(its output above; {script} {action})")

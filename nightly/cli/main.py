@@ -23,11 +23,11 @@ from nightly.cli.context import (
     existing_day,
     shared,
 )
-from nightly.errors import BuildsFailed, NightlyError, UsageError
+from nightly.errors import BuildsFailed, NightlyError, UsageError, missing_extra
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="nightly")
+@click.version_option(package_name="nightly-builds")
 def cli() -> None:
     """Nightly and release builds of a project's compiled binaries.
 
@@ -357,6 +357,17 @@ def _run(args: list[str], opts: Shared) -> None:
         if not getattr(e, "reported", False):
             click.echo(f"nightly: error: {e}", err=True)
         sys.exit(e.exit_code)
+    except ModuleNotFoundError as e:
+        # An optional library (an extra) imported where no command checked it first.
+        missing = missing_extra(e)
+        if missing is None:
+            raise
+        if opts.debug:
+            import traceback
+
+            traceback.print_exc()
+        click.echo(f"nightly: error: {missing}", err=True)
+        sys.exit(missing.exit_code)
     except KeyboardInterrupt:
         click.echo("nightly: interrupted", err=True)
         sys.exit(130)

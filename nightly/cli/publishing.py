@@ -151,6 +151,10 @@ def promote(
 
     ctx = Ctx()
     check_version(version)
+    if ctx.config.publish.pypi_url and not dry_run:
+        from nightly.errors import require
+
+        require("twine", what="[publish.pypi] repository_url")  # before anything is copied
     promote_candidate(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
                       log=click.echo)
 

@@ -22,6 +22,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from nightly.cli import init_choices as choices
 from nightly.cli.unpack import removed_on_failure, unpack_sdist
 from nightly.config.detect import MAX_READ, VersionChoice, detect_version_strategy
 from nightly.config.pyproject import PyProject, read_pyproject
@@ -55,6 +56,8 @@ class ProjectFacts:
     compiled_why: str
     import_name: str
     strategy: VersionChoice
+    dependencies: tuple[str, ...] = ()  # runtime requirements (no extras), as written
+    zig_why: str = ""  # why init picks toolchain = "zig" ("" : the default sysroot)
 
 
 def _text(path: Path) -> str:
@@ -195,6 +198,9 @@ def read_facts(source: Path) -> ProjectFacts:
         import_name=(_top_level(source) or (import_dir.name if import_dir else "")
                      or canonicalize_name(name).replace("-", "_")),
         strategy=detect_version_strategy(source),
+        dependencies=choices.dependencies(source, pyproject.dependencies,
+                                          _text(source / "setup.cfg"), setup_py),
+        zig_why=choices.zig_why(files) if compiled else "",
     )
 
 
@@ -250,6 +256,7 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
         "[matrix.linux.manywheel]",
         f"pythons = [{', '.join(_q(p) for p in chosen)}]",
         'cudas = ["cpu"]             # add "12.6" etc. for CUDA builds (and to the builder)',
+        *_comments(choices.policy_lines(facts.zig_why) if facts.compiled else []),
         "",
         "[[machines]]",
         'name = "this-machine"',
@@ -279,9 +286,12 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
         "# Each wheel is installed into a fresh venv and imported before it is published.",
         "[smoke]",
         f"import_name = {_q(facts.import_name)}",
+        *_comments(choices.smoke_dependency_lines(facts.name, facts.dependencies)),
         "",
-        "# Publish into a local mirror folder with PEP 503 pages:",
-        f"#   pip install --pre --index-url file://$PWD/mirror/whl/nightly/cpu/ {_line(name)}",
+        "# Publish into a local mirror folder with PEP 503 pages. Install a night's wheel with",
+        f"#   {_line(_install(facts))}",
+        "# (its exact version: with two indexes pip takes the highest version found on either,",
+        "# and a release on PyPI is higher than its nightlies; docs/building.md, \"Installing\")",
         "[publish]",
         'url = "mirror"',
         "",
@@ -291,6 +301,11 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
 
 _ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r",
             '"': '\\"', "\\": "\\\\"}
+
+
+def _install(facts: ProjectFacts) -> str:
+    return choices.install_command(facts.name, facts.base_version, facts.dependencies,
+                                   "file://$PWD/mirror/whl/nightly/cpu/")
 
 
 def _q(text: str) -> str:
@@ -308,6 +323,11 @@ def _q(text: str) -> str:
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'
+
+
+def _comments(lines: list[str]) -> list[str]:
+    """Lines of init_choices with the project's words in their comments made single lines."""
+    return [f"# {_line(line[2:])}" if line.startswith("# ") else line for line in lines]
 
 
 def _line(text: str) -> str:
@@ -346,6 +366,21 @@ class InitResult:
         if self.missing:
             out.append(f"  requires-python allows Python {', '.join(self.missing)} too, not "
                        "found on this machine")
+        if f.compiled:
+            out.append("  manylinux policy 2_28, toolchain "
+                       + (f"zig ({f.zig_why})" if f.zig_why else "sysroot"))
+            import os
+            import shutil
+
+            # Where host builds look: beside nightly's interpreter, then PATH (executors.local).
+            if shutil.which("auditwheel", path=os.pathsep.join(
+                    [str(Path(sys.executable).parent), os.environ.get("PATH", "")])) is None:
+                out.append("  auditwheel is not installed here, and the policy needs it: "
+                           "pip install 'nightly-builds[manylinux]'")
+        if f.dependencies:
+            out.append(f"  smoke test: {len(f.dependencies)} runtime dependencies installed "
+                       'from the index ([smoke] dependencies = "index")')
+        out.append(f"  install a night's wheel: {_install(f)}")
         opt = "" if self.config == Path("nightly.toml") else f" --config {self.config}"
         out.append("Try it:")
         out += [f"  nightly {command}{opt}" for command in ("plan", "images build", "run")]

@@ -376,6 +376,10 @@ def connect(address: str, timeout_s: float, security: Any = None) -> Any:
             "there, and the address right (--cluster, [cluster] address)?"
             + (" Are [cluster] tls_cert and tls_key from the CA the scheduler trusts "
                "(tls_ca_file)?" if security is not None else "")
+            # A plain client against a TLS scheduler fails like an unreachable one.
+            + (" If the scheduler was started with TLS (--tls-ca-file ...), the address is "
+               "tls://, not tcp://, with [cluster] tls_ca_file, tls_cert and tls_key."
+               if address.startswith("tcp://") else "")
             + " See docs/cluster.md"
         ) from e
 

@@ -42,6 +42,7 @@ class PyProject:
     version: str = ""  # [project] version
     dynamic: tuple[str, ...] = ()  # [project] dynamic
     requires_python: str = ""  # [project] requires-python
+    dependencies: tuple[str, ...] = ()  # [project] dependencies
     tools: frozenset[str] = frozenset()  # the names under [tool]
     hatch_version_source: str = ""  # [tool.hatch.version] source
 
@@ -121,6 +122,7 @@ def read_pyproject(source: Path) -> PyProject:
         version=_str(project, "version", path, "project."),
         dynamic=_strings(project, "dynamic", path, "project."),
         requires_python=_str(project, "requires-python", path, "project."),
+        dependencies=_strings(project, "dependencies", path, "project."),
         tools=frozenset(tool),
         hatch_version_source=_str(hatch_version, "source", path, "tool.hatch.version."),
     )

@@ -64,6 +64,9 @@ def parse_smoke(top: Table, project_name: str) -> Smoke:
         gpu_timeout_s=sm.duration("gpu_timeout"),
         gpu_retries=sm.int("gpu_retries", minimum=0),
         require_gpu=sm.bool("require_gpu"),
+        dependencies=sm.choice("dependencies", ("none", "index")),
+        index_url=sm.str("index_url"),
+        extra_index_urls=tuple(sm.str_list("extra_index_urls")),
     )
     if (smoke.image.startswith("@") and smoke.image != "@build") or " " in smoke.image:
         sm.ctx.fail(f"'{smoke.image}' is not an image", "smoke.image",

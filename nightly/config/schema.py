@@ -159,6 +159,12 @@ class Smoke:
     gpu_timeout_s: float = 600.0
     gpu_retries: int = 0
     require_gpu: bool = False  # a CUDA build whose GPU part was not run fails
+    # The wheel's runtime dependencies in the smoke venv: "none" (--no-deps) or "index" (pip
+    # installs them from index_url / extra_index_urls, else [build]'s, else the host's pip
+    # configuration); the wheel itself always from the day's packages.
+    dependencies: str = "none"
+    index_url: str = ""
+    extra_index_urls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nightly.config import Config
-from nightly.errors import ConfigError, UsageError
+from nightly.errors import ConfigError, UsageError, require
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.executors.container import ContainerExecutor, ContainerSettings
 from nightly.executors.local import LocalExecutor
@@ -25,6 +25,7 @@ def _local(config: Config, keep_container: bool) -> Executor:
 
 
 def _container(config: Config, keep_container: bool) -> Executor:
+    require("docker", what="the container executor")
     c = config.container
     try:
         settings = ContainerSettings(
@@ -45,6 +46,14 @@ def _container(config: Config, keep_container: bool) -> Executor:
 EXECUTORS: dict[str, ExecutorFactory] = {"local": _local, "container": _container}
 
 
+def require_extras(config: Config, executor: str, publish: bool) -> None:
+    """Every extra a night needs (its executor's, its store's), named at once before the
+    night starts rather than as each build's failure or after the builds."""
+    s3 = publish and config.publish.url.startswith("s3://")
+    require(*(["docker"] if executor == "container" else []), *(["boto3"] if s3 else []),
+            what="this night")
+
+
 def make_executor(name: str, config: Config, *, keep_container: bool = False) -> Executor:
     factory = EXECUTORS.get(name)
     if factory is None:
@@ -60,4 +69,5 @@ __all__ = [
     "Job",
     "OutputSink",
     "make_executor",
+    "require_extras",
 ]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nightly.errors import NightlyError
+from nightly.errors import NightlyError, require
 from nightly.executors.container_engine import NVCC_LABEL
 from nightly.images import context, cuda, rootfs
 from nightly.images.spec import BuilderSpec
@@ -55,6 +55,7 @@ def default_cache() -> Path:
 
 
 def connect(base_url: str | None = None) -> DockerClient:
+    require("docker", what="building and listing images")
     import docker
     from docker.errors import DockerException
 

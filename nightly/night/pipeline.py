@@ -24,9 +24,11 @@ from typing import Any
 
 from nightly.builds.local_phase import LocalPhase
 from nightly.builds.phase import BuildPhase, NightContext
+from nightly.builds.policy import stale_builds
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
-from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError
+from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError, require
+from nightly.executors import require_extras
 from nightly.files import append_line
 from nightly.history.db import History, history_path, planning_estimator
 from nightly.history.triage import summary_for_day
@@ -51,7 +53,7 @@ from nightly.workspace import (
     write_json,
 )
 from nightly.workspace import summary as day_record
-from nightly.workspace.cost import GpuHosts, build_cost, gpu_host_seconds
+from nightly.workspace.cost import GpuHosts, build_cost, gpu_host_seconds, verdict_of
 from nightly.workspace.summary import BuildSummary, Summary
 
 
@@ -146,11 +148,16 @@ def run_night(
         day.create()
         started = time.time()
         night = _prepare(config, date, day, phase, builds, opts, version, lock.taken_over)
+        if opts.manual is None:  # the report's wall time is this run's, not summary.json's
+            night.state.set_meta(run_started=round(started, 3))
         if plan_json is not None:
             write_json(day.master / "plan.json", plan_json)
         state = night.state
-        todo = [b for b in builds
-                if state.status(b.id) != SUCCEEDED or _matches(b.id, opts.rebuild)]
+        # Never keep wheels built under another policy or toolchain: rebuilt, and said so.
+        stale = stale_builds(config, state, builds, getattr(phase, "executor_for", None)
+                             or str(getattr(phase, "executor", "")), night.log)
+        todo = [b for b in builds if state.status(b.id) != SUCCEEDED
+                or _matches(b.id, opts.rebuild) or b.id in stale]
         day_record.mark_manual(state, [b.id for b in todo], opts.manual)
         if config.build.wheelhouse and todo:
             wheelhouse.prepare(config, night.source_dir, day.path / "wheelhouse",
@@ -263,6 +270,7 @@ def run_builds(
     machine = pick_machine(config, opts.machine, strict=queues is not None)
     if not builds:
         raise NothingSelected("nothing to build")
+    require_extras(config, opts.executor or machine.executor, not (opts.no_upload or opts.dry_run))
     phase = LocalPhase(
         config, machine, opts.executor or machine.executor, queues=queues,
         estimate_s=estimate_s, keep_container=opts.keep_container,
@@ -273,6 +281,7 @@ def run_builds(
 
 def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> Summary | None:
     """`nightly run --cluster`: every machine's builds of the night on a Dask cluster."""
+    require("distributed", what="a night on a cluster")
     phase = ClusterPhase(config, date, copts)
     opts = NightOptions(
         dry_run=copts.dry_run, no_upload=copts.no_upload, rebuild=copts.rebuild,
@@ -388,6 +397,7 @@ def write_summary(
             estimate_s=estimates.get(b.id), attempts=e.attempts or 0, queue=e.queue,
             packages=tuple(p.to_json() for p in e.packages), published=dict(e.published),
             log=e.log, test_s=cost.test_s, built_on=cost.built_on, tested_on=cost.tested_on,
+            tested=verdict_of(e) if e.status == SUCCEEDED else "",
         )
     failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]
     publish_error = state.meta.get("publish_error")
@@ -404,6 +414,8 @@ def write_summary(
             "succeeded": outcomes.count(SUCCEEDED),
             "failed": sum(o != SUCCEEDED for o in outcomes),
             "interrupted": outcomes.count(INTERRUPTED),
+            # succeeded without a passed test ([smoke] enabled = false, a GPU part not run)
+            "untested": sum(v.outcome == SUCCEEDED and v.tested != "passed" for v in builds.values()),
         },
         failed_uploads=failed_uploads, publish_error=publish_error, builds=builds,
         exit_code=day_record.exit_code(builds, failed_uploads, publish_error),

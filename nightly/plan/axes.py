@@ -53,8 +53,8 @@ def family(accelerator: str) -> str:
     """`cu126` -> cuda, `rocm7.2` -> rocm, `xpu`, `cpu`."""
     if accelerator.startswith("rocm"):
         return "rocm"
-    if _CUDA_RE.match(accelerator):
-        return "cuda"
+    if _CUDA_RE.match(accelerator) or re.fullmatch(r"\d+(\.\d+)+", accelerator):
+        return "cuda"  # cu126, or a bare CUDA version ("11.8") not yet spelt as an id
     return accelerator
 
 

@@ -46,7 +46,7 @@ class ProvenanceError(UsageError):
 def _crypto_missing(e: ImportError) -> UsageError:
     return UsageError(
         f"signed provenance needs securesystemslib with its crypto extra ({e}): "
-        "pip install 'nightly[provenance]'"
+        "pip install 'nightly-builds[provenance]'"
     )
 
 

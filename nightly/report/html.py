@@ -156,6 +156,22 @@ def render_html(
     return "\n".join(out) + "\n"
 
 
+def _wall_s(meta: dict[str, Any], summary: dict[str, Any], now: float) -> float | None:
+    """The wall time of the run the report is about: summary.json's when it is that run's
+    (its start is the run's), else (the report written during the run, before its summary)
+    the run's time so far; never an earlier run's summary."""
+    started = meta.get("run_started")
+    duration = summary.get("duration_s")
+    try:
+        summary_started = dt.datetime.fromisoformat(str(summary.get("started"))).timestamp()
+    except ValueError:
+        summary_started = None
+    if duration is not None and (not isinstance(started, (int, float)) or (
+            summary_started is not None and abs(summary_started - started) < 2)):
+        return float(duration)
+    return max(0.0, now - started) if isinstance(started, (int, float)) else None
+
+
 def _facts(night: NightView, now: float) -> list[str]:
     """The header's lines under the title: version, channel, commit; machine and times."""
     meta, summary = night.meta, night.summary
@@ -179,8 +195,9 @@ def _facts(night: NightView, now: float) -> list[str]:
     ends = [b.ended if b.ended is not None else now for b in night.builds if b.started is not None]
     if starts:
         times.append(f"first build {esc(clock(min(starts)))}, last end {esc(clock(max(ends)))}")
-    if summary.get("duration_s") is not None:
-        wall = f"wall time <b>{esc(took(float(summary['duration_s'])))}</b>"
+    wall_s = _wall_s(meta, summary, now)
+    if wall_s is not None:
+        wall = f'wall time <b id="wall-time">{esc(took(wall_s))}</b>'
         if summary.get("estimated_makespan_s"):
             wall += f" (estimated {esc(took(float(summary['estimated_makespan_s'])))})"
         times.append(wall)

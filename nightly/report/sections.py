@@ -261,6 +261,9 @@ def _row(
     out.append(f'<tr data-row="{esc(b.id)}"' + (' class="regression">' if reg else ">"))
     out.append(f'<td class="mono">{esc(b.id)}</td>')
     outcome = f'<span class="st {esc(b.status)}">{esc(b.status)}</span>'
+    if b.status == SUCCEEDED and b.tested not in ("passed", ""):
+        # Untested is never plain "succeeded": [smoke] enabled = false, or a GPU part not run.
+        outcome += f' <span class="small worse" data-tested="{esc(b.tested)}">({esc(b.tested)})</span>'
     if b.reason and b.status != SUCCEEDED:
         outcome += f'<div class="small muted">{esc(b.reason)}</div>'
     if b.upload_error:

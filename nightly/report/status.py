@@ -15,6 +15,7 @@ from nightly.report.view import (
     outcome_text,
 )
 from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, Day
+from nightly.workspace.cost import shown_status
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -34,9 +35,9 @@ def show(
     in full (one a line, never cut to the terminal's width), then the tail of each failed (or
     running) build's log. Returns whether a build failed or was
     interrupted."""
-    from rich.console import Console
+    from nightly.report.terminal import wide_console
 
-    con = console or Console()
+    con = console or wide_console()
     night = load_night(day, history)
     c = night.counts()
     con.print(_heading(night))
@@ -72,6 +73,8 @@ def _heading(night: NightView) -> str:
 
 def _counts_line(c: dict[str, int]) -> str:
     parts = [f"{c['total']} builds", f"[green]{c[SUCCEEDED]} succeeded[/green]"]
+    if c.get("untested"):
+        parts.append(f"[yellow]{c['untested']} of them untested[/yellow]")
     if c[FAILED]:
         parts.append(f"[red]{c[FAILED]} failed[/red]")
     if c[INTERRUPTED]:
@@ -96,8 +99,8 @@ def _table(night: NightView) -> Table:
     from rich.table import Table
 
     t = Table(title_justify="left")
-    # Fold, never cut: an identifier with an ellipsis is no identifier.
-    t.add_column("build", overflow="fold")
+    # Never cut or wrapped: an identifier split in two is no identifier; the reason folds.
+    t.add_column("build", no_wrap=True)
     t.add_column("outcome", overflow="fold", min_width=12, ratio=1)
     t.add_column("queue", justify="right", no_wrap=True)
     t.add_column("duration", justify="right", no_wrap=True)
@@ -117,7 +120,9 @@ def _table(night: NightView) -> Table:
         size = human_size(b.size)
         if b.larger:
             size += f" [magenta]+{b.larger:.0%}[/magenta]"
-        outcome = f"[{style}]{escape(b.status)}[/{style}]"
+        if b.status == SUCCEEDED and b.tested not in ("passed", ""):
+            style = "yellow"
+        outcome = f"[{style}]{escape(shown_status(b.status, b.tested))}[/{style}]"
         if b.reason and b.status != SUCCEEDED:
             outcome += f": {escape(b.reason)}"
         if b.upload_error:

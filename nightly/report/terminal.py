@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from nightly.format import hms, human_size
 from nightly.plan.schedule import Plan
+from nightly.workspace.cost import shown_status
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,10 +24,22 @@ console: Console | None = None  # made on first use; a test may put its own
 def _console() -> Console:
     global console
     if console is None:
-        from rich.console import Console
 
-        console = Console()
+        console = wide_console()
     return console
+
+
+def wide_console() -> Console:
+    """A console for tables: the terminal's width, and when piped (cron's mail, `| less`) a
+    width no row needs to be cut at, rather than rich's 80 columns."""
+    import os
+
+    from rich.console import Console
+
+    con = Console()
+    if not con.is_terminal and "COLUMNS" not in os.environ:
+        con = Console(width=240)
+    return con
 
 
 def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
@@ -78,8 +91,8 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
     if isinstance(manual, dict):  # a one-off build's own summary
         title += f", one-off build by {manual.get('by', '?')}"
     t = Table(title=escape(title), title_justify="left")
-    # Fold, never cut: an identifier with an ellipsis is no identifier.
-    t.add_column("build", overflow="fold")
+    # Never cut or wrapped: an identifier split in two is no identifier; the reason folds.
+    t.add_column("build", no_wrap=True)
     t.add_column("outcome", overflow="fold", min_width=12, ratio=1)
     t.add_column("build", justify="right", no_wrap=True)
     t.add_column("test", justify="right", no_wrap=True)
@@ -88,14 +101,16 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
     rows = sorted(summary["builds"].items(), key=lambda kv: (kv[1]["outcome"] == "succeeded", kv[0]))
     packages: list[tuple[str, str, int]] = []
     for bid, b in rows:
-        style = "green" if b["outcome"] == "succeeded" else "red"
+        tested = str(b.get("tested") or "")
+        style = ("red" if b["outcome"] != "succeeded"
+                 else "green" if tested in ("passed", "") else "yellow")
         pk = [p for p in b.get("packages") or [] if isinstance(p, dict)]
         packages += [(bid, str(p.get("name")), int(p.get("size") or 0)) for p in pk]
         reason = str(b.get("reason") or "")
         # Long enough for a recipe's own ERROR line; the whole reason is in summary.json.
         if len(reason) > 240:
             reason = reason[:237] + "..."
-        outcome = escape(b["outcome"] + (f": {reason}" if reason else ""))
+        outcome = escape(shown_status(b["outcome"], tested) + (f": {reason}" if reason else ""))
         t.add_row(
             escape(bid),
             f"[{style}]{outcome}[/{style}]",
@@ -108,7 +123,9 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
     print_packages(console, packages)
     c = summary["counts"]
     console.print(
-        f"{c['succeeded']} succeeded, {c['failed']} failed of {c['total']}; "
+        f"{c['succeeded']} succeeded"
+        + (f" ({c['untested']} untested)" if c.get("untested") else "")
+        + f", {c['failed']} failed of {c['total']}; "
         f"source {escape(str(summary.get('source', '-')))}; "
         f"summary: {escape(str(path))}",
         soft_wrap=True,

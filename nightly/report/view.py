@@ -30,6 +30,7 @@ from nightly.workspace import (
     Day,
     State,
 )
+from nightly.workspace.cost import shown_status
 
 if TYPE_CHECKING:
     from nightly.history.db import History
@@ -76,6 +77,8 @@ class BuildView:
     test_s: float | None = None
     tested_on: str = ""
     gpu_test_s: float = 0.0
+    # "passed", "untested", "GPU test not run", "failed" (nightly.workspace.cost.verdict_of)
+    tested: str = ""
     # The manylinux record (nightly.manylinux): policy and tags reached, or a zip's glibc.
     manylinux: dict[str, Any] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
@@ -123,6 +126,8 @@ class NightView:
         c["total"] = len(self.builds)
         c["regressions"] = sum(1 for b in self.builds if b.slower or b.larger)
         c["manual"] = sum(1 for b in self.builds if b.manual)
+        c["untested"] = sum(1 for b in self.builds
+                            if b.status == SUCCEEDED and b.tested not in ("passed", ""))
         return c
 
 
@@ -181,10 +186,11 @@ def load_night(
 
 
 def _test_fields(e: BuildEntry) -> dict[str, Any]:
-    from nightly.workspace.cost import GpuHosts, build_cost
+    from nightly.workspace.cost import GpuHosts, build_cost, verdict_of
 
     cost = build_cost(e, GpuHosts())
-    return {"test_s": cost.test_s, "tested_on": cost.tested_on, "gpu_test_s": cost.gpu_test_s}
+    return {"test_s": cost.test_s, "tested_on": cost.tested_on, "gpu_test_s": cost.gpu_test_s,
+            "tested": verdict_of(e) if e.status == SUCCEEDED else ""}
 
 
 def _build_view(
@@ -312,7 +318,8 @@ def manual_text(b: BuildView) -> str:
 
 
 def outcome_text(b: BuildView) -> str:
-    return b.status + (f": {b.reason}" if b.reason and b.status != SUCCEEDED else "")
+    return (shown_status(b.status, b.tested)
+            + (f": {b.reason}" if b.reason and b.status != SUCCEEDED else ""))
 
 
 

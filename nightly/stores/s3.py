@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from nightly.errors import ConfigError, ObjectTooLarge, PublishError
+from nightly.errors import ConfigError, ObjectTooLarge, PublishError, require
 from nightly.stores.base import (
     SHA256_RE,
     ObjectInfo,
@@ -65,6 +65,7 @@ class S3Store(Store):
         signed_reads: bool = True,
     ) -> None:
         super().__init__()
+        require("boto3", what="an s3:// store")
         import boto3
         import botocore.exceptions
         from boto3.s3.transfer import TransferConfig

@@ -65,3 +65,31 @@ def gpu_host_seconds(costs: Iterable[BuildCost]) -> dict[str, float]:
         building += c.gpu_build_s
         testing += c.gpu_test_s
     return {"building": round(building, 3), "testing": round(testing, 3)}
+
+
+# What a succeeded build's test says (state.json's `tested`): a build is "tested" only when
+# its test ran and passed; an untested one is never shown as plain "succeeded".
+PASSED, UNTESTED, PARTLY = "passed", "untested", "GPU test not run"
+
+
+def verdict_of(entry: BuildEntry) -> str:
+    """"passed", "failed", "GPU test not run" (the CPU part passed, the GPU part was not run)
+    or "untested" (no test ran: [smoke] enabled = false, or none recorded)."""
+    tested = entry.tested or {}
+    result = tested.get("result")
+    if result == "passed":
+        return PASSED
+    if result == "failed":
+        return "failed"
+    cpu = tested.get("cpu")
+    if result == "not run" and isinstance(cpu, Mapping) and cpu.get("result") == "passed":
+        return PARTLY
+    return UNTESTED
+
+
+def shown_status(status: str, verdict: str) -> str:
+    """The status a person reads: "succeeded" only for a tested build, else
+    "succeeded (untested)" / "succeeded (GPU test not run)"."""
+    if status != "succeeded" or verdict in (PASSED, ""):
+        return status
+    return f"{status} ({verdict})"

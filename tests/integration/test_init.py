@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,7 +64,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert "nightly/recipes/common/rewrite_wheel.py" in z.namelist()
     venv = tmp_path_factory.mktemp("venv")
     _ok([sys.executable, "-m", "venv", str(venv)])
-    _ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)])
+    # As the README installs it: the policy init declares needs auditwheel.
+    _ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[manylinux]"])
     return venv / "bin" / "nightly"
 
 
@@ -102,6 +104,7 @@ def test_init_then_run_gives_nightly_wheels_that_pass_the_projects_tests(
     assert data["project"]["version_from"] == strategy
     assert data["project"]["base_version"] == project.version
     assert data["smoke"]["import_name"] == project.import_name
+    assert data["matrix"]["linux"]["manywheel"]["manylinux"] == "2_28"
     for command in ("nightly plan", "nightly images build", "nightly run"):
         assert command in init.stdout
     # Never overwritten.
@@ -180,3 +183,78 @@ def test_a_missing_recipe_folder_stops_at_plan_time_creating_nothing(
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert f"{tmp_path / 'gone'} does not exist" in proc.stderr
         assert sorted(p.name for p in tmp_path.iterdir()) == ["nightly.toml"]
+
+
+def test_a_project_with_dependencies_from_init_to_tested_manylinux_wheels_over_http(
+    installed: Path, tmp_path: Path
+) -> None:
+    """The README's five minutes on mapbox-earcut (C++, scikit-build-core, needs numpy):
+    `nightly init` + `nightly run` with no hand edits give wheels that succeeded and were
+    smoke-tested with numpy from the index, `<version>.devYYYYMMDD`, manylinux_2_28 or better
+    by their tags and by auditwheel; the install line init printed, pointed at the mirror
+    served over HTTP, installs one with numpy from PyPI, and the project's tests pass."""
+    import shlex
+
+    from nightly.manylinux import tag_glibc, wheel_platforms
+    from tests.support.servers import http_servers
+
+    project = corpus.BY_KEY["mapbox-earcut"]
+    corpus.unpack(project)  # its tests
+    work = tmp_path / "night"
+    work.mkdir()
+    init = _run(installed, "init", str(corpus.fetch(project)), cwd=work)
+    assert init.returncode == 0, init.stderr
+    data = tomllib.loads((work / "nightly.toml").read_text())
+    matrix = data["matrix"]["linux"]["manywheel"]
+    assert (matrix["manylinux"], matrix["toolchain"]) == ("2_28", "zig")
+    assert data["smoke"]["dependencies"] == "index"
+    assert "auditwheel is not installed" not in init.stdout  # the README's extra brings it
+    night = _run(installed, "run", "--date", DATE, cwd=work)
+    assert night.returncode == 0, night.stdout + night.stderr
+    summary = json.loads((work / "nightlies" / DATE / "summary.json").read_text())
+    assert summary["counts"]["untested"] == 0
+    for bid, b in summary["builds"].items():
+        assert (b["outcome"], b["tested"]) == ("succeeded", "passed"), (bid, b)
+
+    folder = work / "mirror" / "whl" / "nightly" / "cpu"
+    wheels = sorted(folder.glob("*.whl"))
+    assert len(wheels) == len(matrix["pythons"])
+    version = project.version + DEV
+    auditwheel = installed.parent / "auditwheel"
+    for w in wheels:
+        assert w.name.split("-")[1] == version, w.name
+        glibc = [tag_glibc(p) for p in wheel_platforms(w.name)]
+        assert glibc, w.name
+        assert all(g is not None and g <= (2, 28) for g in glibc), w.name
+        shown = subprocess.run([str(auditwheel), "show", str(w)], capture_output=True, text=True)
+        assert shown.returncode == 0, shown.stderr
+        m = re.search(r'platform tag:\s*"manylinux_(\d+)_(\d+)', shown.stdout.replace("\n", " "))
+        assert m, shown.stdout
+        assert (int(m[1]), int(m[2])) <= (2, 28), shown.stdout
+
+    (line,) = [ln.split(": ", 1)[1] for ln in init.stdout.splitlines()
+               if ln.strip().startswith("install a night's wheel:")]
+    python = renv.pyenv_python(matrix["pythons"][-1])
+    assert python is not None
+    venv = tmp_path / "user"
+    _ok([str(python), "-m", "venv", str(venv)])
+    with http_servers() as serve:
+        url = serve(work / "mirror") + "whl/nightly/cpu/"
+        command = line.replace("file://$PWD/mirror/whl/nightly/cpu/", url).replace(
+            ".devYYYYMMDD", DEV)
+        args = shlex.split(command)
+        assert args[:2] == ["pip", "install"]
+        _ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *args[2:]])
+    where = _ok([str(venv / "bin" / "python"), "-c",
+                 "import mapbox_earcut, numpy, importlib.metadata as md; "
+                 "print(mapbox_earcut.__file__, md.version('mapbox_earcut'))"], cwd=tmp_path)
+    assert str(venv) in where.stdout
+    assert where.stdout.split()[1] == version
+    _ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "pytest"])
+    tests = tmp_path / "tests"
+    shutil.copytree(project.source / "tests", tests)
+    own = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p",
+                          "no:cacheprovider", str(tests)], cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert own.returncode == 0, own.stdout + own.stderr
+    assert re.search(r"\d+ passed", own.stdout), own.stdout

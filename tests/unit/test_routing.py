@@ -216,7 +216,8 @@ def test_the_manylinux_platform_comes_from_the_build(write_config: WriteConfig) 
     by_id = {b.id: b for b in c.builds}
     env = manylinux_env(c, by_id["manywheel_3.12_cpu_aarch64"], "container")
     assert env == {"NIGHTLY_MANYLINUX": "2_28", "MANYLINUX_PLATFORM": "manylinux_2_28_aarch64",
-                   "AUDITWHEEL_PLAT": "manylinux_2_28_aarch64"}
+                   "AUDITWHEEL_PLAT": "manylinux_2_28_aarch64",
+                   "NIGHTLY_MANYLINUX_TOOLCHAIN": "sysroot"}
     env = manylinux_env(c, by_id["manywheel_3.12_cpu"], "container")
     assert env["MANYLINUX_PLATFORM"] == "manylinux_2_28_x86_64"
     assert plat("2_17", "arm64") == "manylinux_2_17_aarch64"

@@ -37,7 +37,14 @@ fresh_venv() {
   echo "$who: fresh virtual environment with $py on $(hostname)"
   "$py" -m venv "$work/venv"
   vpy="$work/venv/bin/python"
-  "$vpy" -m pip install --quiet --no-index --no-deps "$SOURCE_DIR"/*.whl
+  if [ "${SMOKE_DEPENDENCIES:-none}" = index ]; then
+    # The wheel from its file (a direct requirement: never looked up on an index), its
+    # runtime dependencies from the configured indexes ([smoke] dependencies = "index").
+    echo "$who: installing the wheel and its dependencies from ${PIP_INDEX_URL:-the pip configuration of this host}${PIP_EXTRA_INDEX_URL:+ and $PIP_EXTRA_INDEX_URL}"
+    "$vpy" -m pip install --quiet --disable-pip-version-check "$SOURCE_DIR"/*.whl
+  else
+    "$vpy" -m pip install --quiet --no-index --no-deps "$SOURCE_DIR"/*.whl
+  fi
 }
 
 # gil_check PY MODULE : for a free-threaded build (DESIRED_PYTHON 3.14t), PY must run MODULE

@@ -1,0 +1,67 @@
+"""What a build was built under (its manylinux policy and C/C++ toolchain), and whether a
+succeeded build of the day still meets the configuration: a policy or toolchain changed
+since it was built makes the next run rebuild it (and say so) instead of keeping wheels
+that break the declared policy. state.json's `manylinux` record carries both."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+
+from nightly.config import Config
+from nightly.manylinux import OFF
+from nightly.plan.matrix import Build
+from nightly.workspace import SUCCEEDED, State
+
+ENV_TOOLCHAIN = "NIGHTLY_MANYLINUX_TOOLCHAIN"  # the configured choice, for the state record
+
+
+def toolchain_choice(config: Config, build: Build, executor: str) -> str:
+    """The C/C++ toolchain configured for a manywheel build under a policy: "zig" or
+    "sysroot" (CUDA builds always the sysroot: nvcc's host compiler)."""
+    builder = config.builder_for(build) if executor == "container" else None
+    chosen = builder.toolchain_choice if builder is not None else ""
+    chosen = chosen or next((m.toolchain for m in config.matrices
+                             if m.package == "manywheel" and m.platform == "linux"
+                             and m.toolchain), "sysroot")
+    return "sysroot" if build.is_cuda else chosen
+
+
+def built_under(config: Config, build: Build, executor: str) -> tuple[str, str]:
+    """(policy, toolchain) a build of `build` is made under now ("" where none applies)."""
+    policy = config.manylinux_for(build, executor)
+    if not policy or policy == OFF:
+        return policy, ""
+    return policy, toolchain_choice(config, build, executor)
+
+
+def stale_builds(config: Config, state: State, builds: Sequence[Build],
+                 executor: str | Callable[[Build], str],
+                 log: Callable[[str], None] | None = None) -> dict[str, str]:
+    """Succeeded manywheel builds of the day made under another policy or toolchain than
+    the configuration's now: build id -> why they are rebuilt (each said on stderr and in
+    `log` when given). `executor`: the night's, or each build's (a cluster's
+    `executor_for`)."""
+    out: dict[str, str] = {}
+    for b in builds:
+        if b.package != "manywheel" or state.status(b.id) != SUCCEEDED:
+            continue
+        record = state.get(b.id).manylinux
+        if not isinstance(record, Mapping):
+            continue  # nothing recorded (an older nightly): nothing to compare with
+        policy, toolchain = built_under(
+            config, b, (executor(b) if callable(executor) else executor) or "local")
+        was_policy, was_toolchain = str(record.get("policy") or ""), str(record.get("toolchain") or "")
+        if policy != was_policy:
+            out[b.id] = (f"built under manylinux policy {was_policy or 'none'}, the configuration "
+                         f"now declares {policy or 'none'}")
+        elif toolchain and was_toolchain and toolchain != was_toolchain:
+            out[b.id] = f"built with toolchain {was_toolchain}, the configuration now chooses {toolchain}"
+    for bid, why in sorted(out.items()):
+        if log is not None:
+            print(f"rebuilding {bid}: {why}", file=sys.stderr)
+            log(f"rebuilding {bid}: {why}")
+    return out
+
+
+__all__ = ["ENV_TOOLCHAIN", "built_under", "stale_builds", "toolchain_choice"]

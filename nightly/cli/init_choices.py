@@ -1,0 +1,110 @@
+"""What `nightly init` chooses beyond the project's identity: the manylinux policy and the
+toolchain that meets it, the smoke test's runtime dependencies, and the command that
+installs a night's wheel (nightly.cli.scaffold writes them)."""
+
+from __future__ import annotations
+
+import configparser
+import re
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+
+def _text(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            return f.read(4 * 1024 * 1024).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def dependencies(source: Path, declared: tuple[str, ...], cfg_text: str,
+                 setup_py: str) -> tuple[str, ...]:
+    """The runtime requirements a project declares (those of no extra): static pyproject
+    (`declared`: its [project] dependencies), PKG-INFO's Requires-Dist, setup.cfg's
+    install_requires, a setup.py literal list."""
+    found: list[str] = list(declared)
+    if not found:
+        msg = HeaderParser().parsestr(_text(source / "PKG-INFO"))
+        found = [str(d) for d in msg.get_all("Requires-Dist") or []]
+    if not found:
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read_string(cfg_text)
+            raw = parser.get("options", "install_requires", fallback="")
+        except configparser.Error:
+            raw = ""
+        found = [line.strip() for line in raw.splitlines() if line.strip()]
+    if not found:
+        m = re.search(r"install_requires\s*=\s*\[([^\]]*)\]", setup_py)
+        found = re.findall(r"""['"]([^'"]+)['"]""", m.group(1)) if m else []
+    return tuple(d for d in found if "extra" not in d.partition(";")[2])
+
+
+_LIBM_229 = re.compile(rb"\b(?:exp|exp2|log|log2|pow)f?\s*\(")
+
+
+def zig_why(files: list[Path]) -> str:
+    """Why nightly's zig toolchain (glibc 2.17) is the one that meets manylinux_2_28 for
+    this project, or "" (the default sysroot toolchain then). The sysroot links against
+    glibc 2.31, whose libm `exp`, `log`, `pow` (2.29 symbols) break 2_28, and C++ code
+    pulls them in through libstdc++; zig is for C/C++ only (not Rust, Fortran, CUDA)."""
+    if any(f.suffix in (".rs", ".f90", ".f", ".cu") for f in files):
+        return ""
+    cxx = sorted(f.name for f in files if f.suffix in (".cc", ".cpp", ".cxx"))
+    if cxx:
+        return f"C++ ({', '.join(cxx[:2])})"
+    for f in [f for f in files if f.suffix in (".c", ".h")][:200]:
+        try:
+            with f.open("rb") as fh:
+                if _LIBM_229.search(fh.read(512 * 1024)):
+                    return f"{f.name} calls libm's exp/log/pow"
+        except OSError:
+            continue
+    return ""
+
+
+def policy_lines(zig_reason: str) -> list[str]:
+    """The manylinux policy (PyTorch's) and the toolchain that meets it, commented."""
+    if zig_reason:
+        tool = [f"# {zig_reason}: nightly's glibc 2.31 sysroot would link libm symbols of",
+                "# glibc 2.29 (exp, log, pow), which break 2_28; zig targets glibc 2.17.",
+                'toolchain = "zig"']
+    else:
+        tool = ['# "sysroot" (gcc against glibc 2.31); a policy miss names "zig" (glibc 2.17,',
+                "# C/C++ only) when it would meet it.",
+                'toolchain = "sysroot"']
+    return ["# Wheels that install where glibc is 2.28 or newer (PyTorch's policy): auditwheel",
+            "# (pip install 'nightly-builds[manylinux]') repairs each wheel to it, and one that",
+            "# cannot meet it fails its build, never published.",
+            'manylinux = "2_28"', *tool]
+
+
+def smoke_dependency_lines(name: str, requirements: tuple[str, ...]) -> list[str]:
+    """[smoke] dependencies: from the index when the project has runtime dependencies."""
+    if not requirements:
+        return [f"# {name} declares no runtime dependencies: the wheel is installed alone.",
+                'dependencies = "none"']
+    names = ", ".join(requirements[:4]) + (" ..." if len(requirements) > 4 else "")
+    return [f"# {name} needs {names} at run time: pip installs them into the smoke venv",
+            "# from [build] index_url (else this machine's pip configuration), or from",
+            "# index_url here; the wheel itself only from the night's packages.",
+            'dependencies = "index"']
+
+
+def install_command(project: str, base_version: str, requirements: tuple[str, ...],
+                    index: str, version: str = "") -> str:
+    """How a user installs a nightly of the project from the mirror: its dependencies, when
+    it has any, from PyPI, the project itself pinned to the night's version (`version`,
+    else <base_version>.devYYYYMMDD)."""
+    name = canonicalize_name(project)
+    if not requirements:
+        return f"pip install --pre --index-url {index} {name}"
+    version = version or f"{base_version or '0.0.0'}.devYYYYMMDD"
+    return (f'pip install --index-url {index} --extra-index-url https://pypi.org/simple '
+            f'"{name}=={version}"')
+
+
+__all__ = ["dependencies", "install_command", "policy_lines", "smoke_dependency_lines", "zig_why"]
