@@ -317,7 +317,9 @@ def _promote_conda_channel(
             log(f"would publish {path.name} to the conda channel {folder}")
         return
     written = conda.publish_to_channel(folder, paths)
-    attest.copy_to_channel(folder, [(conda.channel_key(p), p) for p in paths])
+    attest.copy_to_channel(folder, [(conda.channel_key(p), p, f[1]["sha256"])
+                                    for p, f in zip(paths, files, strict=True)],
+                           attest.public_key_of(config))
     for bid, p in files:
         _record(state, bid, f"file://{folder}/{conda.channel_key(day.path / p['path'])}", p["sha256"])
     log(f"conda channel {folder}: {len(written)} package(s) promoted, repodata current")

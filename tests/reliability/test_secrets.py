@@ -45,7 +45,7 @@ echo hello > "$WORK_DIR/files/share/relsecret/hello.txt"
 import sys
 from rattler_build import ArchiveType, assemble_package
 out, files, version = sys.argv[1:4]
-assemble_package(name="relsecret-demo", version=version, target_platform="noarch", build_string="0",
+assemble_package(name="demo", version=version, target_platform="noarch", build_string="0",
                  output_dir=out, files_dir=files, noarch="generic", depends=[],
                  summary="secrets test package", license="BSD-3-Clause",
                  archive_type=ArchiveType.Conda)
@@ -58,7 +58,7 @@ ID="${PACKAGE_TYPE}_${DESIRED_PYTHON}_${DESIRED_CUDA}"
 echo "--- environment of the wheel recipe ---"
 env | tee "@SIGNALS@/$ID.env"
 mkdir -p "$OUTPUT_DIR"
-"$NIGHTLY_PYTHON" - "$OUTPUT_DIR" "relsecret_${DESIRED_PYTHON//./_}" "$BUILD_VERSION+$DESIRED_CUDA" <<'PY'
+"$NIGHTLY_PYTHON" - "$OUTPUT_DIR" demo "$BUILD_VERSION+$DESIRED_CUDA.py${DESIRED_PYTHON//./}" <<'PY'
 import base64, hashlib, sys, zipfile
 out, dist, version = sys.argv[1:4]
 info = f"{dist}-{version}.dist-info"
