@@ -87,10 +87,19 @@ def trusted(path: Path, sha256: str, public_key: Any) -> bytes | None:
 
 
 def public_key_of(config: Config) -> Any:
-    """The site's public key (from the configured signing key), None without provenance."""
-    if config.provenance.key is None:
+    """The site's public key (from the configured signing key, else the provenance.pub
+    beside it), None without provenance or when neither can be read here: then no
+    provenance is trusted, so none is published."""
+    key = config.provenance.key
+    if key is None:
         return None
-    return provenance.load_signer(config.provenance.key).public_key
+    try:
+        return provenance.load_signer(key).public_key
+    except NightlyError:
+        try:
+            return provenance.load_public_key(key.with_name(provenance.PUBLIC_NAME))
+        except NightlyError:
+            return None
 
 
 def signable(name: str, config: Config) -> bool:
@@ -178,18 +187,32 @@ def publish_beside(store: Any, key: str, package: Path, sha256: str, public_key:
     sees it without it. Returns its sha256 (for the index pages), None when the package has
     none that verifies (a provenance file nightly did not sign is never published)."""
     data = trusted(package, sha256, public_key)
+    pkey = key + provenance.SUFFIX
     if data is None:
         if read_provenance(package) is not None:
             log(f"provenance: {package.name}: not published: it does not verify with the "
                 "site's key (nightly publishes only what it signed)")
-        return None
+        return _published_sha(store, pkey, package.name, sha256, public_key)
     sha = hashlib.sha256(data).hexdigest()
-    pkey = key + provenance.SUFFIX
     info = store.head(pkey)
     if info is None or info.sha256 != sha:
         store.put_bytes(pkey, data, "application/json")
         log(f"provenance: {store.url}/{pkey}")
     return sha
+
+
+def _published_sha(store: Any, pkey: str, name: str, sha256: str, public_key: Any) -> str | None:
+    """The sha256 of the provenance already in the store when it is nightly's own for this
+    file (the pages keep listing it), else None."""
+    if public_key is None:
+        return None
+    try:
+        got = store.get_bytes(pkey, max_bytes=PROVENANCE_MAX)
+    except NightlyError:  # unreadable or too large: not listed
+        return None
+    if got is None or not provenance.verify(name, sha256, got[0], public_key).ok:
+        return None
+    return hashlib.sha256(got[0]).hexdigest()
 
 
 def copy_to_channel(channel: Path, keyed: Sequence[tuple[str, Path, str]],

@@ -98,9 +98,13 @@ def promote(
         if pypi_todo and not dry_run:
             password = _pypi_password(config)
         if store is not None:
+            public_key = attest.public_key_of(config)
+            if config.provenance.key is not None and public_key is None:
+                raise ConfigError(f"cannot read the provenance key {config.provenance.key}: "
+                                  "promote verifies every file with it", key="provenance.key")
             day.work.mkdir(parents=True, exist_ok=True)  # the day's disk, not /tmp's
             with tempfile.TemporaryDirectory(prefix="promote-", dir=day.work) as tmp:
-                _check_copies(store, copies, rerun, Path(tmp), attest.public_key_of(config))
+                _check_copies(store, copies, rerun, Path(tmp), public_key)
                 _copy_all(store, state, copies, dry_run=dry_run, log=log)
         if store is not None and report.folders:
             _release_index(config, store, report, copied={c.dst for c in copies if not c.done},
