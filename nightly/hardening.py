@@ -15,6 +15,7 @@ import ctypes.util
 import os
 import pwd
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nightly.errors import ConfigError
@@ -63,6 +64,61 @@ def credential_settings(config: Any) -> list[str]:
         out.append("cache.url")
     if notify is not None and notify.smtp_user:
         out.append("notify.smtp_user")
+    prov = getattr(config, "provenance", None)
+    if prov is not None and prov.key is not None:
+        out.append("provenance.key")  # whoever reads it signs anything as the site
+    return out
+
+
+KEY_KEY = "provenance.key"
+
+
+def check_signing_key(config: Any, user: BuildUser | None) -> None:
+    """The signing key is a credential: a build must not be able to read it. ConfigError,
+    naming the fix, when the key file is readable by anyone but its owner, belongs to the
+    build user, or lies in a folder builds are given or mounted (the root with its day
+    folders, the recipes, a local source)."""
+    key = getattr(getattr(config, "provenance", None), "key", None)
+    if key is None:
+        return
+    file = str(getattr(config, "path", "") or "") or None
+    path = Path(key)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ConfigError(f"cannot read the provenance signing key {path}: {e.strerror}",
+                          file=file, key=KEY_KEY,
+                          hint="point it at the provenance.key `nightly provenance keygen` "
+                          "wrote") from e
+    if st.st_mode & 0o077:
+        raise ConfigError(
+            f"the provenance signing key {path} has mode {st.st_mode & 0o777:04o}: other users "
+            "(a build among them) can read it", file=file, key=KEY_KEY,
+            hint=f"chmod 600 {path}")
+    if user is not None and st.st_uid == user.uid:
+        raise ConfigError(
+            f"the provenance signing key {path} belongs to the build user '{user.name}', "
+            "whose recipes could read it", file=file, key=KEY_KEY,
+            hint=f"chown {os.geteuid()} {path} (nightly's own user), then chmod 600 {path}")
+    real = path.resolve()
+    for setting, folder in _build_folders(config):
+        if folder is not None and real.is_relative_to(folder):
+            raise ConfigError(
+                f"the provenance signing key {path} is inside {setting} ({folder}), which "
+                "builds are given or mounted", file=file, key=KEY_KEY,
+                hint="move the key to a folder of its own (e.g. /etc/nightly/keys, mode 0700)")
+
+
+def _build_folders(config: Any) -> list[tuple[str, Path | None]]:
+    """(setting, resolved folder) of what a build can read: the root, recipes, local source."""
+    out: list[tuple[str, Path | None]] = []
+    for setting, attr in (("root", "root"), ("recipes", "recipes")):
+        value = getattr(config, attr, None)
+        out.append((setting, Path(value).resolve() if value else None))
+    source = str(getattr(getattr(config, "project", None), "source", "") or "")
+    if source and "://" not in source and not source.startswith("git@"):
+        base = Path(getattr(config, "path", ".") or ".").parent
+        out.append(("project.source", (base / source).resolve()))
     return out
 
 
@@ -96,4 +152,5 @@ def recipe_user(config: Any) -> BuildUser | None:
     return BuildUser(name=name, uid=entry.pw_uid, gid=entry.pw_gid, home=entry.pw_dir)
 
 
-__all__ = ["USER_KEY", "BuildUser", "credential_settings", "make_undumpable", "recipe_user"]
+__all__ = ["KEY_KEY", "USER_KEY", "BuildUser", "check_signing_key", "credential_settings",
+           "make_undumpable", "recipe_user"]

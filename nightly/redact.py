@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -158,12 +159,171 @@ def secret_values(config: Any, environ: Mapping[str, str] | None = None) -> tupl
     if notify is not None:
         names.append(notify.smtp_password_env)
     values += [env.get(n, "") for n in names if n]
+    for profile in _aws_profiles(config):
+        values += aws_profile_secrets(profile)
     return tuple(sorted({v for v in values if len(v) >= _MIN_SECRET}))
 
 
+def _aws_profiles(config: Any) -> list[str]:
+    """The AWS profiles ("" for the default chain) of the S3 stores this configuration uses:
+    [publish], [cluster] staging and [cache], each where its URL is s3://."""
+    out = []
+    for table, url in (("publish", "url"), ("cluster", "staging"), ("cache", "url")):
+        section = getattr(config, table, None)
+        if section is not None and str(getattr(section, url, "") or "").startswith("s3://"):
+            out.append(str(getattr(section, "profile", "") or ""))
+    return sorted(set(out))
+
+
+@functools.lru_cache(maxsize=16)
+def aws_profile_secrets(profile: str) -> tuple[str, ...]:
+    """The secret key and session token botocore resolves for `profile` ("" the default
+    chain: variables, then the shared credentials and config files), as the stores will:
+    a shared credentials file's keys are masked like the variables. Instance and container
+    roles are not asked (no metadata request per build); nothing found, nothing masked."""
+    try:
+        import botocore.session
+
+        session = botocore.session.Session(profile=profile or None)
+        resolver = session.get_component("credential_provider")
+        for name in ("iam-role", "container-role"):
+            with contextlib.suppress(Exception):
+                resolver.remove(name)
+        creds = session.get_credentials()
+        if creds is None:
+            return ()
+        frozen = creds.get_frozen_credentials()
+    except Exception:  # no botocore, no such profile, an unreadable file: nothing to mask
+        return ()
+    return tuple(v for v in (frozen.access_key, frozen.secret_key, frozen.token) if v)
+
+
+_BEGIN = b"-----BEGIN "
+_END = b"-----END "
+_DASHES = b"-----"
+_LABEL_MAX = 80  # "-----BEGIN ENCRYPTED PRIVATE KEY-----": a label is a few words
+_LINE_MAX = 4096  # a key's body lines are 64 or 70 characters
+_PEM_BODY_B = re.compile(rb"^\s*(?:[A-Za-z0-9+/=]*|[A-Za-z-]+:.*)\s*$")
+
+
+def _prefix_tail(data: bytes, mark: bytes) -> int:
+    """The length of the longest tail of `data` that begins `mark` (shorter than it)."""
+    for k in range(min(len(mark) - 1, len(data)), 0, -1):
+        if data.endswith(mark[:k]):
+            return k
+    return 0
+
+
+class PemFilter:
+    """Removes PEM private-key blocks (`-----BEGIN <any> PRIVATE KEY-----` through its END
+    line: RSA, EC, OPENSSH, ENCRYPTED, PGP…) from a stream of bytes, a block split across
+    chunks and lines included, each replaced by one line saying so (PEM_REMOVED). A block
+    ends at its END marker, or at the first line that cannot be part of it (that line is
+    kept), so a header without an END costs a log nothing but the key. Text without
+    "-----BEGIN " passes with one search per chunk."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.inside = False
+        self.header_line = False  # the rest of the BEGIN line is the key's too
+        self.eat_newline = False  # a block's END marker ended the last chunk
+
+    def feed(self, chunk: bytes) -> bytes:
+        data, self.buf = self.buf + chunk, b""
+        if self.eat_newline and data:
+            self.eat_newline = False
+            data = data[1:] if data.startswith(b"\n") else data
+        if not self.inside and _BEGIN not in data:
+            keep = _prefix_tail(data, _BEGIN)
+            self.buf = data[len(data) - keep:] if keep else b""
+            return data[: len(data) - keep]
+        out: list[bytes] = []
+        pos = 0
+        while pos < len(data):
+            step = self._inside(data, pos) if self.inside else self._outside(data, pos, out)
+            if step is None:
+                break
+            pos = step
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        data, self.buf = self.buf, b""
+        if self.inside:
+            self.inside = False
+            return b""
+        if _BEGIN in data and b"PRIVATE KEY" in data:
+            return PEM_REMOVED.format("an unfinished BEGIN line").encode() + b"\n"
+        return data
+
+    def _outside(self, data: bytes, pos: int, out: list[bytes]) -> int | None:
+        """Copy up to the next BEGIN; enter a private-key block there. None: wait for more."""
+        i = data.find(_BEGIN, pos)
+        if i == -1:
+            rest = data[pos:]
+            keep = _prefix_tail(rest, _BEGIN)
+            out.append(rest[: len(rest) - keep])
+            self.buf = rest[len(rest) - keep:] if keep else b""
+            return None
+        out.append(data[pos:i])
+        start = i + len(_BEGIN)
+        close = data.find(_DASHES, start, start + _LABEL_MAX)
+        if close == -1:
+            if len(data) - start < _LABEL_MAX and b"\n" not in data[start:]:
+                self.buf = data[i:]  # the header may go on in the next chunk
+                return None
+            out.append(data[i:start])  # not a PEM header
+            return start
+        label = data[start:close]
+        if b"\n" in label or b"PRIVATE KEY" not in label:
+            out.append(data[i:close])
+            return close
+        what = label.decode("utf-8", "replace").strip()
+        out.append(PEM_REMOVED.format(f"BEGIN {what}").encode() + b"\n")
+        self.inside = self.header_line = True
+        return close + len(_DASHES)
+
+    def _inside(self, data: bytes, pos: int) -> int | None:
+        """Drop the block's lines up to its END marker (or a line that is not the block's)."""
+        nl = data.find(b"\n", pos)
+        line_end = len(data) if nl == -1 else nl
+        end = data.find(_END, pos, line_end)
+        if end != -1:
+            close = data.find(_DASHES, end + len(_END), line_end)
+            if close == -1 and nl == -1 and len(data) - end < _LABEL_MAX:
+                self.buf = data[pos:]
+                return None
+            self.inside = False
+            after = line_end if close == -1 else close + len(_DASHES)
+            self.eat_newline = after == len(data)
+            return after + 1 if data[after:after + 1] == b"\n" else after
+        if nl == -1:
+            if len(data) - pos <= _LINE_MAX:
+                self.buf = data[pos:]  # a line not yet complete: judged when it is
+                return None
+            if self.header_line or _PEM_BODY_B.match(data[pos:]):
+                return len(data)
+            self.inside = False
+            return pos
+        if self.header_line or _PEM_BODY_B.match(data[pos:nl]):
+            self.header_line = False
+            return nl + 1
+        self.inside = False  # a line that cannot be part of the block: kept
+        return pos
+
+
+def scrub_pem(text: str) -> str:
+    """`text` without PEM private-key blocks (PemFilter over the whole text)."""
+    if "-----BEGIN " not in text:
+        return text
+    f = PemFilter()
+    data = text.encode("utf-8", "surrogateescape")
+    return (f.feed(data) + f.flush()).decode("utf-8", "surrogateescape")
+
+
 class Masker:
-    """Masks secrets in a stream of chunks. The tail of a chunk that could be the start of a
-    secret is held back until the next chunk (or `flush`) says what it is."""
+    """Masks secrets in a stream of chunks, and removes PEM private-key blocks (PemFilter).
+    The tail of a chunk that could be the start of a secret is held back until the next
+    chunk (or `flush`) says what it is."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         found: set[bytes] = set()
@@ -172,8 +332,10 @@ class Masker:
                 found |= {f.encode() for f in forms(s)}
         self.forms = sorted(found, key=len, reverse=True)
         self.held = b""
+        self.pem = PemFilter()
 
     def feed(self, chunk: bytes) -> bytes:
+        chunk = self.pem.feed(chunk)
         if not self.forms:
             return chunk
         data = self._replace(self.held + chunk)
@@ -182,7 +344,7 @@ class Masker:
         return data[: len(data) - keep]
 
     def flush(self) -> bytes:
-        out, self.held = self._replace(self.held), b""
+        out, self.held = self._replace(self.held + self.pem.flush()), b""
         return out
 
     def _replace(self, data: bytes) -> bytes:
@@ -215,11 +377,14 @@ __all__ = [
     "SECRET_RE",
     "SECRET_WORDS",
     "Masker",
+    "PemFilter",
+    "aws_profile_secrets",
     "environment_secrets",
     "forms",
     "mask",
     "mask_env",
     "safe_url",
+    "scrub_pem",
     "scrub_staged",
     "secret_values",
 ]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly import manylinux
+from nightly.builds.ownership import NotOurs, check_owned
 from nightly.files import sha256_file
 from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, SUCCEEDED, BuildEntry, Day, PackageFile, State
@@ -32,10 +33,12 @@ def file_packages(
     build: Build,
     files: Sequence[Path],
     expected: Mapping[str, tuple[int, str]] | None = None,
+    owners: frozenset[str] | None = None,
 ) -> list[PackageFile]:
     """Hash each file (against the size and sha256 a worker reported, when `expected` has
-    them: all are checked before any is moved), make it world-readable, and rename it into
-    the day's package folder (same filesystem: atomic, never half a package)."""
+    them: all are checked before any is moved), check that each is the project's (when
+    `owners` names its distributions: NotOurs otherwise), make it world-readable, and rename
+    it into the day's package folder (same filesystem: atomic, never half a package)."""
     checked = []
     for f in files:
         digest, size = sha256_file(f), f.stat().st_size
@@ -44,6 +47,8 @@ def file_packages(
             raise ValueError(f"{f.name}: staging holds {size} bytes sha256 {digest}, the "
                              f"worker reported {want[0]} bytes sha256 {want[1]}")
         checked.append((f, size, digest))
+    if owners is not None:
+        check_owned(files, build.package, owners)
     dest_dir = day.package_dir(build.package, build.cuda)
     dest_dir.mkdir(parents=True, exist_ok=True)
     out = []
@@ -108,15 +113,19 @@ def collect_build(
     uncollected: str = "collecting packages failed",
     infra: bool = False,
     infra_if_uncollected: bool = False,
+    owners: frozenset[str] | None = None,
     **fields: Any,
 ) -> BuildEntry:
     """File a finished build: packages (when it succeeded), then its log, then its state
     entry (`fields` are the rest of the entry). A package that cannot be filed fails the build
-    with `uncollected: <why>`. Returns the state entry as written."""
+    with `uncollected: <why>` (one that is not the project's, `owners`: with why). Returns
+    the state entry as written."""
     packages: list[PackageFile] = []
     if ok:
         try:
-            packages = file_packages(day, build, files, expected)
+            packages = file_packages(day, build, files, expected, owners)
+        except NotOurs as e:  # the build's own doing: a failure, not the infrastructure's
+            ok, reason = False, str(e)
         except (OSError, ValueError) as e:
             ok, reason = False, f"{uncollected}: {e}"
             infra = infra or infra_if_uncollected

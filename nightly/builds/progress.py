@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from nightly.format import hms
+from nightly.redact import scrub_pem
 
 
 class Progress:
@@ -73,7 +74,7 @@ class Progress:
 
     def log(self, line: str, *, queue: int | None = None) -> None:
         stamp = dt.datetime.now().isoformat(timespec="seconds")
-        text = f"{stamp} {line}\n"
+        text = f"{stamp} {scrub_pem(line)}\n"  # a reason may quote what a recipe printed
         if self.master_log is not None:
             with self.master_log.open("a", encoding="utf-8") as f:
                 f.write(text)

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from nightly.builds.ownership import outputs
 from nightly.builds.reproducible import normalise_packages
 from nightly.executors.base import Executor, Job
 from nightly.files import sha256_file
@@ -97,7 +98,7 @@ def check(
     result = executor.run(second, sink, cancel)
     if result.exit_status != 0:
         return f"reproducibility check: the second build failed ({result.reason or result.exit_status})"
-    again = sorted(p for p in second.output_dir.rglob("*") if p.is_file())
+    again, _ = outputs(second.output_dir, build.package)  # the first build's rule
     for note in normalise_packages(again, second.env):
         say(note)
     first = {p.name: p for p in produced}

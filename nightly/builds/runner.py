@@ -22,6 +22,7 @@ from nightly.builds import repro_check, userarea
 from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
 from nightly.builds.collect import PackageFile, check_policy, collect_build
 from nightly.builds.jobs import RunContext, make_job, prepare_toolchain
+from nightly.builds.ownership import NotOurs, check_owned, outputs, owned_names
 from nightly.builds.reproducible import normalise_packages
 from nightly.config.pyproject import pyproject_problem
 from nightly.executors.base import ExecResult, Executor, Job
@@ -154,7 +155,11 @@ class Runner:
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
-            produced = _files(job.output_dir)
+            # Only this type's package kinds, directly in OUTPUT_DIR: the rest is never filed.
+            produced, other = outputs(job.output_dir, build.package)
+            if other:
+                sink(f"[nightly] left out of OUTPUT_DIR (not a {build.package} package): "
+                     f"{', '.join(other)}\n".encode())
             if result.exit_status == 0:
                 for note in normalise_packages(produced, job.env):
                     sink(f"[nightly] {note}\n".encode())
@@ -230,6 +235,12 @@ class Runner:
         if reason is None and not produced:
             reason = f"the recipe exited 0 but produced no package in OUTPUT_DIR ({job.output_dir})"
         notes = [*result.notes, *cache_notes]
+        if reason is None:  # a package that is not the project's is never tested nor filed
+            proj = self.ctx.config.project
+            try:
+                check_owned(produced, build.package, owned_names(proj.name, proj.extra_names))
+            except NotOurs as e:
+                reason = str(e)
         if reason is None:  # a wheel that misses its policy is never smoke-tested nor filed
             policy = check_policy(state, build, job.env, produced)
             notes += policy.notes
@@ -386,10 +397,3 @@ class _Dispatcher:
                 return None
             return self.own[best[1]].pop(0)
 
-
-
-
-def _files(folder: Path) -> list[Path]:
-    if not folder.exists():
-        return []
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())

@@ -77,15 +77,27 @@ def _rebuilt(results: list[Any], config_path: str | None) -> list[Any]:
 @click.option("--rebuild", is_flag=True, help="Also rebuild each package here from its "
               "provenance (this machine's configuration, the provenance's commit) and compare.")
 @click.option("--config", "config_path", metavar="FILE", help="Configuration file.")
+@click.option("--max-size", "max_mb", type=click.IntRange(min=1), default=8192, show_default=True,
+              metavar="MB", help="Refuse a download larger than this (MB).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=600.0,
+              show_default=True, metavar="SECONDS",
+              help="All downloads together must finish within this.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def verify_command(targets: tuple[str, ...], key_path: str | None, source_commit: str | None,
-                   rebuild: bool, config_path: str | None, debug: bool) -> None:
+                   rebuild: bool, config_path: str | None, max_mb: int, timeout_s: float,
+                   debug: bool) -> None:
     """Check packages against their signed provenance (<file>.provenance.json beside each):
     the signature, the file's sha256, the commit. Exit 0 when all verify, 1 otherwise."""
+    import time
+
     from nightly.provenance import verifying
 
+    if source_commit is not None and not source_commit.strip():
+        raise UsageError("--source-commit is empty: give the commit (or a prefix of it) the "
+                         "packages must be built from, or leave the option out")
     key = _public_key(key_path, config_path)
-    results = verifying.verify_targets(targets, key, source_commit=source_commit)
+    budget = verifying.Budget(max_bytes=max_mb << 20, deadline=time.monotonic() + timeout_s)
+    results = verifying.verify_targets(targets, key, source_commit=source_commit, budget=budget)
     if rebuild:
         results = _rebuilt(results, config_path)
     for r in results:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nightly.builds.collect import collect_build
+from nightly.builds.ownership import owned_names
 from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
 from nightly.builds.smoke import NOT_RUN, PASSED, stage_part, tested_record
@@ -231,6 +232,7 @@ class Collector:
             if ok and why:
                 ok, reason = False, why
         tmp = day.work / build.id / f"fetch-{token}"
+        proj = self.night.config.project
         files: list[Path] = []
         expected: dict[str, tuple[int, str]] = {}
         infra = result.infra
@@ -248,6 +250,8 @@ class Collector:
             collect_build(
                 day, self.night.state, build, ok=ok, reason=reason, files=files,
                 expected=expected, failed_status=FAILED if status == SUCCEEDED else status,
+                # A worker's word is not enough: the orchestrator checks whose packages it files.
+                owners=owned_names(proj.name, proj.extra_names),
                 uncollected=UNCOLLECTED,
                 infra=infra, infra_if_uncollected=True,
                 # A build that failed only in collection: its log says why at the end.

@@ -37,6 +37,7 @@ def parse_project(top: Table, ctx: Ctx) -> Project:
         base_version=proj.str("base_version", required=True),
         build_number=proj.int("build_number", minimum=0),
         version_from=proj.choice("version_from", VERSION_FROM),
+        extra_names=tuple(proj.str_list("extra_names")),
     )
     proj.finish()
     if not re.match(r"^\d+(\.\d+)*$", project.base_version):

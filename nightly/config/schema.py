@@ -30,6 +30,9 @@ class Project:
     # How the project's build takes the version: auto, env, setuptools-scm, rewrite or keep
     # (nightly.config.detect resolves auto from the source).
     version_from: str = "auto"
+    # Other distribution names the project's builds deliver (a package is the project's when
+    # its normalised name is `name` or one of these: nightly.builds.ownership).
+    extra_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,19 +13,21 @@ from nightly.errors import ConfigError, UsageError, require
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.executors.container import ContainerExecutor, ContainerSettings
 from nightly.executors.local import LocalExecutor
-from nightly.hardening import recipe_user
+from nightly.hardening import check_signing_key, recipe_user
 
 # (config, keep_container) -> a fresh executor
 ExecutorFactory = Callable[[Config, bool], Executor]
 
 
 def _local(config: Config, keep_container: bool) -> Executor:
-    return LocalExecutor(pythons=config.local.pythons, cuda=config.local.cuda,
-                         user=recipe_user(config))
+    user = recipe_user(config)
+    check_signing_key(config, user)  # readable by no build: checked before any runs
+    return LocalExecutor(pythons=config.local.pythons, cuda=config.local.cuda, user=user)
 
 
 def _container(config: Config, keep_container: bool) -> Executor:
     require("docker", what="the container executor")
+    check_signing_key(config, None)  # not in a mounted folder, readable by its owner only
     c = config.container
     try:
         settings = ContainerSettings(

@@ -39,6 +39,7 @@ from nightly.plan.schedule import make_plan, select_cli
 from nightly.provenance import attest
 from nightly.publish.upload import open_destination, publish_day, record_publication
 from nightly.publish.validate import validate_day
+from nightly.redact import mask, scrub_pem, secret_values
 from nightly.report import terminal as display
 from nightly.report.html import write_report
 from nightly.workspace import (
@@ -220,8 +221,10 @@ def _prepare(
     """The locked day made ready: the source checked out, state.json loaded (builds a dead
     run left running marked interrupted), its meta written."""
 
-    def note(line: str) -> None:
-        append_line(day.master / "run.log", line)
+    secrets = secret_values(config)
+
+    def note(line: str) -> None:  # what a step says can hold what a recipe printed
+        append_line(day.master / "run.log", mask(scrub_pem(line), *secrets))
 
     if taken_over:
         h = taken_over
@@ -356,7 +359,8 @@ def report_step(night: NightContext, history: History, *, publish: bool) -> None
             return render_html(night.day, history, link_base=link_base, notes=notes)
 
         publish_report(open_destination(night.config), night.day, history, render,
-                       channel=night.channel, machine=night.machine.name, log=night.log)
+                       channel=night.channel, machine=night.machine.name, log=night.log,
+                       secrets=secret_values(night.config))
     except (NightlyError, OSError, ValueError, sqlite3.Error) as e:
         night.log(f"publishing the report failed: {e}")
 

@@ -63,20 +63,46 @@ def keygen(folder: Path, scheme: str = "ed25519") -> tuple[Path, Path]:
         raise _crypto_missing(e) from e
     if scheme not in SCHEMES:
         raise UsageError(f"unknown key scheme '{scheme}': use one of {', '.join(SCHEMES)}")
-    folder.mkdir(parents=True, exist_ok=True)
     private, public = folder / PRIVATE_NAME, folder / PUBLIC_NAME
-    if private.exists():
-        raise ProvenanceError(f"{private} exists: move it away first (keys are never overwritten)")
+    _key_folder(folder)
+    for path in (private, public):
+        if os.path.lexists(path):  # a file, or a link (dangling too): never written through
+            what = "a symbolic link" if path.is_symlink() else "already there"
+            raise ProvenanceError(f"{path} is {what}: move it away first (keys are never "
+                                  "overwritten, and never written through a link)")
     signer = CryptoSigner.generate_ed25519() if scheme == "ed25519" else CryptoSigner.generate_ecdsa()
-    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(signer.private_bytes)
     key = serialization.load_pem_private_key(signer.private_bytes, password=None)
     pem = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    public.write_bytes(pem)
+    _create(private, signer.private_bytes, 0o600)
+    _create(public, pem, 0o644)
     return private, public
+
+
+def _key_folder(folder: Path) -> None:
+    """DIR for a key pair: created 0700 when it is not there; a folder (not a link to one)
+    when it is. ProvenanceError otherwise."""
+    if folder.is_symlink():
+        raise ProvenanceError(f"{folder} is a symbolic link: give the folder itself")
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise ProvenanceError(f"{folder} is not a folder: give a folder for the key pair "
+                              "(it is created, mode 0700, when missing)")
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise ProvenanceError(f"cannot create {folder}: {e.strerror}") from e
+
+
+def _create(path: Path, data: bytes, mode: int) -> None:
+    """A new file (never an existing one, never through a link) with `mode`."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    except OSError as e:
+        raise ProvenanceError(f"cannot create {path}: {e.strerror}") from e
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(f.fileno(), mode)  # whatever the umask
+        f.write(data)
 
 
 def load_signer(path: Path) -> Any:

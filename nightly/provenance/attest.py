@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly import __version__, provenance
+from nightly.builds.ownership import PUBLISHED_KINDS, owned_by_name, owned_names
 from nightly.builds.reproducible import source_epoch
 from nightly.config import Config
 from nightly.errors import NightlyError
@@ -52,17 +53,59 @@ def _wheelhouse(day: Day) -> tuple[tuple[str, str], ...]:
     return tuple((p.name, sha256_file(p)) for p in sorted(folder.glob("*.whl")))
 
 
-def _signed_sha(path: Path) -> str | None:
-    """The sha256 the existing provenance of `path` names (None: none, or unreadable)."""
+PROVENANCE_MAX = 1 << 20  # a provenance file is a few kB; never read more than this
+
+
+def read_provenance(path: Path) -> bytes | None:
+    """The provenance file beside `path` (a regular file, not followed if a link, at most
+    PROVENANCE_MAX bytes); None when there is none or it is not one."""
     prov = path.with_name(path.name + provenance.SUFFIX)
     try:
-        stmt = provenance.payload_of(prov.read_bytes())
-        for s in stmt.get("subject", []):
-            if s.get("name") == path.name:
-                return str(s.get("digest", {}).get("sha256"))
-    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError):
+        fd = os.open(prov, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
         return None
-    return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        data = f.read(PROVENANCE_MAX + 1)
+    return data if len(data) <= PROVENANCE_MAX else None
+
+
+def trusted(path: Path, sha256: str, public_key: Any) -> bytes | None:
+    """The provenance beside `path` when it is nightly's own: its signature verifies with
+    the site's key and it names this file with this sha256. A provenance file nightly did not
+    sign (placed in packages/, or altered since) is never trusted: None."""
+    bundle = read_provenance(path)
+    if bundle is None or public_key is None:
+        return None
+    try:
+        ok = provenance.verify(path.name, sha256, bundle, public_key).ok
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+        return None
+    return bundle if ok else None
+
+
+def public_key_of(config: Config) -> Any:
+    """The site's public key (from the configured signing key, else the provenance.pub
+    beside it), None without provenance or when neither can be read here: then no
+    provenance is trusted, so none is published."""
+    key = config.provenance.key
+    if key is None:
+        return None
+    try:
+        return provenance.load_signer(key).public_key
+    except NightlyError:
+        try:
+            return provenance.load_public_key(key.with_name(provenance.PUBLIC_NAME))
+        except NightlyError:
+            return None
+
+
+def signable(name: str, config: Config) -> bool:
+    """Only a published kind of package named for the project is ever signed or published."""
+    proj = config.project
+    return name.endswith(PUBLISHED_KINDS) and owned_by_name(
+        name, owned_names(proj.name, proj.extra_names))
 
 
 class Attester:
@@ -101,7 +144,11 @@ class Attester:
         written = []
         for pkg in entry.packages:
             path = self.day.path / pkg.path
-            if not path.is_file() or _signed_sha(path) == pkg.sha256:
+            if not signable(pkg.name, self.config) or not path.is_file():
+                continue
+            # Left alone only when it is our own signature over this sha256: anything else
+            # there (unsigned, another key's, altered) is replaced by nightly's own.
+            if trusted(path, pkg.sha256, self.signer.public_key) is not None:
                 continue
             written.append(provenance.write(path, self.facts(bid, entry, pkg.name, pkg.sha256),
                                             self.signer))
@@ -132,16 +179,20 @@ def sign_day(config: Config, day: Day, state: State, *, commit: str, source_dir:
     return count
 
 
-def publish_beside(store: Any, key: str, package: Path, log: Callable[[str], None]) -> str | None:
-    """Put `<key>.provenance.json` into the store when the package has one here and the
-    store's copy differs: before the package itself, so nobody sees it without it. Returns
-    its sha256 (for the index pages), None when the package has none."""
-    local = package.with_name(package.name + provenance.SUFFIX)
-    if not local.is_file():
-        return None
-    data = local.read_bytes()
-    sha = hashlib.sha256(data).hexdigest()
+def publish_beside(store: Any, key: str, package: Path, sha256: str, public_key: Any,
+                   log: Callable[[str], None]) -> str | None:
+    """Put `<key>.provenance.json` into the store when the package has one here that nightly
+    signed (`trusted`) and the store's copy differs: before the package itself, so nobody
+    sees it without it. Returns its sha256 (for the index pages), None when the package has
+    none that verifies (a provenance file nightly did not sign is never published)."""
+    data = trusted(package, sha256, public_key)
     pkey = key + provenance.SUFFIX
+    if data is None:
+        if read_provenance(package) is not None:
+            log(f"provenance: {package.name}: not published: it does not verify with the "
+                "site's key (nightly publishes only what it signed)")
+        return _published_sha(store, pkey, package.name, sha256, public_key)
+    sha = hashlib.sha256(data).hexdigest()
     info = store.head(pkey)
     if info is None or info.sha256 != sha:
         store.put_bytes(pkey, data, "application/json")
@@ -149,14 +200,30 @@ def publish_beside(store: Any, key: str, package: Path, log: Callable[[str], Non
     return sha
 
 
-def copy_to_channel(channel: Path, keyed: Sequence[tuple[str, Path]]) -> None:
-    """Each conda package's provenance into the channel folder beside it (`<subdir>/<file>`)."""
-    for key, package in keyed:
-        local = package.with_name(package.name + provenance.SUFFIX)
-        if local.is_file():
+def _published_sha(store: Any, pkey: str, name: str, sha256: str, public_key: Any) -> str | None:
+    """The sha256 of the provenance already in the store when it is nightly's own for this
+    file (the pages keep listing it), else None."""
+    if public_key is None:
+        return None
+    try:
+        got = store.get_bytes(pkey, max_bytes=PROVENANCE_MAX)
+    except NightlyError:  # unreadable or too large: not listed
+        return None
+    if got is None or not provenance.verify(name, sha256, got[0], public_key).ok:
+        return None
+    return hashlib.sha256(got[0]).hexdigest()
+
+
+def copy_to_channel(channel: Path, keyed: Sequence[tuple[str, Path, str]],
+                    public_key: Any) -> None:
+    """Each conda package's provenance (key, package, sha256) into the channel folder beside
+    it (`<subdir>/<file>`): only one that nightly signed (`trusted`)."""
+    for key, package, sha256 in keyed:
+        data = trusted(package, sha256, public_key)
+        if data is not None:
             dest = channel / (key + provenance.SUFFIX)
             tmp = dest.with_name(dest.name + ".tmp")
-            shutil.copyfile(local, tmp)
+            tmp.write_bytes(data)
             os.replace(tmp, dest)
 
 
@@ -171,6 +238,8 @@ def unverified(config: Config, day: Day, state: State) -> list[str]:
         if entry.status != SUCCEEDED:
             continue
         for pkg in entry.packages:
+            if not signable(pkg.name, config):
+                continue  # never published (a kept source archive)
             path = day.path / pkg.path
             prov = path.with_name(path.name + provenance.SUFFIX)
             try:
@@ -194,5 +263,5 @@ def provenance_step(night: NightContext) -> None:
              log=night.log)
 
 
-__all__ = ["Attester", "copy_to_channel", "image_digest", "provenance_step", "publish_beside",
-           "sign_day", "unverified"]
+__all__ = ["Attester", "copy_to_channel", "image_digest", "provenance_step", "public_key_of",
+           "publish_beside", "read_provenance", "sign_day", "signable", "trusted", "unverified"]

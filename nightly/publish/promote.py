@@ -1,29 +1,37 @@
 """Promotion: `nightly promote VERSION [--rc N]`.
 
-It copies exactly the test channel's files of that candidate to the release destinations (S3
-server-side copy), checks every copy's sha256 against the one recorded when the build
-finished, regenerates the release index pages, re-uploads conda packages under the release
-label and uploads wheels to a PyPI-style index with twine when one is configured. It refuses an
-incomplete candidate unless --allow-partial names what is left out. Everything it did is
-recorded in the candidate's state.json, so promoting twice changes nothing.
+It reads the test channel's files of that candidate, verifies their bytes (sha256 computed
+from what was read, against the one recorded when the build finished) and their provenance
+with the configured key, and only then writes exactly those bytes to the release destinations
+(nightly.publish.promote_verify; a failure promotes nothing), regenerates the release index
+pages, re-uploads conda packages under the release label and uploads wheels to a PyPI-style
+index with twine when one is configured. It refuses an incomplete candidate unless
+--allow-partial names what is left out. Everything it did is recorded in the candidate's
+state.json, so promoting twice changes nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nightly import index as idx
-from nightly import provenance
 from nightly.channels import anaconda, conda, pypi
 from nightly.config import Config
 from nightly.errors import ConfigError, NotVerified, PublishError, UsageError
 from nightly.files import sha256_file
 from nightly.provenance import attest
+from nightly.publish.promote_verify import (
+    Checked,
+    check_test_file,
+    publish_checked,
+    released_matches,
+)
 from nightly.publish.upload import UploadReport, open_destination, regenerate_index
 from nightly.redact import safe_url
 from nightly.stores.layout import conda_channel_dir, kind_of, remote_folder
@@ -43,6 +51,7 @@ class _Copy:
     sha256: str
     size: int | None
     done: bool = False  # already in the release folder, verified
+    checked: Checked | None = None  # the test channel's bytes, read and verified
 
 
 def promote(
@@ -90,8 +99,14 @@ def promote(
         if pypi_todo and not dry_run:
             password = _pypi_password(config)
         if store is not None:
-            _check_copies(store, copies, rerun)
-            _copy_all(store, state, copies, dry_run=dry_run, log=log)
+            public_key = attest.public_key_of(config)
+            if config.provenance.key is not None and public_key is None:
+                raise ConfigError(f"cannot read the provenance key {config.provenance.key}: "
+                                  "promote verifies every file with it", key="provenance.key")
+            day.work.mkdir(parents=True, exist_ok=True)  # the day's disk, not /tmp's
+            with tempfile.TemporaryDirectory(prefix="promote-", dir=day.work) as tmp:
+                _check_copies(store, copies, rerun, Path(tmp), public_key)
+                _copy_all(store, state, copies, dry_run=dry_run, log=log)
         if store is not None and report.folders:
             _release_index(config, store, report, copied={c.dst for c in copies if not c.done},
                            dry_run=dry_run, log=log)
@@ -182,60 +197,42 @@ def _copy_all(store: Any, state: State, copies: list[_Copy], *, dry_run: bool, l
             _record(state, c.bid, f"{store.url}/{c.dst}", c.sha256)
 
 
-def _check_copies(store: Any, copies: list[_Copy], rerun: str) -> None:
+def _check_copies(store: Any, copies: list[_Copy], rerun: str, tmp: Path,
+                  public_key: Any) -> None:
     """Before anything is copied: each release destination is absent or already the file
-    built (then `done`), and each test file that is still to be copied is the file built."""
+    built, by its bytes (then `done`), and each test file still to be promoted is read from
+    the test channel and verified (nightly.publish.promote_verify): its bytes' sha256 is the
+    build's, its provenance there verifies with the configured key. Any failure: nothing
+    promoted, naming each file and why."""
     problems: list[str] = []
     for c in copies:
-        there = store.head(c.dst)
-        if there is not None:
-            if _matches(there, c):
+        if store.head(c.dst) is not None:
+            if released_matches(store, c.dst, c.sha256, c.size, tmp):
                 c.done = True
             else:
                 problems.append(
                     f"{store.url}/{c.dst} already exists and is not this candidate's file "
-                    f"(sha256 {there.sha256}, size {there.size}; the build's: sha256 {c.sha256}, "
-                    f"size {c.size}): a released file is never replaced; was another candidate "
-                    "of this version promoted?"
+                    f"(its bytes are not the build's sha256 {c.sha256}): a released file is "
+                    "never replaced; was another candidate of this version promoted?"
                 )
             continue
-        source = store.head(c.src)
-        if source is None:
-            problems.append(
-                f"{store.url}/{c.src} is not in the test channel: rerun `{rerun}` (it "
-                "publishes what is not yet published)"
-            )
-        elif not _matches(source, c):
-            problems.append(
-                f"{store.url}/{c.src} has sha256 {source.sha256} and size {source.size}, not the "
-                f"build's sha256 {c.sha256} and size {c.size}: refusing to promote a file that "
-                f"is not the one built (rerun `{rerun}` to upload the built file again)"
-            )
+        checked = check_test_file(store, c.src, sha256=c.sha256, size=c.size, tmp=tmp,
+                                  public_key=public_key)
+        if checked.problem:
+            problems.append(checked.problem)
+        c.checked = checked
     if problems:
-        raise PublishError("nothing promoted: " + "; ".join(problems))
-
-
-def _matches(info: Any, c: _Copy) -> bool:
-    return bool(info.sha256 == c.sha256 and (c.size is None or info.size == c.size))
+        raise NotVerified("nothing promoted: " + "; ".join(problems) + f" (rerun `{rerun}` "
+                          "to publish the built files to the test channel again)")
 
 
 def _copy_verified(store: Any, c: _Copy, log: Log) -> None:
-    """Server-side copy, then check the copy's sha256 and size against the build's record.
-    A copy that does not verify is removed from the release folder."""
-    store.copy(c.src, c.dst)
-    copied = store.head(c.dst)
-    if copied is None or not _matches(copied, c):
-        if copied is not None:
-            store.delete(c.dst)
-        raise PublishError(
-            f"the copy {store.url}/{c.dst} does not verify (sha256 {getattr(copied, 'sha256', None)}, "
-            f"expected {c.sha256}); it was removed"
-        )
-    if c.src.endswith(".whl") and store.head(c.src + ".metadata") is not None:
-        store.copy(c.src + ".metadata", c.dst + ".metadata")  # its PEP 658 core metadata
-    if store.head(c.src + provenance.SUFFIX) is not None:
-        store.copy(c.src + provenance.SUFFIX, c.dst + provenance.SUFFIX)  # the same provenance
-    log(f"promoted: {c.dst} (sha256 verified)")
+    """The verified test file (and its verified provenance) into the release folder, read
+    back; a copy that does not verify is removed from the release folder."""
+    assert c.checked is not None
+    publish_checked(store, c.src, c.dst, c.checked, c.sha256)
+    log(f"promoted: {c.dst} (sha256 verified)" + (
+        ", its provenance verified" if c.checked.provenance is not None else ""))
 
 
 def _release_index(
@@ -319,7 +316,9 @@ def _promote_conda_channel(
             log(f"would publish {path.name} to the conda channel {folder}")
         return
     written = conda.publish_to_channel(folder, paths)
-    attest.copy_to_channel(folder, [(conda.channel_key(p), p) for p in paths])
+    attest.copy_to_channel(folder, [(conda.channel_key(p), p, f[1]["sha256"])
+                                    for p, f in zip(paths, files, strict=True)],
+                           attest.public_key_of(config))
     for bid, p in files:
         _record(state, bid, f"file://{folder}/{conda.channel_key(day.path / p['path'])}", p["sha256"])
     log(f"conda channel {folder}: {len(written)} package(s) promoted, repodata current")

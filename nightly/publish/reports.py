@@ -3,8 +3,9 @@
 `<channel folder>/reports/<day>_<machine>.html`, and next to it the logs its links point at:
 `<day>_<machine>/logs/failed/<id>.log` (each failed build's log, whole up to MAX_LOG_BYTES)
 and `<day>_<machine>/logs/succeeded/<id>.log` (the last TAIL_BYTES of each succeeded one),
-secrets masked as in the day folder (plus any value of a secret-named variable of this
-process, and passwords in URLs). The page says which logs were cut. Page and logs carry
+secrets masked as in the day folder (plus every secret the night resolved, any value of a
+secret-named variable of this process, and passwords in URLs), PEM private-key blocks
+removed. The page says which logs were cut. Page and logs carry
 Cache-Control (nightly.index.caching). The binary sizes JSON goes to `<channel>/sizes/`.
 """
 
@@ -12,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nightly.index import caching
-from nightly.redact import SECRET_RE, mask, safe_url
+from nightly.redact import SECRET_RE, mask, safe_url, scrub_pem
 from nightly.workspace import Day
 
 if TYPE_CHECKING:
@@ -46,8 +47,9 @@ def base_of(channel: str) -> str:
     return "whl" if channel == "release" else f"whl/{channel}"
 
 
-def log_text(path: Path, limit: int) -> tuple[str, bool]:
-    """The log's last `limit` bytes (from a line start), masked; and whether it was cut."""
+def log_text(path: Path, limit: int, secrets: Sequence[str] = ()) -> tuple[str, bool]:
+    """The log's last `limit` bytes (from a line start), masked (`secrets`: the night's
+    resolved ones) and without PEM private-key blocks; and whether it was cut."""
     size = path.stat().st_size
     with path.open("rb") as f:
         if size > limit:
@@ -57,15 +59,16 @@ def log_text(path: Path, limit: int) -> tuple[str, bool]:
         else:
             data = f.read()
     text = data.decode("utf-8", errors="replace")
-    secrets = [v for k, v in os.environ.items() if SECRET_RE.search(k) and len(v) >= 4]
-    text = mask(safe_url(text), *secrets)
+    own = [v for k, v in os.environ.items() if SECRET_RE.search(k) and len(v) >= 4]
+    text = mask(safe_url(scrub_pem(text)), *own, *secrets)
     if size > limit:
         text = (f"[nightly] this log was cut: its last {len(data)} of {size} bytes; the whole "
                 "log is in the build machine's day folder\n") + text
     return text, size > limit
 
 
-def publish_logs(store: Store, prefix: str, day: Day, cache_control: str) -> list[PublishedLog]:
+def publish_logs(store: Store, prefix: str, day: Day, cache_control: str,
+                 secrets: Sequence[str] = ()) -> list[PublishedLog]:
     """Every finished build's log of the day folder under `prefix/` (its path relative to the
     day folder kept, so the report's relative links work from the bucket)."""
     out = []
@@ -74,7 +77,7 @@ def publish_logs(store: Store, prefix: str, day: Day, cache_control: str) -> lis
             continue
         for log in sorted(folder.glob("*.log")):
             rel = log.relative_to(day.path).as_posix()
-            text, cut = log_text(log, limit)
+            text, cut = log_text(log, limit, secrets)
             key = f"{prefix}/{rel}"
             store.put_bytes(key, text.encode("utf-8"), LOG_TYPE, cache_control=cache_control)
             out.append(PublishedLog(rel=rel, key=key, size=log.stat().st_size, cut=cut))
@@ -99,12 +102,13 @@ Render = Callable[[str, list[str]], str]
 
 
 def publish_report(store: Store, day: Day, history: History | None, render: Render, *,
-                   channel: str, machine: str, log: Callable[[str], None]) -> str:
+                   channel: str, machine: str, log: Callable[[str], None],
+                   secrets: Sequence[str] = ()) -> str:
     """Publish the logs, then the report linking them (so the page never links a log not
     there yet), then the sizes JSON. Returns the page's key."""
     base, stem = base_of(channel), stem_of(day, machine)
     cache_control = caching.for_channel(channel)
-    logs = publish_logs(store, f"{base}/reports/{stem}", day, cache_control)
+    logs = publish_logs(store, f"{base}/reports/{stem}", day, cache_control, secrets)
     page = render(stem, notes(logs))
     key = f"{base}/reports/{stem}.html"
     store.put_bytes(key, page.encode("utf-8"), "text/html; charset=utf-8",

@@ -98,11 +98,19 @@ def publish_day(
     if force_partial:
         report.held_back = {}
     keys = {bid: dict(_store_keys(entry, channel)) for bid, entry in sorted(state.builds.items())}
+    public_key = attest.public_key_of(config) if store is not None else None
     for bid, entry in sorted(state.builds.items()):
         if entry.status != SUCCEEDED or bid in report.held_back:
             continue
         for pkg in (p.to_json() for p in entry.packages):
             key = keys[bid].get(pkg["name"])
+            if kind_of(_package_type(entry, pkg), pkg["name"]) is not None and \
+                    not attest.signable(pkg["name"], config):
+                # Filed before ownership was checked, or by hand: never published.
+                report.failed[pkg["name"]] = "not the project's package: not published"
+                log(f"not published: {pkg['name']}: not named for the project "
+                    "([project] name, extra_names)")
+                continue
             if key is None and kind_of(_package_type(entry, pkg), pkg["name"]) == "conda":
                 conda_files.append((bid, pkg))
             if key is None or store is None:
@@ -111,7 +119,8 @@ def publish_day(
             dest = f"{store.url}/{key}"
             report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
             try:
-                prov_sha = attest.publish_beside(store, key, day.path / pkg["path"], log)
+                prov_sha = attest.publish_beside(store, key, day.path / pkg["path"],
+                                                 pkg["sha256"], public_key, log)
                 uploaded = _ensure(store, key, day.path / pkg["path"], pkg["sha256"],
                                    may_replace=dest in entry.published or _matches(bid, replace))
             except (PublishError, OSError) as e:
@@ -305,7 +314,8 @@ def _publish_conda(
             log(f"conda channel {folder}: {e}")
         else:
             attest.copy_to_channel(folder, [(conda.channel_key(day.path / p["path"]),
-                                             day.path / p["path"]) for _, p in files])
+                                             day.path / p["path"], p["sha256"]) for _, p in files],
+                                   attest.public_key_of(config))
             for bid, p in files:
                 key = conda.channel_key(day.path / p["path"])
                 _record(state, bid, f"{dest}/{key}", p["sha256"])

@@ -9,6 +9,7 @@ missing provenance. `nightly promote` refuses a candidate whose provenance does 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,8 @@ def demo_config(tmp_path: Path, key: Path, *, one_wheel: bool = False) -> Path:
     text = text.replace('source = "examples/demo"', f'source = "{REPO / "examples" / "demo"}"')
     text = text.replace('root = "nightlies"', f'root = "nightlies"\nrecipes = "{REPO / "recipes"}"')
     text += f'\n[provenance]\nkey = "{key}"\n'
+    if os.geteuid() == 0:  # the key is a credential: root must say who builds (docs/security.md)
+        text += '\n[executor.local]\nuser = "root"\n'
     config = tmp_path / "nightly.toml"
     config.write_text(text)
     return config

@@ -181,9 +181,9 @@ def _index_done_report_not(n: Night) -> None:
 def _cpu_pages() -> tuple[str, ...]:
     """What nightly writes before the cpu folder's root pages: every package, then the
     cpu folder's manifest and project pages."""
-    cpu = [b for b in IDS if b.endswith("_cpu")]
-    return (*(key_of(b) for b in IDS), "whl/nightly/cpu/.index.json",
-            *(f"whl/nightly/cpu/{b.replace('.', '-').replace('_', '-')}/index.html" for b in cpu))
+    # Every wheel is the project's (demo), with its core metadata beside it.
+    return (*(key_of(b) for b in IDS), *(key_of(b) + ".metadata" for b in IDS),
+            "whl/nightly/cpu/.index.json", "whl/nightly/cpu/demo/index.html")
 
 
 MOMENTS: dict[str, Moment] = {
@@ -261,12 +261,12 @@ MOMENTS: dict[str, Moment] = {
     "mid-index-manifest-written": Moment(
         hold="whl/nightly/cpu/index.html",
         holds_before=_cpu_pages(),
-        ready=lambda n: (n.store / "whl/nightly/cpu/manywheel-3-8-cpu/index.html").exists(),
+        ready=lambda n: (n.store / "whl/nightly/cpu/demo/index.html").exists(),
         at_kill=_manifest_no_root_page,
     ),
     # Mid-index, second folder: cpu done, cu100's manifest written, its pages not.
     "mid-index-second-folder": Moment(
-        hold="whl/nightly/cu100/manywheel-3-6m-cu100/index.html",
+        hold="whl/nightly/cu100/demo/index.html",
         holds_before=(*_cpu_pages(), "whl/nightly/cpu/index.html", "whl/nightly/cpu/demo_nightly.html",
                       "whl/nightly/cu100/.index.json"),
         ready=lambda n: (n.store / "whl/nightly/cu100/.index.json").exists(),

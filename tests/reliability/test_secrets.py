@@ -45,7 +45,7 @@ echo hello > "$WORK_DIR/files/share/relsecret/hello.txt"
 import sys
 from rattler_build import ArchiveType, assemble_package
 out, files, version = sys.argv[1:4]
-assemble_package(name="relsecret-demo", version=version, target_platform="noarch", build_string="0",
+assemble_package(name="demo", version=version, target_platform="noarch", build_string="0",
                  output_dir=out, files_dir=files, noarch="generic", depends=[],
                  summary="secrets test package", license="BSD-3-Clause",
                  archive_type=ArchiveType.Conda)
@@ -58,7 +58,7 @@ ID="${PACKAGE_TYPE}_${DESIRED_PYTHON}_${DESIRED_CUDA}"
 echo "--- environment of the wheel recipe ---"
 env | tee "@SIGNALS@/$ID.env"
 mkdir -p "$OUTPUT_DIR"
-"$NIGHTLY_PYTHON" - "$OUTPUT_DIR" "relsecret_${DESIRED_PYTHON//./_}" "$BUILD_VERSION+$DESIRED_CUDA" <<'PY'
+"$NIGHTLY_PYTHON" - "$OUTPUT_DIR" demo "$BUILD_VERSION+$DESIRED_CUDA.py${DESIRED_PYTHON//./}" <<'PY'
 import base64, hashlib, sys, zipfile
 out, dist, version = sys.argv[1:4]
 info = f"{dist}-{version}.dist-info"
@@ -79,7 +79,8 @@ set -euo pipefail
 echo "--- environment of the container recipe ---"
 env
 mkdir -p "$OUTPUT_DIR"
-env > "$OUTPUT_DIR/environment.txt"
+# Filed with the build as a source archive of the project's (nightly files nothing else).
+cd "$WORK_DIR" && env > environment.txt && tar czf "$OUTPUT_DIR/demo-environment.tar.gz" environment.txt
 """
 
 
@@ -248,7 +249,12 @@ def test_no_credential_in_a_build_containers_environment(
          "--date", DATE], env={**creds, "DOCKER_HOST": engine.base_url}, timeout=180,
     )
     assert code == 0, (out, err)
-    dump = (p.day / "packages/manywheel/cpu/environment.txt").read_text()
+    import tarfile
+
+    with tarfile.open(p.day / "packages/manywheel/cpu/demo-environment.tar.gz") as tar:
+        member = tar.extractfile("environment.txt")
+        assert member is not None
+        dump = member.read().decode()
     assert "BUILD_VERSION=" in dump
     assert "OUTPUT_DIR=/nightly/output" in dump
     names = {line.split("=", 1)[0] for line in dump.splitlines() if "=" in line}
@@ -290,8 +296,10 @@ mkdir -p "$OUTPUT_DIR"
 "$PYTHON" - "$OUTPUT_DIR" "$BUILD_VERSION" <<'PY'
 import sys, zipfile
 out, version = sys.argv[1:3]
-with zipfile.ZipFile(f"{out}/snoop-{version}-py3-none-any.whl", "w") as z:
-    z.writestr("snoop/__init__.py", "")
+with zipfile.ZipFile(f"{out}/demo-{version}-py3-none-any.whl", "w") as z:
+    z.writestr("demo/__init__.py", "")
+    z.writestr(f"demo-{version}.dist-info/METADATA",
+               f"Metadata-Version: 2.1\nName: demo\nVersion: {version}\n")
 PY
 """
 

@@ -167,6 +167,15 @@ def cluster_recipe(make_recipe, signals: Path, behaviours: dict[str, str], defau
     <id>.ppid, and a file named like a wheel (so it is published) instead of a tarball."""
     text = make_recipe(signals, behaviours, default=default)
     text = text.replace('env > "$SIG/$ID.env"', 'env > "$SIG/$ID.env"\necho "$PPID" >> "$SIG/$ID.ppid"')
+    # A wheel whose METADATA names the project (nightly files only the project's packages).
+    text = text.replace(
+        """printf 'package %s\\n' "$ID" > "$f"\nhead -c 3000 /dev/urandom | od -An -x >> "$f"\n""",
+        """"$NIGHTLY_PYTHON" -c 'import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1], "w") as z:
+    z.writestr("demo-0.dist-info/METADATA", "Metadata-Version: 2.1\\nName: demo\\nVersion: 0\\n")
+    z.writestr("demo/payload", sys.argv[2].encode() + os.urandom(3000))' "$f" "package $ID"
+""")
+    assert "demo-0.dist-info" in text
     return text.replace(
         'f="$OUTPUT_DIR/${ID}-${BUILD_VERSION}.tar.gz"',
         'f="$OUTPUT_DIR/demo-${BUILD_VERSION}+${ID//[^a-zA-Z0-9]/}-py3-none-any.whl"',

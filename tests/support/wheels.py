@@ -52,23 +52,31 @@ def make_wheel(
 
 
 _TARBALL = 'f="$OUTPUT_DIR/${ID}-${BUILD_VERSION}.tar.gz"'
-_WHEEL = 'f="$OUTPUT_DIR/$(printf %s "$ID" | tr . _)-${BUILD_VERSION}+${DESIRED_CUDA}-py3-none-any.whl"'
-_DONE = 'echo "done $ID"\n'
-# `<signals>/<id>.big` holds a byte count: the package is padded with that much random data.
-_PAD = 'if [ -e "$SIG/$ID.big" ]; then head -c "$(cat "$SIG/$ID.big")" /dev/urandom >> "$f"; fi\n'
+_WHEEL = 'f="$OUTPUT_DIR/demo-${BUILD_VERSION}+${DESIRED_CUDA}.$(printf %s "$ID" | tr . _)-py3-none-any.whl"'
+_CONTENT = """printf 'package %s\\n' "$ID" > "$f"\nhead -c 3000 /dev/urandom | od -An -x >> "$f"\n"""
+# The project's (demo's) wheel, its METADATA naming it, with random bytes inside; padded
+# with as many more as `<signals>/<id>.big` says.
+_ZIP = """"$NIGHTLY_PYTHON" -c 'import os, sys, zipfile
+pad = int(open(sys.argv[2]).read()) if os.path.exists(sys.argv[2]) else 0
+with zipfile.ZipFile(sys.argv[1] + ".tmp", "w") as z:
+    z.writestr("demo-0.dist-info/METADATA", "Metadata-Version: 2.1\\nName: demo\\nVersion: 0\\n")
+    z.writestr("demo/payload", os.urandom(3000 + pad))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])' "$f" "$SIG/$ID.big"
+"""
 
 
 def wheel_recipe(signals: Path, behaviours: Mapping[str, str] | None = None, default: str = "ok") -> str:
-    """projects.recipe_text's recipe, delivering `<id with _>-VERSION+CUDA-py3-none-any.whl`
-    (not a real wheel: these nights run without smoke tests)."""
+    """projects.recipe_text's recipe, delivering `demo-VERSION+CUDA.<id with _>-py3-none-any.whl`
+    (a zip whose METADATA names demo, not an installable wheel: these nights run without
+    smoke tests)."""
     text = recipe_text(signals, behaviours, default)
     assert _TARBALL in text, "recipe_text changed"
-    assert _DONE in text, "recipe_text changed"
-    return text.replace(_TARBALL, _WHEEL).replace(_DONE, _PAD + _DONE)
+    assert _CONTENT in text, "recipe_text changed"
+    return text.replace(_TARBALL, _WHEEL).replace(_CONTENT, _ZIP)
 
 
 def wheel_name(build_id: str, cuda: str) -> str:
-    return f"{build_id.replace('.', '_')}-{VERSION}+{cuda}-py3-none-any.whl"
+    return f"demo-{VERSION}+{cuda}.{build_id.replace('.', '_')}-py3-none-any.whl"
 
 
 def publish_toml(store: Path, *, smoke: bool = False) -> str:

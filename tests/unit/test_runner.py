@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,8 +39,19 @@ case "$DESIRED_PYTHON" in
   3.8) echo "broken" >&2; exit 2 ;;
   3.9) sleep 1000 & echo $! > "@COUNT@/child"; wait ;;
 esac
-printf 'pkg %s\n' "$DESIRED_PYTHON" > "$OUTPUT_DIR/${PACKAGE_TYPE}-${DESIRED_PYTHON}-${DESIRED_CUDA}.whl"
+# The project's (demo's) wheel: nightly files only the project's packages.
+"$NIGHTLY_PYTHON" -c 'import sys, zipfile
+with zipfile.ZipFile(sys.argv[1], "w") as z:
+    z.writestr("demo-0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 0\n")
+    z.writestr("payload", "pkg %s\n" % sys.argv[2])' \
+  "$OUTPUT_DIR/demo-0+${PACKAGE_TYPE}.${DESIRED_PYTHON//./_}.${DESIRED_CUDA}-py3-none-any.whl" \
+  "$DESIRED_PYTHON"
 """
+
+
+def payload(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as z:
+        return z.read("payload").decode()
 
 
 def config_text(extra: str = "") -> str:
@@ -219,7 +231,8 @@ def test_a_build_files_its_packages_and_log(env: Env) -> None:
     assert out.queue == 1
     (pkg,) = out.packages
     f = env.day.path / pkg.path
-    assert f == env.day.packages / "manywheel" / "cu100" / "manywheel-3.7m-cu100.whl"
+    assert f == env.day.packages / "manywheel" / "cu100" / "demo-0+manywheel.3_7m.cu100-py3-none-any.whl"
+    assert payload(f) == "pkg 3.7m\n"
     assert pkg.sha256 == hashlib.sha256(f.read_bytes()).hexdigest()
     assert pkg.size == f.stat().st_size
     assert oct(f.stat().st_mode & 0o777) == oct(0o644)
@@ -315,7 +328,7 @@ def test_an_attempt_whose_package_is_damaged_is_rebuilt(env: Env) -> None:
     assert again.ok
     assert again.attempts == 2
     assert env.runs(bid) == 2
-    assert (env.day.path / again.packages[0].path).read_text() == "pkg 3.7m\n"
+    assert payload(env.day.path / again.packages[0].path) == "pkg 3.7m\n"
 
 
 def test_an_interrupted_attempt_without_footer_is_rebuilt(env: Env) -> None:

@@ -121,7 +121,7 @@ def test_atomic_holds_back_by_folder_or_night_and_force_partial_publishes(
     mirror = tmp_path / "mirror"
     config, day, state = _night(tmp_path, minimal_config_text, mirror.as_uri())
     # Another folder's good build: "folder" lets it through, "night" does not.
-    f = day.package_dir("manywheel", "cu126") / "other-1.0-py3-none-any.whl"
+    f = day.package_dir("manywheel", "cu126") / "demo-1.0+other-py3-none-any.whl"
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_bytes(b"other")
     state.update("manywheel_3.7m_cu126", status=SUCCEEDED, package="manywheel", cuda="cu126",
@@ -144,4 +144,4 @@ def test_atomic_holds_back_by_folder_or_night_and_force_partial_publishes(
     assert len(report.uploaded) == 2
     assert report.held_back == {}
     assert state.meta["held_back"] is None
-    assert (mirror / "whl/nightly/cu126/other-1.0-py3-none-any.whl").read_bytes() == b"other"
+    assert (mirror / "whl/nightly/cu126/demo-1.0+other-py3-none-any.whl").read_bytes() == b"other"
