@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.errors import UsageError
+from nightly.jsonvalues import opt_float, opt_int
 from nightly.workspace import (
     FAILED,
     INTERRUPTED,
@@ -164,7 +165,7 @@ def load_night(
             est = pb.get("estimate_s")
         views.append(
             _build_view(
-                day, str(bid), entries.get(bid) or BuildEntry(), pb, _opt_float(est),
+                day, str(bid), entries.get(bid) or BuildEntry(), pb, opt_float(est),
                 str(summary.get("machine") or ""),
             )
         )
@@ -206,7 +207,7 @@ def _build_view(
         exit_status=e.exit_status,
         attempts=e.attempts,
         machine=e.machine or str(pb.get("machine") or night_machine or ""),
-        queue=e.queue if e.queue is not None else _opt_int(pb.get("queue")),
+        queue=e.queue if e.queue is not None else opt_int(pb.get("queue")),
         executor=e.executor,
         started=started,
         ended=ended,
@@ -330,27 +331,3 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _manual(v: object) -> dict[str, str] | None:
-    if not isinstance(v, Mapping):
-        return None
-    return {str(k): str(x) for k, x in v.items() if x is not None}
-
-
-def _opt_str(v: object) -> str | None:
-    return None if v is None else str(v)
-
-
-def _opt_int(v: object) -> int | None:
-    try:
-        return None if v is None or v == "" else int(v)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return None
-
-
-def _opt_float(v: object) -> float | None:
-    try:
-        return None if v is None or v == "" else float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None

@@ -27,26 +27,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nightly.jsonvalues import opt_float, opt_int, opt_str
 from nightly.workspace import SUCCEEDED, Day, State, write_json
 
 if TYPE_CHECKING:
     from nightly.config import Config
 
 MANUAL_PREFIX = "manual-"
-
-
-def _opt_float(v: object) -> float | None:
-    try:
-        return None if v is None or isinstance(v, bool) else float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-
-
-def _opt_int(v: object) -> int | None:
-    try:
-        return None if v is None or isinstance(v, bool) else int(v)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,16 +71,16 @@ class BuildSummary:
         packages, published = data.get("packages"), data.get("published")
         return cls(
             outcome=str(data.get("outcome") or ""),
-            reason=None if data.get("reason") is None else str(data.get("reason")),
-            duration_s=_opt_float(data.get("duration_s")),
-            estimate_s=_opt_float(data.get("estimate_s")),
-            attempts=_opt_int(data.get("attempts")) or 0, queue=_opt_int(data.get("queue")),
+            reason=opt_str(data.get("reason")),
+            duration_s=opt_float(data.get("duration_s")),
+            estimate_s=opt_float(data.get("estimate_s")),
+            attempts=opt_int(data.get("attempts")) or 0, queue=opt_int(data.get("queue")),
             packages=tuple(p for p in packages if isinstance(p, Mapping))
             if isinstance(packages, list) else (),
             published={str(k): str(v) for k, v in published.items()}
             if isinstance(published, Mapping) else {},
-            log=None if data.get("log") is None else str(data.get("log")),
-            test_s=_opt_float(data.get("test_s")), built_on=str(data.get("built_on") or ""),
+            log=opt_str(data.get("log")),
+            test_s=opt_float(data.get("test_s")), built_on=str(data.get("built_on") or ""),
             tested_on=str(data.get("tested_on") or ""),
             extra={k: v for k, v in data.items() if k not in cls._KEYS},
         )
@@ -147,17 +134,17 @@ class Summary:
         return cls(
             date=str(data.get("date") or ""), machine=str(data.get("machine") or ""),
             version=str(data.get("version") or ""), channel=str(data.get("channel") or ""),
-            commit=None if data.get("commit") is None else str(data.get("commit")),
+            commit=opt_str(data.get("commit")),
             source=str(data.get("source") or ""), started=str(data.get("started") or ""),
-            ended=str(data.get("ended") or ""), duration_s=_opt_float(data.get("duration_s")),
-            estimated_makespan_s=_opt_float(data.get("estimated_makespan_s")),
+            ended=str(data.get("ended") or ""), duration_s=opt_float(data.get("duration_s")),
+            estimated_makespan_s=opt_float(data.get("estimated_makespan_s")),
             counts={str(k): int(v) for k, v in counts.items() if isinstance(v, int)}
             if isinstance(counts, Mapping) else {},
             failed_uploads=[str(x) for x in data.get("failed_uploads") or []],
             publish_error=None if not data.get("publish_error") else str(data["publish_error"]),
             builds={str(k): BuildSummary.from_json(v) for k, v in builds.items()
                     if isinstance(v, Mapping)} if isinstance(builds, Mapping) else {},
-            exit_code=_opt_int(data.get("exit_code")) or 0, manual=data.get("manual"),
+            exit_code=opt_int(data.get("exit_code")) or 0, manual=data.get("manual"),
             updated=dict(data["updated"]) if isinstance(data.get("updated"), Mapping) else None,
             held_back=held_back_of(data),
             gpu_host_s={str(k): float(v) for k, v in data["gpu_host_s"].items()
