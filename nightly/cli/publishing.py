@@ -24,8 +24,7 @@ def upload(force_partial: bool) -> None:
 
     ctx = Ctx()
     day = existing_day(ctx)
-    if not (ctx.config.publish.url or ctx.config.publish.conda_channel
-            or ctx.config.publish.anaconda_user):
+    if not ctx.config.publish.has_destination:
         raise UsageError(f"{ctx.config.path}: [publish] url is empty: nothing to publish to")
     with DayLock(day.lock_path).acquire("upload"):
         state = State(day.state_path)

@@ -296,7 +296,7 @@ def publish_step(night: NightContext, *, replace: Sequence[str] = ()) -> None:
     """Upload the day's good packages and refresh the index; failures are recorded per build
     (upload_error) and reported in the summary, never fatal to the night."""
     pub = night.config.publish
-    if not (pub.url or pub.conda_channel or pub.anaconda_user):
+    if not pub.has_destination:
         night.log("publish: no destination configured ([publish] url), nothing uploaded")
         return
     try:

@@ -201,7 +201,7 @@ def why_not_published(config: Config, *, no_upload: bool, day: Day) -> str:
     if no_upload:
         return f"--no-upload (`nightly upload --date {day.name}` publishes it)"
     pub = config.publish
-    if not (pub.url or pub.conda_channel or pub.anaconda_user):
+    if not pub.has_destination:
         return "no publish destination is configured ([publish] url)"
     return f"see {day.master / 'run.log'}"
 
