@@ -13,12 +13,12 @@ and packages/ are never touched: only the result is recorded, in the history.
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nightly import procs
 from nightly.bisect.search import (
     BAD,
     GOOD,
@@ -62,14 +62,7 @@ class Target:
 
 
 def git(repo: Path, *args: str) -> str:
-    try:
-        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
-                             timeout=600, check=True)
-    except FileNotFoundError as e:
-        raise NightlyError("git is not installed; install git to bisect") from e
-    except subprocess.CalledProcessError as e:
-        raise NightlyError(f"git {' '.join(args)} failed: {e.stderr.strip()}") from e
-    return out.stdout.strip()
+    return procs.git(*args, cwd=repo, timeout=600, purpose="bisect")
 
 
 def _resolve(repo: Path, commit: str, what: str) -> str:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from nightly.errors import NightlyError
+from nightly.procs import git
 
 if TYPE_CHECKING:
     from nightly.history.db import History
@@ -181,9 +183,8 @@ def commit_range(source: Path, good: str | None, bad: str) -> tuple[tuple[str, .
     if not good or not bad or not (source / ".git").exists():
         return None, 0
     try:
-        out = subprocess.run(["git", "log", "--oneline", f"{good}..{bad}"], cwd=source,
-                             capture_output=True, text=True, timeout=120, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
+        out = git("log", "--oneline", f"{good}..{bad}", cwd=source, timeout=120)
+    except NightlyError:
         return None, 0
     lines = out.splitlines()
     return tuple(lines[:RANGE_LINES]), len(lines)
