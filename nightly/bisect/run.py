@@ -92,7 +92,7 @@ def target_of(config: Config, day: Day, build_id: str, opts: BisectOptions) -> T
         raise UsageError(f"{build_id} did not fail on {day.name} ({entry.status or 'not run'}): "
                          "nothing to bisect; pass --good and --bad to bisect anyway")
     good = opts.good or (facts.last_good_commit if facts else None)
-    bad = opts.bad or (facts.first_bad_commit if facts else None) or str(state.meta.get("commit") or "")
+    bad = opts.bad or (facts.first_bad_commit if facts else None) or state.meta.commit
     if not good:
         raise UsageError(f"{build_id} has no good night in the history: pass --good COMMIT "
                          "(a commit at which it built)")
@@ -229,8 +229,8 @@ class StepBuilder:
         self.machine = machine or ""
         self.source = folder / "source"
         meta = State(day.state_path).meta
-        self.version = str(meta.get("version") or "")
-        self.channel = str(meta.get("channel") or "nightly")
+        self.version = meta.version
+        self.channel = meta.channel_name
 
     def checkout(self, commit: str) -> None:
         if not (self.source / ".git").exists():

@@ -184,8 +184,8 @@ class History:
     ) -> int:
         """Record every build of a day's State (commit and channel default to its meta).
         By default only finished builds (succeeded, failed, interrupted). Returns how many."""
-        commit = commit if commit is not None else str(state.meta.get("commit") or "")
-        channel = channel if channel is not None else str(state.meta.get("channel") or "nightly")
+        commit = commit if commit is not None else state.meta.commit
+        channel = channel if channel is not None else state.meta.channel_name
         n = 0
         for build_id in sorted(state.builds):
             entry = state.get(build_id)

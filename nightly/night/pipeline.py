@@ -329,7 +329,7 @@ def validate_step(night: NightContext) -> None:
         return
     bad = [f"{c.package}: {c.reason}" for c in checks if not c.ok]
     if bad:
-        previous = night.state.meta.get("publish_error")
+        previous = night.state.meta.publish_error
         night.state.set_meta(publish_error="; ".join(
             [*([str(previous)] if previous else []), f"validate: {'; '.join(bad)}"])[:2000])
 
@@ -383,7 +383,7 @@ def write_summary(
     gpu = GpuHosts(  # machines with gpu = true; a cluster's GPU workers (the test stage's)
         names=frozenset(m.name for m in night.config.machines if m.gpu)
         | (frozenset({night.machine.name}) if night.config.smoke.gpu else frozenset())
-        | frozenset(str(w) for w in state.meta.get("gpu_workers") or ()),
+        | frozenset(state.meta.gpu_workers),
     )
     costs = []
     for b in night.builds:
@@ -397,7 +397,7 @@ def write_summary(
             log=e.log, test_s=cost.test_s, built_on=cost.built_on, tested_on=cost.tested_on,
         )
     failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]
-    publish_error = state.meta.get("publish_error")
+    publish_error = state.meta.publish_error
     ended = time.time()
     outcomes = [v.outcome for v in builds.values()]
     summary = Summary(
@@ -415,7 +415,7 @@ def write_summary(
         failed_uploads=failed_uploads, publish_error=publish_error, builds=builds,
         exit_code=day_record.exit_code(builds, failed_uploads, publish_error),
         manual=manual if manual is not None else day_record.manual_builds(state),
-        held_back=day_record.held_back_of(state.meta),
+        held_back=dict(state.meta.held_back or {}),
         gpu_host_s=gpu_host_seconds(costs),
         extra={"failures": summary_for_day(night.day, night.history)},  # new / still failing
     )

@@ -111,7 +111,7 @@ def render_html(
     now = time.time() if now is None else now
     meta, summary = night.meta, night.summary
     c = night.counts()
-    project = str(summary.get("project") or meta.get("project") or "")
+    project = str(summary.extra.get("project") or meta.project or "")
     title = f"nightly {day.name}" + (f" · {project}" if project else "")
     out: list[str] = [
         "<!DOCTYPE html>",
@@ -161,28 +161,29 @@ def _facts(night: NightView, now: float) -> list[str]:
     meta, summary = night.meta, night.summary
     out: list[str] = []
     facts = []
-    for label, key in (("version", "version"), ("channel", "channel")):
-        if meta.get(key) or summary.get(key):
-            facts.append(f"{label} <b>{esc(meta.get(key) or summary.get(key))}</b>")
-    commit = str(meta.get("commit") or summary.get("commit") or "")
+    for label, value in (("version", meta.version or summary.version),
+                         ("channel", meta.channel or summary.channel)):
+        if value:
+            facts.append(f"{label} <b>{esc(value)}</b>")
+    commit = meta.commit or summary.commit or ""
     if commit:
         facts.append(f'commit <b class="mono" id="commit" title="{esc(commit)}">{esc(commit[:12])}</b>')
-    source = str(meta.get("source") or summary.get("source") or "")
+    source = meta.source or summary.source
     if source and source != commit:
         facts.append(f"source {esc(source)}")
     if facts:
         out.append(f'<p class="meta">{" · ".join(facts)}</p>')
     times = []
-    if summary.get("machine"):
-        times.append(f"machine <b>{esc(summary['machine'])}</b>")
+    if summary.machine:
+        times.append(f"machine <b>{esc(summary.machine)}</b>")
     starts = [b.started for b in night.builds if b.started is not None]
     ends = [b.ended if b.ended is not None else now for b in night.builds if b.started is not None]
     if starts:
         times.append(f"first build {esc(clock(min(starts)))}, last end {esc(clock(max(ends)))}")
-    if summary.get("duration_s") is not None:
-        wall = f"wall time <b>{esc(took(float(summary['duration_s'])))}</b>"
-        if summary.get("estimated_makespan_s"):
-            wall += f" (estimated {esc(took(float(summary['estimated_makespan_s'])))})"
+    if summary.duration_s is not None:
+        wall = f"wall time <b>{esc(took(summary.duration_s))}</b>"
+        if summary.estimated_makespan_s:
+            wall += f" (estimated {esc(took(summary.estimated_makespan_s))})"
         times.append(wall)
     tested = [b for b in night.builds if b.test_s is not None]
     if tested:
@@ -191,11 +192,11 @@ def _facts(night: NightView, now: float) -> list[str]:
                      f"{esc(took(gpu))}</b>)")
     if times:
         out.append(f'<p class="meta">{" · ".join(times)}</p>')
-    if summary.get("publish_error"):
-        out.append(f'<p class="meta worse">publish error: {esc(summary["publish_error"])}</p>')
+    if summary.publish_error:
+        out.append(f'<p class="meta worse">publish error: {esc(summary.publish_error)}</p>')
     # state.json's meta first: the report is written before the night's summary.json.
-    held = meta["held_back"] if "held_back" in meta else summary.get("held_back")
-    if isinstance(held, dict) and held:
+    held = meta.held_back if meta.held_back is not None else summary.held_back
+    if held:
         rows = "".join(f"<li><b>{esc(bid)}</b>: {esc(why)}</li>" for bid, why in sorted(held.items()))
         out.append(f'<div class="meta worse" id="held-back">held back, not published '
                    f'(<code>nightly upload --force-partial</code> publishes them):<ul>{rows}</ul></div>')

@@ -61,12 +61,12 @@ def _heading(night: NightView) -> str:
 
     meta = night.meta
     head = f"[bold]{escape(night.day.name)}[/bold]"
-    if meta.get("version"):
-        head += f"  version {escape(str(meta['version']))}"
-    if meta.get("channel"):
-        head += f"  channel {escape(str(meta['channel']))}"
-    if meta.get("commit"):
-        head += f"  commit {escape(str(meta['commit'])[:12])}"
+    if meta.version:
+        head += f"  version {escape(meta.version)}"
+    if meta.channel:
+        head += f"  channel {escape(meta.channel)}"
+    if meta.commit:
+        head += f"  commit {escape(meta.commit[:12])}"
     return head
 
 

@@ -29,8 +29,10 @@ from nightly.workspace import (
     SUCCEEDED,
     BuildEntry,
     Day,
+    DayMeta,
     State,
 )
+from nightly.workspace.summary import Summary, read_summary
 
 if TYPE_CHECKING:
     from nightly.history.db import History
@@ -113,8 +115,8 @@ class BuildView:
 @dataclass(kw_only=True)
 class NightView:
     day: Day
-    meta: dict[str, Any]
-    summary: dict[str, Any]
+    meta: DayMeta  # state.json's
+    summary: Summary  # summary.json (empty when the day has none yet)
     builds: list[BuildView]
 
     def counts(self) -> dict[str, int]:
@@ -138,36 +140,27 @@ def load_night(
     the day has no state.json."""
     if not day.state_path.exists():
         raise UsageError(f"no night in {day.path} (no state.json): pass --date, or run the night")
-    # Read through State: the one place state.json is checked against its schema.
-    state = State(day.state_path).data
-    summary = _read_json(day.summary_path)
+    # Read through State and read_summary: the one place each file is checked.
+    state = State(day.state_path)
+    summary = read_summary(day.summary_path) or Summary(date=day.name)
     if plan is None:
         plan = _read_json(day.master / "plan.json")
-    meta = dict(state.get("meta") or {})
-    entries = {str(bid): BuildEntry.from_json(e)
-               for bid, e in dict(state.get("builds") or {}).items() if isinstance(e, Mapping)}
+    entries = state.builds
     planned = {
         str(b.get("id")): b for b in (plan or {}).get("builds", []) if isinstance(b, Mapping)
     }
-    est_summary = {
-        bid: b.get("estimate_s")
-        for bid, b in (summary.get("builds") or {}).items()
-        if isinstance(b, Mapping)
-    }
     # The night's builds: what state.json knows, plus what summary.json lists (never started).
     ids = list(entries)
-    ids += [i for i in (summary.get("builds") or {}) if i not in entries]
+    ids += [i for i in summary.builds if i not in entries]
     views = []
     for bid in ids:
         pb: Mapping[str, Any] = planned.get(bid) or {}
-        est = est_summary.get(bid)
+        night_build = summary.builds.get(bid)
+        est = night_build.estimate_s if night_build is not None else None
         if est is None:
-            est = pb.get("estimate_s")
+            est = opt_float(pb.get("estimate_s"))
         views.append(
-            _build_view(
-                day, str(bid), entries.get(bid) or BuildEntry(), pb, opt_float(est),
-                str(summary.get("machine") or ""),
-            )
+            _build_view(day, str(bid), entries.get(bid) or BuildEntry(), pb, est, summary.machine)
         )
     if history is not None:
         starts = [v.started for v in views if v.started is not None]
@@ -178,7 +171,7 @@ def load_night(
             v.past_sizes = [s for _, _, s in past if s]
             _judge(v)
     views.sort(key=lambda v: (_ORDER.get(v.status, 5), v.id))
-    return NightView(day=day, meta=meta, summary=summary, builds=views)
+    return NightView(day=day, meta=state.meta, summary=summary, builds=views)
 
 
 def _test_fields(e: BuildEntry) -> dict[str, Any]:

@@ -137,6 +137,57 @@ _READ: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True, kw_only=True)
+class DayMeta:
+    """state.json's `meta`: the night's own facts, read as typed fields (a value of the wrong
+    type reads as unset). It is a view: `State.set_meta` merges into the stored object, which
+    keeps every key as written (those of other versions too); `meta[key]` is that JSON value."""
+
+    commit: str = ""  # the source's commit ("" for a plain folder)
+    source: str = ""  # how the source was described: "abc1234 (main, last commit before ...)"
+    version: str = ""
+    channel: str = ""  # nightly | test | release; "" when no night recorded one
+    date: str = ""
+    project: str = ""
+    cluster: str = ""  # the cluster's address when the night ran on one
+    publish_error: str | None = None
+    # build -> why it was held back ([publish] atomic); None: never recorded, {}: none held
+    held_back: Mapping[str, str] | None = None
+    promoted: str = ""  # when the day was promoted (ISO time)
+    gpu_workers: tuple[str, ...] = ()  # the cluster's GPU workers, by address
+    raw: Mapping[str, object] = field(default_factory=dict, repr=False)
+
+    @property
+    def channel_name(self) -> str:
+        """The day's channel, "nightly" when none was recorded."""
+        return self.channel or "nightly"
+
+    def __getitem__(self, key: str) -> object:
+        return self.raw[key]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> DayMeta:
+        held, workers = data.get("held_back"), data.get("gpu_workers")
+        text = {name: _text(data.get(name)) for name in _META_TEXT}
+        error = data.get("publish_error")
+        return cls(
+            **text,
+            publish_error=None if error is None else str(error),
+            held_back=None if "held_back" not in data else (
+                {str(k): str(v) for k, v in held.items()} if isinstance(held, Mapping) else {}),
+            gpu_workers=tuple(str(w) for w in workers) if isinstance(workers, list) else (),
+            raw=dict(data),
+        )
+
+
+_META_TEXT = ("commit", "source", "version", "channel", "date", "project", "cluster", "promoted")
+META_FIELDS = frozenset(f.name for f in dataclasses.fields(DayMeta)) - {"raw"}
+
+
+def _text(v: object) -> str:
+    return "" if v is None or isinstance(v, (dict, list)) else str(v)
+
+
 # state.json is written by nightly alone; a file this large is not one of its.
 MAX_STATE_BYTES = 256 << 20
 
@@ -264,15 +315,20 @@ class State:
         with self._lock:
             self.update(build_id, promoted={**self.get(build_id).promoted, dest: sha256})
 
-    def set_meta(self, **fields: Any) -> None:
+    def set_meta(self, **fields: object) -> None:
+        """Set fields of the day's meta (DayMeta's names; None is stored as null)."""
+        unknown = set(fields) - META_FIELDS
+        if unknown:
+            raise TypeError(f"not a field of state.json's meta: {', '.join(sorted(unknown))}")
         with self._lock:
             self.data.setdefault("meta", {}).update(fields)
             self._save()
 
     @property
-    def meta(self) -> dict[str, Any]:
-        m: dict[str, Any] = self.data.setdefault("meta", {})
-        return m
+    def meta(self) -> DayMeta:
+        """The day's meta (a snapshot)."""
+        with self._lock:
+            return DayMeta.from_json(self.data.setdefault("meta", {}))
 
     def mark_stale_running(self) -> list[str]:
         """Builds left 'running' by a run that died are interrupted."""
@@ -307,6 +363,7 @@ __all__ = [
     "RUNNING",
     "SUCCEEDED",
     "BuildEntry",
+    "DayMeta",
     "PackageFile",
     "State",
 ]

@@ -155,7 +155,7 @@ class Summary:
 
 
 def held_back_of(data: Mapping[str, Any]) -> dict[str, str]:
-    """The `held_back` map (build -> why) of summary.json or state.json's meta."""
+    """The `held_back` map (build -> why) of summary.json."""
     held = data.get("held_back")
     return {str(k): str(v) for k, v in held.items()} if isinstance(held, Mapping) else {}
 
@@ -252,8 +252,8 @@ def refresh(day: Day, state: State, *, by: str) -> Summary | None:
         night_ids.append(bid)
         summary.builds[bid] = replace(b, published=dict(e.published))
     summary.failed_uploads = failed_uploads(state, night_ids)
-    summary.held_back = held_back_of(state.meta)
-    summary.publish_error = state.meta.get("publish_error")
+    summary.held_back = dict(state.meta.held_back or {})
+    summary.publish_error = state.meta.publish_error
     summary.exit_code = exit_code(summary.builds, summary.failed_uploads, summary.publish_error)
     summary.manual = manual_builds(state)
     summary.updated = {"at": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
