@@ -4,11 +4,14 @@ command group; the work is in nightly.publish.provenance and nightly.publish.ver
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from nightly.errors import NotVerified, UsageError
+
+if TYPE_CHECKING:
+    from nightly.publish.verifying import Checked
 
 
 @click.group(name="provenance")
@@ -49,7 +52,7 @@ def _public_key(key_path: str | None, config_path: str | None) -> Any:
     return provenance.load_public_key(config.provenance.key.with_name(provenance.PUBLIC_NAME))
 
 
-def _rebuilt(results: list[Any], config_path: str | None) -> list[Any]:
+def _rebuilt(results: list[Checked], config_path: str | None) -> list[Checked]:
     """Each verified package built again here; its verdict is the rebuild's."""
     import dataclasses
 
