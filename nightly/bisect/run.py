@@ -242,9 +242,8 @@ class StepBuilder:
         git(self.source, "clean", "-qfdx")
 
     def run(self, commit: str) -> Step:
-        from nightly.builds.jobs import RunContext, make_job
-        from nightly.builds.runner import Runner
-        from nightly.executors import make_executor
+        from nightly.builds.execute import run_builds
+        from nightly.builds.jobs import RunContext
         from nightly.night.pipeline import smoke_factory
 
         sandbox = Day(self.folder, self.day.date, name=commit)
@@ -262,16 +261,9 @@ class StepBuilder:
                          version=self.version, channel=self.channel, machine=self.machine)
         executor = self.t.executor or (self.config.machines[0].executor if self.config.machines
                                        else "local")
-        smoke = smoke_factory(self.config)
-        with make_executor(executor, self.config) as ex:
-            job = make_job(ctx, self.t.build, executor=ex.name)
-            if ex.name == "container":
-                from nightly.images.commands import preflight
-
-                preflight(self.config, [self.t.build])
-            ex.preflight([job])
-            hook = smoke(self.config, ex, self.source) if smoke else None
-            Runner(ctx, ex, smoke=hook).run_build(self.t.build)
+        factory, source = smoke_factory(self.config), self.source
+        run_builds(ctx, executor, [self.t.build], lambda runner: runner.run_build(self.t.build),
+                   smoke=None if factory is None else (lambda ex: factory(self.config, ex, source)))
         found = self._finished(sandbox, State(sandbox.state_path))
         if found is None:  # interrupted (Ctrl-C): no verdict
             raise KeyboardInterrupt

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nightly.builds import repro_check
+from nightly.builds.execute import SmokeMaker, run_builds
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
@@ -15,7 +16,6 @@ from nightly.builds.runner import Runner, SmokeHook
 from nightly.config import Config, Machine
 from nightly.executors import make_executor
 from nightly.history.db import recorder
-from nightly.images.commands import preflight as images_preflight
 from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 
@@ -71,14 +71,14 @@ class LocalPhase:
             version=night.version, channel=night.channel, machine=self.machine.name,
             repro_builds=repro_check.selected(night.config.build.check_reproducible, todo),
         )
-        with make_executor(self.executor, night.config,
-                           keep_container=self.keep_container) as ex:
-            if todo:
-                if ex.name == "container":
-                    images_preflight(night.config, todo)  # a missing builder image names its build command
-                ex.preflight([make_job(ctx, b, executor=ex.name) for b in todo])
-            n_q = len(self.queues) if self.queues is not None else self.machine.queues
-            progress = Progress(
+        n_q = len(self.queues) if self.queues is not None else self.machine.queues
+        factory = self.smoke
+        smoke: SmokeMaker | None = None if factory is None else (
+            lambda ex: factory(night.config, ex, night.source_dir, where=self.machine.name,
+                               gpu_host=self.machine.gpu))
+
+        def run(runner: Runner) -> None:
+            progress = Progress(  # once the executor is ready: its clock starts with the builds
                 total=len(todo), master_log=night.day.master / "run.log",
                 estimate_s=self.estimate_s, live=night.live, queue_logs=night.day.master,
             )
@@ -86,10 +86,8 @@ class LocalPhase:
                 progress.log(
                     f"night {night.day.name} on machine {self.machine.name}: {len(todo)} to "
                     f"build, {len(night.builds) - len(todo)} already succeeded, {n_q} queues, "
-                    f"executor {ex.name}, source {night.source_describe}"
+                    f"executor {runner.executor.name}, source {night.source_describe}"
                 )
-                smoke = (self.smoke(night.config, ex, night.source_dir, where=self.machine.name,
-                                    gpu_host=self.machine.gpu) if self.smoke else None)
                 record = recorder(night.history, night.day.name, night.state,
                                   commit=night.commit, channel=night.channel, log=night.log)
 
@@ -97,7 +95,7 @@ class LocalPhase:
                     progress(kind, info)
                     record(kind, info)
 
-                runner = Runner(ctx, ex, on_event=on_event, smoke=smoke)
+                runner.on_event = on_event
                 todo_ids = {b.id for b in todo}
                 if self.queues is not None:
                     qs = [[b for b in q if b.id in todo_ids] for q in self.queues]
@@ -105,6 +103,8 @@ class LocalPhase:
                 else:
                     qs = [list(todo[i::n_q]) for i in range(n_q)]
                     runner.run_queues(qs, order=todo)
+
+        run_builds(ctx, self.executor, todo, run, keep_container=self.keep_container, smoke=smoke)
         return self.estimate_s
 
     def finish(self, night: NightContext) -> None:
