@@ -60,14 +60,9 @@ def _heading(night: NightView) -> str:
     from rich.markup import escape
 
     meta = night.meta
-    head = f"[bold]{escape(night.day.name)}[/bold]"
-    if meta.version:
-        head += f"  version {escape(meta.version)}"
-    if meta.channel:
-        head += f"  channel {escape(meta.channel)}"
-    if meta.commit:
-        head += f"  commit {escape(meta.commit[:12])}"
-    return head
+    facts = (("version", meta.version), ("channel", meta.channel), ("commit", meta.commit[:12]))
+    return f"[bold]{escape(night.day.name)}[/bold]" + "".join(
+        f"  {label} {escape(value)}" for label, value in facts if value)
 
 
 def _counts_line(c: dict[str, int]) -> str:
