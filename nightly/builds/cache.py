@@ -150,8 +150,8 @@ class CacheStats:
         total = self.hits + self.misses
         return self.hits / total if total else None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"hits": self.hits, "misses": self.misses,
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"hits": self.hits, "misses": self.misses,
                                "requests": self.requests, "errors": self.errors,
                                "where": self.where}
         rate = self.hit_rate

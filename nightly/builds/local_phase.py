@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from nightly.builds import repro_check
 from nightly.builds.execute import SmokeMaker, run_builds
@@ -51,7 +50,7 @@ class LocalPhase:
     def machine(self) -> Machine:
         return self._machine
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> dict[str, object]:
         return {}
 
     def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> None:
@@ -91,7 +90,7 @@ class LocalPhase:
                 record = recorder(night.history, night.day.name, night.state,
                                   commit=night.commit, channel=night.channel, log=night.log)
 
-                def on_event(kind: str, info: Mapping[str, Any]) -> None:
+                def on_event(kind: str, info: Mapping[str, object]) -> None:
                     progress(kind, info)
                     record(kind, info)
 

@@ -44,8 +44,8 @@ class GpuTestHook(Protocol):
     def on_event(self, ev: WorkerEvent) -> None: ...
 
 
-def with_gpu_test(tested: Mapping[str, Any] | None, test: GpuTestResult,
-                  require_gpu: bool) -> tuple[dict[str, Any], str | None]:
+def with_gpu_test(tested: Mapping[str, object] | None, test: GpuTestResult,
+                  require_gpu: bool) -> tuple[dict[str, object], str | None]:
     """The build's `tested` with its GPU part, and why the build fails over it (None: it
     passed, or could not run and [smoke] require_gpu is off)."""
     cpu = (tested or {}).get("cpu")
@@ -124,11 +124,11 @@ class Collector:
     def _lane(self, worker: str, slot: int) -> int:
         return self.lanes.setdefault((worker, slot), len(self.lanes))
 
-    def _progress(self, kind: str, info: Mapping[str, Any]) -> None:
+    def _progress(self, kind: str, info: Mapping[str, object]) -> None:
         if self.progress is not None:
             self.progress(kind, info)
 
-    def on_event(self, msg: Mapping[str, Any]) -> None:
+    def on_event(self, msg: Mapping[str, object]) -> None:
         ev = WorkerEvent.from_json(msg)
         bid = ev.build
         if bid not in self.by_id or bid in self.filed:

@@ -21,7 +21,6 @@ import datetime as dt
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from nightly.cluster.staging import StagingSpec
 from nightly.config import Config
@@ -39,7 +38,7 @@ class StagedPackage:
     sha256: str
     key: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "size": self.size, "sha256": self.sha256, "key": self.key}
 
 
@@ -65,20 +64,20 @@ class AttemptResult:
     executor: str = ""
     # Raw records: nightly.cluster.verify.check_packages validates them against the attempt.
     # None: what the worker sent was not a list (check_packages says so).
-    packages: tuple[Mapping[str, Any], ...] | None = ()
+    packages: tuple[Mapping[str, object], ...] | None = ()
     log_key: str = ""
     log_sha256: str = ""
     log_chunks: int = 0
     commit: str | None = None
     version: str = ""
     channel: str = ""
-    cache: Mapping[str, Any] | None = None  # the compiler cache's statistics
+    cache: Mapping[str, object] | None = None  # the compiler cache's statistics
     # state.json's `tested` as the worker recorded it (with gpu_smoke: the CPU part only)
-    tested: Mapping[str, Any] | None = None
+    tested: Mapping[str, object] | None = None
     seal: str | None = None  # HMAC of every other field (nightly.cluster.verify.seal)
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {
             "build": self.build, "token": self.token, "submission": self.submission,
             "worker": self.worker, "worker_name": self.worker_name, "host": self.host,
             "slot": self.slot, "status": self.status, "reason": self.reason,
@@ -97,7 +96,7 @@ class AttemptResult:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AttemptResult:
+    def from_json(cls, data: Mapping[str, object]) -> AttemptResult:
         packages = data.get("packages") or []
         cache, tested = data.get("cache"), data.get("tested")
         return cls(
@@ -160,7 +159,7 @@ class GpuTestResult:
     host: str = ""
     result: str = FAILED  # passed | failed | not run (nightly.builds.smoke)
     reason: str | None = None
-    part: Mapping[str, Any] | None = None  # state.json's tested.gpu
+    part: Mapping[str, object] | None = None  # state.json's tested.gpu
     started: float | None = None
     ended: float | None = None
     log_key: str = ""
@@ -170,8 +169,8 @@ class GpuTestResult:
     version: str = ""
     seal: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {
             "build": self.build, "token": self.token, "build_token": self.build_token,
             "submission": self.submission, "worker": self.worker,
             "worker_name": self.worker_name, "host": self.host, "result": self.result,
@@ -185,7 +184,7 @@ class GpuTestResult:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GpuTestResult:
+    def from_json(cls, data: Mapping[str, object]) -> GpuTestResult:
         part = data.get("part")
         return cls(
             build=as_str(data.get("build")), token=as_str(data.get("token")),
@@ -220,17 +219,17 @@ class WorkerEvent:
     reason: str | None = None
     duration_s: float = 0.0
     note: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)  # other fields of other kinds
+    extra: Mapping[str, object] = field(default_factory=dict)  # other fields of other kinds
 
     _FIELDS = ("build", "token", "worker", "worker_name", "host", "slot", "attempt", "started",
                "executor", "status", "reason", "duration_s", "note")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {**self.extra, "kind": self.kind,
                 **{name: getattr(self, name) for name in self._FIELDS}}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> WorkerEvent:
+    def from_json(cls, data: Mapping[str, object]) -> WorkerEvent:
         return cls(
             kind=as_str(data.get("kind")), build=as_str(data.get("build")),
             token=as_str(data.get("token")), worker=as_str(data.get("worker")),

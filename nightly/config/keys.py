@@ -81,7 +81,7 @@ _OPEN_KEYS: dict[str, Open] = {
 }
 
 
-def shape_of(defaults: Mapping[str, Any]) -> Shape:
+def shape_of(defaults: Mapping[str, object]) -> Shape:
     """The shape of a configuration, given the parsed defaults.toml."""
     shape = _from_defaults(defaults, "")
     assert isinstance(shape, dict)
@@ -96,7 +96,7 @@ def _from_defaults(value: Any, path: str) -> Shape:
     return {k: _from_defaults(v, f"{path}.{k}" if path else k) for k, v in value.items()}
 
 
-def check_keys(data: Mapping[str, Any], shape: Shape, ctx: Ctx, path: str = "") -> None:
+def check_keys(data: Mapping[str, object], shape: Shape, ctx: Ctx, path: str = "") -> None:
     """Raise ConfigError on the first key of `data`, in written order, that `shape` has no
     place for (a value of the wrong kind, e.g. a string where a table goes, is left to the
     parsers' type checks)."""
@@ -142,7 +142,7 @@ _CREDENTIALS_GO = {
 }
 
 
-def check_url_credentials(data: Mapping[str, Any], ctx: Ctx, prefix: str = "") -> None:
+def check_url_credentials(data: Mapping[str, object], ctx: Ctx, prefix: str = "") -> None:
     """Every URL-valued setting without `user:password@`: an error naming the key and where
     credentials belong."""
     for key, value in data.items():

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nightly.builds.local_phase import LocalPhase, SmokeFactory
 from nightly.builds.phase import BuildPhase, NightContext
@@ -130,7 +129,7 @@ def run_night(
     builds: Sequence[Build],
     opts: NightOptions,
     *,
-    plan_json: dict[str, Any] | None = None,
+    plan_json: dict[str, object] | None = None,
     estimates: Mapping[str, float] | None = None,
 ) -> Summary | None:
     """Lock the day, prepare it, run the build phase on what is not done yet, publish,
@@ -211,7 +210,7 @@ def _prepare(
     builds: Sequence[Build],
     opts: NightOptions,
     version: str,
-    taken_over: Mapping[str, Any] | None,
+    taken_over: Mapping[str, object] | None,
 ) -> NightContext:
     """The locked day made ready: the source checked out, state.json loaded (builds a dead
     run left running marked interrupted), its meta written."""
@@ -252,7 +251,7 @@ def run_builds(
     opts: NightOptions,
     *,
     queues: Sequence[Sequence[Build]] | None = None,
-    plan_json: dict[str, Any] | None = None,
+    plan_json: dict[str, object] | None = None,
     estimate_s: float = 0.0,
     estimates: dict[str, float] | None = None,
 ) -> Summary | None:
@@ -435,7 +434,7 @@ class Share:
 
     order: list[Build]  # its builds, in plan order
     queues: list[list[Build]]  # its queues, each in plan order
-    plan_json: dict[str, Any]  # the whole plan, for logs/master/plan.json
+    plan_json: dict[str, object]  # the whole plan, for logs/master/plan.json
     makespan_s: float  # its estimated makespan
     estimates: dict[str, float]  # build id -> estimated seconds
 

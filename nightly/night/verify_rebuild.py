@@ -22,7 +22,7 @@ from nightly.files import sha256_file
 from nightly.publish.provenance import Verdict
 
 
-def _facts(stmt: Mapping[str, Any]) -> tuple[dict[str, Any], str, str]:
+def _facts(stmt: Mapping[str, Any]) -> tuple[dict[str, object], str, str]:
     bd = stmt["predicate"]["buildDefinition"]
     ext = dict(bd.get("externalParameters", {}))
     src = (bd.get("resolvedDependencies") or [{}])[0]

@@ -13,7 +13,6 @@ import fnmatch
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from nightly.config import Config, Machine
 from nightly.errors import ConfigError, NothingSelected, UsageError
@@ -100,7 +99,7 @@ class Plan:
                 return m
         raise KeyError(name)
 
-    def to_json(self, *, date: str = "", version: str = "") -> dict[str, Any]:
+    def to_json(self, *, date: str = "", version: str = "") -> dict[str, object]:
         return {
             "date": date,
             "version": version,

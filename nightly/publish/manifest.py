@@ -81,7 +81,7 @@ def _text(value: Any) -> str | None:
 def encode_manifest(files: Mapping[str, FileRecord] | None, folders: Iterable[str] = ()) -> bytes:
     """The manifest's bytes; `files=None` records only sub-folders of a folder whose own
     files nobody has listed yet (its next run then rebuilds it from a listing)."""
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "format": 2,
         "files": None
         if files is None

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nightly.format import clock, took
 from nightly.report.sections import builds_table, esc, failures, timeline
@@ -99,7 +99,7 @@ def render_html(
     day: Day,
     history: History | None,
     *,
-    plan: dict[str, Any] | None = None,
+    plan: dict[str, object] | None = None,
     link_base: str = "",
     tail: int = HTML_TAIL,
     now: float | None = None,
@@ -208,7 +208,7 @@ def write_report(
     history: History | None,
     out: Path | None = None,
     *,
-    plan: dict[str, Any] | None = None,
+    plan: dict[str, object] | None = None,
 ) -> Path:
     """Write ROOT/DAY/report.html (and `out`, with its log links made relative to where it
     is), each atomically. Returns the day folder's report path."""
