@@ -172,7 +172,7 @@ class CacheStats:
         return text
 
 
-def settings_of(config: Any) -> CacheSettings:
+def settings_of(config: object) -> CacheSettings:
     """The `[cache]` section of a Config (disabled for a config without one)."""
     section = getattr(config, "cache", None)
     if section is None:

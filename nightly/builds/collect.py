@@ -14,7 +14,6 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from nightly import manylinux
 from nightly.files import sha256_file
@@ -81,7 +80,7 @@ def collect_build(
     uncollected: str = "collecting packages failed",
     infra: bool = False,
     infra_if_uncollected: bool = False,
-    **fields: Any,
+    **fields: object,
 ) -> BuildEntry:
     """File a finished build: packages (when it succeeded), then its log, then its state
     entry (`fields` are the rest of the entry). A package that cannot be filed fails the build

@@ -44,7 +44,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 

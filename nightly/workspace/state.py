@@ -226,7 +226,7 @@ def _load(path: Path) -> dict[str, Any]:
     )
 
 
-def _shape_problem(data: Any) -> str | None:
+def _shape_problem(data: object) -> str | None:
     """What is wrong with the shape of a parsed state.json (None: nothing)."""
     if not isinstance(data, dict):
         return f"the top level is {type(data).__name__}, not an object"
@@ -253,7 +253,7 @@ def _shape_problem(data: Any) -> str | None:
     return None
 
 
-def _json_value(value: Any) -> Any:
+def _json_value(value: object) -> object:
     if isinstance(value, PackageFile):
         return value.to_json()
     if isinstance(value, (tuple, list)):
@@ -295,7 +295,7 @@ class State:
     def status(self, build_id: str) -> str:
         return self.get(build_id).status
 
-    def update(self, build_id: str, **fields: Any) -> BuildEntry:
+    def update(self, build_id: str, **fields: object) -> BuildEntry:
         """Set some fields of a build's entry (None reads back as unset)."""
         with self._lock:
             entry = self._raw.setdefault(build_id, {"status": PENDING, "attempts": 0})

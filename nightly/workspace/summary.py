@@ -107,7 +107,7 @@ class Summary:
     publish_error: str | None = None
     builds: dict[str, BuildSummary] = field(default_factory=dict)
     exit_code: int = 0
-    manual: Any = None  # the one-off builds of the day (a list), or a one-off's own mark
+    manual: object = None  # the one-off builds of the day (a list), or a one-off's own mark
     updated: dict[str, str] | None = None  # the last command that refreshed it
     # good builds not published because [publish] atomic waits for a failed one: id -> why
     held_back: dict[str, str] = field(default_factory=dict)
