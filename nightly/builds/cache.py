@@ -368,7 +368,7 @@ def parse_stats(data: Mapping[str, Any], *, where: str) -> CacheStats:
     )
 
 
-def night_total(entries: Sequence[Mapping[str, Any]]) -> CacheStats:
+def night_total(entries: Sequence[Mapping[str, object]]) -> CacheStats:
     """The night's cache figures from state entries (their "cache" members)."""
     hits = misses = requests = errors = 0
     for entry in entries:

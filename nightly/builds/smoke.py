@@ -51,7 +51,7 @@ class SmokeResult:
     reason: str | None = None  # "smoke test: ..." when it failed
     notes: tuple[str, ...] = ()  # e.g. "GPU check not run"
     # state.json's `tested`: the overall result and each part's (result, where, when, seconds)
-    tested: Mapping[str, Any] | None = None
+    tested: Mapping[str, object] | None = None
 
 
 def stage_part(result: str, where: str, started: float, *, attempts: int = 1,

@@ -61,7 +61,7 @@ def worker_slots(info: Mapping[str, Any], resources: Resources) -> float:
     return min(used) if used else float(have.get(SLOTS, 0.0))
 
 
-def capacity(workers: Mapping[str, Mapping[str, Any]], resources: Resources) -> float:
+def capacity(workers: Mapping[str, Mapping[str, object]], resources: Resources) -> float:
     return sum(worker_slots(w, resources) for w in workers.values())
 
 
@@ -76,7 +76,7 @@ class Bounds:
 def cluster_bounds(
     estimates: Mapping[str, float],
     resources: Mapping[str, Resources],
-    workers: Mapping[str, Mapping[str, Any]],
+    workers: Mapping[str, Mapping[str, object]],
 ) -> Bounds:
     groups: dict[str, list[str]] = {}
     sig_res: dict[str, Resources] = {}
@@ -165,7 +165,7 @@ class Dispatcher:
         self.remaining: set[str] = set()  # submitted and not yet done
         self.pending: dict[tuple[tuple[str, float], ...], list[TaskItem]] = {}
         self.inflight: dict[tuple[tuple[str, float], ...], int] = {}
-        self._workers: dict[str, dict[str, Any]] = {}
+        self._workers: dict[str, dict[str, object]] = {}
         self._workers_at = 0.0
         self._running = False
         client.subscribe_topic(topic, self._on_event)
@@ -246,7 +246,7 @@ class Dispatcher:
         with contextlib.suppress(Exception):
             self.client.cancel(list(self.futures.values()))
 
-    def workers(self) -> dict[str, dict[str, Any]]:
+    def workers(self) -> dict[str, dict[str, object]]:
         info = self.client.scheduler_info(n_workers=-1)
         self._workers = dict(info.get("workers") or {})
         self._workers_at = time.monotonic()
@@ -257,7 +257,7 @@ class Dispatcher:
         *,
         on_result: Callable[[TaskItem, object], None],  # a result of cluster.messages
         on_error: Callable[[TaskItem, BaseException | None], None],
-        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_event: Callable[[dict[str, object]], None] | None = None,
         on_tick: Callable[[set[str]], None] | None = None,
         tick_s: float = WORKER_CHECK_S,
     ) -> None:
@@ -298,7 +298,7 @@ class Dispatcher:
         payload: Any,
         on_result: Callable[[TaskItem, object], None],
         on_error: Callable[[TaskItem, BaseException | None], None],
-        on_event: Callable[[dict[str, Any]], None] | None,
+        on_event: Callable[[dict[str, object]], None] | None,
     ) -> bool:
         """One message of the inbox. True when a task that was on the cluster is done."""
         if kind == "event" and on_event is not None:

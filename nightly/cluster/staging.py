@@ -323,7 +323,7 @@ class StagingDay:
         return out
 
     def read(self, build_id: str, token: str, name: str, *, tests: bool = False
-             ) -> dict[str, Any] | None:
+             ) -> dict[str, object] | None:
         prefix = (gpu_test_prefix if tests else attempt_prefix)(self.day, build_id, token)
         return read_json(self.store, prefix + name)
 
@@ -367,10 +367,10 @@ class StagingDay:
         build_id: str,
         token: str,
         ok: bool,
-        result: Mapping[str, Any] | None,
+        result: Mapping[str, object] | None,
         *,
         reason: str = "",
-        test: Mapping[str, Any] | None = None,
+        test: Mapping[str, object] | None = None,
     ) -> Path:
         """The build's log in the day folder: what it had (earlier runs' attempts), then every
         attempt in staging not yet in it, oldest first: attempts that ended without a result
@@ -424,7 +424,7 @@ class StagingDay:
                 + f"\n{tail}\n".encode())
 
 
-    def _tests_log(self, bid: str, test: Mapping[str, Any] | None, prior: bytes) -> list[bytes]:
+    def _tests_log(self, bid: str, test: Mapping[str, object] | None, prior: bytes) -> list[bytes]:
         """The build's GPU test attempts not yet in its log, oldest first; the accepted one
         (`test`) checked against the log its worker recorded, the others marked."""
         try:
@@ -461,7 +461,7 @@ def _marker(token: str, what: str = "") -> str:
     return f"[nightly] cluster {what + ' ' if what else ''}attempt {token} "
 
 
-def _attempt_head(token: str, about: Mapping[str, Any], what: str = "") -> str:
+def _attempt_head(token: str, about: Mapping[str, object], what: str = "") -> str:
     def field(name: str) -> str:  # attempt.json is staging's: one short line, no controls
         return "".join(c for c in str(about.get(name, "?"))[:200] if c.isprintable())
 

@@ -146,7 +146,7 @@ class _Attempt:
         self.store.put_bytes(f"{self.prefix}{ATTEMPT_JSON}", json.dumps(self.about).encode(),
                              "application/json", if_none_match=first)
 
-    def events(self, emit: Emit) -> Callable[[str, Mapping[str, Any]], None]:
+    def events(self, emit: Emit) -> Callable[[str, Mapping[str, object]], None]:
         """The runner's events, as the orchestrator's topic carries them."""
         build, spec, about = self.spec.build, self.spec, self.about
         base = {"build": build.id, "token": self.token, "worker": self.info.address,

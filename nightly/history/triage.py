@@ -51,14 +51,14 @@ class FailureFacts:
     signature: str = ""
     commits: tuple[str, ...] | None = None  # `git log --oneline GOOD..BAD`; None: unknown
     commits_total: int = 0
-    bisect: dict[str, Any] | None = field(default=None, compare=False)
+    bisect: dict[str, object] | None = field(default=None, compare=False)
 
     def headline(self) -> str:
         if self.new:
             return "new"
         return f"still failing since {self.since} ({self.nights} nights)"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "new": self.new,
             "headline": self.headline(),
@@ -226,7 +226,7 @@ def groups(all_facts: Iterable[FailureFacts]) -> list[tuple[str, list[FailureFac
     return sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0]))
 
 
-def summary_section(all_facts: Mapping[str, FailureFacts]) -> dict[str, Any]:
+def summary_section(all_facts: Mapping[str, FailureFacts]) -> dict[str, object]:
     """summary.json's "failures": per build its facts, the groups, and the counts."""
     return {
         "new": sum(f.new for f in all_facts.values()),
@@ -237,7 +237,7 @@ def summary_section(all_facts: Mapping[str, FailureFacts]) -> dict[str, Any]:
     }
 
 
-def summary_for_day(day: Day, history: History | None) -> dict[str, Any]:
+def summary_for_day(day: Day, history: History | None) -> dict[str, object]:
     """summary.json's "failures" for a day folder; never fails the night (an unreadable log
     or history gives fewer facts, not an error)."""
     try:
@@ -246,7 +246,7 @@ def summary_for_day(day: Day, history: History | None) -> dict[str, Any]:
         return {"new": 0, "still_failing": 0, "builds": {}, "groups": [], "error": str(e)}
 
 
-def subject_counts(summary: Mapping[str, Any]) -> str | None:
+def subject_counts(summary: Mapping[str, object]) -> str | None:
     """"3 new failures, 2 still failing" from summary.json's "failures", or None."""
     f = summary.get("failures")
     if not isinstance(f, Mapping) or not (f.get("new") or f.get("still_failing")):
@@ -264,7 +264,7 @@ def _safe_outcomes(history: History, build_id: str) -> list[tuple[str, str, str]
         return []
 
 
-def _bisects(history: History | None, day_name: str) -> dict[str, dict[str, Any]]:
+def _bisects(history: History | None, day_name: str) -> dict[str, dict[str, object]]:
     import sqlite3
 
     if history is None:

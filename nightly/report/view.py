@@ -80,7 +80,7 @@ class BuildView:
     tested_on: str = ""
     gpu_test_s: float = 0.0
     # The manylinux record (nightly.manylinux): policy and tags reached, or a zip's glibc.
-    manylinux: dict[str, Any] | None = None
+    manylinux: dict[str, object] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
     past_durations: list[float] = field(default_factory=list)
     past_sizes: list[int] = field(default_factory=list)
@@ -154,7 +154,7 @@ def load_night(
     ids += [i for i in summary.builds if i not in entries]
     views = []
     for bid in ids:
-        pb: Mapping[str, Any] = planned.get(bid) or {}
+        pb: Mapping[str, object] = planned.get(bid) or {}
         night_build = summary.builds.get(bid)
         est = night_build.estimate_s if night_build is not None else None
         if est is None:
@@ -182,7 +182,7 @@ def _test_fields(e: BuildEntry) -> dict[str, Any]:
 
 
 def _build_view(
-    day: Day, bid: str, e: BuildEntry, pb: Mapping[str, Any], est: float | None,
+    day: Day, bid: str, e: BuildEntry, pb: Mapping[str, object], est: float | None,
     night_machine: str,
 ) -> BuildView:
     """One build from its state.json entry `e` and its plan entry `pb`."""

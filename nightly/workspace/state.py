@@ -77,25 +77,25 @@ class BuildEntry:
     upload_error: str | None = None
     promoted: Mapping[str, str] = field(default_factory=dict)  # release destination -> sha256
     manual: Mapping[str, str] = field(default_factory=dict)  # a one-off build: by, at, command
-    cache: Mapping[str, Any] | None = None  # compiler cache statistics (nightly.builds.cache)
-    manylinux: Mapping[str, Any] | None = None  # policy, tags reached, glibc (nightly.manylinux)
+    cache: Mapping[str, object] | None = None  # compiler cache statistics (nightly.builds.cache)
+    manylinux: Mapping[str, object] | None = None  # policy, tags reached, glibc (nightly.manylinux)
     worker_name: str = ""  # cluster mode: the worker's name, host and attempt token
     host: str = ""
     token: str = ""
     # the test stage (nightly.builds.smoke): result, seconds, and per part (cpu, gpu) the
     # result (passed / failed / not run), where, when, seconds, attempts, reason
-    tested: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)  # keys this version does not know
+    tested: Mapping[str, object] | None = None
+    extra: Mapping[str, object] = field(default_factory=dict)  # keys this version does not know
 
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BuildEntry:
+    def from_json(cls, data: Mapping[str, object]) -> BuildEntry:
         """Read an entry; a value of the wrong type (a hand-edited file) reads as unset."""
         known: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
+        extra: dict[str, object] = {}
         for key, value in data.items():
             conv = _READ.get(key)
             if conv is None:
@@ -106,9 +106,9 @@ class BuildEntry:
                     known[key] = conv(value)
         return cls(**known, extra=extra)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The JSON form: the fields that are set (not None, not empty), and the extra keys."""
-        out: dict[str, Any] = dict(self.extra)
+        out: dict[str, object] = dict(self.extra)
         for f in dataclasses.fields(self):
             if f.name == "extra":
                 continue
@@ -192,7 +192,7 @@ def _text(v: object) -> str:
 MAX_STATE_BYTES = 256 << 20
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _load(path: Path) -> dict[str, object]:
     """state.json, checked against its schema. A file that is not JSON or not of the schema
     is kept aside as `state.json.bad-<time>` and is an error: the day is never silently
     started afresh (its succeeded builds forgotten, its packages built and uploaded again)."""
@@ -275,8 +275,8 @@ class State:
             self.data.update(_load(path))
 
     @property
-    def _raw(self) -> dict[str, dict[str, Any]]:
-        b: dict[str, dict[str, Any]] = self.data["builds"]
+    def _raw(self) -> dict[str, dict[str, object]]:
+        b: dict[str, dict[str, object]] = self.data["builds"]
         return b
 
     @property

@@ -46,19 +46,19 @@ class BuildSummary:
     estimate_s: float | None = None
     attempts: int = 0
     queue: int | None = None
-    packages: tuple[Mapping[str, Any], ...] = ()  # PackageFile.to_json() records
+    packages: tuple[Mapping[str, object], ...] = ()  # PackageFile.to_json() records
     published: Mapping[str, str] = field(default_factory=dict)  # destination -> sha256
     log: str | None = None
     # cost (nightly.workspace.cost): duration_s is the build alone, test_s its test stage
     test_s: float | None = None
     built_on: str = ""
     tested_on: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)  # keys other versions wrote
+    extra: Mapping[str, object] = field(default_factory=dict)  # keys other versions wrote
 
     _KEYS = ("outcome", "reason", "duration_s", "estimate_s", "attempts", "queue", "packages",
              "published", "log", "test_s", "built_on", "tested_on")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {**self.extra, "outcome": self.outcome, "reason": self.reason,
                 "duration_s": self.duration_s, "estimate_s": self.estimate_s,
                 "attempts": self.attempts, "queue": self.queue,
@@ -67,7 +67,7 @@ class BuildSummary:
                 "tested_on": self.tested_on}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BuildSummary:
+    def from_json(cls, data: Mapping[str, object]) -> BuildSummary:
         packages, published = data.get("packages"), data.get("published")
         return cls(
             outcome=str(data.get("outcome") or ""),
@@ -113,14 +113,14 @@ class Summary:
     held_back: dict[str, str] = field(default_factory=dict)
     # the night's seconds on GPU hosts: {"building": s, "testing": s} (nightly.workspace.cost)
     gpu_host_s: dict[str, float] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
     _KEYS = ("date", "machine", "version", "channel", "commit", "source", "started", "ended",
              "duration_s", "estimated_makespan_s", "counts", "failed_uploads", "publish_error",
              "builds", "exit_code", "manual", "updated", "held_back",
              "gpu_host_s")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data = {**self.extra, **{k: getattr(self, k) for k in self._KEYS if k != "builds"}}
         data["builds"] = {bid: b.to_json() for bid, b in self.builds.items()}
         if self.updated is None:
@@ -154,7 +154,7 @@ class Summary:
         )
 
 
-def held_back_of(data: Mapping[str, Any]) -> dict[str, str]:
+def held_back_of(data: Mapping[str, object]) -> dict[str, str]:
     """The `held_back` map (build -> why) of summary.json."""
     held = data.get("held_back")
     return {str(k): str(v) for k, v in held.items()} if isinstance(held, Mapping) else {}
