@@ -15,7 +15,6 @@ import ctypes.util
 import os
 import pwd
 from dataclasses import dataclass
-from typing import Any
 
 from nightly.errors import ConfigError
 
@@ -47,7 +46,7 @@ class BuildUser:
         return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups", "--"]
 
 
-def credential_settings(config: Any) -> list[str]:
+def credential_settings(config: object) -> list[str]:
     """The settings of `config` that make nightly hold credentials (publishing, the compiler
     cache's S3 store, SMTP)."""
     out = []
@@ -66,7 +65,7 @@ def credential_settings(config: Any) -> list[str]:
     return out
 
 
-def recipe_user(config: Any) -> BuildUser | None:
+def recipe_user(config: object) -> BuildUser | None:
     """The user recipes run as (None: nightly's own). Raises ConfigError when nightly is root,
     the configuration uses credentials and it does not say who builds."""
     name = str(getattr(getattr(config, "local", None), "user", "") or "")

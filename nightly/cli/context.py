@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -18,7 +18,7 @@ from nightly.errors import UsageError
 if TYPE_CHECKING:
     from nightly.workspace import Day
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 _DATE_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})$", re.ASCII)  # not "２０２４"
 

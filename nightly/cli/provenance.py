@@ -4,7 +4,7 @@ command group; the work is in nightly.publish.provenance and nightly.publish.ver
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -36,7 +36,7 @@ def keygen_command(folder: str, scheme: str, debug: bool) -> None:
                f"`nightly verify --key {public.name} FILE|URL`)")
 
 
-def _public_key(key_path: str | None, config_path: str | None) -> Any:
+def _public_key(key_path: str | None, config_path: str | None) -> object:
     from nightly import config as cfg
     from nightly.publish import provenance
 

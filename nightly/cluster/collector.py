@@ -14,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from nightly.builds.collect import collect_build
 from nightly.builds.phase import NightContext
@@ -280,7 +280,7 @@ class Collector:
         )
         self._finish(build, status, reason, 0.0, lane=-1)
 
-    def _finish(self, build: Build, status: str, reason: Any, duration: float, lane: int) -> None:
+    def _finish(self, build: Build, status: str, reason: object, duration: float, lane: int) -> None:
         self.filed.add(build.id)
         self.current.pop(build.id, None)
         self._record(self.night.state.get(build.id), build.id)

@@ -115,7 +115,7 @@ TEST_PRIORITY = 10**12  # above any build's (its estimate in ms): a test is shor
 class TaskItem:
     build_id: str
     key: str
-    spec: Any
+    spec: object
     resources: Resources
     priority: int
     kind: str = BUILD  # BUILD, or TEST: the build's GPU test
@@ -158,10 +158,10 @@ class Dispatcher:
         self.topic = topic
         self.retries = retries
         self.lookahead = lookahead
-        self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.inbox: queue.Queue[tuple[str, object]] = queue.Queue()
         self.futures: dict[str, Any] = {}
         self.items: dict[str, TaskItem] = {}
-        self.fns: dict[str, Callable[..., Any]] = {}
+        self.fns: dict[str, Callable[..., object]] = {}
         self.remaining: set[str] = set()  # submitted and not yet done
         self.pending: dict[tuple[tuple[str, float], ...], list[TaskItem]] = {}
         self.inflight: dict[tuple[tuple[str, float], ...], int] = {}
@@ -170,7 +170,7 @@ class Dispatcher:
         self._running = False
         client.subscribe_topic(topic, self._on_event)
 
-    def _on_event(self, event: Any) -> None:
+    def _on_event(self, event: object) -> None:
         msg = event[1] if isinstance(event, tuple) and len(event) == 2 else event
         if isinstance(msg, dict):
             self.inbox.put(("event", msg))
@@ -179,7 +179,7 @@ class Dispatcher:
     def _sig(item: TaskItem) -> tuple[tuple[str, float], ...]:
         return tuple(sorted(item.resources.items()))
 
-    def submit(self, fn: Callable[..., Any], items: Iterable[TaskItem]) -> None:
+    def submit(self, fn: Callable[..., object], items: Iterable[TaskItem]) -> None:
         """Queue `items` (highest priority first, the given order among equals), each to run
         `fn(item.spec)`, and send what the cluster has room for."""
         for it in items:
@@ -218,7 +218,7 @@ class Dispatcher:
         if not batch:
             return
         self.inflight[sig] = self.inflight.get(sig, 0) + len(batch)
-        groups: dict[tuple[int, Callable[..., Any]], list[TaskItem]] = {}
+        groups: dict[tuple[int, Callable[..., object]], list[TaskItem]] = {}
         for it in batch:
             groups.setdefault((it.priority, self.fns[it.id]), []).append(it)
         for (priority, fn), group in sorted(groups.items(), key=lambda kv: -kv[0][0]):
@@ -307,7 +307,7 @@ class Dispatcher:
         if kind != "done":
             return False
         iid: str = payload[0]
-        fut: Any = payload[1]
+        fut: object = payload[1]
         if iid not in self.remaining or (fut is not None and self.futures.get(iid) is not fut):
             return False
         self.remaining.discard(iid)

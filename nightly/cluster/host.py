@@ -124,7 +124,7 @@ def live(token: str, about: Mapping[str, object] | None) -> None:
             _live[token] = dict(about)
 
 
-def running_attempts(dask_worker: Any = None) -> list[dict[str, object]]:
+def running_attempts(dask_worker: object = None) -> list[dict[str, object]]:
     """The attempts (builds and GPU tests) this worker is running (run on every worker with
     `client.run`): a rerun orchestrator waits for the ones a killed run left behind to stop."""
     address = str(getattr(dask_worker, "address", "") or "")
@@ -175,7 +175,7 @@ def reap_orphans(folder: Path, config: Config, executor: str, emit: Emit) -> Non
 # ---------------------------------------------------------------------------- the task
 
 
-def this_worker(topic: str) -> tuple[Any, str, WorkerInfo, Emit]:
+def this_worker(topic: str) -> tuple[object, str, WorkerInfo, Emit]:
     """Inside a Dask task: (the worker, the task's key, this host, an emitter of events on the
     orchestrator's `topic`)."""
     from dask.context import thread_state
@@ -245,7 +245,7 @@ def run_task(topic: str, build_id: str,
         done.set()
 
 
-def plain(v: Any) -> Any:
+def plain(v: object) -> object:
     return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
 
 

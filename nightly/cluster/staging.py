@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from nightly.cluster.stagedlog import LOG_CHUNKS, LOG_TXT, log_check, read_staged_log
 from nightly.errors import NightlyError, ObjectTooLarge, PublishError, UnsafeEntry
@@ -250,7 +250,7 @@ class LogStreamer:
     ) -> None:
         self.store, self.prefix, self.locate, self.interval = store, prefix, locate, interval
         self.chunks = 0
-        self._file: Any = None
+        self._file: BinaryIO | None = None
         self._pending = b""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="log-streamer", daemon=True)

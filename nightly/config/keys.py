@@ -18,7 +18,7 @@ import re
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from nightly.config.reader import Ctx
 from nightly.errors import did_you_mean
@@ -88,7 +88,7 @@ def shape_of(defaults: Mapping[str, object]) -> Shape:
     return {**shape, **_EXTRA}
 
 
-def _from_defaults(value: Any, path: str) -> Shape:
+def _from_defaults(value: object, path: str) -> Shape:
     if not isinstance(value, dict):
         return None
     if not value:
@@ -169,7 +169,7 @@ def _has_userinfo(text: str) -> bool:
         return False
 
 
-def check_strings(data: Any, ctx: Ctx, path: str = "") -> None:
+def check_strings(data: object, ctx: Ctx, path: str = "") -> None:
     """No NUL character in any string (no path or name can hold one)."""
     if isinstance(data, Mapping):
         for key, value in data.items():

@@ -234,7 +234,7 @@ class Table:
                 t.ctx.fail("unknown key", t._key(close[0]), hint=f"did you mean '{name}'?")
             name, t = t.name, t.parent
 
-    def _type_fail(self, k: str, want: str, v: Any) -> Any:
+    def _type_fail(self, k: str, want: str, v: object) -> object:
         got = type(v).__name__
         return self.ctx.fail(f"must be {want}, not {got} ({v!r})", self._key(k))
 
@@ -243,7 +243,7 @@ class Table:
         k: builtins.str,
         *,
         required: builtins.bool = False,
-        default: Any = _MISSING,
+        default: object = _MISSING,
         item: Any = None,
     ) -> builtins.str:
         v = self.get(k, required=required, default=default)
@@ -261,7 +261,7 @@ class Table:
         k: builtins.str,
         *,
         required: builtins.bool = False,
-        default: Any = _MISSING,
+        default: object = _MISSING,
         minimum: builtins.int | None = None,
     ) -> builtins.int:
         v = self.get(k, required=required, default=default)
@@ -300,7 +300,7 @@ class Table:
         choices: Sequence[builtins.str],
         *,
         required: builtins.bool = False,
-        default: Any = _MISSING,
+        default: object = _MISSING,
     ) -> builtins.str:
         v = self.str(k, required=required, default=default)
         if v not in choices:
@@ -315,7 +315,7 @@ class Table:
         k: builtins.str,
         *,
         required: builtins.bool = False,
-        default: Any = _MISSING,
+        default: object = _MISSING,
         item: Any = None,
         choices: Sequence[builtins.str] | None = None,
     ) -> list[builtins.str]:

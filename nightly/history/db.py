@@ -25,7 +25,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nightly.history.schema import (
     BUILD_COLUMNS,
@@ -240,7 +240,7 @@ class History:
         day and every night that started after it (the previous nights of a night's report);
         `until` (epoch seconds) leaves out every run that started at or after it, for a night
         not recorded yet."""
-        params: list[Any] = [build_id, SUCCEEDED]
+        params: list[object] = [build_id, SUCCEEDED]
         cut = ""
         if before is not None:
             cut += (

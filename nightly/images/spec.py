@@ -29,7 +29,6 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from nightly.manylinux import OFF, glibc_of, parse_policy
 from nightly.plan.matrix import SpellingError, cuda_version, normalize_cuda
@@ -403,7 +402,7 @@ def _check_cudas(spec: BuilderSpec, key: str) -> None:
             )
 
 
-def _pythons(value: Any, key: str) -> tuple[PythonSource, ...]:
+def _pythons(value: object, key: str) -> tuple[PythonSource, ...]:
     if not isinstance(value, Mapping):
         raise SpecError(f"{key} must be a table of X.Y = source", key=key)
     out = []

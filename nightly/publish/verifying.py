@@ -15,7 +15,6 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nightly.errors import UsageError
 from nightly.publish import provenance
@@ -78,7 +77,7 @@ def fetch(target: str) -> Target:
                   bundle=prov.read_bytes() if prov.is_file() else None)
 
 
-def verify_targets(targets: Sequence[str], key: Any, *,
+def verify_targets(targets: Sequence[str], key: object, *,
                    source_commit: str | None = None) -> list[Checked]:
     out = []
     for t in targets:

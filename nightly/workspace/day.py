@@ -18,7 +18,6 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from nightly.errors import UsageError
 
@@ -147,7 +146,7 @@ def remove_tree(path: Path) -> None:
     rmtree never follows symlinks (it refuses one at the top and unlinks those inside).
     """
 
-    def retry(func: Callable[..., Any], p: str, exc: BaseException) -> None:
+    def retry(func: Callable[..., object], p: str, exc: BaseException) -> None:
         if isinstance(exc, FileNotFoundError):
             return
         if func in (os.unlink, os.remove, os.rmdir):

@@ -202,7 +202,7 @@ def _load(path: Path) -> dict[str, object]:
     except OSError as e:
         raise StateError(f"{path}: cannot read the day's state: {e.strerror or e}") from e
     problem = None
-    data: Any = None
+    data: object = None
     if len(raw) > MAX_STATE_BYTES:
         problem = f"larger than {MAX_STATE_BYTES >> 20} MiB"
     else:
@@ -211,7 +211,7 @@ def _load(path: Path) -> dict[str, object]:
         except (ValueError, RecursionError) as e:
             problem = f"not JSON ({str(e)[:120] or type(e).__name__})"
     problem = problem or _shape_problem(data)
-    if problem is None:
+    if problem is None and isinstance(data, dict):  # the shape checked: an object
         return dict(data)
     kept = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%dT%H%M%S')}")
     try:
