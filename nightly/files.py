@@ -72,7 +72,7 @@ def _start_time(pid: int) -> int | None:
     return None if stat is None else stat[18]
 
 
-def process_identity() -> dict[str, Any]:
+def process_identity() -> dict[str, object]:
     """Who this process is (pid, its start time, boot, host): recorded beside what it runs."""
     pid = os.getpid()
     return {"pid": pid, "start": _start_time(pid), "boot": boot_id(), "host": socket.gethostname()}

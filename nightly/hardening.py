@@ -48,7 +48,7 @@ class BuildUser:
         return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups", "--"]
 
 
-def credential_settings(config: Any) -> list[str]:
+def credential_settings(config: object) -> list[str]:
     """The settings of `config` that make nightly hold credentials (publishing, the compiler
     cache's S3 store, SMTP)."""
     out = []
@@ -122,7 +122,7 @@ def _build_folders(config: Any) -> list[tuple[str, Path | None]]:
     return out
 
 
-def recipe_user(config: Any) -> BuildUser | None:
+def recipe_user(config: object) -> BuildUser | None:
     """The user recipes run as (None: nightly's own). Raises ConfigError when nightly is root,
     the configuration uses credentials and it does not say who builds."""
     name = str(getattr(getattr(config, "local", None), "user", "") or "")

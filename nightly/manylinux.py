@@ -112,7 +112,7 @@ class Verdict:
     (policy, tags reached, glibc needed); `notes` into its log footer."""
 
     reason: str | None = None
-    record: dict[str, Any] = field(default_factory=dict)
+    record: dict[str, object] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
 
@@ -189,7 +189,7 @@ def _check_wheels(policy: str, wheels: Sequence[Path], toolchain: str = "") -> V
         if policy not in ("", OFF) and need > glibc_of(policy):
             problems.append(f"{w.name} needs glibc {need[0]}.{need[1]}, newer than the "
                             f"policy manylinux_{policy} ({fix_for_glibc(toolchain)})")
-    record: dict[str, Any] = {"policy": policy or "", "tags": tags}
+    record: dict[str, object] = {"policy": policy or "", "tags": tags}
     if newest != (0, 0):
         record["glibc"] = f"{newest[0]}.{newest[1]}"
     notes = (f"manylinux: policy {shown}; reached {', '.join(tags) or '-'}", *warnings)

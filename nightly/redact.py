@@ -143,7 +143,7 @@ def environment_secrets(env: Mapping[str, str]) -> list[str]:
     return [v for k, v in env.items() if SECRET_RE.search(k) and v]
 
 
-def secret_values(config: Any, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+def secret_values(config: object, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """Every credential value this configuration can use, read where nightly reads them:
     the AWS variables, the anaconda token (variable or file), the PyPI and SMTP passwords."""
     env = os.environ if environ is None else environ

@@ -5,3 +5,4 @@ The helpers themselves are in tests/support/ and imported as `tests.support.<mod
 """
 
 from tests.support.fixtures import *  # noqa: F403
+from tests.support.markers import pytest_collection_modifyitems  # noqa: F401

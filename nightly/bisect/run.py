@@ -13,12 +13,12 @@ and packages/ are never touched: only the result is recorded, in the history.
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nightly import procs
 from nightly.bisect.search import (
     BAD,
     GOOD,
@@ -62,14 +62,7 @@ class Target:
 
 
 def git(repo: Path, *args: str) -> str:
-    try:
-        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
-                             timeout=600, check=True)
-    except FileNotFoundError as e:
-        raise NightlyError("git is not installed; install git to bisect") from e
-    except subprocess.CalledProcessError as e:
-        raise NightlyError(f"git {' '.join(args)} failed: {e.stderr.strip()}") from e
-    return out.stdout.strip()
+    return procs.git(*args, cwd=repo, timeout=600, purpose="bisect")
 
 
 def _resolve(repo: Path, commit: str, what: str) -> str:
@@ -99,7 +92,7 @@ def target_of(config: Config, day: Day, build_id: str, opts: BisectOptions) -> T
         raise UsageError(f"{build_id} did not fail on {day.name} ({entry.status or 'not run'}): "
                          "nothing to bisect; pass --good and --bad to bisect anyway")
     good = opts.good or (facts.last_good_commit if facts else None)
-    bad = opts.bad or (facts.first_bad_commit if facts else None) or str(state.meta.get("commit") or "")
+    bad = opts.bad or (facts.first_bad_commit if facts else None) or state.meta.commit
     if not good:
         raise UsageError(f"{build_id} has no good night in the history: pass --good COMMIT "
                          "(a commit at which it built)")
@@ -236,8 +229,8 @@ class StepBuilder:
         self.machine = machine or ""
         self.source = folder / "source"
         meta = State(day.state_path).meta
-        self.version = str(meta.get("version") or "")
-        self.channel = str(meta.get("channel") or "nightly")
+        self.version = meta.version
+        self.channel = meta.channel_name
 
     def checkout(self, commit: str) -> None:
         if not (self.source / ".git").exists():
@@ -249,10 +242,9 @@ class StepBuilder:
         git(self.source, "clean", "-qfdx")
 
     def run(self, commit: str) -> Step:
-        from nightly.builds.jobs import RunContext, make_job
-        from nightly.builds.runner import Runner
+        from nightly.builds.execute import run_builds
+        from nightly.builds.jobs import RunContext
         from nightly.builds.smoke import night_smoke
-        from nightly.executors import make_executor
 
         sandbox = Day(self.folder, self.day.date, name=commit)
         sandbox.create()
@@ -269,15 +261,9 @@ class StepBuilder:
                          version=self.version, channel=self.channel, machine=self.machine)
         executor = self.t.executor or (self.config.machines[0].executor if self.config.machines
                                        else "local")
-        with make_executor(executor, self.config) as ex:
-            job = make_job(ctx, self.t.build, executor=ex.name)
-            if ex.name == "container":
-                from nightly.images.commands import preflight
-
-                preflight(self.config, [self.t.build])
-            ex.preflight([job])
-            smoke = night_smoke(self.config, ex, self.source)
-            Runner(ctx, ex, smoke=smoke).run_build(self.t.build)
+        source = self.source
+        run_builds(ctx, executor, [self.t.build], lambda runner: runner.run_build(self.t.build),
+                   smoke=lambda ex: night_smoke(self.config, ex, source))
         found = self._finished(sandbox, State(sandbox.state_path))
         if found is None:  # interrupted (Ctrl-C): no verdict
             raise KeyboardInterrupt

@@ -35,7 +35,7 @@ class Step:
     log: str = ""  # relative to the day folder
     duration_s: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
@@ -77,7 +77,7 @@ class BisectResult:
     steps: list[Step] = field(default_factory=list)
     builds: int = 0  # steps built by this run (not replayed)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data = asdict(self)
         data["steps"] = [s.to_json() for s in self.steps]
         return data

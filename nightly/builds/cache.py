@@ -151,8 +151,8 @@ class CacheStats:
         total = self.hits + self.misses
         return self.hits / total if total else None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"hits": self.hits, "misses": self.misses,
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"hits": self.hits, "misses": self.misses,
                                "requests": self.requests, "errors": self.errors,
                                "where": self.where}
         rate = self.hit_rate
@@ -173,7 +173,7 @@ class CacheStats:
         return text
 
 
-def settings_of(config: Any) -> CacheSettings:
+def settings_of(config: object) -> CacheSettings:
     """The `[cache]` section of a Config (disabled for a config without one)."""
     section = getattr(config, "cache", None)
     if section is None:
@@ -369,7 +369,7 @@ def parse_stats(data: Mapping[str, Any], *, where: str) -> CacheStats:
     )
 
 
-def night_total(entries: Sequence[Mapping[str, Any]]) -> CacheStats:
+def night_total(entries: Sequence[Mapping[str, object]]) -> CacheStats:
     """The night's cache figures from state entries (their "cache" members)."""
     hits = misses = requests = errors = 0
     for entry in entries:

@@ -16,7 +16,6 @@ import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from nightly import manylinux
 from nightly.builds.ownership import NotOurs, check_owned
@@ -114,7 +113,7 @@ def collect_build(
     infra: bool = False,
     infra_if_uncollected: bool = False,
     owners: frozenset[str] | None = None,
-    **fields: Any,
+    **fields: object,
 ) -> BuildEntry:
     """File a finished build: packages (when it succeeded), then its log, then its state
     entry (`fields` are the rest of the entry). A package that cannot be filed fails the build

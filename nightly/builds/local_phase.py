@@ -6,21 +6,20 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from nightly.builds import cache as compiler_cache
 from nightly.builds import repro_check, userarea
+from nightly.builds.execute import run_builds
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
-from nightly.builds.runner import Runner
+from nightly.builds.runner import Runner, SmokeHook
 from nightly.builds.smoke import night_smoke
 from nightly.config import Config, Machine
 from nightly.errors import ExecutorError
-from nightly.executors import make_executor
+from nightly.executors import Executor, make_executor
 from nightly.executors.local import LocalExecutor
 from nightly.history.db import recorder
-from nightly.images.commands import preflight as images_preflight
 from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 
@@ -50,7 +49,7 @@ class LocalPhase:
     def machine(self) -> Machine:
         return self._machine
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> dict[str, object]:
         return {}
 
     def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> None:
@@ -74,16 +73,19 @@ class LocalPhase:
             version=night.version, channel=night.channel, machine=self.machine.name,
             repro_builds=repro_check.selected(night.config.build.check_reproducible, todo),
         )
-        with make_executor(self.executor, night.config,
-                           keep_container=self.keep_container) as ex:
-            if todo and isinstance(ex, LocalExecutor) and ex.user is not None:
-                ctx = user_area(night, ctx, ex, todo)  # exit 2 here: a path out of its reach
-            if todo:
-                if ex.name == "container":
-                    images_preflight(night.config, todo)  # a missing builder image names its build command
-                ex.preflight([make_job(ctx, b, executor=ex.name) for b in todo])
-            n_q = len(self.queues) if self.queues is not None else self.machine.queues
-            progress = Progress(
+        n_q = len(self.queues) if self.queues is not None else self.machine.queues
+
+        def smoke(ex: Executor) -> SmokeHook | None:
+            return night_smoke(night.config, ex, night.source_dir, where=self.machine.name,
+                               gpu_host=self.machine.gpu)
+
+        def prepare(ctx: RunContext, ex: Executor, builds: Sequence[Build]) -> RunContext:
+            if isinstance(ex, LocalExecutor) and ex.user is not None:
+                return user_area(night, ctx, ex, builds)  # exit 2 here: a path out of its reach
+            return ctx
+
+        def run(runner: Runner) -> None:
+            progress = Progress(  # once the executor is ready: its clock starts with the builds
                 total=len(todo), master_log=night.day.master / "run.log",
                 estimate_s=self.estimate_s, live=night.live, queue_logs=night.day.master,
             )
@@ -91,18 +93,16 @@ class LocalPhase:
                 progress.log(
                     f"night {night.day.name} on machine {self.machine.name}: {len(todo)} to "
                     f"build, {len(night.builds) - len(todo)} already succeeded, {n_q} queues, "
-                    f"executor {ex.name}, source {night.source_describe}"
+                    f"executor {runner.executor.name}, source {night.source_describe}"
                 )
-                smoke = night_smoke(night.config, ex, night.source_dir, where=self.machine.name,
-                                    gpu_host=self.machine.gpu)
                 record = recorder(night.history, night.day.name, night.state,
                                   commit=night.commit, channel=night.channel, log=night.log)
 
-                def on_event(kind: str, info: Mapping[str, Any]) -> None:
+                def on_event(kind: str, info: Mapping[str, object]) -> None:
                     progress(kind, info)
                     record(kind, info)
 
-                runner = Runner(ctx, ex, on_event=on_event, smoke=smoke)
+                runner.on_event = on_event
                 todo_ids = {b.id for b in todo}
                 if self.queues is not None:
                     qs = [[b for b in q if b.id in todo_ids] for q in self.queues]
@@ -110,6 +110,9 @@ class LocalPhase:
                 else:
                     qs = [list(todo[i::n_q]) for i in range(n_q)]
                     runner.run_queues(qs, order=todo)
+
+        run_builds(ctx, self.executor, todo, run, keep_container=self.keep_container, smoke=smoke,
+                   prepare=prepare)
         return self.estimate_s
 
     def finish(self, night: NightContext) -> None:

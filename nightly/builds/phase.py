@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from nightly.config import Config, Machine
 from nightly.history.db import History
@@ -47,7 +47,7 @@ class BuildPhase(Protocol):
     def machine(self) -> Machine:
         """The machine the night's summary and report are about."""
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> dict[str, object]:
         """Extra fields for state.json's meta (e.g. the cluster's address)."""
 
     def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> None:

@@ -14,10 +14,14 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from nightly.format import hms
 from nightly.redact import scrub_pem
+
+if TYPE_CHECKING:
+    from rich.live import Live
+    from rich.table import Table
 
 
 class Progress:
@@ -41,7 +45,7 @@ class Progress:
         self.master_log = master_log
         self.queue_logs = queue_logs
         self._lock = threading.Lock()
-        self._live: Any = None
+        self._live: Live | None = None
 
     # ------------------------------------------------------------------ events
 
@@ -87,7 +91,7 @@ class Progress:
 
     # ------------------------------------------------------------------ live view
 
-    def _render(self) -> Any:
+    def _render(self) -> Table:
         from rich.table import Table
 
         now = time.time()

@@ -29,7 +29,7 @@ import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 # A zip cannot hold a time before 1980.
 ZIP_EPOCH_MIN = 315532800
@@ -129,7 +129,7 @@ def normalise_zip(path: Path, epoch: int) -> bool:
     return not same
 
 
-def _zstd() -> Any:
+def _zstd() -> ModuleType:
     import importlib
 
     try:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from nightly.builds import cache as compiler_cache
 from nightly.builds import repro_check, userarea
@@ -31,7 +31,7 @@ from nightly.plan.matrix import Build
 from nightly.redact import Masker, mask, safe_url, secret_values
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, remove_tree
 
-EventSink = Callable[[str, Mapping[str, Any]], None]
+EventSink = Callable[[str, Mapping[str, object]], None]
 
 
 class SmokeOutcome(Protocol):
@@ -42,7 +42,7 @@ class SmokeOutcome(Protocol):
     @property
     def notes(self) -> tuple[str, ...]: ...
     @property
-    def tested(self) -> Mapping[str, Any] | None: ...
+    def tested(self) -> Mapping[str, object] | None: ...
 
 
 # (build, produced files, job, log sink, cancel) -> outcome; see nightly.builds.smoke.SmokeTester.
@@ -56,7 +56,7 @@ class _SmokeError:
     reason: str
     ok: bool = False
     notes: tuple[str, ...] = ()
-    tested: Mapping[str, Any] | None = None
+    tested: Mapping[str, object] | None = None
 
 
 @dataclass(kw_only=True)

@@ -53,13 +53,13 @@ class SmokeResult:
     reason: str | None = None  # "smoke test: ..." when it failed
     notes: tuple[str, ...] = ()  # e.g. "GPU check not run"
     # state.json's `tested`: the overall result and each part's (result, where, when, seconds)
-    tested: Mapping[str, Any] | None = None
+    tested: Mapping[str, object] | None = None
 
 
 def stage_part(result: str, where: str, started: float, *, attempts: int = 1,
-              reason: str | None = None) -> dict[str, Any]:
+              reason: str | None = None) -> dict[str, object]:
     """One part of a build's test (cpu or gpu), as state.json's `tested` records it."""
-    part: dict[str, Any] = {"result": result, "where": where,
+    part: dict[str, object] = {"result": result, "where": where,
                             "when": dt.datetime.fromtimestamp(started).astimezone()
                             .isoformat(timespec="seconds"),
                             "seconds": round(time.time() - started, 3) if result != NOT_RUN else 0.0}
@@ -91,7 +91,7 @@ def preflight_jobs(config: Config, build: Build, job: Job, kind: str = "wheel") 
     return [job, replace(job, build_id=f"{job.build_id} (its tests)", image=image)]
 
 
-def tested_record(cpu: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> dict[str, Any]:
+def tested_record(cpu: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> dict[str, object]:
     """The build's `tested`: failed if a part failed; not run if the GPU part (required) was
     not run; else passed."""
     parts = {"cpu": dict(cpu), **({"gpu": dict(gpu)} if gpu is not None else {})}
@@ -155,7 +155,7 @@ class SmokeTester:
 
     def gpu_part(
         self, build: Build, wheels: list[Path], job: Job, out: OutputSink, cancel: threading.Event
-    ) -> tuple[SmokeResult, dict[str, Any]]:
+    ) -> tuple[SmokeResult, dict[str, object]]:
         """The GPU part of a CUDA build's test: its own log section, timeout and retries. Not
         run (recorded so) on a host without a GPU; a failure under [smoke] require_gpu."""
         sm = self.config.smoke

@@ -70,7 +70,7 @@ def channel_key(path: Path) -> str:
 # -- self-hosted channel ---------------------------------------------------------------------------
 
 
-def _run_coro(coro: Coroutine[Any, Any, T]) -> T:
+def _run_coro(coro: Coroutine[object, object, T]) -> T:
     """asyncio.run, also from inside a running event loop (in a worker thread then)."""
     try:
         asyncio.get_running_loop()
@@ -99,7 +99,7 @@ def publish_to_channel(channel: Path, files: Sequence[Path]) -> list[str]:
     return publish_to_store_channel(FileStore(channel), "", files)
 
 
-def _scratch_records(items: Sequence[tuple[Path, str, str]]) -> dict[str, dict[str, dict[str, Any]]]:
+def _scratch_records(items: Sequence[tuple[Path, str, str]]) -> dict[str, dict[str, dict[str, object]]]:
     """repodata entries of the given packages: {subdir: {section: {file name: entry}}}.
 
     Made by indexing a scratch channel holding only these files (hard links when possible).
@@ -107,7 +107,7 @@ def _scratch_records(items: Sequence[tuple[Path, str, str]]) -> dict[str, dict[s
     from rattler import Subdir
     from rattler.index import index_fs
 
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+    out: dict[str, dict[str, dict[str, object]]] = {}
     with tempfile.TemporaryDirectory(prefix="nightly-conda-index-") as tmp:
         scratch = Path(tmp)
         subdirs = {"noarch"} | {subdir for _, subdir, _ in items}

@@ -5,16 +5,20 @@ the loaded config and the day. Only click here: `nightly --help` imports nothing
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
 from nightly.errors import UsageError
 
-F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    from nightly.workspace import Day
+
+F = TypeVar("F", bound=Callable[..., object])
 
 _DATE_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})$", re.ASCII)  # not "２０２４"
 
@@ -41,8 +45,8 @@ class Shared:
     debug: bool = False
 
 
-def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+def _store(name: str) -> Callable[[click.Context, click.Parameter, object], object]:
+    def callback(ctx: click.Context, _param: click.Parameter, value: object) -> object:
         if value is not None and value is not False:
             setattr(ctx.ensure_object(Shared), name, value)
         return value
@@ -106,10 +110,8 @@ class Ctx:
 _NOT_ROOTS = ("/proc", "/sys", "/dev")
 
 
-def check_root(root: Any, *, given: bool) -> None:
+def check_root(root: str | os.PathLike[str], *, given: bool) -> None:
     """The root is a folder (or does not exist yet), outside the kernel's file systems."""
-    import os
-
     what = f"--root {root}" if given else f"root ({root})"
     try:
         real = os.path.realpath(root)
@@ -123,7 +125,7 @@ def check_root(root: Any, *, given: bool) -> None:
                              "folders")
 
 
-def existing_day(ctx: Ctx) -> Any:
+def existing_day(ctx: Ctx) -> Day:
     from nightly.workspace import Day
 
     day = Day(ctx.config.root, ctx.date)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,6 +24,9 @@ from nightly.cli.context import (
     shared,
 )
 from nightly.errors import BuildsFailed, NightlyError, UsageError, missing_extra
+
+if TYPE_CHECKING:
+    from nightly.config import Config
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -70,7 +73,7 @@ def plan(
         click.echo(f"version strategy: {strategy} ({why})")
 
 
-def _version_strategy(config: Any) -> tuple[str, str]:
+def _version_strategy(config: Config) -> tuple[str, str]:
     """The version strategy `nightly plan` shows: detected from a local source now; from a
     git URL only once the night has checked it out."""
     import os

@@ -4,11 +4,14 @@ command group; the work is in nightly.provenance and nightly.provenance.verifyin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from nightly.errors import NotVerified, UsageError
+
+if TYPE_CHECKING:
+    from nightly.provenance.verifying import Checked
 
 
 @click.group(name="provenance")
@@ -33,7 +36,7 @@ def keygen_command(folder: str, scheme: str, debug: bool) -> None:
                f"`nightly verify --key {public.name} FILE|URL`)")
 
 
-def _public_key(key_path: str | None, config_path: str | None) -> Any:
+def _public_key(key_path: str | None, config_path: str | None) -> object:
     from nightly import config as cfg
     from nightly import provenance
 
@@ -49,7 +52,7 @@ def _public_key(key_path: str | None, config_path: str | None) -> Any:
     return provenance.load_public_key(config.provenance.key.with_name(provenance.PUBLIC_NAME))
 
 
-def _rebuilt(results: list[Any], config_path: str | None) -> list[Any]:
+def _rebuilt(results: list[Checked], config_path: str | None) -> list[Checked]:
     """Each verified package built again here; its verdict is the rebuild's."""
     import dataclasses
 

@@ -24,12 +24,11 @@ def upload(force_partial: bool) -> None:
 
     ctx = Ctx()
     day = existing_day(ctx)
-    if not (ctx.config.publish.url or ctx.config.publish.conda_channel
-            or ctx.config.publish.anaconda_user):
+    if not ctx.config.publish.has_destination:
         raise UsageError(f"{ctx.config.path}: [publish] url is empty: nothing to publish to")
     with DayLock(day.lock_path).acquire("upload"):
         state = State(day.state_path)
-        channel = str(state.meta.get("channel") or "nightly")
+        channel = state.meta.channel_name
         try:
             report = publish_day(ctx.config, day, state, channel=channel, log=click.echo,
                                  force_partial=force_partial)
@@ -80,7 +79,7 @@ def index(
         return
     day = existing_day(ctx)
     state = State(day.state_path)
-    channel = str(state.meta.get("channel") or "nightly")
+    channel = state.meta.channel_name
     report = UploadReport()
     for entry in state.builds.values():
         for dest, sha in entry.published.items():
@@ -173,8 +172,8 @@ def validate(channel: str | None) -> None:
     ctx = Ctx()
     day = existing_day(ctx)
     state = State(day.state_path)
-    if channel is not None and state.meta.get("channel", "nightly") != channel:
-        raise UsageError(f"{day.path} is a {state.meta.get('channel', 'nightly')} day, "
+    if channel is not None and state.meta.channel_name != channel:
+        raise UsageError(f"{day.path} is a {state.meta.channel_name} day, "
                          f"not {channel}: pass its --date (or no --channel)")
     checks = validate_day(ctx.config, day, state, log=click.echo)
     bad = [c for c in checks if not c.ok]

@@ -14,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from nightly.builds.collect import collect_build
 from nightly.builds.ownership import owned_names
@@ -45,8 +45,8 @@ class GpuTestHook(Protocol):
     def on_event(self, ev: WorkerEvent) -> None: ...
 
 
-def with_gpu_test(tested: Mapping[str, Any] | None, test: GpuTestResult,
-                  require_gpu: bool) -> tuple[dict[str, Any], str | None]:
+def with_gpu_test(tested: Mapping[str, object] | None, test: GpuTestResult,
+                  require_gpu: bool) -> tuple[dict[str, object], str | None]:
     """The build's `tested` with its GPU part, and why the build fails over it (None: it
     passed, or could not run and [smoke] require_gpu is off)."""
     cpu = (tested or {}).get("cpu")
@@ -125,11 +125,11 @@ class Collector:
     def _lane(self, worker: str, slot: int) -> int:
         return self.lanes.setdefault((worker, slot), len(self.lanes))
 
-    def _progress(self, kind: str, info: Mapping[str, Any]) -> None:
+    def _progress(self, kind: str, info: Mapping[str, object]) -> None:
         if self.progress is not None:
             self.progress(kind, info)
 
-    def on_event(self, msg: Mapping[str, Any]) -> None:
+    def on_event(self, msg: Mapping[str, object]) -> None:
         ev = WorkerEvent.from_json(msg)
         bid = ev.build
         if bid not in self.by_id or bid in self.filed:
@@ -284,7 +284,7 @@ class Collector:
         )
         self._finish(build, status, reason, 0.0, lane=-1)
 
-    def _finish(self, build: Build, status: str, reason: Any, duration: float, lane: int) -> None:
+    def _finish(self, build: Build, status: str, reason: object, duration: float, lane: int) -> None:
         self.filed.add(build.id)
         self.current.pop(build.id, None)
         self._record(self.night.state.get(build.id), build.id)

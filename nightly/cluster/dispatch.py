@@ -85,7 +85,7 @@ def worker_slots(info: Mapping[str, Any], resources: Resources) -> float:
     return min(used) if used else float(have.get(SLOTS, 0.0))
 
 
-def capacity(workers: Mapping[str, Mapping[str, Any]], resources: Resources) -> float:
+def capacity(workers: Mapping[str, Mapping[str, object]], resources: Resources) -> float:
     return sum(worker_slots(w, resources) for w in workers.values())
 
 
@@ -100,7 +100,7 @@ class Bounds:
 def cluster_bounds(
     estimates: Mapping[str, float],
     resources: Mapping[str, Resources],
-    workers: Mapping[str, Mapping[str, Any]],
+    workers: Mapping[str, Mapping[str, object]],
 ) -> Bounds:
     groups: dict[str, list[str]] = {}
     sig_res: dict[str, Resources] = {}
@@ -139,7 +139,7 @@ TEST_PRIORITY = 10**12  # above any build's (its estimate in ms): a test is shor
 class TaskItem:
     build_id: str
     key: str
-    spec: Any
+    spec: object
     resources: Resources
     priority: int
     kind: str = BUILD  # BUILD, or TEST: the build's GPU test
@@ -182,19 +182,19 @@ class Dispatcher:
         self.topic = topic
         self.retries = retries
         self.lookahead = lookahead
-        self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.inbox: queue.Queue[tuple[str, object]] = queue.Queue()
         self.futures: dict[str, Any] = {}
         self.items: dict[str, TaskItem] = {}
-        self.fns: dict[str, Callable[..., Any]] = {}
+        self.fns: dict[str, Callable[..., object]] = {}
         self.remaining: set[str] = set()  # submitted and not yet done
         self.pending: dict[tuple[tuple[str, float], ...], list[TaskItem]] = {}
         self.inflight: dict[tuple[tuple[str, float], ...], int] = {}
-        self._workers: dict[str, dict[str, Any]] = {}
+        self._workers: dict[str, dict[str, object]] = {}
         self._workers_at = 0.0
         self._running = False
         client.subscribe_topic(topic, self._on_event)
 
-    def _on_event(self, event: Any) -> None:
+    def _on_event(self, event: object) -> None:
         msg = event[1] if isinstance(event, tuple) and len(event) == 2 else event
         if isinstance(msg, dict):
             self.inbox.put(("event", msg))
@@ -203,7 +203,7 @@ class Dispatcher:
     def _sig(item: TaskItem) -> tuple[tuple[str, float], ...]:
         return tuple(sorted(item.resources.items()))
 
-    def submit(self, fn: Callable[..., Any], items: Iterable[TaskItem]) -> None:
+    def submit(self, fn: Callable[..., object], items: Iterable[TaskItem]) -> None:
         """Queue `items` (highest priority first, the given order among equals), each to run
         `fn(item.spec)`, and send what the cluster has room for."""
         for it in items:
@@ -242,7 +242,7 @@ class Dispatcher:
         if not batch:
             return
         self.inflight[sig] = self.inflight.get(sig, 0) + len(batch)
-        groups: dict[tuple[int, Callable[..., Any]], list[TaskItem]] = {}
+        groups: dict[tuple[int, Callable[..., object]], list[TaskItem]] = {}
         for it in batch:
             groups.setdefault((it.priority, self.fns[it.id]), []).append(it)
         for (priority, fn), group in sorted(groups.items(), key=lambda kv: -kv[0][0]):
@@ -270,7 +270,7 @@ class Dispatcher:
         with contextlib.suppress(Exception):
             self.client.cancel(list(self.futures.values()))
 
-    def workers(self) -> dict[str, dict[str, Any]]:
+    def workers(self) -> dict[str, dict[str, object]]:
         info = self.client.scheduler_info(n_workers=-1)
         self._workers = dict(info.get("workers") or {})
         self._workers_at = time.monotonic()
@@ -281,7 +281,7 @@ class Dispatcher:
         *,
         on_result: Callable[[TaskItem, object], None],  # a result of cluster.messages
         on_error: Callable[[TaskItem, BaseException | None], None],
-        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_event: Callable[[dict[str, object]], None] | None = None,
         on_tick: Callable[[set[str]], None] | None = None,
         tick_s: float = WORKER_CHECK_S,
     ) -> None:
@@ -322,7 +322,7 @@ class Dispatcher:
         payload: Any,
         on_result: Callable[[TaskItem, object], None],
         on_error: Callable[[TaskItem, BaseException | None], None],
-        on_event: Callable[[dict[str, Any]], None] | None,
+        on_event: Callable[[dict[str, object]], None] | None,
     ) -> bool:
         """One message of the inbox. True when a task that was on the cluster is done."""
         if kind == "event" and on_event is not None:
@@ -331,7 +331,7 @@ class Dispatcher:
         if kind != "done":
             return False
         iid: str = payload[0]
-        fut: Any = payload[1]
+        fut: object = payload[1]
         if iid not in self.remaining or (fut is not None and self.futures.get(iid) is not fut):
             return False
         self.remaining.discard(iid)

@@ -76,7 +76,7 @@ class GpuStage:
         self.current: dict[str, WorkerEvent] = {}  # build -> its test's latest start
         self.gpu_workers: set[str] = set()  # the night's GPU workers (its cost)
 
-    def begin(self, workers: Mapping[str, Mapping[str, Any]], state: State) -> None:
+    def begin(self, workers: Mapping[str, Mapping[str, object]], state: State) -> None:
         """Say what gpu_smoke means now (one line in the master log), and who the GPU
         workers are."""
         gpus = self.see_workers(workers, state)

@@ -44,7 +44,7 @@ CANCEL_CHECK_S = 0.5
 CANCEL_STRIKES = 3  # the task must look cancelled this many checks in a row
 KEEP_FAILED_S = 2 * 86400  # a failed attempt's folder is kept this long for debugging
 
-Emit = Callable[[str, Mapping[str, Any]], None]
+Emit = Callable[[str, Mapping[str, object]], None]
 T = TypeVar("T")
 
 
@@ -125,11 +125,11 @@ slots = _Slots()
 
 
 # The attempts running in this process (a worker), for `running_attempts`.
-_live: dict[str, dict[str, Any]] = {}
+_live: dict[str, dict[str, object]] = {}
 _live_lock = threading.Lock()
 
 
-def live(token: str, about: Mapping[str, Any] | None) -> None:
+def live(token: str, about: Mapping[str, object] | None) -> None:
     """Say that attempt `token` runs in this process (`about`), or no longer (None)."""
     with _live_lock:
         if about is None:
@@ -138,7 +138,7 @@ def live(token: str, about: Mapping[str, Any] | None) -> None:
             _live[token] = dict(about)
 
 
-def running_attempts(dask_worker: Any = None) -> list[dict[str, Any]]:
+def running_attempts(dask_worker: object = None) -> list[dict[str, object]]:
     """The attempts (builds and GPU tests) this worker is running (run on every worker with
     `client.run`): a rerun orchestrator waits for the ones a killed run left behind to stop."""
     address = str(getattr(dask_worker, "address", "") or "")
@@ -189,7 +189,7 @@ def reap_orphans(folder: Path, config: Config, executor: str, emit: Emit) -> Non
 # ---------------------------------------------------------------------------- the task
 
 
-def this_worker(topic: str) -> tuple[Any, str, WorkerInfo, Emit]:
+def this_worker(topic: str) -> tuple[object, str, WorkerInfo, Emit]:
     """Inside a Dask task: (the worker, the task's key, this host, an emitter of events on the
     orchestrator's `topic`)."""
     from dask.context import thread_state
@@ -205,7 +205,7 @@ def this_worker(topic: str) -> tuple[Any, str, WorkerInfo, Emit]:
         gpu=GPU in resources,
     )
 
-    def emit(kind: str, msg: Mapping[str, Any]) -> None:
+    def emit(kind: str, msg: Mapping[str, object]) -> None:
         with contextlib.suppress(Exception):  # progress only: never fail a task over it
             worker.log_event(topic, {"kind": kind, **msg})
 
@@ -259,7 +259,7 @@ def run_task(topic: str, build_id: str,
         done.set()
 
 
-def plain(v: Any) -> Any:
+def plain(v: object) -> object:
     return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
 
 

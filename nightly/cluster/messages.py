@@ -21,38 +21,12 @@ import datetime as dt
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from nightly.cluster.staging import StagingSpec
 from nightly.config import Config
+from nightly.jsonvalues import as_float, as_int, as_str, opt_int, opt_str
 from nightly.plan.matrix import Build
 from nightly.workspace import FAILED
-
-
-def _str(v: object, default: str = "") -> str:
-    return default if v is None else str(v)
-
-
-def _opt_str(v: object) -> str | None:
-    return None if v is None else str(v)
-
-
-def _int(v: object, default: int = 0) -> int:
-    try:
-        return default if v is None or isinstance(v, bool) else int(v)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return default
-
-
-def _opt_int(v: object) -> int | None:
-    return None if v is None else _int(v)
-
-
-def _float(v: object, default: float = 0.0) -> float:
-    try:
-        return default if v is None or isinstance(v, bool) else float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +38,7 @@ class StagedPackage:
     sha256: str
     key: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "size": self.size, "sha256": self.sha256, "key": self.key}
 
 
@@ -90,20 +64,20 @@ class AttemptResult:
     executor: str = ""
     # Raw records: nightly.cluster.verify.check_packages validates them against the attempt.
     # None: what the worker sent was not a list (check_packages says so).
-    packages: tuple[Mapping[str, Any], ...] | None = ()
+    packages: tuple[Mapping[str, object], ...] | None = ()
     log_key: str = ""
     log_sha256: str = ""
     log_chunks: int = 0
     commit: str | None = None
     version: str = ""
     channel: str = ""
-    cache: Mapping[str, Any] | None = None  # the compiler cache's statistics
+    cache: Mapping[str, object] | None = None  # the compiler cache's statistics
     # state.json's `tested` as the worker recorded it (with gpu_smoke: the CPU part only)
-    tested: Mapping[str, Any] | None = None
+    tested: Mapping[str, object] | None = None
     seal: str | None = None  # HMAC of every other field (nightly.cluster.verify.seal)
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {
             "build": self.build, "token": self.token, "submission": self.submission,
             "worker": self.worker, "worker_name": self.worker_name, "host": self.host,
             "slot": self.slot, "status": self.status, "reason": self.reason,
@@ -122,26 +96,26 @@ class AttemptResult:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AttemptResult:
+    def from_json(cls, data: Mapping[str, object]) -> AttemptResult:
         packages = data.get("packages") or []
         cache, tested = data.get("cache"), data.get("tested")
         return cls(
-            build=_str(data.get("build")), token=_str(data.get("token")),
-            submission=_opt_str(data.get("submission")), worker=_str(data.get("worker")),
-            worker_name=_str(data.get("worker_name")), host=_str(data.get("host")),
-            slot=_int(data.get("slot")), status=_str(data.get("status"), FAILED),
-            reason=_opt_str(data.get("reason")), exit_status=_opt_int(data.get("exit_status")),
-            infra=bool(data.get("infra")), attempts=_int(data.get("attempts"), 1) or 1,
-            started=None if data.get("started") is None else _float(data.get("started")),
-            ended=None if data.get("ended") is None else _float(data.get("ended")),
-            duration_s=_float(data.get("duration_s")), executor=_str(data.get("executor")),
+            build=as_str(data.get("build")), token=as_str(data.get("token")),
+            submission=opt_str(data.get("submission")), worker=as_str(data.get("worker")),
+            worker_name=as_str(data.get("worker_name")), host=as_str(data.get("host")),
+            slot=as_int(data.get("slot")), status=as_str(data.get("status"), FAILED),
+            reason=opt_str(data.get("reason")), exit_status=opt_int(data.get("exit_status")),
+            infra=bool(data.get("infra")), attempts=as_int(data.get("attempts"), 1) or 1,
+            started=None if data.get("started") is None else as_float(data.get("started")),
+            ended=None if data.get("ended") is None else as_float(data.get("ended")),
+            duration_s=as_float(data.get("duration_s")), executor=as_str(data.get("executor")),
             packages=tuple(packages) if isinstance(packages, list) else None,
-            log_key=_str(data.get("log_key")), log_sha256=_str(data.get("log_sha256")),
-            log_chunks=_int(data.get("log_chunks")), commit=_opt_str(data.get("commit")),
-            version=_str(data.get("version")), channel=_str(data.get("channel")),
+            log_key=as_str(data.get("log_key")), log_sha256=as_str(data.get("log_sha256")),
+            log_chunks=as_int(data.get("log_chunks")), commit=opt_str(data.get("commit")),
+            version=as_str(data.get("version")), channel=as_str(data.get("channel")),
             cache=cache if isinstance(cache, Mapping) else None,
             tested=tested if isinstance(tested, Mapping) else None,
-            seal=_opt_str(data.get("seal")),
+            seal=opt_str(data.get("seal")),
         )
 
 
@@ -185,7 +159,7 @@ class GpuTestResult:
     host: str = ""
     result: str = FAILED  # passed | failed | not run (nightly.builds.smoke)
     reason: str | None = None
-    part: Mapping[str, Any] | None = None  # state.json's tested.gpu
+    part: Mapping[str, object] | None = None  # state.json's tested.gpu
     started: float | None = None
     ended: float | None = None
     log_key: str = ""
@@ -195,8 +169,8 @@ class GpuTestResult:
     version: str = ""
     seal: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {
             "build": self.build, "token": self.token, "build_token": self.build_token,
             "submission": self.submission, "worker": self.worker,
             "worker_name": self.worker_name, "host": self.host, "result": self.result,
@@ -210,20 +184,20 @@ class GpuTestResult:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GpuTestResult:
+    def from_json(cls, data: Mapping[str, object]) -> GpuTestResult:
         part = data.get("part")
         return cls(
-            build=_str(data.get("build")), token=_str(data.get("token")),
-            build_token=_str(data.get("build_token")),
-            submission=_opt_str(data.get("submission")), worker=_str(data.get("worker")),
-            worker_name=_str(data.get("worker_name")), host=_str(data.get("host")),
-            result=_str(data.get("result"), FAILED), reason=_opt_str(data.get("reason")),
+            build=as_str(data.get("build")), token=as_str(data.get("token")),
+            build_token=as_str(data.get("build_token")),
+            submission=opt_str(data.get("submission")), worker=as_str(data.get("worker")),
+            worker_name=as_str(data.get("worker_name")), host=as_str(data.get("host")),
+            result=as_str(data.get("result"), FAILED), reason=opt_str(data.get("reason")),
             part=part if isinstance(part, Mapping) else None,
-            started=None if data.get("started") is None else _float(data.get("started")),
-            ended=None if data.get("ended") is None else _float(data.get("ended")),
-            log_key=_str(data.get("log_key")), log_sha256=_str(data.get("log_sha256")),
-            log_chunks=_int(data.get("log_chunks")), commit=_opt_str(data.get("commit")),
-            version=_str(data.get("version")), seal=_opt_str(data.get("seal")),
+            started=None if data.get("started") is None else as_float(data.get("started")),
+            ended=None if data.get("ended") is None else as_float(data.get("ended")),
+            log_key=as_str(data.get("log_key")), log_sha256=as_str(data.get("log_sha256")),
+            log_chunks=as_int(data.get("log_chunks")), commit=opt_str(data.get("commit")),
+            version=as_str(data.get("version")), seal=opt_str(data.get("seal")),
         )
 
 
@@ -245,26 +219,26 @@ class WorkerEvent:
     reason: str | None = None
     duration_s: float = 0.0
     note: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)  # other fields of other kinds
+    extra: Mapping[str, object] = field(default_factory=dict)  # other fields of other kinds
 
     _FIELDS = ("build", "token", "worker", "worker_name", "host", "slot", "attempt", "started",
                "executor", "status", "reason", "duration_s", "note")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {**self.extra, "kind": self.kind,
                 **{name: getattr(self, name) for name in self._FIELDS}}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> WorkerEvent:
+    def from_json(cls, data: Mapping[str, object]) -> WorkerEvent:
         return cls(
-            kind=_str(data.get("kind")), build=_str(data.get("build")),
-            token=_str(data.get("token")), worker=_str(data.get("worker")),
-            worker_name=_str(data.get("worker_name")), host=_str(data.get("host")),
-            slot=_int(data.get("slot")), attempt=_int(data.get("attempt"), 1) or 1,
-            started=_float(data.get("started"), time.time()),
-            executor=_str(data.get("executor")), status=_str(data.get("status")),
-            reason=_opt_str(data.get("reason")), duration_s=_float(data.get("duration_s")),
-            note=_str(data.get("note")),
+            kind=as_str(data.get("kind")), build=as_str(data.get("build")),
+            token=as_str(data.get("token")), worker=as_str(data.get("worker")),
+            worker_name=as_str(data.get("worker_name")), host=as_str(data.get("host")),
+            slot=as_int(data.get("slot")), attempt=as_int(data.get("attempt"), 1) or 1,
+            started=as_float(data.get("started"), time.time()),
+            executor=as_str(data.get("executor")), status=as_str(data.get("status")),
+            reason=opt_str(data.get("reason")), duration_s=as_float(data.get("duration_s")),
+            note=as_str(data.get("note")),
             extra={k: v for k, v in data.items() if k not in cls._FIELDS and k != "kind"},
         )
 

@@ -171,7 +171,7 @@ class ClusterPhase:
         return Machine(name="cluster", platform=self.builds[0].platform, queues=1,
                        executor="cluster")
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> dict[str, object]:
         return {"cluster": self.address}
 
     def dry_run(self, day: Day, builds: Sequence[Build], version: str, channel: str) -> None:
@@ -391,7 +391,7 @@ class ClusterPhase:
         night = self.night
         cache = self.day.work / "cluster"
         src_tar, meta_path = cache / "source.tar.gz", cache / "source.json"
-        meta: dict[str, Any] = {}
+        meta: dict[str, object] = {}
         with contextlib.suppress(OSError, ValueError):
             meta = json.loads(meta_path.read_text())
         ident = {"commit": night.commit, "describe": night.source_describe}

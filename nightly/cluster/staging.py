@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from nightly.cluster.stagedlog import LOG_CHUNKS, LOG_TXT, log_check, read_staged_log
 from nightly.errors import NightlyError, ObjectTooLarge, PublishError, UnsafeEntry
@@ -250,7 +250,7 @@ class LogStreamer:
     ) -> None:
         self.store, self.prefix, self.locate, self.interval = store, prefix, locate, interval
         self.chunks = 0
-        self._file: Any = None
+        self._file: BinaryIO | None = None
         self._pending = b""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="log-streamer", daemon=True)
@@ -323,7 +323,7 @@ class StagingDay:
         return out
 
     def read(self, build_id: str, token: str, name: str, *, tests: bool = False
-             ) -> dict[str, Any] | None:
+             ) -> dict[str, object] | None:
         prefix = (gpu_test_prefix if tests else attempt_prefix)(self.day, build_id, token)
         return read_json(self.store, prefix + name)
 
@@ -367,10 +367,10 @@ class StagingDay:
         build_id: str,
         token: str,
         ok: bool,
-        result: Mapping[str, Any] | None,
+        result: Mapping[str, object] | None,
         *,
         reason: str = "",
-        test: Mapping[str, Any] | None = None,
+        test: Mapping[str, object] | None = None,
     ) -> Path:
         """The build's log in the day folder: what it had (earlier runs' attempts), then every
         attempt in staging not yet in it, oldest first: attempts that ended without a result
@@ -424,7 +424,7 @@ class StagingDay:
                 + f"\n{tail}\n".encode())
 
 
-    def _tests_log(self, bid: str, test: Mapping[str, Any] | None, prior: bytes) -> list[bytes]:
+    def _tests_log(self, bid: str, test: Mapping[str, object] | None, prior: bytes) -> list[bytes]:
         """The build's GPU test attempts not yet in its log, oldest first; the accepted one
         (`test`) checked against the log its worker recorded, the others marked."""
         try:
@@ -461,7 +461,7 @@ def _marker(token: str, what: str = "") -> str:
     return f"[nightly] cluster {what + ' ' if what else ''}attempt {token} "
 
 
-def _attempt_head(token: str, about: Mapping[str, Any], what: str = "") -> str:
+def _attempt_head(token: str, about: Mapping[str, object], what: str = "") -> str:
     def field(name: str) -> str:  # attempt.json is staging's: one short line, no controls
         return "".join(c for c in str(about.get(name, "?"))[:200] if c.isprintable())
 

@@ -28,10 +28,15 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nightly.config import ClusterConfig
 from nightly.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
+    from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+    from cryptography.x509 import Certificate
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca-key.pem"
@@ -137,7 +142,7 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _ca_certificate(key: Any) -> Any:
+def _ca_certificate(key: EllipticCurvePrivateKey) -> Certificate:
     import secrets
 
     from cryptography import x509
@@ -218,7 +223,7 @@ def _load_ca(cert_path: Path, key_path: Path) -> tuple[Any, Any]:
     return key, cert
 
 
-def _write_key(path: Path, key: Any) -> None:
+def _write_key(path: Path, key: PrivateKeyTypes) -> None:
     """0600 from the first byte (O_EXCL: never through a file someone else created)."""
     from cryptography.hazmat.primitives import serialization
 
@@ -232,7 +237,7 @@ def _write_key(path: Path, key: Any) -> None:
         os.close(fd)
 
 
-def _write_public(path: Path, cert: Any) -> None:
+def _write_public(path: Path, cert: Certificate) -> None:
     from cryptography.hazmat.primitives import serialization
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -349,7 +354,7 @@ def check_files(files: TlsFiles, *, config: str, address: str) -> None:
             file=config, key="cluster.tls_cert") from e
 
 
-def client_security(cc: ClusterConfig, address: str, *, config: str) -> Any:
+def client_security(cc: ClusterConfig, address: str, *, config: str) -> object:
     """`nightly run --cluster ADDRESS`: check the address against [cluster]'s TLS settings
     (check_address), then the client's Security (None for a plain address)."""
     files = TlsFiles(ca_file=cc.tls_ca_file, cert=cc.tls_cert, key=cc.tls_key)
@@ -358,7 +363,7 @@ def client_security(cc: ClusterConfig, address: str, *, config: str) -> Any:
     return security(files, require_encryption=cc.require_encryption)
 
 
-def security(files: TlsFiles, *, require_encryption: bool) -> Any:
+def security(files: TlsFiles, *, require_encryption: bool) -> object:
     """The orchestrator's `distributed.Security` (None: plain, checked by check_address)."""
     if not files.any:
         return None

@@ -23,7 +23,6 @@ import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from nightly.cluster.messages import StagedPackage
 
@@ -52,16 +51,16 @@ def night_key(path: Path) -> bytes:
     return key
 
 
-def _canonical(result: Mapping[str, Any]) -> bytes:
+def _canonical(result: Mapping[str, object]) -> bytes:
     body = {k: v for k, v in result.items() if k != SEAL}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
-def seal(key: bytes, result: Mapping[str, Any]) -> str:
+def seal(key: bytes, result: Mapping[str, object]) -> str:
     return hmac.new(key, _canonical(result), hashlib.sha256).hexdigest()
 
 
-def sealed(key: bytes, result: Mapping[str, Any]) -> bool:
+def sealed(key: bytes, result: Mapping[str, object]) -> bool:
     got = result.get(SEAL)
     return isinstance(got, str) and bool(key) and hmac.compare_digest(got, seal(key, result))
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nightly.builds.jobs import RunContext, make_job
-from nightly.builds.runner import Runner
-from nightly.builds.smoke import night_smoke, preflight_jobs
+from nightly.builds.execute import preflight_with_test_images, run_builds
+from nightly.builds.jobs import RunContext
+from nightly.builds.smoke import SmokeTester, night_smoke
 from nightly.cluster.host import (
     Emit,
     WorkerInfo,
@@ -57,8 +57,7 @@ from nightly.cluster.staging import (
 )
 from nightly.cluster.verify import seal
 from nightly.config import Config
-from nightly.errors import NightlyError
-from nightly.executors import make_executor
+from nightly.executors import Executor
 from nightly.files import process_identity, sha256_file
 from nightly.plan.matrix import Build
 from nightly.stores import Store
@@ -146,7 +145,7 @@ class _Attempt:
         self.store.put_bytes(f"{self.prefix}{ATTEMPT_JSON}", json.dumps(self.about).encode(),
                              "application/json", if_none_match=first)
 
-    def events(self, emit: Emit) -> Callable[[str, Mapping[str, Any]], None]:
+    def events(self, emit: Emit) -> Callable[[str, Mapping[str, object]], None]:
         """The runner's events, as the orchestrator's topic carries them."""
         build, spec, about = self.spec.build, self.spec, self.about
         base = {"build": build.id, "token": self.token, "worker": self.info.address,
@@ -241,20 +240,20 @@ def _run(
 
     streamer = LogStreamer(att.store, f"{att.prefix}{LOG_CHUNKS}", locate,
                            spec.log_flush_s).start()
+
+    def smoke(ex: Executor) -> SmokeTester | None:
+        # [cluster] gpu_smoke: the GPU part is a task of its own (gpu_stage); else it runs
+        # here if this worker declares the gpu resource (worker_config).
+        return night_smoke(ctx.config, ex, ctx.source_dir, where=ctx.machine,
+                           gpu_stage=spec.gpu_stage)
+
     try:
-        with make_executor(spec.executor, ctx.config, keep_container=spec.keep_container) as ex:
-            try:
-                ex.preflight(preflight_jobs(ctx.config, build, make_job(ctx, build, executor=ex.name)))
-            except NightlyError as e:
-                _preflight_failed(day, ctx.state, build, str(e), att.about["attempt"])
-            else:
-                # [cluster] gpu_smoke: the GPU part is a task of its own (gpu_stage); else
-                # it runs here if this worker declares the gpu resource (worker_config).
-                smoke = night_smoke(ctx.config, ex, ctx.source_dir, where=ctx.machine,
-                                    gpu_stage=spec.gpu_stage)
-                runner = Runner(ctx, ex, on_event=att.events(emit), cancel=cancel, smoke=smoke)
-                runner.run_build(build, queue=att.slot)
-            name = ex.name
+        name = run_builds(
+            ctx, spec.executor, [build], lambda runner: runner.run_build(build, queue=att.slot),
+            keep_container=spec.keep_container, preflight=preflight_with_test_images,
+            refused=lambda e: _preflight_failed(day, ctx.state, build, str(e), att.about["attempt"]),
+            smoke=smoke,
+            on_event=att.events(emit), cancel=cancel)
     finally:
         streamer.stop()
     return name, streamer.chunks

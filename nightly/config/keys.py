@@ -18,7 +18,7 @@ import re
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from nightly.config.reader import Ctx
 from nightly.errors import did_you_mean
@@ -96,14 +96,14 @@ _OPEN_KEYS: dict[str, Open] = {
 }
 
 
-def shape_of(defaults: Mapping[str, Any]) -> Shape:
+def shape_of(defaults: Mapping[str, object]) -> Shape:
     """The shape of a configuration, given the parsed defaults.toml."""
     shape = _from_defaults(defaults, "")
     assert isinstance(shape, dict)
     return {**shape, **_EXTRA}
 
 
-def _from_defaults(value: Any, path: str) -> Shape:
+def _from_defaults(value: object, path: str) -> Shape:
     if not isinstance(value, dict):
         return None
     if not value:
@@ -111,7 +111,7 @@ def _from_defaults(value: Any, path: str) -> Shape:
     return {k: _from_defaults(v, f"{path}.{k}" if path else k) for k, v in value.items()}
 
 
-def check_keys(data: Mapping[str, Any], shape: Shape, ctx: Ctx, path: str = "") -> None:
+def check_keys(data: Mapping[str, object], shape: Shape, ctx: Ctx, path: str = "") -> None:
     """Raise ConfigError on the first key of `data`, in written order, that `shape` has no
     place for (a value of the wrong kind, e.g. a string where a table goes, is left to the
     parsers' type checks)."""
@@ -157,7 +157,7 @@ _CREDENTIALS_GO = {
 }
 
 
-def check_url_credentials(data: Mapping[str, Any], ctx: Ctx, prefix: str = "") -> None:
+def check_url_credentials(data: Mapping[str, object], ctx: Ctx, prefix: str = "") -> None:
     """Every URL-valued setting without `user:password@`: an error naming the key and where
     credentials belong."""
     for key, value in data.items():
@@ -184,7 +184,7 @@ def _has_userinfo(text: str) -> bool:
         return False
 
 
-def check_strings(data: Any, ctx: Ctx, path: str = "") -> None:
+def check_strings(data: object, ctx: Ctx, path: str = "") -> None:
     """No NUL character in any string (no path or name can hold one)."""
     if isinstance(data, Mapping):
         for key, value in data.items():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from nightly.config.builders import check_references, inherit_policy, parse_builders
 from nightly.config.keys import check_keys, check_strings, check_url_credentials, shape_of
@@ -63,7 +62,7 @@ def load(path: Path, *, root_override: str | None = None) -> Config:
 
 
 def parse(
-    data: Mapping[str, Any], *, path: Path, text: str = "", root_override: str | None = None
+    data: Mapping[str, object], *, path: Path, text: str = "", root_override: str | None = None
 ) -> Config:
     ctx = Ctx(str(path), text)
     defaults = read_defaults(DEFAULTS_PATH)

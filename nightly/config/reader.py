@@ -69,7 +69,7 @@ def read_config_text(path: Path) -> str:
         raise ConfigError(f"cannot read the config file: {e}", file=str(path)) from e
 
 
-def read_toml(path: Path) -> tuple[dict[str, Any], str]:
+def read_toml(path: Path) -> tuple[dict[str, object], str]:
     """The parsed file and its text (kept to find the line of a key in messages)."""
     text = read_config_text(path)
     try:
@@ -86,7 +86,7 @@ def read_toml(path: Path) -> tuple[dict[str, Any], str]:
         raise ConfigError(f"invalid TOML: {e}", file=str(path), line=line) from e
 
 
-def read_defaults(path: Path) -> dict[str, Any]:
+def read_defaults(path: Path) -> dict[str, object]:
     return tomllib.loads(path.read_text(encoding="utf-8"))
 
 
@@ -173,7 +173,7 @@ class Ctx:
         raise ConfigError(message, file=self.file, key=key, line=self.line_of(key), hint=hint)
 
 
-def merge(defaults: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
+def merge(defaults: Mapping[str, object], data: Mapping[str, object]) -> dict[str, object]:
     """`data` laid over `defaults`: tables merged key by key, anything else replaced."""
     out = dict(defaults)
     for k, v in data.items():
@@ -192,7 +192,7 @@ class Table:
 
     def __init__(
         self,
-        data: Mapping[str, Any],
+        data: Mapping[str, object],
         path: str,
         ctx: Ctx,
         *,
@@ -234,7 +234,7 @@ class Table:
                 t.ctx.fail("unknown key", t._key(close[0]), hint=f"did you mean '{name}'?")
             name, t = t.name, t.parent
 
-    def _type_fail(self, k: str, want: str, v: Any) -> Any:
+    def _type_fail(self, k: str, want: str, v: object) -> object:
         got = type(v).__name__
         return self.ctx.fail(f"must be {want}, not {got} ({v!r})", self._key(k))
 
@@ -243,7 +243,7 @@ class Table:
         k: builtins.str,
         *,
         required: builtins.bool = False,
-        default: Any = _MISSING,
+        default: object = _MISSING,
         item: Any = None,
     ) -> builtins.str:
         v = self.get(k, required=required, default=default)
@@ -261,7 +261,7 @@ class Table:
         k: builtins.str,
         *,
         required: builtins.bool = False,
-        default: Any = _MISSING,
+        default: object = _MISSING,
         minimum: builtins.int | None = None,
     ) -> builtins.int:
         v = self.get(k, required=required, default=default)
@@ -300,7 +300,7 @@ class Table:
         choices: Sequence[builtins.str],
         *,
         required: builtins.bool = False,
-        default: Any = _MISSING,
+        default: object = _MISSING,
     ) -> builtins.str:
         v = self.str(k, required=required, default=default)
         if v not in choices:
@@ -315,7 +315,7 @@ class Table:
         k: builtins.str,
         *,
         required: builtins.bool = False,
-        default: Any = _MISSING,
+        default: object = _MISSING,
         item: Any = None,
         choices: Sequence[builtins.str] | None = None,
     ) -> list[builtins.str]:

@@ -203,6 +203,11 @@ class Publish:
         """The flat find-links page of a folder of `channel` (nightly, test, release)."""
         return self.find_links.format(project=self.project, channel=channel)
 
+    @property
+    def has_destination(self) -> bool:
+        """Whether the night publishes anywhere: a store, a conda channel or anaconda.org."""
+        return bool(self.url or self.conda_channel or self.anaconda_user)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterConfig:

@@ -217,7 +217,7 @@ class ContainerExecutor(Executor):
             LABEL_JOB: str(job.output_dir),
             **self.settings.labels,
         }
-        kwargs: dict[str, Any] = {
+        kwargs: dict[str, object] = {
             "image": job.image,
             "command": self.command_for(job),
             "name": container_name(job.build_id),

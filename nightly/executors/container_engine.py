@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nightly.executors.base import ExecResult
 
@@ -146,10 +146,10 @@ def infra(message: str) -> ExecResult:
 STOPPED = frozenset({"exited", "stopped", "dead"})
 
 
-def stopped_state(container: Container) -> Mapping[str, Any] | None:
+def stopped_state(container: Container) -> Mapping[str, object] | None:
     """The container's State when it has stopped (ExitCode is final then), else None."""
     container.reload()
-    state: Mapping[str, Any] = container.attrs.get("State") or {}
+    state: Mapping[str, object] = container.attrs.get("State") or {}
     return state if state.get("Status") in STOPPED else None
 
 

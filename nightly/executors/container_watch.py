@@ -94,7 +94,7 @@ def supervise(
 
 def _wait_for_stop(
     job: Job, container: Container, out: OutputSink, cancel: threading.Event, watch: Watch
-) -> ExecResult | tuple[Mapping[str, Any] | None, str | None]:
+) -> ExecResult | tuple[Mapping[str, object] | None, str | None]:
     """Wait until the container stopped (its State, or None when the waiter thread saw the exit
     first), or until it must be stopped ("cancel", "timeout"); an ExecResult when the engine
     lost track of it."""
@@ -106,7 +106,7 @@ def _wait_for_stop(
     next_look = time.monotonic() + gap
     looked_at_stream_end = False
     failures = 0
-    state: Mapping[str, Any] | None = None
+    state: Mapping[str, object] | None = None
     while not (watch.done.is_set() and watch.wait_error is None):
         if cancel.is_set():
             return None, "cancel"

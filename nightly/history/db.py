@@ -25,7 +25,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nightly.history import recover
 from nightly.history.schema import (
@@ -154,7 +154,7 @@ class History:
         self,
         day_name: str,
         build_id: str,
-        entry: BuildEntry | Mapping[str, Any],
+        entry: BuildEntry | Mapping[str, object],
         *,
         commit: str,
         channel: str = "nightly",
@@ -196,8 +196,8 @@ class History:
     ) -> int:
         """Record every build of a day's State (commit and channel default to its meta).
         By default only finished builds (succeeded, failed, interrupted). Returns how many."""
-        commit = commit if commit is not None else str(state.meta.get("commit") or "")
-        channel = channel if channel is not None else str(state.meta.get("channel") or "nightly")
+        commit = commit if commit is not None else state.meta.commit
+        channel = channel if channel is not None else state.meta.channel_name
         n = 0
         for build_id in sorted(state.builds):
             entry = state.get(build_id)
@@ -252,7 +252,7 @@ class History:
         day and every night that started after it (the previous nights of a night's report);
         `until` (epoch seconds) leaves out every run that started at or after it, for a night
         not recorded yet."""
-        params: list[Any] = [build_id, SUCCEEDED]
+        params: list[object] = [build_id, SUCCEEDED]
         cut = ""
         if before is not None:
             cut += (
@@ -341,7 +341,7 @@ class History:
             ).fetchall()
         return [(str(d), str(o), str(c)) for d, o, c in rows]
 
-    def record_bisect(self, day_name: str, build_id: str, result: Mapping[str, Any]) -> None:
+    def record_bisect(self, day_name: str, build_id: str, result: Mapping[str, object]) -> None:
         """Record (replace) the result of `nightly bisect` for one failure of a night."""
         with self._write() as conn:
             conn.execute(
@@ -350,23 +350,23 @@ class History:
                 (day_name, build_id, json.dumps(dict(result), sort_keys=True), time.time()),
             )
 
-    def bisects(self, day_name: str) -> dict[str, dict[str, Any]]:
+    def bisects(self, day_name: str) -> dict[str, dict[str, object]]:
         """The recorded bisect results of a night, by build id."""
         with self._read() as conn:
             rows = conn.execute(
                 "SELECT build_id, result FROM bisects WHERE day = ?", (day_name,)
             ).fetchall()
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, dict[str, object]] = {}
         for bid, text in rows:
             with contextlib.suppress(ValueError):
                 out[str(bid)] = dict(json.loads(text))
         return out
 
-    def sizes_json(self, day_name: str) -> dict[str, Any]:
+    def sizes_json(self, day_name: str) -> dict[str, object]:
         """The night's binary sizes, for the dashboard JSON published beside the index pages:
         {"date": day, "builds": {id: {"files": {name: bytes}, "total": bytes}}}, succeeded
         builds only (their last attempt), keys sorted when dumped with sort_keys."""
-        builds: dict[str, Any] = {}
+        builds: dict[str, object] = {}
         for rec in self.night(day_name):
             if rec.ok and rec.files:
                 builds[rec.build_id] = {
@@ -384,12 +384,12 @@ def recorder(
     commit: str,
     channel: str = "nightly",
     log: Callable[[str], None] | None = None,
-) -> Callable[[str, Mapping[str, Any]], None]:
+) -> Callable[[str, Mapping[str, object]], None]:
     """A runner event sink that records each attempt as it ends (the runner's "end" event
     comes after state.json has the attempt's final entry). A history that cannot be written
     is logged, never fatal: the build's result is in state.json either way."""
 
-    def on_event(kind: str, info: Mapping[str, Any]) -> None:
+    def on_event(kind: str, info: Mapping[str, object]) -> None:
         if kind != "end" or not info.get("build"):
             return
         build_id = str(info["build"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from nightly.jsonvalues import opt_float, opt_int, opt_str
 from nightly.workspace import BuildEntry
 
 SCHEMA_VERSION = 2  # 2: the bisects table (nightly bisect)
@@ -141,37 +142,19 @@ def record_from_row(r: Any, files: tuple[FileRecord, ...]) -> BuildRecord:
         commit=str(r[3]),
         channel=str(r[4]),
         machine=str(r[5]),
-        queue=int_or_none(r[6]),
+        queue=opt_int(r[6]),
         executor=str(r[7]),
         package=str(r[8]),
         python=str(r[9]),
         cuda=str(r[10]),
         variant=str(r[11]),
-        started=float_or_none(r[12]),
-        ended=float_or_none(r[13]),
-        duration_s=float_or_none(r[14]),
+        started=opt_float(r[12]),
+        ended=opt_float(r[13]),
+        duration_s=opt_float(r[14]),
         outcome=str(r[15]),
-        reason=str_or_none(r[16]),
-        exit_status=int_or_none(r[17]),
-        log=str_or_none(r[18]),
+        reason=opt_str(r[16]),
+        exit_status=opt_int(r[17]),
+        log=opt_str(r[18]),
         recorded=float(r[19]),
         files=files,
     )
-
-
-def int_or_none(v: Any) -> int | None:
-    try:
-        return None if v is None or v == "" else int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def float_or_none(v: Any) -> float | None:
-    try:
-        return None if v is None or v == "" else float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def str_or_none(v: Any) -> str | None:
-    return None if v is None else str(v)

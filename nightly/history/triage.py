@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from nightly.errors import NightlyError
+from nightly.procs import git
 
 if TYPE_CHECKING:
     from nightly.history.db import History
@@ -49,14 +51,14 @@ class FailureFacts:
     signature: str = ""
     commits: tuple[str, ...] | None = None  # `git log --oneline GOOD..BAD`; None: unknown
     commits_total: int = 0
-    bisect: dict[str, Any] | None = field(default=None, compare=False)
+    bisect: dict[str, object] | None = field(default=None, compare=False)
 
     def headline(self) -> str:
         if self.new:
             return "new"
         return f"still failing since {self.since} ({self.nights} nights)"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "new": self.new,
             "headline": self.headline(),
@@ -181,9 +183,8 @@ def commit_range(source: Path, good: str | None, bad: str) -> tuple[tuple[str, .
     if not good or not bad or not (source / ".git").exists():
         return None, 0
     try:
-        out = subprocess.run(["git", "log", "--oneline", f"{good}..{bad}"], cwd=source,
-                             capture_output=True, text=True, timeout=120, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
+        out = git("log", "--oneline", f"{good}..{bad}", cwd=source, timeout=120)
+    except NightlyError:
         return None, 0
     lines = out.splitlines()
     return tuple(lines[:RANGE_LINES]), len(lines)
@@ -225,7 +226,7 @@ def groups(all_facts: Iterable[FailureFacts]) -> list[tuple[str, list[FailureFac
     return sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0]))
 
 
-def summary_section(all_facts: Mapping[str, FailureFacts]) -> dict[str, Any]:
+def summary_section(all_facts: Mapping[str, FailureFacts]) -> dict[str, object]:
     """summary.json's "failures": per build its facts, the groups, and the counts."""
     return {
         "new": sum(f.new for f in all_facts.values()),
@@ -236,7 +237,7 @@ def summary_section(all_facts: Mapping[str, FailureFacts]) -> dict[str, Any]:
     }
 
 
-def summary_for_day(day: Day, history: History | None) -> dict[str, Any]:
+def summary_for_day(day: Day, history: History | None) -> dict[str, object]:
     """summary.json's "failures" for a day folder; never fails the night (an unreadable log
     or history gives fewer facts, not an error)."""
     try:
@@ -245,7 +246,7 @@ def summary_for_day(day: Day, history: History | None) -> dict[str, Any]:
         return {"new": 0, "still_failing": 0, "builds": {}, "groups": [], "error": str(e)}
 
 
-def subject_counts(summary: Mapping[str, Any]) -> str | None:
+def subject_counts(summary: Mapping[str, object]) -> str | None:
     """"3 new failures, 2 still failing" from summary.json's "failures", or None."""
     f = summary.get("failures")
     if not isinstance(f, Mapping) or not (f.get("new") or f.get("still_failing")):
@@ -263,7 +264,7 @@ def _safe_outcomes(history: History, build_id: str) -> list[tuple[str, str, str]
         return []
 
 
-def _bisects(history: History | None, day_name: str) -> dict[str, dict[str, Any]]:
+def _bisects(history: History | None, day_name: str) -> dict[str, dict[str, object]]:
     import sqlite3
 
     if history is None:

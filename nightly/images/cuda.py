@@ -16,10 +16,10 @@ interrupted run leaves nothing half-made behind.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from nightly.errors import NightlyError
 from nightly.images.suites import DEBIAN_NVCC
+from nightly.procs import run
 
 Log = Callable[[str], None]
 
@@ -40,12 +41,7 @@ class ToolkitError(NightlyError):
     """A CUDA toolkit could not be assembled (download, layout)."""
 
 
-def _run(cmd: list[str], what: str, **kw: object) -> str:
-    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise ToolkitError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
-    return str(proc.stdout)
+_run = functools.partial(run, error=ToolkitError)
 
 
 def download_wheels(version: str, cache: Path, log: Log) -> Path:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nightly.errors import NightlyError, require
 from nightly.executors.container_engine import NVCC_LABEL
@@ -210,7 +210,7 @@ def import_rootfs(client: DockerClient, fs: Path, tag: str, labels: dict[str, st
     return tag
 
 
-def _imported_id(answer: Any) -> str:
+def _imported_id(answer: object) -> str:
     """The image id from the import endpoint's answer (one or more JSON lines)."""
     text = answer.decode() if isinstance(answer, bytes) else str(answer)
     for line in reversed(text.strip().splitlines()):

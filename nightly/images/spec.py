@@ -128,7 +128,7 @@ class BuilderSpec:
 
     # -- hashes and tags ---------------------------------------------------------------------
 
-    def _digest(self, layer: str, parts: Mapping[str, Any]) -> str:
+    def _digest(self, layer: str, parts: Mapping[str, object]) -> str:
         text = json.dumps({"revision": RECIPE_REVISION[layer], **parts}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -204,13 +204,13 @@ class BuilderSpec:
         return "" if self.base_image else SUITE_GLIBC.get(self.suite, "")
 
     def base_hash(self) -> str:
-        parts: dict[str, Any] = {"suite": self.suite, "packages": list(self.base_packages)}
+        parts: dict[str, object] = {"suite": self.suite, "packages": list(self.base_packages)}
         if self.base_image:
             parts = {"base_image": self.base_image}
         return self._digest("base", parts)
 
     def cpu_hash(self) -> str:
-        parts: dict[str, Any] = {
+        parts: dict[str, object] = {
             "base": self.base_hash(),
             "pythons": [[p.version, p.kind, p.path] for p in self.pythons],
             "tools": sorted(self.pip_tools),
@@ -294,7 +294,7 @@ SPEC_KEYS = ("repository", "suite", "mirror", "packages", "compilers", "pythons"
              "manylinux", "base_image", "runtime_image", "toolchain", "rocms", "rocm_targets")
 
 
-def parse_spec(name: str, table: Mapping[str, Any]) -> BuilderSpec:
+def parse_spec(name: str, table: Mapping[str, object]) -> BuilderSpec:
     """A BuilderSpec from the `[builders.NAME]` table (already a plain mapping)."""
     key = f"builders.{name}"
     if not _NAME_RE.match(name):
@@ -384,14 +384,14 @@ def parse_toolchain(text: str, key: str) -> str:
     return text
 
 
-def _str(table: Mapping[str, Any], k: str, key: str) -> str:
+def _str(table: Mapping[str, object], k: str, key: str) -> str:
     v = table.get(k, "")
     if not isinstance(v, str):
         raise SpecError(f"{key}.{k} must be a string, got {type(v).__name__}", key=f"{key}.{k}")
     return v.strip()
 
 
-def _image_ref(table: Mapping[str, Any], k: str, key: str, example: str) -> str:
+def _image_ref(table: Mapping[str, object], k: str, key: str, example: str) -> str:
     ref = _str(table, k, key)
     if ref and (" " in ref or ref.startswith("@")):
         raise SpecError(f"{k} '{ref}' is not an image reference", key=f"{key}.{k}",
@@ -399,14 +399,14 @@ def _image_ref(table: Mapping[str, Any], k: str, key: str, example: str) -> str:
     return ref
 
 
-def _strs(table: Mapping[str, Any], k: str, key: str) -> list[str]:
+def _strs(table: Mapping[str, object], k: str, key: str) -> list[str]:
     v = table.get(k, [])
     if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
         raise SpecError(f"{key}.{k} must be a list of non-empty strings", key=f"{key}.{k}")
     return [x.strip() for x in v]
 
 
-def _debs(table: Mapping[str, Any], k: str, key: str) -> tuple[str, ...]:
+def _debs(table: Mapping[str, object], k: str, key: str) -> tuple[str, ...]:
     names = _strs(table, k, key)
     for n in names:
         if not _PACKAGE_RE.match(n):
@@ -436,7 +436,7 @@ def _check_requirement(text: str, key: str) -> None:
         ) from e
 
 
-def _cudas(table: Mapping[str, Any], key: str) -> tuple[str, ...]:
+def _cudas(table: Mapping[str, object], key: str) -> tuple[str, ...]:
     out: list[str] = []
     for text in _strs(table, "cudas", key) or ["cpu"]:
         try:
@@ -471,7 +471,7 @@ def _check_cudas(spec: BuilderSpec, key: str) -> None:
             )
 
 
-def _pythons(value: Any, key: str) -> tuple[PythonSource, ...]:
+def _pythons(value: object, key: str) -> tuple[PythonSource, ...]:
     if not isinstance(value, Mapping):
         raise SpecError(f"{key} must be a table of X.Y = source", key=key)
     out = []

@@ -26,6 +26,7 @@ The wrappers find the sysroot beside themselves, so the folder can be copied int
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ from pathlib import Path
 
 from nightly.errors import NightlyError
 from nightly.images.spec import SYSROOT_GLIBC, TOOLCHAIN_REVISION
+from nightly.procs import run
 
 Log = Callable[[str], None]
 
@@ -117,12 +119,7 @@ class ToolchainError(NightlyError):
     """The glibc-targeting toolchain could not be made (download, unpack, self-test)."""
 
 
-def _run(cmd: list[str], what: str, **kw: object) -> str:
-    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
-        raise ToolchainError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
-    return str(proc.stdout)
+_run = functools.partial(run, error=ToolchainError, tail=10)
 
 
 def fetch_debs(cache: Path, mirror: str, log: Log) -> Path:

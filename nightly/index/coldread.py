@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TextIO, TypeVar
+from typing import TextIO, TypeVar
 
 from nightly.errors import PublishError
 from nightly.index import etags
@@ -85,12 +85,12 @@ class Learned:
     """What a run read about one object, tied to the object as it was listed (`identity`),
     so that it is never applied to another object of the same name."""
 
-    identity: Mapping[str, Any]
+    identity: Mapping[str, object]
     record: FileRecord
     read: frozenset[str]  # "sha256", "metadata": what was asked (and need not be again)
 
 
-def identity(obj: ObjectInfo) -> dict[str, Any]:
+def identity(obj: ObjectInfo) -> dict[str, object]:
     modified = obj.last_modified.isoformat() if obj.last_modified is not None else None
     return {"size": obj.size, "etag": obj.etag, "modified": modified}
 
@@ -147,7 +147,7 @@ class ReadPool:
     ) -> None:
         self.store, self.workers, self.log_line = store, max(1, workers), log_line
         self.attempts, self.backoff, self.stream = max(1, attempts), backoff, stream
-        self._learned: dict[str, dict[str, dict[str, Any]]] = {}  # folder -> name -> entry
+        self._learned: dict[str, dict[str, dict[str, object]]] = {}  # folder -> name -> entry
         self._dirty: set[str] = set()
         self._kept: set[str] = set()  # folders with a checkpoint object in the store
         self.requests = 0  # attempts, retries included
@@ -357,7 +357,7 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _record(entry: Mapping[str, Any]) -> FileRecord:
+def _record(entry: Mapping[str, object]) -> FileRecord:
     def text(k: str) -> str | None:
         v = entry.get(k)
         return v if isinstance(v, str) and v else None

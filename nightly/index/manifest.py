@@ -13,7 +13,6 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 from nightly.index.names import is_package
 from nightly.stores import SHA256_RE, Store
@@ -70,18 +69,18 @@ class Manifest:
         return {n: r.sha256 for n, r in (self.files or {}).items()}
 
 
-def _hex(value: Any) -> str | None:
+def _hex(value: object) -> str | None:
     return value if isinstance(value, str) and SHA256_RE.fullmatch(value) else None
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
 def encode_manifest(files: Mapping[str, FileRecord] | None, folders: Iterable[str] = ()) -> bytes:
     """The manifest's bytes; `files=None` records only sub-folders of a folder whose own
     files nobody has listed yet (its next run then rebuilds it from a listing)."""
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "format": 2,
         "files": None
         if files is None
@@ -92,13 +91,13 @@ def encode_manifest(files: Mapping[str, FileRecord] | None, folders: Iterable[st
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def _folders(raw: Any) -> tuple[str, ...]:
+def _folders(raw: object) -> tuple[str, ...]:
     if not isinstance(raw, list):
         return ()
     return tuple(sorted({f for f in raw if isinstance(f, str) and f and "/" not in f and f[0] != "."}))
 
 
-def _record(version: int, value: Any) -> FileRecord:
+def _record(version: int, value: object) -> FileRecord:
     if version == 1 or not isinstance(value, dict):
         return FileRecord(sha256=_hex(value))
     return FileRecord(

@@ -76,7 +76,7 @@ def body(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def send(cfg: Notify, summary: dict[str, Any], secrets: tuple[str, ...] = ()) -> list[str]:
+def send(cfg: Notify, summary: dict[str, object], secrets: tuple[str, ...] = ()) -> list[str]:
     """Send what is configured. Returns messages for the master log (errors included)."""
     if summary["exit_code"] == 0 and not cfg.always:
         return []
@@ -102,7 +102,7 @@ def send(cfg: Notify, summary: dict[str, Any], secrets: tuple[str, ...] = ()) ->
     return out
 
 
-def _mail(cfg: Notify, summary: dict[str, Any], payload: str) -> str:
+def _mail(cfg: Notify, summary: dict[str, object], payload: str) -> str:
     import smtplib
     from email.message import EmailMessage
 

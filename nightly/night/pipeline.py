@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nightly.builds.local_phase import LocalPhase
 from nightly.builds.phase import BuildPhase, NightContext
@@ -130,7 +129,7 @@ def run_night(
     builds: Sequence[Build],
     opts: NightOptions,
     *,
-    plan_json: dict[str, Any] | None = None,
+    plan_json: dict[str, object] | None = None,
     estimates: Mapping[str, float] | None = None,
 ) -> Summary | None:
     """Lock the day, prepare it, run the build phase on what is not done yet, publish,
@@ -216,7 +215,7 @@ def _prepare(
     builds: Sequence[Build],
     opts: NightOptions,
     version: str,
-    taken_over: Mapping[str, Any] | None,
+    taken_over: Mapping[str, object] | None,
 ) -> NightContext:
     """The locked day made ready: the source checked out, state.json loaded (builds a dead
     run left running marked interrupted), its meta written."""
@@ -264,7 +263,7 @@ def run_builds(
     opts: NightOptions,
     *,
     queues: Sequence[Sequence[Build]] | None = None,
-    plan_json: dict[str, Any] | None = None,
+    plan_json: dict[str, object] | None = None,
     estimate_s: float = 0.0,
     estimates: dict[str, float] | None = None,
 ) -> Summary | None:
@@ -301,7 +300,7 @@ def publish_step(night: NightContext, *, replace: Sequence[str] = ()) -> None:
     """Upload the day's good packages and refresh the index; failures are recorded per build
     (upload_error) and reported in the summary, never fatal to the night."""
     pub = night.config.publish
-    if not (pub.url or pub.conda_channel or pub.anaconda_user):
+    if not pub.has_destination:
         night.log("publish: no destination configured ([publish] url), nothing uploaded")
         return
     try:
@@ -334,7 +333,7 @@ def validate_step(night: NightContext) -> None:
         return
     bad = [f"{c.package}: {c.reason}" for c in checks if not c.ok]
     if bad:
-        previous = night.state.meta.get("publish_error")
+        previous = night.state.meta.publish_error
         night.state.set_meta(publish_error="; ".join(
             [*([str(previous)] if previous else []), f"validate: {'; '.join(bad)}"])[:2000])
 
@@ -389,7 +388,7 @@ def write_summary(
     gpu = GpuHosts(  # machines with gpu = true; a cluster's GPU workers (the test stage's)
         names=frozenset(m.name for m in night.config.machines if m.gpu)
         | (frozenset({night.machine.name}) if night.config.smoke.gpu else frozenset())
-        | frozenset(str(w) for w in state.meta.get("gpu_workers") or ()),
+        | frozenset(state.meta.gpu_workers),
     )
     costs = []
     for b in night.builds:
@@ -404,7 +403,7 @@ def write_summary(
             tested=verdict_of(e) if e.status == SUCCEEDED else "",
         )
     failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]
-    publish_error = state.meta.get("publish_error")
+    publish_error = state.meta.publish_error
     ended = time.time()
     outcomes = [v.outcome for v in builds.values()]
     summary = Summary(
@@ -424,7 +423,7 @@ def write_summary(
         failed_uploads=failed_uploads, publish_error=publish_error, builds=builds,
         exit_code=day_record.exit_code(builds, failed_uploads, publish_error),
         manual=manual if manual is not None else day_record.manual_builds(state),
-        held_back=day_record.held_back_of(state.meta),
+        held_back=dict(state.meta.held_back or {}),
         gpu_host_s=gpu_host_seconds(costs),
         extra={"failures": summary_for_day(night.day, night.history)},  # new / still failing
     )
@@ -444,7 +443,7 @@ class Share:
 
     order: list[Build]  # its builds, in plan order
     queues: list[list[Build]]  # its queues, each in plan order
-    plan_json: dict[str, Any]  # the whole plan, for logs/master/plan.json
+    plan_json: dict[str, object]  # the whole plan, for logs/master/plan.json
     makespan_s: float  # its estimated makespan
     estimates: dict[str, float]  # build id -> estimated seconds
 

@@ -11,12 +11,12 @@ import datetime as dt
 import json
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from nightly.config import Project
 from nightly.errors import NightlyError
+from nightly.procs import git
 from nightly.workspace import remove_tree, write_json
 
 MARKER = ".nightly-source.json"
@@ -30,17 +30,7 @@ class Checkout:
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    try:
-        out = subprocess.run(
-            ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=1800
-        )
-    except FileNotFoundError as e:
-        raise NightlyError("git is not installed; install git to check out the source") from e
-    except subprocess.CalledProcessError as e:
-        raise NightlyError(
-            f"git {' '.join(args)} failed: {e.stderr.strip() or e.stdout.strip()}"
-        ) from e
-    return out.stdout.strip()
+    return git(*args, cwd=cwd, timeout=1800, purpose="check out the source")
 
 
 def _is_url(source: str) -> bool:

@@ -22,7 +22,7 @@ from nightly.files import sha256_file
 from nightly.provenance import Verdict
 
 
-def _facts(stmt: Mapping[str, Any]) -> tuple[dict[str, Any], str, str]:
+def _facts(stmt: Mapping[str, Any]) -> tuple[dict[str, object], str, str]:
     bd = stmt["predicate"]["buildDefinition"]
     ext = dict(bd.get("externalParameters", {}))
     src = (bd.get("resolvedDependencies") or [{}])[0]
@@ -30,7 +30,7 @@ def _facts(stmt: Mapping[str, Any]) -> tuple[dict[str, Any], str, str]:
     return ext, str(src.get("digest", {}).get("gitCommit", "")), invocation.split("/", 1)[0]
 
 
-def rebuild(config: Config, name: str, sha256: str, stmt: Mapping[str, Any]) -> Verdict:
+def rebuild(config: Config, name: str, sha256: str, stmt: Mapping[str, object]) -> Verdict:
     """Build the package again on this machine; ok when the bytes are the same."""
     from nightly.night import pipeline as night
 

@@ -13,7 +13,6 @@ network: the container executor mounts it read-only.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 from nightly.config import Config
 from nightly.config.pyproject import pyproject_problem
 from nightly.errors import NightlyError
+from nightly.procs import run
 
 MARKER = ".complete"
 
@@ -37,15 +37,8 @@ def pip_source_args(config: Config) -> list[str]:
 
 
 def _run(cmd: list[str], what: str, log: Callable[[str], None]) -> None:
-    log(f"wheelhouse: {' '.join(cmd)}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        raise NightlyError(
-            f"preparing the wheelhouse failed: {what} (exit {proc.returncode}):\n"
-            f"{(proc.stdout + proc.stderr)[-3000:]}\n"
-            "Fix [build] index_url / extra_index_urls / find_links, or set "
-            "[build] wheelhouse = false"
-        )
+    run(cmd, f"preparing the wheelhouse: {what}", tail=40, log=lambda line: log(f"wheelhouse: {line}"),
+        hint="Fix [build] index_url / extra_index_urls / find_links, or set [build] wheelhouse = false")
 
 
 def requirements_for(source: Path, python: str, wheelhouse: Path, config: Config,

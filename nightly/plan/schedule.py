@@ -12,7 +12,6 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from nightly.config import Config, Machine
 from nightly.errors import ConfigError, NothingSelected, UsageError
@@ -104,7 +103,7 @@ class Plan:
                 return m
         raise KeyError(name)
 
-    def to_json(self, *, date: str = "", version: str = "") -> dict[str, Any]:
+    def to_json(self, *, date: str = "", version: str = "") -> dict[str, object]:
         return {
             "date": date,
             "version": version,

@@ -124,7 +124,7 @@ def load_signer(path: Path) -> Any:
         ) from e
 
 
-def load_public_key(path: Path) -> Any:
+def load_public_key(path: Path) -> object:
     """A securesystemslib public key from a PEM file."""
     try:
         from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]
@@ -185,7 +185,7 @@ def _rfc3339(t: float | None) -> str | None:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def statement(f: BuildFacts) -> dict[str, Any]:
+def statement(f: BuildFacts) -> dict[str, object]:
     """The in-toto Statement v1 with its SLSA Provenance v1 predicate."""
     params = {
         "buildId": f.build_id, "package": f.package, "python": f.python, "cuda": f.cuda,
@@ -228,7 +228,7 @@ def sign(stmt: Mapping[str, Any], signer: Any) -> bytes:
     return json.dumps(env.to_dict(), sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
 
-def write(package: Path, facts: BuildFacts, signer: Any) -> Path:
+def write(package: Path, facts: BuildFacts, signer: object) -> Path:
     """`<package>.provenance.json` beside the package, replaced atomically."""
     dest = package.with_name(package.name + SUFFIX)
     tmp = dest.with_name(dest.name + ".tmp")
@@ -340,7 +340,7 @@ def _check_statement(stmt: Mapping[str, Any], name: str, sha256: str,
 def payload_of(bundle: bytes) -> dict[str, Any]:
     """The (unverified) statement of a bundle's first envelope: for `--rebuild`."""
     env = _envelopes(bundle)[0]
-    data: dict[str, Any] = json.loads(env.payload)
+    data: dict[str, object] = json.loads(env.payload)
     return data
 
 

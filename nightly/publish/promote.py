@@ -153,12 +153,12 @@ def _check_candidate(
 
 
 def _candidate_files(
-    day: Day, state: State, store: Any, report: UploadReport
-) -> tuple[list[tuple[str, Path, str]], list[tuple[str, dict[str, Any]]], list[_Copy]]:
+    day: Day, state: State, store: object, report: UploadReport
+) -> tuple[list[tuple[str, Path, str]], list[tuple[str, dict[str, object]]], list[_Copy]]:
     """The candidate's files: its wheels (build, path, sha256) for PyPI, its conda packages,
     and the copies from the test folders to the release folders (with a store)."""
     wheels: list[tuple[str, Path, str]] = []
-    conda_files: list[tuple[str, dict[str, Any]]] = []
+    conda_files: list[tuple[str, dict[str, object]]] = []
     copies: list[_Copy] = []
     for bid, entry in sorted(state.builds.items()):
         if entry.status != SUCCEEDED:

@@ -89,7 +89,7 @@ def publish_day(
     pub = config.publish
     report = UploadReport()
     store = open_destination(config) if pub.url else None
-    conda_files: list[tuple[str, dict[str, Any]]] = []
+    conda_files: list[tuple[str, dict[str, object]]] = []
     report.held_back = gate.held_back(pub.atomic, state, channel)
     gate.record(state, report.held_back, forced=force_partial)
     for bid, why in sorted(report.held_back.items()):

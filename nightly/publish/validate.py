@@ -30,6 +30,7 @@ from pathlib import Path
 
 from nightly.config import Config
 from nightly.errors import ConfigError, NightlyError
+from nightly.procs import run
 from nightly.stores.layout import kind_of
 from nightly.workspace import SUCCEEDED, BuildEntry, Day, State, write_json
 
@@ -154,7 +155,7 @@ def _check_wheel(
         return Check(build=bid, package=name, ok=True, url=url,
                      reason=f"not installed: no Python {entry.python} here ({e})")
     venv = work / "venv"
-    _run([python, "-m", "venv", "--without-pip", str(venv)], "making a venv")
+    run([python, "-m", "venv", "--without-pip", str(venv)], "making a venv", timeout=300)
     vpy = str(venv / "bin" / "python")
     got = work / "got"
     out = _pip(vpy, ["download", "--no-deps", "--pre", "--only-binary", ":all:",
@@ -208,12 +209,6 @@ def _pip(python: str, args: Sequence[str]) -> str | None:
     lines = [line.strip() for line in (p.stderr + p.stdout).splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("ERROR")]
     return (errors or lines or [f"exit status {p.returncode}"])[0][:500]
-
-
-def _run(cmd: Sequence[str], what: str) -> None:
-    p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=300, check=False)
-    if p.returncode != 0:
-        raise NightlyError(f"{what} failed: {p.stderr.strip()[-300:]}")
 
 
 def _check_conda(config: Config, bid: str, entry: BuildEntry, name: str, sha256: str) -> Check | None:

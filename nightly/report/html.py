@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nightly.format import clock, took
 from nightly.report.sections import builds_table, esc, failures, timeline
@@ -24,6 +24,8 @@ from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, 
 
 if TYPE_CHECKING:
     from nightly.history.db import History
+    from nightly.workspace.state import DayMeta
+    from nightly.workspace.summary import Summary
 
 REPORT_NAME = "report.html"
 HTML_TAIL = 30
@@ -99,7 +101,7 @@ def render_html(
     day: Day,
     history: History | None,
     *,
-    plan: dict[str, Any] | None = None,
+    plan: dict[str, object] | None = None,
     link_base: str = "",
     tail: int = HTML_TAIL,
     now: float | None = None,
@@ -111,7 +113,7 @@ def render_html(
     now = time.time() if now is None else now
     meta, summary = night.meta, night.summary
     c = night.counts()
-    project = str(summary.get("project") or meta.get("project") or "")
+    project = str(summary.extra.get("project") or meta.project or "")
     title = f"nightly {day.name}" + (f" · {project}" if project else "")
     out: list[str] = [
         "<!DOCTYPE html>",
@@ -156,20 +158,19 @@ def render_html(
     return "\n".join(out) + "\n"
 
 
-def _wall_s(meta: dict[str, Any], summary: dict[str, Any], now: float) -> float | None:
+def _wall_s(meta: DayMeta, summary: Summary, now: float) -> float | None:
     """The wall time of the run the report is about: summary.json's when it is that run's
     (its start is the run's), else (the report written during the run, before its summary)
     the run's time so far; never an earlier run's summary."""
-    started = meta.get("run_started")
-    duration = summary.get("duration_s")
+    started, duration = meta.run_started, summary.duration_s
     try:
-        summary_started = dt.datetime.fromisoformat(str(summary.get("started"))).timestamp()
+        summary_started: float | None = dt.datetime.fromisoformat(summary.started).timestamp()
     except ValueError:
         summary_started = None
-    if duration is not None and (not isinstance(started, (int, float)) or (
+    if duration is not None and (started is None or (
             summary_started is not None and abs(summary_started - started) < 2)):
         return float(duration)
-    return max(0.0, now - started) if isinstance(started, (int, float)) else None
+    return max(0.0, now - started) if started is not None else None
 
 
 def _facts(night: NightView, now: float) -> list[str]:
@@ -177,20 +178,21 @@ def _facts(night: NightView, now: float) -> list[str]:
     meta, summary = night.meta, night.summary
     out: list[str] = []
     facts = []
-    for label, key in (("version", "version"), ("channel", "channel")):
-        if meta.get(key) or summary.get(key):
-            facts.append(f"{label} <b>{esc(meta.get(key) or summary.get(key))}</b>")
-    commit = str(meta.get("commit") or summary.get("commit") or "")
+    for label, value in (("version", meta.version or summary.version),
+                         ("channel", meta.channel or summary.channel)):
+        if value:
+            facts.append(f"{label} <b>{esc(value)}</b>")
+    commit = meta.commit or summary.commit or ""
     if commit:
         facts.append(f'commit <b class="mono" id="commit" title="{esc(commit)}">{esc(commit[:12])}</b>')
-    source = str(meta.get("source") or summary.get("source") or "")
+    source = meta.source or summary.source
     if source and source != commit:
         facts.append(f"source {esc(source)}")
     if facts:
         out.append(f'<p class="meta">{" · ".join(facts)}</p>')
     times = []
-    if summary.get("machine"):
-        times.append(f"machine <b>{esc(summary['machine'])}</b>")
+    if summary.machine:
+        times.append(f"machine <b>{esc(summary.machine)}</b>")
     starts = [b.started for b in night.builds if b.started is not None]
     ends = [b.ended if b.ended is not None else now for b in night.builds if b.started is not None]
     if starts:
@@ -198,8 +200,8 @@ def _facts(night: NightView, now: float) -> list[str]:
     wall_s = _wall_s(meta, summary, now)
     if wall_s is not None:
         wall = f'wall time <b id="wall-time">{esc(took(wall_s))}</b>'
-        if summary.get("estimated_makespan_s"):
-            wall += f" (estimated {esc(took(float(summary['estimated_makespan_s'])))})"
+        if summary.estimated_makespan_s:
+            wall += f" (estimated {esc(took(summary.estimated_makespan_s))})"
         times.append(wall)
     tested = [b for b in night.builds if b.test_s is not None]
     if tested:
@@ -208,11 +210,11 @@ def _facts(night: NightView, now: float) -> list[str]:
                      f"{esc(took(gpu))}</b>)")
     if times:
         out.append(f'<p class="meta">{" · ".join(times)}</p>')
-    if summary.get("publish_error"):
-        out.append(f'<p class="meta worse">publish error: {esc(summary["publish_error"])}</p>')
+    if summary.publish_error:
+        out.append(f'<p class="meta worse">publish error: {esc(summary.publish_error)}</p>')
     # state.json's meta first: the report is written before the night's summary.json.
-    held = meta["held_back"] if "held_back" in meta else summary.get("held_back")
-    if isinstance(held, dict) and held:
+    held = meta.held_back if meta.held_back is not None else summary.held_back
+    if held:
         rows = "".join(f"<li><b>{esc(bid)}</b>: {esc(why)}</li>" for bid, why in sorted(held.items()))
         out.append(f'<div class="meta worse" id="held-back">held back, not published '
                    f'(<code>nightly upload --force-partial</code> publishes them):<ul>{rows}</ul></div>')
@@ -224,7 +226,7 @@ def write_report(
     history: History | None,
     out: Path | None = None,
     *,
-    plan: dict[str, Any] | None = None,
+    plan: dict[str, object] | None = None,
 ) -> Path:
     """Write ROOT/DAY/report.html (and `out`, with its log links made relative to where it
     is), each atomically. Returns the day folder's report path."""

@@ -61,14 +61,9 @@ def _heading(night: NightView) -> str:
     from rich.markup import escape
 
     meta = night.meta
-    head = f"[bold]{escape(night.day.name)}[/bold]"
-    if meta.get("version"):
-        head += f"  version {escape(str(meta['version']))}"
-    if meta.get("channel"):
-        head += f"  channel {escape(str(meta['channel']))}"
-    if meta.get("commit"):
-        head += f"  commit {escape(str(meta['commit'])[:12])}"
-    return head
+    facts = (("version", meta.version), ("channel", meta.channel), ("commit", meta.commit[:12]))
+    return f"[bold]{escape(night.day.name)}[/bold]" + "".join(
+        f"  {label} {escape(value)}" for label, value in facts if value)
 
 
 def _counts_line(c: dict[str, int]) -> str:

@@ -149,7 +149,7 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
                       "(`nightly upload --force-partial` publishes it)", soft_wrap=True)
 
 
-def _where(b: dict[str, Any]) -> str:
+def _where(b: dict[str, object]) -> str:
     """`built on` and, when elsewhere, `tested on`: builder -> tester."""
     built, tested = str(b.get("built_on") or ""), str(b.get("tested_on") or "")
     if not tested or tested == built:

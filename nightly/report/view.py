@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.errors import UsageError
+from nightly.jsonvalues import opt_float, opt_int
 from nightly.workspace import (
     FAILED,
     INTERRUPTED,
@@ -28,9 +29,11 @@ from nightly.workspace import (
     SUCCEEDED,
     BuildEntry,
     Day,
+    DayMeta,
     State,
 )
 from nightly.workspace.cost import shown_status
+from nightly.workspace.summary import Summary, read_summary
 
 if TYPE_CHECKING:
     from nightly.history.db import History
@@ -80,7 +83,7 @@ class BuildView:
     # "passed", "untested", "GPU test not run", "failed" (nightly.workspace.cost.verdict_of)
     tested: str = ""
     # The manylinux record (nightly.manylinux): policy and tags reached, or a zip's glibc.
-    manylinux: dict[str, Any] | None = None
+    manylinux: dict[str, object] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
     past_durations: list[float] = field(default_factory=list)
     past_sizes: list[int] = field(default_factory=list)
@@ -115,8 +118,8 @@ class BuildView:
 @dataclass(kw_only=True)
 class NightView:
     day: Day
-    meta: dict[str, Any]
-    summary: dict[str, Any]
+    meta: DayMeta  # state.json's
+    summary: Summary  # summary.json (empty when the day has none yet)
     builds: list[BuildView]
 
     def counts(self) -> dict[str, int]:
@@ -142,36 +145,27 @@ def load_night(
     the day has no state.json."""
     if not day.state_path.exists():
         raise UsageError(f"no night in {day.path} (no state.json): pass --date, or run the night")
-    # Read through State: the one place state.json is checked against its schema.
-    state = State(day.state_path).data
-    summary = _read_json(day.summary_path)
+    # Read through State and read_summary: the one place each file is checked.
+    state = State(day.state_path)
+    summary = read_summary(day.summary_path) or Summary(date=day.name)
     if plan is None:
         plan = _read_json(day.master / "plan.json")
-    meta = dict(state.get("meta") or {})
-    entries = {str(bid): BuildEntry.from_json(e)
-               for bid, e in dict(state.get("builds") or {}).items() if isinstance(e, Mapping)}
+    entries = state.builds
     planned = {
         str(b.get("id")): b for b in (plan or {}).get("builds", []) if isinstance(b, Mapping)
     }
-    est_summary = {
-        bid: b.get("estimate_s")
-        for bid, b in (summary.get("builds") or {}).items()
-        if isinstance(b, Mapping)
-    }
     # The night's builds: what state.json knows, plus what summary.json lists (never started).
     ids = list(entries)
-    ids += [i for i in (summary.get("builds") or {}) if i not in entries]
+    ids += [i for i in summary.builds if i not in entries]
     views = []
     for bid in ids:
-        pb: Mapping[str, Any] = planned.get(bid) or {}
-        est = est_summary.get(bid)
+        pb: Mapping[str, object] = planned.get(bid) or {}
+        night_build = summary.builds.get(bid)
+        est = night_build.estimate_s if night_build is not None else None
         if est is None:
-            est = pb.get("estimate_s")
+            est = opt_float(pb.get("estimate_s"))
         views.append(
-            _build_view(
-                day, str(bid), entries.get(bid) or BuildEntry(), pb, _opt_float(est),
-                str(summary.get("machine") or ""),
-            )
+            _build_view(day, str(bid), entries.get(bid) or BuildEntry(), pb, est, summary.machine)
         )
     if history is not None:
         starts = [v.started for v in views if v.started is not None]
@@ -182,7 +176,7 @@ def load_night(
             v.past_sizes = [s for _, _, s in past if s]
             _judge(v)
     views.sort(key=lambda v: (_ORDER.get(v.status, 5), v.id))
-    return NightView(day=day, meta=meta, summary=summary, builds=views)
+    return NightView(day=day, meta=state.meta, summary=summary, builds=views)
 
 
 def _test_fields(e: BuildEntry) -> dict[str, Any]:
@@ -194,7 +188,7 @@ def _test_fields(e: BuildEntry) -> dict[str, Any]:
 
 
 def _build_view(
-    day: Day, bid: str, e: BuildEntry, pb: Mapping[str, Any], est: float | None,
+    day: Day, bid: str, e: BuildEntry, pb: Mapping[str, object], est: float | None,
     night_machine: str,
 ) -> BuildView:
     """One build from its state.json entry `e` and its plan entry `pb`."""
@@ -212,7 +206,7 @@ def _build_view(
         exit_status=e.exit_status,
         attempts=e.attempts,
         machine=e.machine or str(pb.get("machine") or night_machine or ""),
-        queue=e.queue if e.queue is not None else _opt_int(pb.get("queue")),
+        queue=e.queue if e.queue is not None else opt_int(pb.get("queue")),
         executor=e.executor,
         started=started,
         ended=ended,
@@ -332,27 +326,3 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _manual(v: object) -> dict[str, str] | None:
-    if not isinstance(v, Mapping):
-        return None
-    return {str(k): str(x) for k, x in v.items() if x is not None}
-
-
-def _opt_str(v: object) -> str | None:
-    return None if v is None else str(v)
-
-
-def _opt_int(v: object) -> int | None:
-    try:
-        return None if v is None or v == "" else int(v)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return None
-
-
-def _opt_float(v: object) -> float | None:
-    try:
-        return None if v is None or v == "" else float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None

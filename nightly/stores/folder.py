@@ -104,7 +104,7 @@ class FileStore(Store):
 
     def _read_meta(self, key: str, st: os.stat_result) -> dict[str, Any]:
         try:
-            meta: dict[str, Any] = json.loads(self.tree.read(self._meta_key(key), _META_MAX))
+            meta: dict[str, object] = json.loads(self.tree.read(self._meta_key(key), _META_MAX))
         except (OSError, ValueError, PublishError):
             return {}
         # A crash between the data and the metadata rename leaves stale metadata: ignore it.

@@ -114,7 +114,7 @@ class S3Store(Store):
             max_concurrency=max_concurrency,
         )
 
-    def _on_send(self, event_name: str = "", **_: Any) -> None:
+    def _on_send(self, event_name: str = "", **_: object) -> None:
         self._count(event_name.rpartition(".")[2])  # before-send.s3.HeadObject -> HeadObject
 
     @property
@@ -186,7 +186,7 @@ class S3Store(Store):
     # -- operations
 
     def put(self, key: str, local_path: Path, sha256: str) -> None:
-        extra: dict[str, Any] = {
+        extra: dict[str, object] = {
             "Metadata": {"sha256": sha256},
             "ContentType": mimetypes.guess_type(key)[0] or "application/octet-stream",
         }
@@ -444,7 +444,7 @@ def _head_info(key: str, r: Any) -> ObjectInfo:
     )
 
 
-def _as_head_object(headers: dict[str, str]) -> dict[str, Any]:
+def _as_head_object(headers: dict[str, str]) -> dict[str, object]:
     """A HEAD's headers (lowercase names) as boto3's head_object would give them."""
     modified = headers.get("last-modified")
     return {

@@ -3,7 +3,7 @@ and local pruning.
 
     day.py     ROOT/YYYY_MM_DD and its paths, atomic writes, log moves, tree removal
     lock.py    the day's lock (an flock the kernel drops when its holder dies)
-    state.py   state.json: BuildEntry per build, for resume
+    state.py   state.json: BuildEntry per build, for resume; DayMeta, the night's facts
     prune.py   local retention of old day folders
 """
 
@@ -18,6 +18,7 @@ from nightly.workspace.state import (
     RUNNING,
     SUCCEEDED,
     BuildEntry,
+    DayMeta,
     PackageFile,
     State,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "BuildEntry",
     "Day",
     "DayLock",
+    "DayMeta",
     "PackageFile",
     "PruneResult",
     "State",

@@ -18,7 +18,6 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from nightly.errors import UsageError
 
@@ -44,7 +43,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
@@ -165,7 +164,7 @@ def remove_tree(path: Path) -> None:
     rmtree never follows symlinks (it refuses one at the top and unlinks those inside).
     """
 
-    def retry(func: Callable[..., Any], p: str, exc: BaseException) -> None:
+    def retry(func: Callable[..., object], p: str, exc: BaseException) -> None:
         if isinstance(exc, FileNotFoundError):
             return
         if func in (os.unlink, os.remove, os.rmdir):

@@ -11,7 +11,6 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nightly.errors import LockHeld, UsageError
 
@@ -23,7 +22,7 @@ class DayLock:
 
     path: Path
     fd: int = -1
-    taken_over: dict[str, Any] | None = None
+    taken_over: dict[str, object] | None = None
 
     def acquire(self, purpose: str = "run") -> DayLock:
         try:
@@ -78,7 +77,7 @@ class DayLock:
         self.release()
 
 
-def _read_holder(fd: int) -> dict[str, Any]:
+def _read_holder(fd: int) -> dict[str, object]:
     try:
         raw = os.pread(fd, 4096, 0)
         data = json.loads(raw.decode() or "{}")

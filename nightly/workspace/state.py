@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly.errors import StateError
+from nightly.jsonvalues import opt_float
 from nightly.workspace.day import atomic_write
 
 # Build states in state.json.
@@ -77,25 +78,25 @@ class BuildEntry:
     upload_error: str | None = None
     promoted: Mapping[str, str] = field(default_factory=dict)  # release destination -> sha256
     manual: Mapping[str, str] = field(default_factory=dict)  # a one-off build: by, at, command
-    cache: Mapping[str, Any] | None = None  # compiler cache statistics (nightly.builds.cache)
-    manylinux: Mapping[str, Any] | None = None  # policy, tags reached, glibc (nightly.manylinux)
+    cache: Mapping[str, object] | None = None  # compiler cache statistics (nightly.builds.cache)
+    manylinux: Mapping[str, object] | None = None  # policy, tags reached, glibc (nightly.manylinux)
     worker_name: str = ""  # cluster mode: the worker's name, host and attempt token
     host: str = ""
     token: str = ""
     # the test stage (nightly.builds.smoke): result, seconds, and per part (cpu, gpu) the
     # result (passed / failed / not run), where, when, seconds, attempts, reason
-    tested: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)  # keys this version does not know
+    tested: Mapping[str, object] | None = None
+    extra: Mapping[str, object] = field(default_factory=dict)  # keys this version does not know
 
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BuildEntry:
+    def from_json(cls, data: Mapping[str, object]) -> BuildEntry:
         """Read an entry; a value of the wrong type (a hand-edited file) reads as unset."""
         known: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
+        extra: dict[str, object] = {}
         for key, value in data.items():
             conv = _READ.get(key)
             if conv is None:
@@ -106,9 +107,9 @@ class BuildEntry:
                     known[key] = conv(value)
         return cls(**known, extra=extra)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The JSON form: the fields that are set (not None, not empty), and the extra keys."""
-        out: dict[str, Any] = dict(self.extra)
+        out: dict[str, object] = dict(self.extra)
         for f in dataclasses.fields(self):
             if f.name == "extra":
                 continue
@@ -137,11 +138,64 @@ _READ: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True, kw_only=True)
+class DayMeta:
+    """state.json's `meta`: the night's own facts, read as typed fields (a value of the wrong
+    type reads as unset). It is a view: `State.set_meta` merges into the stored object, which
+    keeps every key as written (those of other versions too); `meta[key]` is that JSON value."""
+
+    commit: str = ""  # the source's commit ("" for a plain folder)
+    source: str = ""  # how the source was described: "abc1234 (main, last commit before ...)"
+    version: str = ""
+    channel: str = ""  # nightly | test | release; "" when no night recorded one
+    date: str = ""
+    project: str = ""
+    cluster: str = ""  # the cluster's address when the night ran on one
+    publish_error: str | None = None
+    # build -> why it was held back ([publish] atomic); None: never recorded, {}: none held
+    held_back: Mapping[str, str] | None = None
+    promoted: str = ""  # when the day was promoted (ISO time)
+    gpu_workers: tuple[str, ...] = ()  # the cluster's GPU workers, by address
+    run_started: float | None = None  # when the run that last wrote the day started (epoch s)
+    raw: Mapping[str, object] = field(default_factory=dict, repr=False)
+
+    @property
+    def channel_name(self) -> str:
+        """The day's channel, "nightly" when none was recorded."""
+        return self.channel or "nightly"
+
+    def __getitem__(self, key: str) -> object:
+        return self.raw[key]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> DayMeta:
+        held, workers = data.get("held_back"), data.get("gpu_workers")
+        text = {name: _text(data.get(name)) for name in _META_TEXT}
+        error = data.get("publish_error")
+        return cls(
+            **text,
+            publish_error=None if error is None else str(error),
+            held_back=None if "held_back" not in data else (
+                {str(k): str(v) for k, v in held.items()} if isinstance(held, Mapping) else {}),
+            gpu_workers=tuple(str(w) for w in workers) if isinstance(workers, list) else (),
+            run_started=opt_float(data.get("run_started")),
+            raw=dict(data),
+        )
+
+
+_META_TEXT = ("commit", "source", "version", "channel", "date", "project", "cluster", "promoted")
+META_FIELDS = frozenset(f.name for f in dataclasses.fields(DayMeta)) - {"raw"}
+
+
+def _text(v: object) -> str:
+    return "" if v is None or isinstance(v, (dict, list)) else str(v)
+
+
 # state.json is written by nightly alone; a file this large is not one of its.
 MAX_STATE_BYTES = 256 << 20
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _load(path: Path) -> dict[str, object]:
     """state.json, checked against its schema. A file that is not JSON or not of the schema
     is kept aside as `state.json.bad-<time>` and is an error: the day is never silently
     started afresh (its succeeded builds forgotten, its packages built and uploaded again)."""
@@ -151,7 +205,7 @@ def _load(path: Path) -> dict[str, Any]:
     except OSError as e:
         raise StateError(f"{path}: cannot read the day's state: {e.strerror or e}") from e
     problem = None
-    data: Any = None
+    data: object = None
     if len(raw) > MAX_STATE_BYTES:
         problem = f"larger than {MAX_STATE_BYTES >> 20} MiB"
     else:
@@ -160,7 +214,7 @@ def _load(path: Path) -> dict[str, Any]:
         except (ValueError, RecursionError) as e:
             problem = f"not JSON ({str(e)[:120] or type(e).__name__})"
     problem = problem or _shape_problem(data)
-    if problem is None:
+    if problem is None and isinstance(data, dict):  # the shape checked: an object
         return dict(data)
     kept = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%dT%H%M%S')}")
     try:
@@ -175,7 +229,7 @@ def _load(path: Path) -> dict[str, Any]:
     )
 
 
-def _shape_problem(data: Any) -> str | None:
+def _shape_problem(data: object) -> str | None:
     """What is wrong with the shape of a parsed state.json (None: nothing)."""
     if not isinstance(data, dict):
         return f"the top level is {type(data).__name__}, not an object"
@@ -202,7 +256,7 @@ def _shape_problem(data: Any) -> str | None:
     return None
 
 
-def _json_value(value: Any) -> Any:
+def _json_value(value: object) -> object:
     if isinstance(value, PackageFile):
         return value.to_json()
     if isinstance(value, (tuple, list)):
@@ -224,8 +278,8 @@ class State:
             self.data.update(_load(path))
 
     @property
-    def _raw(self) -> dict[str, dict[str, Any]]:
-        b: dict[str, dict[str, Any]] = self.data["builds"]
+    def _raw(self) -> dict[str, dict[str, object]]:
+        b: dict[str, dict[str, object]] = self.data["builds"]
         return b
 
     @property
@@ -244,7 +298,7 @@ class State:
     def status(self, build_id: str) -> str:
         return self.get(build_id).status
 
-    def update(self, build_id: str, **fields: Any) -> BuildEntry:
+    def update(self, build_id: str, **fields: object) -> BuildEntry:
         """Set some fields of a build's entry (None reads back as unset)."""
         with self._lock:
             entry = self._raw.setdefault(build_id, {"status": PENDING, "attempts": 0})
@@ -264,15 +318,20 @@ class State:
         with self._lock:
             self.update(build_id, promoted={**self.get(build_id).promoted, dest: sha256})
 
-    def set_meta(self, **fields: Any) -> None:
+    def set_meta(self, **fields: object) -> None:
+        """Set fields of the day's meta (DayMeta's names; None is stored as null)."""
+        unknown = set(fields) - META_FIELDS
+        if unknown:
+            raise TypeError(f"not a field of state.json's meta: {', '.join(sorted(unknown))}")
         with self._lock:
             self.data.setdefault("meta", {}).update(fields)
             self._save()
 
     @property
-    def meta(self) -> dict[str, Any]:
-        m: dict[str, Any] = self.data.setdefault("meta", {})
-        return m
+    def meta(self) -> DayMeta:
+        """The day's meta (a snapshot)."""
+        with self._lock:
+            return DayMeta.from_json(self.data.setdefault("meta", {}))
 
     def mark_stale_running(self) -> list[str]:
         """Builds left 'running' by a run that died are interrupted."""
@@ -307,6 +366,7 @@ __all__ = [
     "RUNNING",
     "SUCCEEDED",
     "BuildEntry",
+    "DayMeta",
     "PackageFile",
     "State",
 ]

@@ -27,26 +27,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nightly.jsonvalues import opt_float, opt_int, opt_str
 from nightly.workspace import SUCCEEDED, Day, State, write_json
 
 if TYPE_CHECKING:
     from nightly.config import Config
 
 MANUAL_PREFIX = "manual-"
-
-
-def _opt_float(v: object) -> float | None:
-    try:
-        return None if v is None or isinstance(v, bool) else float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-
-
-def _opt_int(v: object) -> int | None:
-    try:
-        return None if v is None or isinstance(v, bool) else int(v)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +46,7 @@ class BuildSummary:
     estimate_s: float | None = None
     attempts: int = 0
     queue: int | None = None
-    packages: tuple[Mapping[str, Any], ...] = ()  # PackageFile.to_json() records
+    packages: tuple[Mapping[str, object], ...] = ()  # PackageFile.to_json() records
     published: Mapping[str, str] = field(default_factory=dict)  # destination -> sha256
     log: str | None = None
     # cost (nightly.workspace.cost): duration_s is the build alone, test_s its test stage
@@ -68,12 +55,12 @@ class BuildSummary:
     tested_on: str = ""
     # "passed", "untested", "GPU test not run", "failed" (nightly.workspace.cost.verdict_of)
     tested: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)  # keys other versions wrote
+    extra: Mapping[str, object] = field(default_factory=dict)  # keys other versions wrote
 
     _KEYS = ("outcome", "reason", "duration_s", "estimate_s", "attempts", "queue", "packages",
              "published", "log", "test_s", "built_on", "tested_on", "tested")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {**self.extra, "outcome": self.outcome, "reason": self.reason,
                 "duration_s": self.duration_s, "estimate_s": self.estimate_s,
                 "attempts": self.attempts, "queue": self.queue,
@@ -82,20 +69,20 @@ class BuildSummary:
                 "tested_on": self.tested_on, **({"tested": self.tested} if self.tested else {})}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BuildSummary:
+    def from_json(cls, data: Mapping[str, object]) -> BuildSummary:
         packages, published = data.get("packages"), data.get("published")
         return cls(
             outcome=str(data.get("outcome") or ""),
-            reason=None if data.get("reason") is None else str(data.get("reason")),
-            duration_s=_opt_float(data.get("duration_s")),
-            estimate_s=_opt_float(data.get("estimate_s")),
-            attempts=_opt_int(data.get("attempts")) or 0, queue=_opt_int(data.get("queue")),
+            reason=opt_str(data.get("reason")),
+            duration_s=opt_float(data.get("duration_s")),
+            estimate_s=opt_float(data.get("estimate_s")),
+            attempts=opt_int(data.get("attempts")) or 0, queue=opt_int(data.get("queue")),
             packages=tuple(p for p in packages if isinstance(p, Mapping))
             if isinstance(packages, list) else (),
             published={str(k): str(v) for k, v in published.items()}
             if isinstance(published, Mapping) else {},
-            log=None if data.get("log") is None else str(data.get("log")),
-            test_s=_opt_float(data.get("test_s")), built_on=str(data.get("built_on") or ""),
+            log=opt_str(data.get("log")),
+            test_s=opt_float(data.get("test_s")), built_on=str(data.get("built_on") or ""),
             tested_on=str(data.get("tested_on") or ""), tested=str(data.get("tested") or ""),
             extra={k: v for k, v in data.items() if k not in cls._KEYS},
         )
@@ -122,20 +109,20 @@ class Summary:
     publish_error: str | None = None
     builds: dict[str, BuildSummary] = field(default_factory=dict)
     exit_code: int = 0
-    manual: Any = None  # the one-off builds of the day (a list), or a one-off's own mark
+    manual: object = None  # the one-off builds of the day (a list), or a one-off's own mark
     updated: dict[str, str] | None = None  # the last command that refreshed it
     # good builds not published because [publish] atomic waits for a failed one: id -> why
     held_back: dict[str, str] = field(default_factory=dict)
     # the night's seconds on GPU hosts: {"building": s, "testing": s} (nightly.workspace.cost)
     gpu_host_s: dict[str, float] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
     _KEYS = ("date", "machine", "version", "channel", "commit", "source", "started", "ended",
              "duration_s", "estimated_makespan_s", "counts", "failed_uploads", "publish_error",
              "builds", "exit_code", "manual", "updated", "held_back",
              "gpu_host_s")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data = {**self.extra, **{k: getattr(self, k) for k in self._KEYS if k != "builds"}}
         data["builds"] = {bid: b.to_json() for bid, b in self.builds.items()}
         if self.updated is None:
@@ -149,17 +136,17 @@ class Summary:
         return cls(
             date=str(data.get("date") or ""), machine=str(data.get("machine") or ""),
             version=str(data.get("version") or ""), channel=str(data.get("channel") or ""),
-            commit=None if data.get("commit") is None else str(data.get("commit")),
+            commit=opt_str(data.get("commit")),
             source=str(data.get("source") or ""), started=str(data.get("started") or ""),
-            ended=str(data.get("ended") or ""), duration_s=_opt_float(data.get("duration_s")),
-            estimated_makespan_s=_opt_float(data.get("estimated_makespan_s")),
+            ended=str(data.get("ended") or ""), duration_s=opt_float(data.get("duration_s")),
+            estimated_makespan_s=opt_float(data.get("estimated_makespan_s")),
             counts={str(k): int(v) for k, v in counts.items() if isinstance(v, int)}
             if isinstance(counts, Mapping) else {},
             failed_uploads=[str(x) for x in data.get("failed_uploads") or []],
             publish_error=None if not data.get("publish_error") else str(data["publish_error"]),
             builds={str(k): BuildSummary.from_json(v) for k, v in builds.items()
                     if isinstance(v, Mapping)} if isinstance(builds, Mapping) else {},
-            exit_code=_opt_int(data.get("exit_code")) or 0, manual=data.get("manual"),
+            exit_code=opt_int(data.get("exit_code")) or 0, manual=data.get("manual"),
             updated=dict(data["updated"]) if isinstance(data.get("updated"), Mapping) else None,
             held_back=held_back_of(data),
             gpu_host_s={str(k): float(v) for k, v in data["gpu_host_s"].items()
@@ -169,8 +156,8 @@ class Summary:
         )
 
 
-def held_back_of(data: Mapping[str, Any]) -> dict[str, str]:
-    """The `held_back` map (build -> why) of summary.json or state.json's meta."""
+def held_back_of(data: Mapping[str, object]) -> dict[str, str]:
+    """The `held_back` map (build -> why) of summary.json."""
     held = data.get("held_back")
     return {str(k): str(v) for k, v in held.items()} if isinstance(held, Mapping) else {}
 
@@ -216,7 +203,7 @@ def why_not_published(config: Config, *, no_upload: bool, day: Day) -> str:
     if no_upload:
         return f"--no-upload (`nightly upload --date {day.name}` publishes it)"
     pub = config.publish
-    if not (pub.url or pub.conda_channel or pub.anaconda_user):
+    if not pub.has_destination:
         return "no publish destination is configured ([publish] url)"
     return f"see {day.master / 'run.log'}"
 
@@ -267,8 +254,8 @@ def refresh(day: Day, state: State, *, by: str) -> Summary | None:
         night_ids.append(bid)
         summary.builds[bid] = replace(b, published=dict(e.published))
     summary.failed_uploads = failed_uploads(state, night_ids)
-    summary.held_back = held_back_of(state.meta)
-    summary.publish_error = state.meta.get("publish_error")
+    summary.held_back = dict(state.meta.held_back or {})
+    summary.publish_error = state.meta.publish_error
     summary.exit_code = exit_code(summary.builds, summary.failed_uploads, summary.publish_error)
     summary.manual = manual_builds(state)
     summary.updated = {"at": dt.datetime.now().astimezone().isoformat(timespec="seconds"),

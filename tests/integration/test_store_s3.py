@@ -225,7 +225,7 @@ def test_unsupported_destination() -> None:
 # --------------------------------------------------------------------------- parity
 
 
-@pytest.fixture(params=["s3", "file"])
+@pytest.fixture(params=[pytest.param("s3", marks=pytest.mark.s3), "file"])
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if request.param == "file":
         return open_store((tmp_path / "mirror").as_uri())

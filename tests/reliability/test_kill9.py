@@ -33,6 +33,8 @@ from tests.support.published import check_published, expected_objects, sha256_of
 from tests.support.traced import start_traced
 from tests.support.wheels import publish_toml, wheel_name, wheel_recipe
 
+pytestmark = pytest.mark.strace
+
 MATRIX = """
 [matrix.linux.manywheel]
 pythons = ["3.6m", "3.7m", "3.8"]

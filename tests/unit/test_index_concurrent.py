@@ -275,7 +275,7 @@ def test_progress_is_logged_in_cron_and_live_on_a_terminal(
 
 
 def test_read_pool_retries_then_reports_one_clear_error(tmp_path: Path) -> None:
-    store = FaultyStore(tmp_path / "s")
+    store = FaultyStore(tmp_path / "s", company=False)  # one read: no company to wait for
     put(store, tmp_path, "whl/a/x-1.0-py3-none-any.whl", b"x")
     store.always_fail.add("whl/a/x-1.0-py3-none-any.whl")
     pool = coldread.ReadPool(store, workers=2, attempts=3, backoff=0.001)

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 
-from nightly.report.html import _wall_s
+from nightly.report.html import _wall_s as _typed_wall_s
+from nightly.workspace.state import DayMeta
+from nightly.workspace.summary import Summary
+
+
+def _wall_s(meta: dict[str, object], summary: dict[str, object], now: float) -> float | None:
+    """The report's wall time from state.json's meta and summary.json as read from disk."""
+    return _typed_wall_s(DayMeta.from_json(meta), Summary.from_json(summary), now)
 
 
 def _iso(t: float) -> str:
