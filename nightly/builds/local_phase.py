@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +17,7 @@ from nightly.builds.progress import Progress
 from nightly.builds.runner import Runner
 from nightly.builds.smoke import night_smoke
 from nightly.config import Config, Machine
-from nightly.errors import ExecutorError
+from nightly.errors import ExecutorError, UsageError
 from nightly.executors import make_executor
 from nightly.executors.local import LocalExecutor
 from nightly.history.db import recorder
@@ -38,10 +39,13 @@ class LocalPhase:
         queues: Sequence[Sequence[Build]] | None = None,
         estimate_s: float = 0.0,
         keep_container: bool = False,
+        arch_executors: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self._machine = machine
         self.executor = executor
+        # Target architecture -> its executor, where not `executor` (Machine.executor_for).
+        self.arch_executors = {a: e for a, e in (arch_executors or {}).items() if e != executor}
         self.queues = queues
         self.estimate_s = estimate_s
         self.keep_container = keep_container
@@ -63,8 +67,11 @@ class LocalPhase:
             ctx = replace(ctx, area=userarea.area_for(
                 config.local.build_dir, ex.user, day.name, project=config.project.name,
                 nightlies=config.root))
+        others = {name: make_executor(name, config, keep_container=self.keep_container)
+                  for name in set(self.arch_executors.values())}
         for b in builds:
-            desc = ex.describe(make_job(ctx, b, executor=ex.name))
+            bex = others.get(self.arch_executors.get(b.target_arch, ""), ex)
+            desc = bex.describe(make_job(ctx, b, executor=bex.name))
             print(json.dumps({"build": b.id, "machine": self.machine.name, **desc}, indent=2,
                              default=str))
 
@@ -74,14 +81,29 @@ class LocalPhase:
             version=night.version, channel=night.channel, machine=self.machine.name,
             repro_builds=repro_check.selected(night.config.build.check_reproducible, todo),
         )
+        mine = [b for b in todo if b.target_arch not in self.arch_executors]
         with make_executor(self.executor, night.config,
-                           keep_container=self.keep_container) as ex:
-            if todo and isinstance(ex, LocalExecutor) and ex.user is not None:
-                ctx = user_area(night, ctx, ex, todo)  # exit 2 here: a path out of its reach
-            if todo:
-                if ex.name == "container":
-                    images_preflight(night.config, todo)  # a missing builder image names its build command
-                ex.preflight([make_job(ctx, b, executor=ex.name) for b in todo])
+                           keep_container=self.keep_container) as ex, ExitStack() as stack:
+            others = {name: stack.enter_context(make_executor(
+                name, night.config, keep_container=self.keep_container))
+                for name in sorted({self.arch_executors[b.target_arch] for b in todo
+                                    if b.target_arch in self.arch_executors})}
+            if mine and isinstance(ex, LocalExecutor) and ex.user is not None:
+                ctx = user_area(night, ctx, ex, mine)  # exit 2 here: a path out of its reach
+            for e in others.values():
+                if isinstance(e, LocalExecutor) and e.user is not None:
+                    raise UsageError(
+                        f"machine {self.machine.name}: a build user ([executor.local] user) "
+                        "runs the machine's own executor only, not its per-architecture "
+                        "executors: remove its executors, or the build user")
+            by_exec = {ex.name: ex, **others}
+            for name, e in by_exec.items():
+                group = [b for b in todo
+                         if self.arch_executors.get(b.target_arch, self.executor) == name]
+                if group and name == "container":
+                    images_preflight(night.config, group)  # a missing builder image names its build command
+                if group:
+                    e.preflight([make_job(ctx, b, executor=name) for b in group])
             n_q = len(self.queues) if self.queues is not None else self.machine.queues
             progress = Progress(
                 total=len(todo), master_log=night.day.master / "run.log",
@@ -91,7 +113,10 @@ class LocalPhase:
                 progress.log(
                     f"night {night.day.name} on machine {self.machine.name}: {len(todo)} to "
                     f"build, {len(night.builds) - len(todo)} already succeeded, {n_q} queues, "
-                    f"executor {ex.name}, source {night.source_describe}"
+                    f"executor {ex.name}"
+                    + "".join(f", {a} builds executor {e}"
+                              for a, e in sorted(self.arch_executors.items()) if e in others)
+                    + f", source {night.source_describe}"
                 )
                 smoke = night_smoke(night.config, ex, night.source_dir, where=self.machine.name,
                                     gpu_host=self.machine.gpu)
@@ -102,7 +127,11 @@ class LocalPhase:
                     progress(kind, info)
                     record(kind, info)
 
-                runner = Runner(ctx, ex, on_event=on_event, smoke=smoke)
+                by_arch = {a: (others[e], night_smoke(
+                    night.config, others[e], night.source_dir, where=self.machine.name,
+                    gpu_host=self.machine.gpu)) for a, e in self.arch_executors.items()
+                    if e in others}
+                runner = Runner(ctx, ex, on_event=on_event, smoke=smoke, by_arch=by_arch)
                 todo_ids = {b.id for b in todo}
                 if self.queues is not None:
                     qs = [[b for b in q if b.id in todo_ids] for q in self.queues]

@@ -68,6 +68,8 @@ def needed(config: Config, *, cudas: Sequence[str] = (), package: str | None = N
             continue
         if package and b.package != package:
             continue
+        if host_built(config, b):
+            continue
         raw = raw_image(config, b)
         spec = None
         if raw.startswith("@"):
@@ -80,26 +82,14 @@ def needed(config: Config, *, cudas: Sequence[str] = (), package: str | None = N
         if tested is not None:
             out.setdefault(tested[1], Needed(tag=tested[1], spec=tested[0], cuda=b.cuda,
                                              runtime=True)).builds.append(b.id)
-    if builds is None and not package:
-        _declared_rocm(config, cudas, out)
     return list(out.values())
 
 
-def _declared_rocm(config: Config, cudas: Sequence[str], out: dict[str, Needed]) -> None:
-    """The `rocmX.Y` images of the builders [images] names, whether or not a build of the
-    matrix runs in one yet (the matrix's accelerator axis routes ROCm builds to them), and
-    their runtime image (the HIP runtime the wheels are tested with)."""
-    names = {v[1:] for t in config.images.values() for v in t.values() if v.startswith("@")}
-    for name in sorted(names & set(config.builders)):
-        spec = config.builders[name]
-        for accelerator in (a for a in spec.accelerators if a.startswith("rocm")):
-            if cudas and accelerator not in cudas:
-                continue
-            out.setdefault(spec.tag_for(accelerator), Needed(tag=spec.tag_for(accelerator),
-                                                            spec=spec, cuda=accelerator))
-            if runtime.tag(spec) and not spec.runtime_image:
-                out.setdefault(runtime.tag(spec), Needed(tag=runtime.tag(spec), spec=spec,
-                                                         cuda=accelerator, runtime=True))
+def host_built(config: Config, build: Build) -> bool:
+    """Whether every machine that can build it runs it with the local executor (a cross
+    build on the host, `executors = { aarch64 = "local" }`): no image of it is needed."""
+    takers = [m for m in config.machines if m.can_build(build)]
+    return bool(takers) and all(m.executor_for(build.target_arch) == "local" for m in takers)
 
 
 def parse_cudas(text: str | None) -> list[str]:
