@@ -151,6 +151,13 @@ class Row:
     policy: str = "-"  # the declared manylinux policy of its manywheel builds
     toolchain: str = ""  # what its toolchain guarantees (the glibc it links against)
     role: str = "builder"  # or "runtime": where the builds' wheels are tested
+    used_by: tuple[str, ...] = ()  # the ids of the builds that run (or are tested) in it
+
+
+def build_list(ids: Sequence[str], most: int = 6) -> str:
+    """`manywheel_3.13_rocm5.7, ... and 4 more`: the builds an image serves, on one line."""
+    shown = ", ".join(ids[:most]) or "-"
+    return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
 
 
 def _age(created: dt.datetime) -> str:
@@ -181,7 +188,7 @@ def list_images(config: Config, *, client: DockerClient | None = None) -> list[R
         rows.append(Row(
             tag=n.tag, present=info is not None, size=info.size if info else 0,
             spec_hash=spec_hash, age=_age(info.created) if info else "-",
-            manylinux=manylinux, pythons=pythons, builds=len(n.builds),
+            manylinux=manylinux, pythons=pythons, builds=len(n.builds), used_by=tuple(n.builds),
             nvcc=labels.get(engine.LABEL_NVCC, ""),
             policy=(n.spec.manylinux if n.spec else labels.get(engine.LABEL_POLICY, "")) or "-",
             toolchain=(n.spec.toolchain_text(n.cuda) if n.spec
@@ -196,7 +203,7 @@ def _runtime_row(n: Needed, spec: BuilderSpec, info: ImageInfo | None) -> Row:
         spec_hash="-" if spec.runtime_image else runtime.image_hash(spec),
         age=_age(info.created) if info else "-", manylinux="-",
         pythons=" ".join(f"{p.version}={p.describe_in(spec.suite)}" for p in spec.pythons),
-        builds=len(n.builds), nvcc="", role="runtime",
+        builds=len(n.builds), used_by=tuple(n.builds), nvcc="", role="runtime",
         toolchain=("none: the site's runtime_image" if spec.runtime_image else
                    f"none: the runtime image of {spec.name} (where its wheels are tested)"),
     )

@@ -128,6 +128,11 @@ def test_one_night_builds_the_rocm_and_aarch64_wheels_into_its_mirror(
                                timeout=3600)
     assert code == 0, err[-4000:]
     images_s = time.monotonic() - started
+    code, listed, err = run_nightly(["images", "list", "--config", str(config)], env=env)
+    assert code == 0, err
+    assert "nightly-rocm:rocm5.7-" in listed
+    assert "    builds: manywheel_3.13_rocm5.7\n" in listed  # the aarch64 builds need no image
+    assert "    tests: manywheel_3.13_rocm5.7\n" in listed  # the runtime image
     code, out, err = run_nightly(["run", "--config", str(config), "--date", DATE], env=env,
                                  timeout=3600)
     night_s = time.monotonic() - started - images_s
