@@ -88,14 +88,15 @@ class LocalPhase:
                 name, night.config, keep_container=self.keep_container))
                 for name in sorted({self.arch_executors[b.target_arch] for b in todo
                                     if b.target_arch in self.arch_executors})}
-            if mine and isinstance(ex, LocalExecutor) and ex.user is not None:
-                ctx = user_area(night, ctx, ex, mine)  # exit 2 here: a path out of its reach
-            for e in others.values():
-                if isinstance(e, LocalExecutor) and e.user is not None:
+            for e in (ex, *others.values()) if others else ():
+                if isinstance(e, LocalExecutor) and e.user is not None:  # one area for all
                     raise UsageError(
                         f"machine {self.machine.name}: a build user ([executor.local] user) "
-                        "runs the machine's own executor only, not its per-architecture "
-                        "executors: remove its executors, or the build user")
+                        "cannot be combined with per-architecture executors (its build area "
+                        "holds every build's inputs): remove the machine's executors, or the "
+                        "build user")
+            if mine and isinstance(ex, LocalExecutor) and ex.user is not None:
+                ctx = user_area(night, ctx, ex, mine)  # exit 2 here: a path out of its reach
             by_exec = {ex.name: ex, **others}
             for name, e in by_exec.items():
                 group = [b for b in todo
