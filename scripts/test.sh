@@ -77,7 +77,8 @@ if ! pkg-config --exists cairo 2>/dev/null; then
   apt-get install -y -q libcairo2-dev pkg-config >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q libcairo2-dev pkg-config >/dev/null; }
 fi
 
-# The aarch64 tests (tests/integration/test_aarch64.py) run the target's Python under qemu-user.
+# The aarch64 tests (tests/integration/test_aarch64.py, test_beyond_cuda.py) run the target's
+# Python under qemu-user.
 if ! command -v qemu-aarch64 >/dev/null 2>&1; then
   log "installing qemu-user (aarch64 wheels are tested under emulation)"
   apt-get install -y -q qemu-user >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q qemu-user >/dev/null; }

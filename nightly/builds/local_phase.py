@@ -4,19 +4,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 
 from nightly.builds import cache as compiler_cache
 from nightly.builds import repro_check, userarea
-from nightly.builds.execute import run_builds
+from nightly.builds.execute import preflight_images, run_builds
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.phase import NightContext
 from nightly.builds.progress import Progress
 from nightly.builds.runner import Runner, SmokeHook
 from nightly.builds.smoke import night_smoke
 from nightly.config import Config, Machine
-from nightly.errors import ExecutorError
+from nightly.errors import ExecutorError, UsageError
 from nightly.executors import Executor, make_executor
 from nightly.executors.local import LocalExecutor
 from nightly.history.db import recorder
@@ -37,10 +38,13 @@ class LocalPhase:
         queues: Sequence[Sequence[Build]] | None = None,
         estimate_s: float = 0.0,
         keep_container: bool = False,
+        arch_executors: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self._machine = machine
         self.executor = executor
+        # Target architecture -> its executor, where not `executor` (Machine.executor_for).
+        self.arch_executors = {a: e for a, e in (arch_executors or {}).items() if e != executor}
         self.queues = queues
         self.estimate_s = estimate_s
         self.keep_container = keep_container
@@ -62,8 +66,11 @@ class LocalPhase:
             ctx = replace(ctx, area=userarea.area_for(
                 config.local.build_dir, ex.user, day.name, project=config.project.name,
                 nightlies=config.root))
+        others = {name: make_executor(name, config, keep_container=self.keep_container)
+                  for name in set(self.arch_executors.values())}
         for b in builds:
-            desc = ex.describe(make_job(ctx, b, executor=ex.name))
+            bex = others.get(self.arch_executors.get(b.target_arch, ""), ex)
+            desc = bex.describe(make_job(ctx, b, executor=bex.name))
             print(json.dumps({"build": b.id, "machine": self.machine.name, **desc}, indent=2,
                              default=str))
 
@@ -74,46 +81,80 @@ class LocalPhase:
             repro_builds=repro_check.selected(night.config.build.check_reproducible, todo),
         )
         n_q = len(self.queues) if self.queues is not None else self.machine.queues
+        with ExitStack() as stack:
+            # The machine's per-architecture executors ([[machines]] executors), beside its own.
+            others = {name: stack.enter_context(make_executor(
+                name, night.config, keep_container=self.keep_container))
+                for name in sorted({self.arch_executors[b.target_arch] for b in todo
+                                    if b.target_arch in self.arch_executors})}
 
-        def smoke(ex: Executor) -> SmokeHook | None:
-            return night_smoke(night.config, ex, night.source_dir, where=self.machine.name,
-                               gpu_host=self.machine.gpu)
+            def smoke(ex: Executor) -> SmokeHook | None:
+                return night_smoke(night.config, ex, night.source_dir, where=self.machine.name,
+                                   gpu_host=self.machine.gpu)
 
-        def prepare(ctx: RunContext, ex: Executor, builds: Sequence[Build]) -> RunContext:
-            if isinstance(ex, LocalExecutor) and ex.user is not None:
-                return user_area(night, ctx, ex, builds)  # exit 2 here: a path out of its reach
-            return ctx
+            def prepare(ctx: RunContext, ex: Executor, builds: Sequence[Build]) -> RunContext:
+                self._one_area(ex, others)
+                mine = [b for b in builds if b.target_arch not in self.arch_executors]
+                if mine and isinstance(ex, LocalExecutor) and ex.user is not None:
+                    return user_area(night, ctx, ex, mine)  # exit 2 here: a path out of its reach
+                return ctx
 
-        def run(runner: Runner) -> None:
-            progress = Progress(  # once the executor is ready: its clock starts with the builds
-                total=len(todo), master_log=night.day.master / "run.log",
-                estimate_s=self.estimate_s, live=night.live, queue_logs=night.day.master,
-            )
-            with progress:
-                progress.log(
-                    f"night {night.day.name} on machine {self.machine.name}: {len(todo)} to "
-                    f"build, {len(night.builds) - len(todo)} already succeeded, {n_q} queues, "
-                    f"executor {runner.executor.name}, source {night.source_describe}"
-                )
-                record = recorder(night.history, night.day.name, night.state,
-                                  commit=night.commit, channel=night.channel, log=night.log)
+            def preflight(ctx: RunContext, ex: Executor, builds: Sequence[Build]) -> None:
+                for name, e in ((ex.name, ex), *others.items()):
+                    group = [b for b in builds if (self.arch_executors.get(b.target_arch)
+                                                   or ex.name) == name]
+                    if group:
+                        preflight_images(ctx, e, group)  # a missing image names its build command
 
-                def on_event(kind: str, info: Mapping[str, object]) -> None:
-                    progress(kind, info)
-                    record(kind, info)
+            def run(runner: Runner) -> None:
+                self._run_queues(night, todo, runner, others, n_q, smoke)
 
-                runner.on_event = on_event
-                todo_ids = {b.id for b in todo}
-                if self.queues is not None:
-                    qs = [[b for b in q if b.id in todo_ids] for q in self.queues]
-                    runner.run_queues(qs, order=[b for b in night.builds if b.id in todo_ids])
-                else:
-                    qs = [list(todo[i::n_q]) for i in range(n_q)]
-                    runner.run_queues(qs, order=todo)
-
-        run_builds(ctx, self.executor, todo, run, keep_container=self.keep_container, smoke=smoke,
-                   prepare=prepare)
+            run_builds(ctx, self.executor, todo, run, keep_container=self.keep_container,
+                       smoke=smoke, prepare=prepare, preflight=preflight)
         return self.estimate_s
+
+    def _one_area(self, ex: Executor, others: Mapping[str, Executor]) -> None:
+        for e in (ex, *others.values()) if others else ():
+            if isinstance(e, LocalExecutor) and e.user is not None:  # one area for all
+                raise UsageError(
+                    f"machine {self.machine.name}: a build user ([executor.local] user) "
+                    "cannot be combined with per-architecture executors (its build area "
+                    "holds every build's inputs): remove the machine's executors, or the "
+                    "build user")
+
+    def _run_queues(self, night: NightContext, todo: Sequence[Build], runner: Runner,
+                    others: Mapping[str, Executor], n_q: int,
+                    smoke: Callable[[Executor], SmokeHook | None]) -> None:
+        progress = Progress(  # once the executor is ready: its clock starts with the builds
+            total=len(todo), master_log=night.day.master / "run.log",
+            estimate_s=self.estimate_s, live=night.live, queue_logs=night.day.master,
+        )
+        with progress:
+            progress.log(
+                f"night {night.day.name} on machine {self.machine.name}: {len(todo)} to "
+                f"build, {len(night.builds) - len(todo)} already succeeded, {n_q} queues, "
+                f"executor {runner.executor.name}"
+                + "".join(f", {a} builds executor {e}"
+                          for a, e in sorted(self.arch_executors.items()) if e in others)
+                + f", source {night.source_describe}"
+            )
+            record = recorder(night.history, night.day.name, night.state,
+                              commit=night.commit, channel=night.channel, log=night.log)
+
+            def on_event(kind: str, info: Mapping[str, object]) -> None:
+                progress(kind, info)
+                record(kind, info)
+
+            runner.on_event = on_event
+            runner.by_arch = {a: (others[e], smoke(others[e]))
+                              for a, e in self.arch_executors.items() if e in others}
+            todo_ids = {b.id for b in todo}
+            if self.queues is not None:
+                qs = [[b for b in q if b.id in todo_ids] for q in self.queues]
+                runner.run_queues(qs, order=[b for b in night.builds if b.id in todo_ids])
+            else:
+                qs = [list(todo[i::n_q]) for i in range(n_q)]
+                runner.run_queues(qs, order=todo)
 
     def finish(self, night: NightContext) -> None:
         pass

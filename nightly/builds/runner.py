@@ -86,12 +86,24 @@ class Runner:
         on_event: EventSink | None = None,
         cancel: threading.Event | None = None,
         smoke: SmokeHook | None = None,
+        by_arch: Mapping[str, tuple[Executor, SmokeHook | None]] | None = None,
     ) -> None:
         self.ctx = ctx
         self.executor = executor
         self.smoke = smoke
+        # Builds for these target architectures run with another executor, and its smoke
+        # test (a machine's `executors`: aarch64 cross-built on the host beside containers).
+        self.by_arch = dict(by_arch or {})
         self.on_event = on_event or (lambda kind, info: None)
         self.cancel = cancel or threading.Event()
+
+    def executor_of(self, build: Build) -> Executor:
+        return self.by_arch[build.target_arch][0] if build.target_arch in self.by_arch \
+            else self.executor
+
+    def _smoke_of(self, build: Build) -> SmokeHook | None:
+        return self.by_arch[build.target_arch][1] if build.target_arch in self.by_arch \
+            else self.smoke
 
     # ------------------------------------------------------------------ one build
 
@@ -117,6 +129,7 @@ class Runner:
     def _attempt(self, build: Build, queue: int) -> Outcome:
         ctx, day, state = self.ctx, self.ctx.day, self.ctx.state
         job, attempt, cache_note = self._start(build, queue)
+        executor = self.executor_of(build)
         started = time.time()
         log_path = day.reopen_log(build.id)
         with log_path.open("ab", buffering=0) as log:
@@ -135,8 +148,8 @@ class Runner:
                 sink(chunk)
                 errors.feed(chunk)
 
-            head = header(job, self.executor.describe(job), attempt=attempt, queue=queue,
-                          started=started, machine=ctx.machine, executor=self.executor.name)
+            head = header(job, executor.describe(job), attempt=attempt, queue=queue,
+                          started=started, machine=ctx.machine, executor=executor.name)
             log.write(safe_url(mask(head, *secrets)).encode())
             log.write(f"[nightly] {cache_note}\n".encode() if cache_note else b"")
             try:
@@ -151,7 +164,7 @@ class Runner:
                     if ctx.area is not None:
                         userarea.open_toolchains(ctx.area)
                     result = (ExecResult(exit_status=None, reason=problem, infra=True) if problem
-                              else self.executor.run(job, recipe_sink, self.cancel))
+                              else executor.run(job, recipe_sink, self.cancel))
             except Exception as e:  # an executor bug must not stop the other builds
                 result = ExecResult(exit_status=None, reason=f"executor error: {e!r}", infra=True)
             duration = time.time() - started
@@ -198,9 +211,10 @@ class Runner:
         """A new attempt: what a dead run left of it stopped, fresh output and scratch
         folders, the compiler cache attached, state 'running'. (job, attempt, cache note)"""
         ctx, state = self.ctx, self.ctx.state
-        job = make_job(ctx, build, executor=self.executor.name)
+        executor = self.executor_of(build)
+        job = make_job(ctx, build, executor=executor.name)
         attempt = state.get(build.id).attempts + 1
-        self._reap(job)
+        self._reap(job, executor)
         for d in (job.output_dir, job.work_dir):
             if d.exists():
                 remove_tree(d)
@@ -212,7 +226,7 @@ class Runner:
         job, cache_note = compiler_cache.attach(settings, job)
         state.update(
             build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,
-            machine=ctx.machine, queue=queue, executor=self.executor.name, reason=None, tested=None,
+            machine=ctx.machine, queue=queue, executor=executor.name, reason=None, tested=None,
             package=build.package, python=build.python, cuda=build.cuda, variant=build.variant,
             cache=None, manylinux=None,
         )
@@ -245,9 +259,10 @@ class Runner:
             policy = check_policy(state, build, job.env, produced)
             notes += policy.notes
             reason = policy.reason
-        if reason is None and self.smoke is not None:
+        tester = self._smoke_of(build)
+        if reason is None and tester is not None:
             try:
-                smoke = self.smoke(build, produced, job, sink, self.cancel)
+                smoke = tester(build, produced, job, sink, self.cancel)
             except Exception as e:  # a smoke-test bug fails this build only
                 smoke = _SmokeError(reason=f"smoke test: error: {e!r}")
             notes += list(smoke.notes)
@@ -257,16 +272,16 @@ class Runner:
                 reason = smoke.reason or "smoke test"
         if reason is None and build.id in self.ctx.repro_builds:
             try:
-                reason = repro_check.check(self.executor, job, build, produced, self.ctx.day,
+                reason = repro_check.check(self.executor_of(build), job, build, produced, self.ctx.day,
                                            sink, self.cancel)
             except Exception as e:  # a checking bug fails this build only
                 reason = f"reproducibility check: error: {e!r}"
         return reason is None, reason, notes
 
-    def _reap(self, job: Job) -> None:
+    def _reap(self, job: Job, executor: Executor) -> None:
         """Stop what a run that died left running of this build (before it runs again)."""
         try:
-            notes = self.executor.reap(job)
+            notes = executor.reap(job)
         except Exception as e:  # never let cleanup stop the night
             notes = [f"could not clean up after {job.build_id}: {e!r}"]
         for note in notes:
@@ -334,7 +349,8 @@ class Runner:
         # their build's turn comes (they would compete with this run for the machine).
         for q in queues:
             for b in q:
-                self._reap(make_job(self.ctx, b, executor=self.executor.name))
+                ex = self.executor_of(b)
+                self._reap(make_job(self.ctx, b, executor=ex.name), ex)
         results: list[Outcome] = []
         lock = threading.Lock()
 

@@ -71,6 +71,8 @@ def list_command(as_json: bool) -> int:
                    f"{r.spec_hash:12} {r.age:>5} {r.builds:>6}  {r.policy:7} {r.manylinux}")
         click.echo(f"    toolchain: {r.toolchain}")
         click.echo(f"    pythons: {r.pythons}" + (f"; nvcc {r.nvcc}" if r.nvcc else ""))
+        click.echo(f"    {'tests' if r.role == 'runtime' else 'builds'}: "
+                   f"{commands.build_list(r.used_by)}")
     return 0
 
 
@@ -83,6 +85,8 @@ def check_command() -> int:
 
     wanted = commands.check_images(_load())
     click.echo(f"all {len(wanted)} image(s) the matrix needs are present")
+    for n in wanted:
+        click.echo(f"  {n.tag}: {'tests' if n.runtime else 'builds'} {commands.build_list(n.builds)}")
     return 0
 
 

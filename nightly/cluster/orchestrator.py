@@ -227,6 +227,11 @@ class ClusterPhase:
     def executor_for(self, build: Build) -> str:
         if self.config.cluster.executor:
             return self.config.cluster.executor
+        # The executor of the first machine that can build it, for its architecture (a
+        # machine's `executors`: aarch64 cross-built on the host beside its containers).
+        for m in self.config.machines:
+            if m.can_build(build):
+                return m.executor_for(build.target_arch)
         for m in self.config.machines:
             if m.platform == build.platform:
                 return m.executor

@@ -77,7 +77,7 @@ _EXTRA: dict[str, Shape] = {
     },
     "machines": Tables(
         {k: None for k in ("name", "platform", "queues", "executor", "hostname",
-                           "explicit_queues", "gpu", "archs", "accelerators")}
+                           "explicit_queues", "gpu", "archs", "accelerators", "executors")}
     ),
     "images": {name: Open(_image_key) for name in _NAMES},
     "timeouts": {

@@ -46,6 +46,7 @@ def parse_machines(top: Table, ctx: Ctx) -> list[Machine]:
                              ctx, f"{key}.archs"))
         accelerators = tuple(unique(t.str_list("accelerators", default=[], item=_accelerator),
                                     ctx, f"{key}.accelerators"))
+        arch_executors = _arch_executors(t, platform, archs, ctx, key)
         explicit_raw = t.get("explicit_queues", default=[])
         if not isinstance(explicit_raw, list) or not all(
             isinstance(q, list) and all(isinstance(s, str) for s in q) for q in explicit_raw
@@ -72,9 +73,29 @@ def parse_machines(top: Table, ctx: Ctx) -> list[Machine]:
                 gpu=gpu,
                 archs=archs,
                 accelerators=accelerators,
+                arch_executors=arch_executors,
             )
         )
     return machines
+
+
+def _arch_executors(t: Table, platform: str, archs: tuple[str, ...], ctx: Ctx,
+                    key: str) -> tuple[tuple[str, str], ...]:
+    """`executors = { aarch64 = "local" }`: the executor of the builds for an architecture
+    where it is not the machine's (the architecture must be one the machine declares)."""
+    if t.get("executors", default=None) is None:
+        return ()
+    table = t.str_map("executors", key_check=lambda a: normalize_arch(a, platform))
+    declared = archs or (axes.default_arch(platform),)
+    for arch, executor in table.items():
+        if arch not in declared:
+            ctx.fail(f"executors names {arch}, which the machine does not build",
+                     f"{key}.executors.{arch}",
+                     hint=f"add \"{arch}\" to its archs, or remove it here")
+        if executor not in EXECUTORS:
+            ctx.fail(f"'{executor}' is not one of {', '.join(EXECUTORS)}",
+                     f"{key}.executors.{arch}")
+    return tuple(sorted(table.items()))
 
 
 def _accelerator(text: str) -> str:

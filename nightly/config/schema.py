@@ -64,6 +64,14 @@ class Machine:
     # families or exact spellings ((): cpu and cuda, what every machine built before 2026).
     archs: tuple[str, ...] = ()
     accelerators: tuple[str, ...] = ()
+    # (architecture, executor) where builds for an architecture run with another executor
+    # than `executor`: a container machine that cross-builds aarch64 on the host
+    # (`executors = { aarch64 = "local" }`).
+    arch_executors: tuple[tuple[str, str], ...] = ()
+
+    def executor_for(self, arch: str) -> str:
+        """The executor of this machine's builds for `arch`."""
+        return dict(self.arch_executors).get(arch, self.executor)
 
     @property
     def arch_list(self) -> tuple[str, ...]:

@@ -68,6 +68,8 @@ def needed(config: Config, *, cudas: Sequence[str] = (), package: str | None = N
             continue
         if package and b.package != package:
             continue
+        if host_built(config, b):
+            continue
         raw = raw_image(config, b)
         spec = None
         if raw.startswith("@"):
@@ -80,26 +82,14 @@ def needed(config: Config, *, cudas: Sequence[str] = (), package: str | None = N
         if tested is not None:
             out.setdefault(tested[1], Needed(tag=tested[1], spec=tested[0], cuda=b.cuda,
                                              runtime=True)).builds.append(b.id)
-    if builds is None and not package:
-        _declared_rocm(config, cudas, out)
     return list(out.values())
 
 
-def _declared_rocm(config: Config, cudas: Sequence[str], out: dict[str, Needed]) -> None:
-    """The `rocmX.Y` images of the builders [images] names, whether or not a build of the
-    matrix runs in one yet (the matrix's accelerator axis routes ROCm builds to them), and
-    their runtime image (the HIP runtime the wheels are tested with)."""
-    names = {v[1:] for t in config.images.values() for v in t.values() if v.startswith("@")}
-    for name in sorted(names & set(config.builders)):
-        spec = config.builders[name]
-        for accelerator in (a for a in spec.accelerators if a.startswith("rocm")):
-            if cudas and accelerator not in cudas:
-                continue
-            out.setdefault(spec.tag_for(accelerator), Needed(tag=spec.tag_for(accelerator),
-                                                            spec=spec, cuda=accelerator))
-            if runtime.tag(spec) and not spec.runtime_image:
-                out.setdefault(runtime.tag(spec), Needed(tag=runtime.tag(spec), spec=spec,
-                                                         cuda=accelerator, runtime=True))
+def host_built(config: Config, build: Build) -> bool:
+    """Whether every machine that can build it runs it with the local executor (a cross
+    build on the host, `executors = { aarch64 = "local" }`): no image of it is needed."""
+    takers = [m for m in config.machines if m.can_build(build)]
+    return bool(takers) and all(m.executor_for(build.target_arch) == "local" for m in takers)
 
 
 def parse_cudas(text: str | None) -> list[str]:
@@ -161,6 +151,13 @@ class Row:
     policy: str = "-"  # the declared manylinux policy of its manywheel builds
     toolchain: str = ""  # what its toolchain guarantees (the glibc it links against)
     role: str = "builder"  # or "runtime": where the builds' wheels are tested
+    used_by: tuple[str, ...] = ()  # the ids of the builds that run (or are tested) in it
+
+
+def build_list(ids: Sequence[str], most: int = 6) -> str:
+    """`manywheel_3.13_rocm5.7, ... and 4 more`: the builds an image serves, on one line."""
+    shown = ", ".join(ids[:most]) or "-"
+    return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
 
 
 def _age(created: dt.datetime) -> str:
@@ -191,7 +188,7 @@ def list_images(config: Config, *, client: DockerClient | None = None) -> list[R
         rows.append(Row(
             tag=n.tag, present=info is not None, size=info.size if info else 0,
             spec_hash=spec_hash, age=_age(info.created) if info else "-",
-            manylinux=manylinux, pythons=pythons, builds=len(n.builds),
+            manylinux=manylinux, pythons=pythons, builds=len(n.builds), used_by=tuple(n.builds),
             nvcc=labels.get(engine.LABEL_NVCC, ""),
             policy=(n.spec.manylinux if n.spec else labels.get(engine.LABEL_POLICY, "")) or "-",
             toolchain=(n.spec.toolchain_text(n.cuda) if n.spec
@@ -206,7 +203,7 @@ def _runtime_row(n: Needed, spec: BuilderSpec, info: ImageInfo | None) -> Row:
         spec_hash="-" if spec.runtime_image else runtime.image_hash(spec),
         age=_age(info.created) if info else "-", manylinux="-",
         pythons=" ".join(f"{p.version}={p.describe_in(spec.suite)}" for p in spec.pythons),
-        builds=len(n.builds), nvcc="", role="runtime",
+        builds=len(n.builds), used_by=tuple(n.builds), nvcc="", role="runtime",
         toolchain=("none: the site's runtime_image" if spec.runtime_image else
                    f"none: the runtime image of {spec.name} (where its wheels are tested)"),
     )

@@ -276,6 +276,8 @@ def run_builds(
     phase = LocalPhase(
         config, machine, opts.executor or machine.executor, queues=queues,
         estimate_s=estimate_s, keep_container=opts.keep_container,
+        # --executor runs every build with it; else the machine's, per architecture.
+        arch_executors={} if opts.executor else dict(machine.arch_executors),
     )
     return run_night(config, date, phase, builds, opts, plan_json=plan_json,
                      estimates=estimates)

@@ -51,6 +51,12 @@ class MachinePlan:
     queues: tuple[QueuePlan, ...]
     archs: tuple[str, ...] = ()  # what it can build (the routing), as Machine.arch_list
     accelerators: tuple[str, ...] = ()
+    arch_executors: tuple[tuple[str, str], ...] = ()  # as Machine.arch_executors
+
+    @property
+    def executors_text(self) -> str:
+        """`container` or `container; aarch64 local`: how plans name its executors."""
+        return "; ".join([self.executor, *(f"{a} {e}" for a, e in self.arch_executors)])
 
     @property
     def builds(self) -> list[PlannedBuild]:
@@ -135,6 +141,7 @@ class Plan:
                     "name": m.name,
                     "platform": m.platform,
                     "executor": m.executor,
+                    "arch_executors": dict(m.arch_executors),
                     "archs": list(m.archs),
                     "accelerators": list(m.accelerators),
                     "makespan_s": m.makespan_s,
@@ -221,7 +228,8 @@ def make_plan(
             qplans.append(QueuePlan(index=qi, builds=tuple(pbs)))
         machines.append(
             MachinePlan(name=m.name, platform=m.platform, executor=m.executor, queues=tuple(qplans),
-                        archs=m.arch_list, accelerators=m.accelerator_list)
+                        archs=m.arch_list, accelerators=m.accelerator_list,
+                        arch_executors=m.arch_executors)
         )
     return Plan(machines=tuple(machines), routed_bound_s=bound)
 
@@ -305,7 +313,8 @@ def filter_plan(plan: Plan, *, machine: str | None = None, ids: set[str] | None 
             for q in m.queues
         )
         ms.append(MachinePlan(name=m.name, platform=m.platform, executor=m.executor, queues=qs,
-                              archs=m.archs, accelerators=m.accelerators))
+                              archs=m.archs, accelerators=m.accelerators,
+                              arch_executors=m.arch_executors))
     return Plan(machines=tuple(ms), routed_bound_s=plan.routed_bound_s)
 
 

@@ -18,6 +18,7 @@ from nightly.report.view import (
     TREND_NIGHTS,
     BuildView,
     NightView,
+    axes_text,
     log_tail,
     manual_text,
     outcome_text,
@@ -259,7 +260,10 @@ def _row(
     out: list[str] = []
     reg = b.slower or b.larger
     out.append(f'<tr data-row="{esc(b.id)}"' + (' class="regression">' if reg else ">"))
-    out.append(f'<td class="mono">{esc(b.id)}</td>')
+    axes = axes_text(b)
+    out.append(f'<td class="mono">{esc(b.id)}' + (
+        f'<div class="small muted" data-axes="{esc(axes)}">{esc(axes)}</div>' if axes else "")
+        + "</td>")
     outcome = f'<span class="st {esc(b.status)}">{esc(b.status)}</span>'
     if b.status == SUCCEEDED and b.tested not in ("passed", ""):
         # Untested is never plain "succeeded": [smoke] enabled = false, or a GPU part not run.

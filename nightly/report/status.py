@@ -9,6 +9,7 @@ from nightly.format import human_size, took
 from nightly.manylinux import describe
 from nightly.report.view import (
     NightView,
+    axes_text,
     load_night,
     log_tail,
     manual_text,
@@ -124,8 +125,9 @@ def _table(night: NightView) -> Table:
             outcome += f" [red](upload failed: {escape(b.upload_error)})[/red]"
         if b.manual:
             outcome += " [cyan](manual)[/cyan]"
+        axes = axes_text(b)
         t.add_row(
-            escape(b.id),
+            escape(b.id) + (f"\n[dim]{escape(axes)}[/dim]" if axes else ""),
             outcome,
             escape(where or "-"),
             dur,

@@ -54,7 +54,7 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
         routes = f" {', '.join(m.archs)}; {', '.join(m.accelerators)}" if m.archs else ""
         t = Table(
             title=f"machine {m.name} ({m.platform}{routes}; {len(m.queues)} queues, "
-            f"{m.executor})",
+            f"{m.executors_text})",
             title_justify="left",
         )
         t.add_column("queue", justify="right")

@@ -64,6 +64,9 @@ class BuildView:
     machine: str = ""
     queue: int | None = None
     executor: str = ""
+    # The matrix's axes (from the plan; the accelerator from state.json's cuda otherwise).
+    arch: str = ""
+    accelerator: str = ""
     started: float | None = None
     ended: float | None = None
     duration_s: float | None = None
@@ -208,6 +211,8 @@ def _build_view(
         machine=e.machine or str(pb.get("machine") or night_machine or ""),
         queue=e.queue if e.queue is not None else opt_int(pb.get("queue")),
         executor=e.executor,
+        arch=str(pb.get("arch") or ""),
+        accelerator=str(pb.get("accelerator") or e.cuda or ""),
         started=started,
         ended=ended,
         duration_s=duration,
@@ -294,6 +299,11 @@ def log_tail(path: Path | None, lines: int, *, max_bytes: int = 256 * 1024) -> l
 
 
 # ---------------------------------------------------------------------------- formatting
+
+
+def axes_text(b: BuildView) -> str:
+    """`aarch64 · cpu`, `x86_64 · rocm5.7`: what the build is for, beside its id."""
+    return " · ".join(x for x in (b.arch, b.accelerator) if x)
 
 
 def manual_text(b: BuildView) -> str:

@@ -28,6 +28,16 @@ init_recipe
 require_env DESIRED_PYTHON
 [[ "$(uname -s)" == Linux ]] || die "manywheel builds are Linux builds; use the wheel recipe on $(uname -s)"
 
+# A wheel for another architecture than this machine's is built only in nightly's cross
+# environment (NIGHTLY_CROSS_PYTHON: the target's Python and a toolchain for it); without
+# it this machine's compiler would make a wheel of the wrong architecture: refuse first.
+host_arch="$(uname -m)"
+for want in "${NIGHTLY_ARCH:-$host_arch}" "${MANYLINUX_PLATFORM:-${AUDITWHEEL_PLAT:-_$host_arch}}"; do
+    if [[ "$want" != "$host_arch" && "$want" != *"_$host_arch" && -z "${NIGHTLY_CROSS_PYTHON:-}" ]]; then
+        die "this build is for ${want#manylinux_*_*_} but this machine is $host_arch and nightly's cross environment is not set (NIGHTLY_CROSS_PYTHON): route the build to a machine of its architecture, or cross-build it with the local executor (docs/recipes.md, \"aarch64\")"
+    fi
+done
+
 # shellcheck disable=SC2119  # no options: the version gets +cuXYZ for CUDA builds
 build_python_wheel
 
@@ -70,6 +80,8 @@ if command -v auditwheel >/dev/null 2>&1; then
         # wheel it finds the wheel's own and gives it the most compatible tag, which must
         # then reach the policy (checked below, and again by nightly).
         cross_plat="$AUDITWHEEL_PLAT"
+        # auditwheel reads AUDITWHEEL_PLAT from the environment too (and refuses it here).
+        export -n AUDITWHEEL_PLAT
     elif [[ -n "${AUDITWHEEL_PLAT:-}" ]]; then
         repair+=(--plat "$AUDITWHEEL_PLAT")
     fi

@@ -23,7 +23,9 @@ WORKERS = {
 
 MATRIX = """
 [matrix.linux.manywheel]
-pythons = ["3.12", "3.13"]
+# Pythons Debian packages for arm64: the "arm" worker is this x86_64 machine, so its local
+# executor cross-builds (nightly.images.cross), which needs the target's Python.
+pythons = ["3.11", "3.13"]
 accelerators = ["cpu", "cu126", "rocm7.2"]
 archs = ["x86_64", "aarch64"]
 
@@ -46,9 +48,9 @@ queues = 1
 executor = "local"
 accelerators = ["rocm"]
 """
-X86 = ["manywheel_3.12_cpu", "manywheel_3.12_cu126", "manywheel_3.12_rocm7.2",
+X86 = ["manywheel_3.11_cpu", "manywheel_3.11_cu126", "manywheel_3.11_rocm7.2",
        "manywheel_3.13_cpu", "manywheel_3.13_cu126", "manywheel_3.13_rocm7.2"]
-ARM = ["manywheel_3.12_cpu_aarch64", "manywheel_3.12_cu126_aarch64",
+ARM = ["manywheel_3.11_cpu_aarch64", "manywheel_3.11_cu126_aarch64",
        "manywheel_3.13_cpu_aarch64", "manywheel_3.13_cu126_aarch64"]
 
 
@@ -79,7 +81,7 @@ def test_each_build_runs_on_a_worker_of_its_architecture_and_accelerator(
         assert pkg["path"].endswith("-py3-none-linux_aarch64.whl"), pkg
     plan = json.loads((p.day / "logs" / "master" / "plan.json").read_text())
     needs = {b["id"]: b["resources"] for b in plan["cluster"]["builds"]}
-    assert needs["manywheel_3.12_cpu_aarch64"] == {
+    assert needs["manywheel_3.11_cpu_aarch64"] == {
         "slots": 1.0, "platform-linux": 0.0, "arch-aarch64": 0.0}
-    assert needs["manywheel_3.12_rocm7.2"] == {
+    assert needs["manywheel_3.11_rocm7.2"] == {
         "slots": 1.0, "platform-linux": 0.0, "arch-x86_64": 0.0, "accel-rocm": 0.0}

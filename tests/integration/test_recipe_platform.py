@@ -1,6 +1,7 @@
 """The manywheel recipe repairs to the platform nightly decided from the build's
 architecture (MANYLINUX_PLATFORM), not to this machine's `uname -m`; without it (a caller
-older than the variable) it falls back to uname. Real auditwheel, on the demo's real wheel.
+older than the variable) it falls back to uname. A build for another architecture outside
+nightly's cross environment fails before building. Real auditwheel, on the demo's real wheel.
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ def test_an_aarch64_build_is_repaired_to_aarch64_whatever_runs_it(tmp_path: Path
     env = platform_env("2_28", "aarch64")
     assert env["MANYLINUX_PLATFORM"] == "manylinux_2_28_aarch64"
     run = _run(tmp_path, env)
-    # The wheel compiled here is x86_64: auditwheel is asked for aarch64 and refuses, and the
-    # recipe fails naming the platform it was given (never a mislabelled wheel).
+    # Without nightly's cross environment this machine's compiler would make an x86_64
+    # wheel: the recipe refuses before building, naming the architecture it was given and
+    # the way out (never a mislabelled wheel).
     assert run.returncode != 0, run.describe()
-    assert "--plat manylinux_2_28_aarch64" in run.output, run.describe()
-    assert "cannot meet the manylinux policy manylinux_2_28_aarch64" in run.output
+    assert "this build is for aarch64 but this machine is x86_64" in run.output, run.describe()
+    assert "cross environment is not set" in run.output
+    assert "running: auditwheel" not in run.output
     assert run.packages == []
 
 
