@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nightly.errors import UsageError
 
@@ -58,28 +57,28 @@ def _kind(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _table(data: dict[str, Any], key: str, path: Path, where: str) -> dict[str, Any]:
+def _table(data: dict[str, object], key: str, path: Path, where: str) -> dict[str, object]:
     value = data.get(key, {})
     if not isinstance(value, dict):
         raise _fail(path, f"{where}{key}", f"is {_kind(value)}, not a table")
     return value
 
 
-def _str(data: dict[str, Any], key: str, path: Path, where: str) -> str:
+def _str(data: dict[str, object], key: str, path: Path, where: str) -> str:
     value = data.get(key, "")
     if not isinstance(value, str):
         raise _fail(path, f"{where}{key}", f"is {_kind(value)}, not a string")
     return value
 
 
-def _strings(data: dict[str, Any], key: str, path: Path, where: str) -> tuple[str, ...]:
+def _strings(data: dict[str, object], key: str, path: Path, where: str) -> tuple[str, ...]:
     value = data.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise _fail(path, f"{where}{key}", f"is {_kind(value)}, not an array of strings")
     return tuple(value)
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _load(path: Path) -> dict[str, object]:
     try:
         with path.open("rb") as f:
             raw = f.read(MAX_BYTES + 1)

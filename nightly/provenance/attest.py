@@ -29,6 +29,7 @@ from nightly.workspace import SUCCEEDED, BuildEntry, Day, State
 
 if TYPE_CHECKING:
     from nightly.builds.phase import NightContext
+    from nightly.stores import Store
 
 
 def image_digest(image: str) -> str:
@@ -179,7 +180,7 @@ def sign_day(config: Config, day: Day, state: State, *, commit: str, source_dir:
     return count
 
 
-def publish_beside(store: Any, key: str, package: Path, sha256: str, public_key: Any,
+def publish_beside(store: Store, key: str, package: Path, sha256: str, public_key: Any,
                    log: Callable[[str], None]) -> str | None:
     """Put `<key>.provenance.json` into the store when the package has one here that nightly
     signed (`trusted`) and the store's copy differs: before the package itself, so nobody
@@ -200,7 +201,7 @@ def publish_beside(store: Any, key: str, package: Path, sha256: str, public_key:
     return sha
 
 
-def _published_sha(store: Any, pkey: str, name: str, sha256: str, public_key: Any) -> str | None:
+def _published_sha(store: Store, pkey: str, name: str, sha256: str, public_key: Any) -> str | None:
     """The sha256 of the provenance already in the store when it is nightly's own for this
     file (the pages keep listing it), else None."""
     if public_key is None:

@@ -34,6 +34,7 @@ from nightly.publish.promote_verify import (
 )
 from nightly.publish.upload import UploadReport, open_destination, regenerate_index
 from nightly.redact import safe_url
+from nightly.stores import Store
 from nightly.stores.layout import conda_channel_dir, kind_of, remote_folder
 from nightly.workspace import SUCCEEDED, Day, DayLock, State
 from nightly.workspace.candidate import candidate_name, completeness, release_day
@@ -185,7 +186,7 @@ def _candidate_files(
     return wheels, conda_files, copies
 
 
-def _copy_all(store: Any, state: State, copies: list[_Copy], *, dry_run: bool, log: Log) -> None:
+def _copy_all(store: Store, state: State, copies: list[_Copy], *, dry_run: bool, log: Log) -> None:
     for c in copies:
         if c.done:
             log(f"already promoted: {store.url}/{c.dst}")
@@ -197,7 +198,7 @@ def _copy_all(store: Any, state: State, copies: list[_Copy], *, dry_run: bool, l
             _record(state, c.bid, f"{store.url}/{c.dst}", c.sha256)
 
 
-def _check_copies(store: Any, copies: list[_Copy], rerun: str, tmp: Path,
+def _check_copies(store: Store, copies: list[_Copy], rerun: str, tmp: Path,
                   public_key: Any) -> None:
     """Before anything is copied: each release destination is absent or already the file
     built, by its bytes (then `done`), and each test file still to be promoted is read from
@@ -226,7 +227,7 @@ def _check_copies(store: Any, copies: list[_Copy], rerun: str, tmp: Path,
                           "to publish the built files to the test channel again)")
 
 
-def _copy_verified(store: Any, c: _Copy, log: Log) -> None:
+def _copy_verified(store: Store, c: _Copy, log: Log) -> None:
     """The verified test file (and its verified provenance) into the release folder, read
     back; a copy that does not verify is removed from the release folder."""
     assert c.checked is not None
@@ -236,7 +237,7 @@ def _copy_verified(store: Any, c: _Copy, log: Log) -> None:
 
 
 def _release_index(
-    config: Config, store: Any, report: Any, *, copied: set[str], dry_run: bool, log: Log
+    config: Config, store: Store, report: Any, *, copied: set[str], dry_run: bool, log: Log
 ) -> None:
     """Regenerate the release pages of the folders that changed, or whose pages do not list
     the candidate's files yet (an earlier promote stopped halfway). A folder whose pages are

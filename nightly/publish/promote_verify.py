@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nightly import provenance
 from nightly.errors import ObjectTooLarge, PublishError
 from nightly.files import sha256_file
 from nightly.index import metadata
+
+if TYPE_CHECKING:
+    from nightly.stores import Store
 
 PROVENANCE_MAX = 1 << 20  # a provenance file is a few kB
 
@@ -36,7 +39,7 @@ class Checked:
     provenance: bytes | None = None  # its verified provenance (None: no key configured)
 
 
-def bytes_sha256(store: Any, key: str, dest: Path, size: int | None) -> str | None:
+def bytes_sha256(store: Store, key: str, dest: Path, size: int | None) -> str | None:
     """Download `key` to `dest` (at most `size` bytes when known) and hash what was read;
     None when the object is not there. ObjectTooLarge when it holds more."""
     if store.head(key) is None:
@@ -45,7 +48,7 @@ def bytes_sha256(store: Any, key: str, dest: Path, size: int | None) -> str | No
     return sha256_file(dest)
 
 
-def released_matches(store: Any, key: str, sha256: str, size: int | None, tmp: Path) -> bool:
+def released_matches(store: Store, key: str, sha256: str, size: int | None, tmp: Path) -> bool:
     """A release file already there is the build's: its bytes hash to the build's sha256."""
     dest = tmp / "released"
     try:
@@ -56,7 +59,7 @@ def released_matches(store: Any, key: str, sha256: str, size: int | None, tmp: P
         dest.unlink(missing_ok=True)
 
 
-def check_test_file(store: Any, src: str, *, sha256: str, size: int | None, tmp: Path,
+def check_test_file(store: Store, src: str, *, sha256: str, size: int | None, tmp: Path,
                     public_key: Any) -> Checked:
     """Read `src` from the test channel into `tmp` and verify it: its bytes' sha256 is the
     build's, and (with a key) its provenance there verifies for that name and sha256."""
@@ -89,7 +92,7 @@ def check_test_file(store: Any, src: str, *, sha256: str, size: int | None, tmp:
     return Checked(name, local=dest, provenance=bundle)
 
 
-def publish_checked(store: Any, src: str, dst: str, checked: Checked, sha256: str) -> None:
+def publish_checked(store: Store, src: str, dst: str, checked: Checked, sha256: str) -> None:
     """Promote one verified file: its verified provenance and core metadata first (so nobody
     sees the package without them), then the package by the store's own copy (server-side on
     S3: the bytes never travel through this machine again), read back from the release
