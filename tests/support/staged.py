@@ -44,10 +44,14 @@ def system_python() -> str:
     return path if os.access(path, os.X_OK) else sys.executable
 
 
+# nightly's distribution name (the package is `nightly`; the name on the index is another).
+DIST = canonicalize_name(md.packages_distributions().get("nightly", ["nightly-builds"])[0])
+
+
 def closure(extras: Sequence[str]) -> list[str]:
     """The distributions nightly (with `extras`) needs here, recursively, sorted."""
     found: set[str] = set()
-    todo: list[tuple[str, tuple[str, ...]]] = [("nightly", tuple(extras))]
+    todo: list[tuple[str, tuple[str, ...]]] = [(DIST, tuple(extras))]
     while todo:
         name, want = todo.pop()
         for text in md.requires(name) or []:
@@ -56,8 +60,8 @@ def closure(extras: Sequence[str]) -> list[str]:
             if req.marker is not None and not any(req.marker.evaluate(e) for e in envs):
                 continue
             key = canonicalize_name(req.name)
-            if key == "nightly":
-                todo.append(("nightly", tuple(req.extras)))
+            if key == DIST:
+                todo.append((DIST, tuple(req.extras)))
                 continue
             try:
                 md.distribution(req.name)
