@@ -26,6 +26,12 @@
 #                        SOURCE_DIR/cpp/CMakeLists.txt exists, else SOURCE_DIR itself.
 #   CMAKE_ARGS           extra arguments for the CMake configure step (split on spaces).
 #   MAX_JOBS             parallel compile jobs (default: the number of CPUs).
+#   NIGHTLY_MANYLINUX    the declared glibc policy ([matrix.linux.libtorch] manylinux, e.g.
+#                        2_28; set by nightly, which also sets CC/CXX to its glibc sysroot
+#                        toolchain on a host newer than the policy). Under a policy the C++
+#                        runtime is linked statically (-static-libstdc++ -static-libgcc), so
+#                        a zip needs no GLIBCXX_ and bundles no libstdc++/libgcc_s of a newer
+#                        glibc; nightly checks the zip's glibc against the policy afterwards.
 set -euo pipefail
 
 # shellcheck disable=SC2034  # read by common/lib.sh
@@ -196,6 +202,13 @@ build_variant() {
         "-DCMAKE_INSTALL_RPATH=\$ORIGIN"
         # Projects that do not know these options get a harmless "unused variable" notice.
         --no-warn-unused-cli)
+    if [[ -n "${NIGHTLY_MANYLINUX:-}" && "$NIGHTLY_MANYLINUX" != off ]]; then
+        # The C++ runtime inside the project's libraries: the build compiler's libstdc++ and
+        # libgcc_s need a newer glibc (and GLIBCXX) than the policy's platforms have.
+        args+=("-DCMAKE_SHARED_LINKER_FLAGS=-static-libstdc++ -static-libgcc"
+            "-DCMAKE_EXE_LINKER_FLAGS=-static-libstdc++ -static-libgcc"
+            "-DCMAKE_MODULE_LINKER_FLAGS=-static-libstdc++ -static-libgcc")
+    fi
     if is_cuda_build; then
         args+=(-DUSE_CUDA=ON -DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" -DCUDAToolkit_ROOT="$CUDA_HOME")
     else
