@@ -200,6 +200,10 @@ def test_one_night_builds_the_rocm_and_aarch64_wheels_into_its_mirror(
     assert "100" in why or "no" in why.lower(), why
     assert lines[-1] == "no-compiler"
     _check_rocm_zip(day, cfg.builders["rocm"].repository)
+    # Under the config's glibc policy for libtorch, as the manywheels are.
+    record = state[LIBTORCH_ROCM]["manylinux"]
+    assert record["policy"] == "2_28"
+    assert tuple(int(x) for x in record["glibc"].split(".")) <= (2, 28), record
 
     # aarch64: in the cpu folder; pip takes them for aarch64 (which cannot be installed here).
     for python in ("3.11", "3.13"):
