@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from nightly.images import sysroot
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(platform.system() != "Linux", reason="libtorch zips are Linux builds"),
@@ -92,3 +94,5 @@ def test_the_demo_libtorch_zip_meets_glibc_2_28(tmp_path: Path, run_cli) -> None
     assert not [p.name for p in libs if p.name.startswith(("libstdc++", "libgcc_s"))]
     log = (day / "logs" / "succeeded" / "libtorch_shared-with-deps_cpu.log").read_text()
     assert "glibc: policy 2_28" in log
+    if sysroot.host_glibc() > (2, 28):  # built by the policy's toolchain, not the host's
+        assert "[nightly] toolchain glibc 2.31 sysroot" in log
