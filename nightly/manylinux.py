@@ -13,7 +13,9 @@ manywheel build with a policy produced before it is filed (`check_packages`): a 
 published.
 
 libtorch zips are no wheels but need a glibc too: `zip_glibc` reads the newest GLIBC_
-symbol version their ELF files need, recorded beside the build like a wheel's tag.
+symbol version their ELF files need, recorded beside the build like a wheel's tag; under a
+declared policy (`[matrix.linux.libtorch] manylinux`) a zip needing a newer glibc fails
+the build and is never published.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def check_packages(
             return Verdict(reason=reason, record=verdict.record, notes=verdict.notes)
         return verdict
     if package == "libtorch":
-        return _record_zips([f for f in files if f.suffix == ".zip"])
+        return _check_zips(policy, [f for f in files if f.suffix == ".zip"])
     return Verdict()
 
 
@@ -202,8 +204,31 @@ def _check_wheels(policy: str, wheels: Sequence[Path], toolchain: str = "") -> V
     )
 
 
-def _record_zips(zips: Sequence[Path]) -> Verdict:
+def _check_zips(policy: str, zips: Sequence[Path]) -> Verdict:
+    """A libtorch build's zips: their glibc recorded and, under a policy ([matrix.linux.
+    libtorch] manylinux), checked: a zip that needs a newer glibc fails the build."""
     needs = {z.name: zip_glibc(z) for z in zips}
+    verdict = _record_zips(needs)
+    if policy in ("", OFF) or not needs:
+        return verdict
+    too_new = sorted(
+        f"{name} needs glibc {need}" for name, need in needs.items()
+        if need and tuple(int(x) for x in need.split(".")) > glibc_of(policy))
+    record = {"policy": policy, **verdict.record}
+    notes = (f"glibc: policy {policy} (its libraries may need glibc "
+             f"{policy.replace('_', '.')} at most)", *verdict.notes)
+    if not too_new:
+        return Verdict(record=record, notes=notes)
+    return Verdict(
+        reason=f"manylinux policy {policy} not met: {'; '.join(too_new)}, newer than glibc "
+        f"{policy.replace('_', '.')} (build it with the policy's toolchain: on the host "
+        "nightly's glibc sysroot, in an image one whose glibc is that old; nothing of it is "
+        "published)",
+        record=record, notes=notes)
+
+
+def _record_zips(needs: dict[str, str]) -> Verdict:
+    """zip name -> the glibc it needs ("": none) as the build's record and footer notes."""
     if not needs:
         return Verdict()
     notes = tuple(

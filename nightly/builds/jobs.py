@@ -117,9 +117,11 @@ def interpreter_env(config: Config, build: Build, executor: str) -> dict[str, st
 
 def manylinux_env(config: Config, build: Build, executor: str,
                   toolchains: Path | None = None) -> dict[str, str]:
-    """A manywheel build's policy for the recipe (NIGHTLY_MANYLINUX, AUDITWHEEL_PLAT) and,
-    on the host, the glibc-targeting toolchain that meets it (an image has its own), from
-    `toolchains` (default: nightly's images cache; a build user's: its build area)."""
+    """A manywheel or libtorch build's policy for the recipe (NIGHTLY_MANYLINUX,
+    AUDITWHEEL_PLAT) and, on the host, the glibc-targeting toolchain that meets it (an image
+    has its own), from `toolchains` (default: nightly's images cache; a build user's: its
+    build area). libtorch builds always get the sysroot's gcc: CMake projects of any kind
+    build with it, and its g++ links libstdc++ statically."""
     policy = config.manylinux_for(build, executor)
     env = platform_env(policy, build.target_arch)
     if policy and policy != OFF:
@@ -133,7 +135,7 @@ def manylinux_env(config: Config, build: Build, executor: str,
         if sysroot.host_glibc() <= glibc_of(policy):
             return env  # this machine's glibc is old enough
         # zig where chosen, except for CUDA builds: nvcc needs the sysroot's gcc.
-        if host_toolchain(config) == "zig" and not build.is_cuda:
+        if host_toolchain(config) == "zig" and not build.is_cuda and build.package == "manywheel":
             env.update(zig.host_env(glibc_of(policy), cache))
         else:
             env.update(sysroot.host_env(glibc_of(policy), cache))

@@ -18,13 +18,13 @@ ENV_TOOLCHAIN = "NIGHTLY_MANYLINUX_TOOLCHAIN"  # the configured choice, for the 
 
 def toolchain_choice(config: Config, build: Build, executor: str) -> str:
     """The C/C++ toolchain configured for a manywheel build under a policy: "zig" or
-    "sysroot" (CUDA builds always the sysroot: nvcc's host compiler)."""
+    "sysroot" (CUDA builds always the sysroot: nvcc's host compiler; libtorch builds too)."""
     builder = config.builder_for(build) if executor == "container" else None
     chosen = builder.toolchain_choice if builder is not None else ""
     chosen = chosen or next((m.toolchain for m in config.matrices
                              if m.package == "manywheel" and m.platform == "linux"
                              and m.toolchain), "sysroot")
-    return "sysroot" if build.is_cuda else chosen
+    return "sysroot" if build.is_cuda or build.package == "libtorch" else chosen
 
 
 def built_under(config: Config, build: Build, executor: str) -> tuple[str, str]:

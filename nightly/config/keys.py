@@ -64,7 +64,7 @@ _PACKAGE_KEYS = {"cudas": None, "accelerators": None, "archs": None, "pythons": 
                  "devtoolset": None, "manylinux": None,
                  "toolchain": None}
 _LIBTORCH_KEYS = {"cudas": None, "accelerators": None, "archs": None, "variants": None,
-                  "python": None, "devtoolset": None}
+                  "python": None, "devtoolset": None, "manylinux": None}
 _NAMES = ("default", *PACKAGES)
 ARCH_NAMES = ("x86_64", "aarch64", "arm64")
 _ESTIMATE_KEYS: dict[str, Shape] = {"cpu": None, "cuda": None, "rocm": None, "xpu": None}

@@ -144,6 +144,7 @@ def parse_matrix(top: Table, ctx: Ctx) -> list[PackageMatrix]:
                         variants=variants,
                         python=python,
                         devtoolset=devtoolset,
+                        manylinux=_manylinux(t, pkg, key, ctx),
                         archs=archs,
                     )
                 )
@@ -187,10 +188,11 @@ def _accelerators(t: Table, key: str, ctx: Ctx) -> tuple[str, ...]:
 
 
 def _manylinux(t: Table, pkg: str, key: str, ctx: Ctx) -> str:
-    """[matrix.linux.manywheel] manylinux: the policy of builds whose builder declares none."""
+    """[matrix.linux.manywheel] manylinux: the policy of builds whose builder declares none;
+    [matrix.linux.libtorch] manylinux: the glibc policy its zips are built and checked under."""
     text = t.str("manylinux", default="")
-    if text and pkg != "manywheel":
-        ctx.fail("manylinux applies to manywheel builds only", f"{key}.manylinux")
+    if text and pkg not in ("manywheel", "libtorch"):
+        ctx.fail("manylinux applies to manywheel and libtorch builds only", f"{key}.manylinux")
     try:
         return parse_policy(text)
     except ValueError as e:

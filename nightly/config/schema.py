@@ -363,10 +363,12 @@ class Config:
 
     def manylinux_for(self, build: Build, executor: str = "container") -> str:
         """A manywheel build's manylinux policy ("2_28", "off", "": none declared): its
-        builder's when it runs in a declared image that declares one, else the matrix's."""
-        if build.package != "manywheel" or build.platform != "linux":
+        builder's when it runs in a declared image that declares one, else the matrix's.
+        A libtorch build's: its matrix's only (a builder's policy is its manywheels')."""
+        if build.package not in ("manywheel", "libtorch") or build.platform != "linux":
             return ""
-        builder = self.builder_for(build) if executor == "container" else None
+        builder = (self.builder_for(build)
+                   if executor == "container" and build.package == "manywheel" else None)
         if builder is not None and builder.manylinux:
             return builder.manylinux
         for m in self.matrices:

@@ -17,8 +17,11 @@
 # "System" libraries, never bundled: glibc's (libc, libm, libdl, libpthread, librt, ld-linux
 # ...) and the CUDA driver (libcuda), which belongs to the machine that runs the program.
 #
-# CUDA builds (DESIRED_CUDA != cpu) configure with -DUSE_CUDA=ON and the toolkit's nvcc
+# CUDA builds (DESIRED_CUDA=cuXYZ) configure with -DUSE_CUDA=ON and the toolkit's nvcc
 # (CMAKE_CUDA_COMPILER, CUDAToolkit_ROOT), and the version gets +cuXYZ like the wheels.
+# ROCm builds (DESIRED_CUDA=rocmX.Y) configure with -DUSE_ROCM=ON and PYTORCH_ROCM_ARCH (the
+# GPU targets; the ROCm builder image sets it), and the version gets +rocmX.Y. The HIP
+# runtime (libamdhip64) is the machine's ROCm, like the CUDA driver: never bundled.
 #
 # Environment: the recipe contract of docs/recipes.md (DESIRED_PYTHON is not used), plus (all
 # optional) CUDA_HOME and WORK_DIR as described in recipes/common/lib.sh, and:
@@ -26,6 +29,12 @@
 #                        SOURCE_DIR/cpp/CMakeLists.txt exists, else SOURCE_DIR itself.
 #   CMAKE_ARGS           extra arguments for the CMake configure step (split on spaces).
 #   MAX_JOBS             parallel compile jobs (default: the number of CPUs).
+#   NIGHTLY_MANYLINUX    the declared glibc policy ([matrix.linux.libtorch] manylinux, e.g.
+#                        2_28; set by nightly, which also sets CC/CXX to its glibc sysroot
+#                        toolchain on a host newer than the policy). Under a policy the C++
+#                        runtime is linked statically (-static-libstdc++ -static-libgcc), so
+#                        a zip needs no GLIBCXX_ and bundles no libstdc++/libgcc_s of a newer
+#                        glibc; nightly checks the zip's glibc against the policy afterwards.
 set -euo pipefail
 
 # shellcheck disable=SC2034  # read by common/lib.sh
@@ -73,7 +82,7 @@ is_system_lib() {
     case "$1" in
         linux-vdso.so* | linux-gate.so* | ld-linux*.so* | ld64.so* | libc.so* | libm.so* | libdl.so* | \
             libpthread.so* | librt.so* | libresolv.so* | libutil.so* | libnsl.so* | libanl.so* | \
-            libcrypt.so* | libmvec.so* | libcuda.so* | libnvidia-*.so*) return 0 ;;
+            libcrypt.so* | libmvec.so* | libcuda.so* | libnvidia-*.so* | libamdhip64.so*) return 0 ;;
     esac
     return 1
 }
@@ -86,20 +95,30 @@ elf_files() {
     done < <(find "$1" -type f -print0)
 }
 
+# direct_needs FILE : the sonames FILE itself needs (DT_NEEDED); nothing when readelf is
+# missing (then every library ldd lists counts, as before).
+direct_needs() {
+    command -v readelf >/dev/null 2>&1 || return 0
+    readelf -d "$1" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' || true
+}
+
 # bundle_shared_deps PREFIX : copy the non-system libraries that PREFIX's ELF files load
-# into PREFIX/lib, until nothing new turns up (a copied library can need others).
+# into PREFIX/lib, until nothing new turns up (a copied library can need others). Only what
+# a file needs itself: what a system library (the HIP runtime) loads is the machine's too.
 bundle_shared_deps() {
-    local prefix="$1" changed=1 f line soname path copied=()
+    local prefix="$1" changed=1 f line soname path needs copied=()
     command -v ldd >/dev/null 2>&1 || die "ldd is not installed: cannot find the libraries to bundle"
     while ((changed)); do
         changed=0
         while IFS= read -r f; do
+            needs=" $(direct_needs "$f" | tr '\n' ' ') "
             while IFS= read -r line; do
                 # "libfoo.so.1 => /path/libfoo.so.1 (0x...)" or "libfoo.so.1 => not found"
                 [[ "$line" == *"=>"* ]] || continue
                 soname="$(echo "$line" | awk '{print $1}')"
                 path="$(echo "$line" | awk '{print $3}')"
                 is_system_lib "$soname" && continue
+                [[ "$needs" == "  " || "$needs" == *" $soname "* ]] || continue
                 [[ -e "$prefix/lib/$soname" ]] && continue
                 [[ "$path" == /* ]] || die "$(basename "$f") needs $soname, which is not found (ldd: $line)"
                 cp -L "$path" "$prefix/lib/$soname"
@@ -196,6 +215,16 @@ build_variant() {
         "-DCMAKE_INSTALL_RPATH=\$ORIGIN"
         # Projects that do not know these options get a harmless "unused variable" notice.
         --no-warn-unused-cli)
+    if [[ -n "${NIGHTLY_MANYLINUX:-}" && "$NIGHTLY_MANYLINUX" != off ]]; then
+        # The C++ runtime inside the project's libraries: the build compiler's libstdc++ and
+        # libgcc_s need a newer glibc (and GLIBCXX) than the policy's platforms have.
+        args+=("-DCMAKE_SHARED_LINKER_FLAGS=-static-libstdc++ -static-libgcc"
+            "-DCMAKE_EXE_LINKER_FLAGS=-static-libstdc++ -static-libgcc"
+            "-DCMAKE_MODULE_LINKER_FLAGS=-static-libstdc++ -static-libgcc")
+    fi
+    if is_rocm_build; then
+        args+=(-DUSE_ROCM=ON)  # the targets: PYTORCH_ROCM_ARCH, read by the project
+    fi
     if is_cuda_build; then
         args+=(-DUSE_CUDA=ON -DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" -DCUDAToolkit_ROOT="$CUDA_HOME")
     else

@@ -7,7 +7,8 @@ One night on one machine builds both (the machine's `executors = { aarch64 = "lo
   container executor: its extension holds AMD GPU code objects for each declared target, it is
   manylinux-tagged under the `2_28` policy with the HIP runtime left to the machine, the
   night's smoke test passes in the runtime image, and there, without a GPU, the device query
-  answers "no device" cleanly;
+  answers "no device" cleanly; and the libtorch-style zip of its C++ library with the HIP
+  kernel (CMake, same image): code objects in libdemo.so, the HIP runtime not bundled;
 - the demo's aarch64 manywheels (Pythons 3.11 and 3.13, cpu), cross-built on the host
   (nightly/images/cross.py): `auditwheel show` says manylinux_2_28_aarch64 or better, the
   night's smoke test ran them under qemu-user, and the target's Python under qemu imports
@@ -47,6 +48,7 @@ CONFIG = REPO / "configs" / "demo-beyond-cuda.toml"
 DATE = "2026_01_09"
 VERSION = "0.1.0.dev20260109"
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
+LIBTORCH_ROCM = "libtorch_shared-with-deps_rocm5.7"
 TARGETS = {"hipv4-amdgcn-amd-amdhsa--gfx90a", "hipv4-amdgcn-amd-amdhsa--gfx1100"}
 
 
@@ -70,6 +72,29 @@ def offload_targets(so: bytes) -> list[str]:
         pos += length
         assert size > 0 or targets[-1].startswith("host-"), targets[-1]
     return targets
+
+
+def _check_rocm_zip(day: Path, repository: str) -> None:
+    """The libtorch-style zip of the ROCm build: libdemo.so holds code objects for each
+    target, needs the HIP runtime and does not bundle it (nor what the runtime loads); the
+    night's smoke program linked and ran in the ROCm image."""
+    (zipped,) = sorted((day / "packages").rglob("libtorch-shared-with-deps-*.zip"))
+    assert zipped.name == f"libtorch-shared-with-deps-{VERSION}+rocm5.7.zip"
+    with zipfile.ZipFile(zipped) as zf:
+        names = zf.namelist()
+        (lib,) = [n for n in names if re.fullmatch(r"libtorch/lib/libdemo\.so\.\d+\.\d+\.\d+", n)]
+        so = zf.read(lib)
+    assert set(offload_targets(so)) >= TARGETS
+    assert not [n for n in names if re.search(r"lib(amdhip64|hsa-runtime64|drm|numa)", n)], names
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    needed = [getattr(t, "needed", "") for s in ELFFile(io.BytesIO(so)).iter_sections()
+              if isinstance(s, DynamicSection) for t in s.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+    assert "libamdhip64.so.5" in needed, needed
+    log = (day / "logs" / "succeeded" / f"{LIBTORCH_ROCM}.log").read_text()
+    assert f"smoke: in image {repository}:rocm5.7-" in log
+    assert f"libdemo {VERSION}+rocm5.7" in log
 
 
 def _config_copy(tmp: Path) -> Path:
@@ -131,7 +156,8 @@ def test_one_night_builds_the_rocm_and_aarch64_wheels_into_its_mirror(
     code, listed, err = run_nightly(["images", "list", "--config", str(config)], env=env)
     assert code == 0, err
     assert "nightly-rocm:rocm5.7-" in listed
-    assert "    builds: manywheel_3.13_rocm5.7\n" in listed  # the aarch64 builds need no image
+    # The aarch64 builds need no image; the ROCm libtorch zip is built in the same one.
+    assert "    builds: manywheel_3.13_rocm5.7, libtorch_shared-with-deps_rocm5.7\n" in listed
     assert "    tests: manywheel_3.13_rocm5.7\n" in listed  # the runtime image
     code, out, err = run_nightly(["run", "--config", str(config), "--date", DATE], env=env,
                                  timeout=3600)
@@ -143,10 +169,11 @@ def test_one_night_builds_the_rocm_and_aarch64_wheels_into_its_mirror(
     state = json.loads((day / "state.json").read_text())["builds"]
     assert {b: e["status"] for b, e in state.items()} == {
         "manywheel_3.13_rocm5.7": "succeeded", "manywheel_3.11_cpu_aarch64": "succeeded",
-        "manywheel_3.13_cpu_aarch64": "succeeded"}
+        "manywheel_3.13_cpu_aarch64": "succeeded", LIBTORCH_ROCM: "succeeded"}
     # Each ran with its architecture's executor, and passed its smoke test.
     assert state["manywheel_3.13_rocm5.7"]["executor"] == "container"
     assert state["manywheel_3.11_cpu_aarch64"]["executor"] == "local"
+    assert state[LIBTORCH_ROCM]["executor"] == "container"
     assert all(e["tested"]["result"] == "passed" for e in state.values())
     index = tmp_path / "mirror" / "whl" / "nightly"
 
@@ -172,6 +199,11 @@ def test_one_night_builds_the_rocm_and_aarch64_wheels_into_its_mirror(
     assert (version, count, added) == ("5.7", 0, 5), lines
     assert "100" in why or "no" in why.lower(), why
     assert lines[-1] == "no-compiler"
+    _check_rocm_zip(day, cfg.builders["rocm"].repository)
+    # Under the config's glibc policy for libtorch, as the manywheels are.
+    record = state[LIBTORCH_ROCM]["manylinux"]
+    assert record["policy"] == "2_28"
+    assert tuple(int(x) for x in record["glibc"].split(".")) <= (2, 28), record
 
     # aarch64: in the cpu folder; pip takes them for aarch64 (which cannot be installed here).
     for python in ("3.11", "3.13"):

@@ -258,6 +258,6 @@ def test_a_policy_on_another_package_type_is_refused(tmp_path: Path) -> None:
     p.write_text(policy_config.text().replace(
         '[matrix.linux.conda]\npythons = ["3.11"]\ncudas = ["cpu"]\n',
         '[matrix.linux.conda]\npythons = ["3.11"]\ncudas = ["cpu"]\nmanylinux = "2_28"\n'))
-    with pytest.raises(ConfigError, match="manywheel builds only") as e:
+    with pytest.raises(ConfigError, match="manywheel and libtorch builds only") as e:
         load(p)
     assert e.value.key == "matrix.linux.conda.manylinux"
