@@ -203,9 +203,12 @@ def toolchain_env(bindir: str, glibc: str) -> dict[str, str]:
 
 def host_env(policy_glibc: tuple[int, int], cache: Path) -> dict[str, str]:
     """A host build's variables for zig (assembled later by `ensure`: a dry run downloads
-    nothing). zig's cache is the toolchain's, kept between builds."""
+    nothing). zig's cache is the toolchain's, kept between builds. The machine's own headers
+    stay visible after zig's libc headers, as with the sysroot toolchain: a distro Python's
+    pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h> from /usr/include, which zig
+    does not search (a project's -dev headers are found there too, and checked by auditwheel)."""
     return {**toolchain_env(str(folder(cache) / "bin"), target_glibc(policy_glibc)),
-            ENV_CACHE: str(cache)}
+            ENV_CACHE: str(cache), "CPPFLAGS": "-idirafter /usr/include"}
 
 
 def ensure(env: Mapping[str, str], log: Log) -> None:
