@@ -22,6 +22,7 @@ The toolchain folder (in nightly's cache for host builds; /opt/nightly-zig in im
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,7 @@ IMAGE_PATH = "/opt/nightly-zig"
 ENV_GLIBC = "NIGHTLY_ZIG_GLIBC"  # the glibc the wrappers target (the policy's, at most 2.17)
 ENV_CACHE = "NIGHTLY_ZIG_CACHE"  # set for host builds: nightly's cache to assemble it in
 # The headers zig needs for x86_64-linux-gnu; every other target's are dropped.
+MULTIARCH = "x86_64-linux-gnu"  # the host builds' target, and Debian's name for it
 KEEP_INCLUDE = ("x86-linux-gnu", "x86-linux-any", "generic-glibc", "any-linux-any")
 DROP_LIBC = ("musl", "mingw", "wasi", "darwin", "freebsd", "netbsd", "openbsd")
 
@@ -203,12 +205,32 @@ def toolchain_env(bindir: str, glibc: str) -> dict[str, str]:
 
 def host_env(policy_glibc: tuple[int, int], cache: Path) -> dict[str, str]:
     """A host build's variables for zig (assembled later by `ensure`: a dry run downloads
-    nothing). zig's cache is the toolchain's, kept between builds. The machine's own headers
-    stay visible after zig's libc headers, as with the sysroot toolchain: a distro Python's
-    pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h> from /usr/include, which zig
-    does not search (a project's -dev headers are found there too, and checked by auditwheel)."""
+    nothing). zig's cache is the toolchain's, kept between builds. zig searches its own libc
+    headers, never /usr/include, but a distro Python's pyconfig.h includes its multiarch copy
+    (<x86_64-linux-gnu/python3.X/pyconfig.h>): CPATH names a folder holding only that
+    multiarch folder (every build system passes CPATH through to the compiler), so no header
+    of the machine's glibc is ever seen."""
     return {**toolchain_env(str(folder(cache) / "bin"), target_glibc(policy_glibc)),
-            ENV_CACHE: str(cache), "CPPFLAGS": "-idirafter /usr/include"}
+            ENV_CACHE: str(cache), "CPATH": str(_multiarch_dir(cache))}
+
+
+def _multiarch_dir(cache: Path) -> Path:
+    return cache / "toolchains" / f"host-multiarch-{MULTIARCH}"
+
+
+def _link_multiarch(cache: Path) -> None:
+    """The folder CPATH names: one link to the machine's /usr/include/<multiarch> (made once)."""
+    where = _multiarch_dir(cache)
+    if (where / MULTIARCH).is_symlink():
+        return
+    tmp = Path(f"{where}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / MULTIARCH).symlink_to(f"/usr/include/{MULTIARCH}")
+    try:
+        tmp.rename(where)
+    except OSError:  # made by another build meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def ensure(env: Mapping[str, str], log: Log) -> None:
@@ -221,6 +243,7 @@ def ensure(env: Mapping[str, str], log: Log) -> None:
     with (cache / "toolchains" / ".lock").open("w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         assemble(cache, log=log)
+        _link_multiarch(cache)
 
 
 def image_env() -> dict[str, str]:
