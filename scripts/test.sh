@@ -85,4 +85,5 @@ if ! command -v qemu-aarch64 >/dev/null 2>&1; then
 fi
 
 log "pytest"
-exec .venv/bin/python -m pytest "$@"
+# The ten slowest tests close the full run's output: where the suite's time goes.
+exec .venv/bin/python -m pytest --durations=10 "$@"
