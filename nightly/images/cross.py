@@ -28,7 +28,6 @@ the target (numpy's headers...) needs crossenv or a native aarch64 machine.
 from __future__ import annotations
 
 import fcntl
-import os
 import re
 import shutil
 import subprocess
@@ -105,28 +104,12 @@ def zig_folder(cache: Path, arch: str) -> Path:
     return cache / "toolchains" / f"zig-{ZIG_VERSION}-{arch}-{REVISION}"
 
 
-def _apt(cache: Path, suite: str, deb: str, mirror: str) -> dict[str, str]:
-    """A private apt configuration for the suite's packages of architecture `deb`."""
-    apt = cache / f"apt-{suite}-{deb}"
-    for sub in ("lists/partial", "cache/archives/partial", "parts", "prefs.d"):
-        (apt / sub).mkdir(parents=True, exist_ok=True)
-    (apt / "status").write_text("")
-    (apt / "sources.list").write_text(f"deb [signed-by={sysroot.KEYRING}] {mirror} {suite} main\n")
-    (apt / "apt.conf").write_text(
-        f'Dir::Etc::SourceList "{apt}/sources.list";\nDir::Etc::SourceParts "{apt}/parts";\n'
-        f'Dir::Etc::PreferencesParts "{apt}/prefs.d";\nDir::State::Lists "{apt}/lists";\n'
-        f'Dir::State::status "{apt}/status";\nDir::Cache "{apt}/cache";\n'
-        f'APT::Sandbox::User "root";\nAPT::Architecture "{deb}";\n'
-        f'APT::Architectures {{ "{deb}"; }};\n')
-    return {**os.environ, "APT_CONFIG": str(apt / "apt.conf")}
-
-
 def make_root(cache: Path, arch: str, python: str, mirror: str, log: Log) -> Path:
     """The target's Python and what it needs, unpacked (cached); returns the folder."""
     dest, t, suite = folder(cache, arch, python), target(arch), suite_for(python)
     if (dest / MARKER).exists():
         return dest
-    env = _apt(cache, suite, t.deb, mirror)
+    env = sysroot.private_apt(cache / f"apt-{suite}-{t.deb}", suite, mirror, t.deb)
     log(f"cross: apt-get update ({suite} {t.deb}, private configuration)")
     _run(["apt-get", "-q", "update"], "apt-get update (private configuration)", env=env)
     debs = Path(env["APT_CONFIG"]).parent / "cache" / "archives"

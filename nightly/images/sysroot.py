@@ -122,6 +122,24 @@ class ToolchainError(NightlyError):
 _run = functools.partial(run, error=ToolchainError, tail=10)
 
 
+def private_apt(apt: Path, suite: str, mirror: str, arch: str = "") -> dict[str, str]:
+    """The environment of apt-get with a private configuration in `apt`: the suite's main
+    component from `mirror`, for `arch` (Debian's name, e.g. arm64; "" for this machine's),
+    the system's sources and state untouched."""
+    for sub in ("lists/partial", "cache/archives/partial", "parts", "prefs.d"):
+        (apt / sub).mkdir(parents=True, exist_ok=True)
+    (apt / "status").write_text("")
+    (apt / "sources.list").write_text(f"deb [signed-by={KEYRING}] {mirror} {suite} main\n")
+    archs = f'APT::Architecture "{arch}";\nAPT::Architectures {{ "{arch}"; }};\n' if arch else ""
+    (apt / "apt.conf").write_text(
+        f'Dir::Etc::SourceList "{apt}/sources.list";\nDir::Etc::SourceParts "{apt}/parts";\n'
+        f'Dir::Etc::PreferencesParts "{apt}/prefs.d";\nDir::State::Lists "{apt}/lists";\n'
+        f'Dir::State::status "{apt}/status";\nDir::Cache "{apt}/cache";\n'
+        'APT::Sandbox::User "root";\n' + archs
+    )
+    return {**os.environ, "APT_CONFIG": str(apt / "apt.conf")}
+
+
 def fetch_debs(cache: Path, mirror: str, log: Log) -> Path:
     """bullseye's glibc .debs in a cached folder, fetched through a private apt
     configuration (its own sources, lists and an empty dpkg status: the host's installed
@@ -131,18 +149,7 @@ def fetch_debs(cache: Path, mirror: str, log: Log) -> Path:
         return debs
     if not Path(KEYRING).is_file():
         raise ToolchainError(f"{KEYRING} is missing (apt-get install debian-archive-keyring)")
-    apt = cache / f"apt-{SUITE}"
-    for sub in ("lists/partial", "cache/archives/partial", "parts", "prefs.d"):
-        (apt / sub).mkdir(parents=True, exist_ok=True)
-    (apt / "status").write_text("")
-    (apt / "sources.list").write_text(f"deb [signed-by={KEYRING}] {mirror} {SUITE} main\n")
-    (apt / "apt.conf").write_text(
-        f'Dir::Etc::SourceList "{apt}/sources.list";\nDir::Etc::SourceParts "{apt}/parts";\n'
-        f'Dir::Etc::PreferencesParts "{apt}/prefs.d";\nDir::State::Lists "{apt}/lists";\n'
-        f'Dir::State::status "{apt}/status";\nDir::Cache "{apt}/cache";\n'
-        'APT::Sandbox::User "root";\n'
-    )
-    env = {**os.environ, "APT_CONFIG": str(apt / "apt.conf")}
+    env = private_apt(cache / f"apt-{SUITE}", SUITE, mirror)
     log(f"toolchain: apt-get update (private configuration: {SUITE} main from {mirror})")
     _run(["apt-get", "-q", "update"], "apt-get update (private configuration)", env=env)
     partial = debs.with_name(debs.name + ".partial")
