@@ -74,15 +74,10 @@ def keys(tmp_path: Path) -> tuple[Path, Path]:
     return provenance.keygen(tmp_path / "keys")
 
 
-def files_under(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file())
-
-
-def test_a_build_gets_no_foreign_package_nor_any_other_file_signed_or_published(
-    night_project: Any, run_cli: Any, tmp_path: Path
-) -> None:
+def signed_project(night_project: Any, tmp_path: Path, matrix: str, recipe: str) -> tuple[Any, Path]:
+    """A project whose night publishes into ./mirror, signed with a fresh key, untested."""
     key, pub = keys(tmp_path)
-    p = night_project(matrix=MATRIX, recipes={"manywheel": HOSTILE}, extra=f"""
+    p = night_project(matrix=matrix, recipes={"manywheel": recipe}, extra=f"""
 [publish]
 url = "mirror"
 
@@ -92,6 +87,17 @@ enabled = false
 [provenance]
 key = "{key}"
 """)
+    return p, pub
+
+
+def files_under(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_build_gets_no_foreign_package_nor_any_other_file_signed_or_published(
+    night_project: Any, run_cli: Any, tmp_path: Path
+) -> None:
+    p, pub = signed_project(night_project, tmp_path, MATRIX, HOSTILE)
     code, out, err = run_cli(["run", "--config", str(p.config), "--date", DATE], timeout=300)
     assert code == 1, (out, err)
     day = find_day(p.path / "nightlies", DATE)
@@ -196,17 +202,7 @@ def test_the_signing_key_is_a_credential_root_must_say_who_builds(
 def test_an_unsigned_provenance_placed_in_packages_is_never_published(
     night_project: Any, run_cli: Any, tmp_path: Path
 ) -> None:
-    key, pub = keys(tmp_path)
-    p = night_project(matrix=ONE, recipes={"manywheel": DEMO}, extra=f"""
-[publish]
-url = "mirror"
-
-[smoke]
-enabled = false
-
-[provenance]
-key = "{key}"
-""")
+    p, pub = signed_project(night_project, tmp_path, ONE, DEMO)
     args = ["--config", str(p.config), "--date", DATE]
     code, out, err = run_cli(["run", *args], timeout=120)
     assert code == 0, (out, err)
