@@ -628,7 +628,8 @@ def test_demo_config_container_build_meets_its_manylinux_policy(
     text = (REPO / "nightly.toml").read_text()
     text = text.replace('source = "examples/demo"', f'source = "{REPO / "examples" / "demo"}"')
     text = text.replace('root = "nightlies"', f'root = "nightlies"\nrecipes = "{REPO / "recipes"}"')
-    assert 'manylinux = "2_28"' in text and "[images]" not in text  # the default image
+    assert 'manylinux = "2_28"' in text
+    assert "[images]" not in text  # the default image
     config = tmp_path / "nightly.toml"
     config.write_text(text)
     code, out, err = run_cli(
