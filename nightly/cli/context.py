@@ -136,7 +136,20 @@ def existing_day(ctx: Ctx) -> Day:
     return day
 
 
+def existing_candidate(ctx: Ctx, version: str, rc: int | None) -> Day:
+    """The folder of release candidate VERSION[-rcN] (`nightly release`), which must exist."""
+    from nightly.workspace.candidate import candidate_name, check_version, release_day
+
+    day = release_day(ctx.config, check_version(version), rc)
+    if not day.state_path.exists():
+        rerun = f"nightly release {version}" + (f" --rc {rc}" if rc is not None else "")
+        raise UsageError(f"no release candidate {candidate_name(version, rc)} under "
+                         f"{ctx.config.root}: build it with `{rerun}` first")
+    return day
+
+
 __all__ = [
-    "Ctx", "Shared", "common_options", "config_option", "debug_option", "existing_day",
+    "Ctx", "Shared", "common_options", "config_option", "debug_option", "existing_candidate",
+    "existing_day",
     "parse_date", "shared",
 ]

@@ -20,6 +20,7 @@ from nightly.cli.context import (
     common_options,
     config_option,
     debug_option,
+    existing_candidate,
     existing_day,
     shared,
 )
@@ -233,14 +234,20 @@ def release(
 @common_options
 @click.option("--tail", default=15, show_default=True, metavar="N",
               help="Log lines shown per failed (or running) build.")
-def status(tail: int) -> None:
+@click.option("--release", "version", metavar="VERSION",
+              help="Show release candidate VERSION (with --rc N) instead of a dated night.")
+@click.option("--rc", type=click.IntRange(min=0), help="The candidate of --release.")
+def status(tail: int, version: str | None, rc: int | None) -> None:
     """The day in the terminal: each build's state, outcome, duration and size, failures
     first with the tail of their logs. Exit status 1 when a build failed."""
     from nightly.history.db import History, history_path
     from nightly.report import status as status_view
 
+    if rc is not None and version is None:
+        raise UsageError("--rc N names a candidate of --release VERSION: pass both, "
+                         "e.g. `nightly status --release 1.2.0 --rc 1`")
     ctx = Ctx()
-    day = existing_day(ctx)
+    day = existing_day(ctx) if version is None else existing_candidate(ctx, version, rc)
     hp = history_path(ctx.config.root)
     if status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None):
         raise BuildsFailed("a build failed or was interrupted", reported=True)

@@ -5,11 +5,15 @@ is imported inside the commands."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from nightly.cli.context import Ctx, common_options, existing_day
 from nightly.errors import BuildsFailed, NightlyError, UsageError
+
+if TYPE_CHECKING:
+    from nightly.config import Config
 
 
 @click.command()
@@ -155,7 +159,20 @@ def promote(
 
         require("twine", what="[publish.pypi] repository_url")  # before anything is copied
     promote_candidate(ctx.config, version, rc, allow_partial=allow_partial, dry_run=dry_run,
-                      log=click.echo)
+                      log=click.echo, machine=_this_machine(ctx.config))
+
+
+def _this_machine(config: Config) -> str:
+    """The machine a promotion's report is named for: as a one-off build picks it, else this
+    host's name."""
+    import socket
+
+    from nightly.night.pipeline import pick_machine
+
+    try:
+        return pick_machine(config, None, strict=False).name
+    except UsageError:
+        return socket.gethostname()
 
 
 @click.command()

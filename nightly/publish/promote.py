@@ -26,6 +26,7 @@ from nightly.config import Config
 from nightly.errors import ConfigError, NotVerified, PublishError, UsageError
 from nightly.files import sha256_file
 from nightly.provenance import attest
+from nightly.publish.promote_report import PromoteRecord, promoted_files, write_report
 from nightly.publish.promote_verify import (
     Checked,
     check_test_file,
@@ -63,13 +64,21 @@ def promote(
     allow_partial: Sequence[str] = (),
     dry_run: bool = False,
     log: Log = print,
+    machine: str = "",
 ) -> None:
     """Copy the candidate's test files to the release destinations.
 
     Everything is checked before anything is changed: the candidate is complete (or what is
     missing is allowed), the credentials are there, every test file is the one built, and no
-    release destination holds a different file of the same name.
+    release destination holds a different file of the same name. Then the release channel's
+    report (nightly.publish.promote_report; `machine` names it).
     """
+
+    said: list[str] = []
+
+    def log_and_keep(line: str) -> None:
+        said.append(line)
+        log(line)
 
     day = release_day(config, version, rc)
     rerun = f"nightly release {version}" + (f" --rc {rc}" if rc is not None else "")
@@ -81,57 +90,80 @@ def promote(
     lock = DayLock(day.lock_path).acquire("promote") if not dry_run else None
     try:
         state = State(day.state_path)
-        _check_candidate(config, day, state, candidate_name(version, rc), allow_partial, log)
-        pub = config.publish
-        store = open_destination(config) if pub.url else None
-        report = UploadReport()
-        wheels, conda_files, copies = _candidate_files(day, state, store, report)
-        pypi_todo = [
-            (bid, path, sha) for bid, path, sha in wheels
-            if pub.pypi_url and not _recorded(state, bid, _pypi_dest(pub.pypi_url, path.name), sha)
-        ]
-        # Credentials first: a missing one must not leave a half-promoted release.
-        token = password = ""
-        if conda_files and pub.anaconda_user and not dry_run:
-            try:
-                token = anaconda.read_token(pub.token_env, pub.token_file)
-            except PublishError as e:
-                raise ConfigError(str(e), key="publish.conda") from e
-        if pypi_todo and not dry_run:
-            password = _pypi_password(config)
-        if store is not None:
-            public_key = attest.public_key_of(config)
-            if config.provenance.key is not None and public_key is None:
-                raise ConfigError(f"cannot read the provenance key {config.provenance.key}: "
-                                  "promote verifies every file with it", key="provenance.key")
-            day.work.mkdir(parents=True, exist_ok=True)  # the day's disk, not /tmp's
-            with tempfile.TemporaryDirectory(prefix="promote-", dir=day.work) as tmp:
-                _check_copies(store, copies, rerun, Path(tmp), public_key)
-                _copy_all(store, state, copies, dry_run=dry_run, log=log)
-        if store is not None and report.folders:
-            _release_index(config, store, report, copied={c.dst for c in copies if not c.done},
-                           dry_run=dry_run, log=log)
-            if report.index_errors:
-                raise PublishError("; ".join(report.index_errors))
-        if conda_files and pub.conda_channel:
-            _promote_conda_channel(config, day, state, conda_files, dry_run=dry_run, log=log)
-        if conda_files and pub.anaconda_user:
-            _promote_conda(config, day, state, conda_files, token=token, dry_run=dry_run, log=log)
-        if pypi_todo:
-            _promote_pypi(config, state, pypi_todo, password=password, dry_run=dry_run, log=log)
-        elif wheels and pub.pypi_url:
-            log(f"already uploaded to {safe_url(pub.pypi_url)}: {len(wheels)} wheel(s)")
+        before = promoted_files(state)
+        twine = _promote_checked(config, version, rc, day, state, allow_partial,
+                                 dry_run=dry_run, log=log_and_keep)
         if not dry_run:
-            state.set_meta(promoted=dt.datetime.now().isoformat(timespec="seconds"))
-        copied = sum(not c.done for c in copies)
-        log(
-            f"{'would promote' if dry_run else 'promoted'} {candidate_name(version, rc)}: "
-            f"{copied} file(s) {'to copy' if dry_run else 'copied'}, "
-            f"{len(copies) - copied} already promoted, in {len(report.folders)} folder(s)"
-        )
+            record = PromoteRecord(
+                version=version, candidate=candidate_name(version, rc),
+                machine=machine or "local", when=state.meta.promoted, twine=twine,
+                lines=tuple(said))
+            store = open_destination(config) if config.publish.url else None
+            write_report(day, state, store, record, changed=promoted_files(state) != before,
+                         log=log)
     finally:
         if lock is not None:
             lock.release()
+
+
+def _promote_checked(
+    config: Config, version: str, rc: int | None, day: Day, state: State,
+    allow_partial: Sequence[str], *, dry_run: bool, log: Log,
+) -> str:
+    """promote()'s checks, then its changes; twine's result in words."""
+    _check_candidate(config, day, state, candidate_name(version, rc), allow_partial, log)
+    pub = config.publish
+    rerun = f"nightly release {version}" + (f" --rc {rc}" if rc is not None else "")
+    store = open_destination(config) if pub.url else None
+    report = UploadReport()
+    wheels, conda_files, copies = _candidate_files(day, state, store, report)
+    pypi_todo = [
+        (bid, path, sha) for bid, path, sha in wheels
+        if pub.pypi_url and not _recorded(state, bid, _pypi_dest(pub.pypi_url, path.name), sha)
+    ]
+    # Credentials first: a missing one must not leave a half-promoted release.
+    token = password = ""
+    if conda_files and pub.anaconda_user and not dry_run:
+        try:
+            token = anaconda.read_token(pub.token_env, pub.token_file)
+        except PublishError as e:
+            raise ConfigError(str(e), key="publish.conda") from e
+    if pypi_todo and not dry_run:
+        password = _pypi_password(config)
+    if store is not None:
+        public_key = attest.public_key_of(config)
+        if config.provenance.key is not None and public_key is None:
+            raise ConfigError(f"cannot read the provenance key {config.provenance.key}: "
+                              "promote verifies every file with it", key="provenance.key")
+        day.work.mkdir(parents=True, exist_ok=True)  # the day's disk, not /tmp's
+        with tempfile.TemporaryDirectory(prefix="promote-", dir=day.work) as tmp:
+            _check_copies(store, copies, rerun, Path(tmp), public_key)
+            _copy_all(store, state, copies, dry_run=dry_run, log=log)
+    if store is not None and report.folders:
+        _release_index(config, store, report, copied={c.dst for c in copies if not c.done},
+                       dry_run=dry_run, log=log)
+        if report.index_errors:
+            raise PublishError("; ".join(report.index_errors))
+    if conda_files and pub.conda_channel:
+        _promote_conda_channel(config, day, state, conda_files, dry_run=dry_run, log=log)
+    if conda_files and pub.anaconda_user:
+        _promote_conda(config, day, state, conda_files, token=token, dry_run=dry_run, log=log)
+    twine = ""
+    if pypi_todo:
+        twine = _promote_pypi(config, state, pypi_todo, password=password, dry_run=dry_run,
+                              log=log)
+    elif wheels and pub.pypi_url:
+        twine = f"already uploaded to {safe_url(pub.pypi_url)}: {len(wheels)} wheel(s)"
+        log(twine)
+    if not dry_run:
+        state.set_meta(promoted=dt.datetime.now().isoformat(timespec="seconds"))
+    copied = sum(not c.done for c in copies)
+    log(
+        f"{'would promote' if dry_run else 'promoted'} {candidate_name(version, rc)}: "
+        f"{copied} file(s) {'to copy' if dry_run else 'copied'}, "
+        f"{len(copies) - copied} already promoted, in {len(report.folders)} folder(s)"
+    )
+    return twine
 
 
 def _check_candidate(
@@ -366,17 +398,17 @@ def _promote_pypi(
     password: str,
     dry_run: bool,
     log: Log,
-) -> None:
-    """twine upload of the wheels not yet recorded as uploaded. A wheel the index already has
-    counts as uploaded (promoting twice is harmless), but is named: if this candidate did not
-    put it there, it may be another candidate's file of the same name."""
+) -> str:
+    """twine upload of the wheels not yet recorded as uploaded; what it did, in words. A wheel
+    the index already has counts as uploaded (promoting twice is harmless), but is named: if
+    this candidate did not put it there, it may be another candidate's file of the same name."""
 
     pub = config.publish
     url = safe_url(pub.pypi_url)
     if dry_run:
         for _, w, _ in wheels:
             log(f"would upload {w.name} to {url} with twine")
-        return
+        return ""
     skipped = set(pypi.twine_upload(
         [w for _, w, _ in wheels], repository_url=pub.pypi_url, username=pub.pypi_username,
         password=password, skip_existing=True,
@@ -386,4 +418,8 @@ def _promote_pypi(
         if w.name in skipped:
             log(f"warning: {url} already had {w.name}: not uploaded again (check that it is "
                 "this candidate's file)")
-    log(f"uploaded {len(wheels) - len(skipped)} wheel(s) to {url} with twine")
+    done = f"uploaded {len(wheels) - len(skipped)} wheel(s) to {url} with twine" + (
+        f"; already on the index, not uploaded again: {', '.join(sorted(skipped))}"
+        if skipped else "")
+    log(done)
+    return done

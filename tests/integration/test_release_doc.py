@@ -2,10 +2,12 @@
 1.2.0 --rc 1` publishes the candidate (version 1.2.0) to the test channel of a local mirror
 and nothing to the index; `nightly promote ... --dry-run` changes nothing; `nightly promote`
 copies it to the release channel and uploads the wheel with twine to pypiserver, from which
-pip installs it; promoting again changes nothing; exit codes as the doc's table says."""
+pip installs it, and publishes the release channel's report; promoting again changes nothing;
+exit codes as the doc's table says."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 from collections.abc import Callable
@@ -36,8 +38,8 @@ def test_the_release_flow_of_the_doc(
     pypiserver: PypiServer, tmp_path: Path,
 ) -> None:
     flow = _flow()
-    assert flow == ["nightly release 1.2.0 --rc 1", "nightly promote 1.2.0 --rc 1 --dry-run",
-                    "nightly promote 1.2.0 --rc 1"]
+    assert flow == ["nightly release 1.2.0 --rc 1", "nightly status --release 1.2.0 --rc 1",
+                    "nightly promote 1.2.0 --rc 1 --dry-run", "nightly promote 1.2.0 --rc 1"]
     extra = (f'\n[publish]\nurl = "mirror"\n\n[publish.pypi]\nrepository_url = "{pypiserver.url}"\n'
              f'username = "{PYPI_USER}"\npassword_env = "TWINE_PASSWORD"\n\n'
              '[smoke]\nimport_name = "demo"\n')
@@ -58,13 +60,25 @@ def test_the_release_flow_of_the_doc(
     assert list(pypiserver.packages.iterdir()) == []  # twine runs only at promote
     assert list((p.path / "mirror" / "whl" / "test" / "reports").glob("release_1.2.0-rc1_*.html"))
 
-    code, out, err = run(flow[1])
+    code, out, err = run(flow[1])  # the candidate's builds, as status shows a night
+    assert code == 0, out + err
+    assert "release/1.2.0-rc1" in out
+    assert re.search(r"manywheel_3\.11_cpu\s.*succeeded", out), out
+    assert tested.name in out
+    code, _, err = run("nightly status --release 1.2.0 --rc 2")
+    assert code == 2
+    assert "no release candidate release/1.2.0-rc2" in err
+    code, _, err = run("nightly status --rc 1")
+    assert code == 2
+    assert "--release VERSION" in err
+
+    code, out, err = run(flow[2])
     assert code == 0, out + err
     assert "would upload" in out
     assert not (p.path / "mirror" / "whl" / "cpu").exists()
     assert list(pypiserver.packages.iterdir()) == []
 
-    code, out, err = run(flow[2])
+    code, out, err = run(flow[3])
     assert code == 0, out + err
     released = p.path / "mirror" / "whl" / "cpu" / tested.name
     assert released.read_bytes() == tested.read_bytes()
@@ -76,10 +90,22 @@ def test_the_release_flow_of_the_doc(
     shown = subprocess.run([str(python), "-c", "import demo; print(demo.__version__)"],
                            capture_output=True, text=True, cwd=tmp_path, check=True)
     assert shown.stdout.strip() == "1.2.0"
+    # The release channel's report beside the release index pages: what was promoted, from
+    # which candidate, with its sha256, and twine's result.
+    (page,) = (p.path / "mirror" / "whl" / "reports").glob("release_1.2.0_*.html")
+    text = page.read_text()
+    sha = hashlib.sha256(tested.read_bytes()).hexdigest()
+    assert "release/1.2.0-rc1" in text
+    assert f"whl/cpu/{tested.name}" in text
+    assert sha in text
+    assert "uploaded 1 wheel(s) to" in text
+    assert PYPI_PASSWORD not in text
+    assert (candidate / "promote.html").read_bytes() == page.read_bytes()
 
-    code, out, err = run(flow[2])  # again: changes nothing
+    code, out, err = run(flow[3])  # again: changes nothing
     assert code == 0, out + err
     assert re.search(r"already uploaded to .*: 1 wheel", out), out
+    assert page.read_text() == text  # the published report too
     # The doc's exit codes: no such candidate is 2; what is done needs no password again.
     code, _, err = run("nightly promote 1.2.0 --rc 2")
     assert code == 2
