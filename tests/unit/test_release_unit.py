@@ -1,15 +1,18 @@
-"""Release candidates, the pure parts: names, versions, completeness, promotion records."""
+"""Release candidates, the pure parts: names, versions, completeness, promotion records,
+`nightly status` of a candidate."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nightly import config as cfg
 from nightly.errors import UsageError
 from nightly.publish import promote
-from nightly.workspace import FAILED, SUCCEEDED, PackageFile, State
+from nightly.workspace import FAILED, SUCCEEDED, Day, PackageFile, State
 from nightly.workspace import candidate as rel
 
 
@@ -60,3 +63,29 @@ def test_pypi_destinations_never_carry_a_password() -> None:
     dest = promote._pypi_dest("https://user:s3cret@pypi.example/legacy/", "demo-2.1.0.whl")
     assert "s3cret" not in dest
     assert dest.endswith("pypi.example/legacy/demo-2.1.0.whl")
+
+
+def test_status_shows_a_candidate_not_the_dated_night(
+    tmp_path: Path, minimal_config_text: str, nightly: Any
+) -> None:
+    """`nightly status --release VERSION --rc N` reads the candidate's folder (exit 1: a
+    build failed there); --rc alone, or a candidate never built, is one line and exit 2."""
+    config = tmp_path / "nightly.toml"
+    config.write_text(f'root = "{tmp_path / "root"}"\n' + minimal_config_text)
+    day = Day(tmp_path / "root", dt.date.today(), name=rel.candidate_name("1.2.0", 1))
+    day.create()
+    state = State(day.state_path)
+    state.update("manywheel_3.6m_cpu", status=SUCCEEDED, package="manywheel", python="3.6m",
+                 cuda="cpu")
+    state.update("conda_3.7_cpu", status=FAILED, package="conda", python="3.7", cuda="cpu")
+    r = nightly("status", "--release", "1.2.0", "--rc", "1", "--config", str(config))
+    assert r.code == 1, r.err
+    assert "release/1.2.0-rc1" in r.out
+    assert "conda_3.7_cpu" in r.out
+    r = nightly("status", "--release", "1.2.0", "--rc", "2", "--config", str(config))
+    assert r.code == 2
+    assert "no release candidate release/1.2.0-rc2" in r.err
+    assert "nightly release 1.2.0 --rc 2" in r.err
+    r = nightly("status", "--rc", "1", "--config", str(config))
+    assert r.code == 2
+    assert "--release VERSION" in r.err
