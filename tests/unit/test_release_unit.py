@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -89,3 +90,33 @@ def test_status_shows_a_candidate_not_the_dated_night(
     r = nightly("status", "--rc", "1", "--config", str(config))
     assert r.code == 2
     assert "--release VERSION" in r.err
+
+
+def test_the_promotion_report_lists_what_the_state_records_and_is_kept_when_unchanged(
+    tmp_path: Path,
+) -> None:
+    from nightly.publish import promote_report as pr
+    from nightly.stores import open_store
+
+    day = Day(tmp_path / "root", dt.date.today(), name=rel.candidate_name("1.2.0", 1))
+    day.create()
+    state = State(day.state_path)
+    state.add_promoted("manywheel_3.11_cpu", "file:///m/whl/cpu/demo-1.2.0-x.whl", "a" * 64)
+    state.add_promoted("manywheel_3.11_cpu", "pypi:https://idx/demo-1.2.0-x.whl", "a" * 64)
+    store = open_store(f"file://{tmp_path / 'mirror'}")
+    record = pr.PromoteRecord(version="1.2.0", candidate="release/1.2.0-rc1", machine="m1",
+                              when="2026-11-26T10:00:00", twine="uploaded 1 wheel(s)",
+                              lines=("<script>",))
+    said: list[str] = []
+    pr.write_report(day, state, store, record, changed=True, log=said.append)
+    page = tmp_path / "mirror" / "whl" / "reports" / "release_1.2.0_m1.html"
+    text = page.read_text()
+    assert text.count("a" * 64) == 2
+    assert "release/1.2.0-rc1" in text
+    assert "uploaded 1 wheel(s)" in text
+    assert "<script>" not in text  # escaped
+    assert (day.path / "promote.html").read_text() == text
+    again = dataclasses.replace(record, when="2026-11-27T10:00:00")
+    pr.write_report(day, state, store, again, changed=False, log=said.append)
+    assert page.read_text() == text  # a promotion that changed nothing leaves it
+    assert "unchanged" in said[-1]
