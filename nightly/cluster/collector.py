@@ -166,10 +166,19 @@ class Collector:
             self.note(f"{ev.kind} {bid} on {ev.worker}: {ev.note}")
 
     def _lost(self, build: Build, cur: WorkerEvent, new: WorkerEvent) -> None:
-        reason = (f"attempt on {cur.worker} ended without a result (its worker was lost); "
-                  f"run again on {new.worker}")
+        reason = (f"attempt on {_who(cur)} ended without a result (its worker was lost); "
+                  f"run again on {_who(new)}")
+        state = self.night.state
+        # Kept in state.json's entry (`lost`) for the report's timeline and the status: an
+        # interrupted bar on the lost worker's lane, not only "2 attempts".
+        before = state.get(build.id).extra.get("lost")
+        lost = [*(before if isinstance(before, list) else []), {
+            "attempt": cur.attempt, "worker": cur.worker, "worker_name": cur.worker_name,
+            "slot": cur.slot, "started": cur.started,
+            "ended": max(cur.started, new.started or time.time())}]
+        state.update(build.id, lost=lost)
         self._record(BuildEntry.from_json({
-            **self.night.state.get(build.id).to_json(), "status": INTERRUPTED, "reason": reason,
+            **state.get(build.id).to_json(), "status": INTERRUPTED, "reason": reason,
             "ended": time.time(), "attempts": cur.attempt}), build.id)
         self.note(f"lost   {build.id}: {reason}")
 
@@ -313,6 +322,11 @@ class Collector:
             files.append(tmp / p.name)
             expected[p.name] = (p.size, p.sha256)
         return files, expected
+
+
+def _who(ev: WorkerEvent) -> str:
+    """A worker as the operator named it (--name), with its address."""
+    return f"{ev.worker_name} ({ev.worker})" if ev.worker_name else ev.worker
 
 
 __all__ = ["Collector", "GpuTestHook", "with_gpu_test"]
