@@ -9,6 +9,8 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
 from nightly.cluster.staging import StagingDay
 from nightly.stores import FileStore
 from nightly.workspace import Day
@@ -67,7 +69,7 @@ def test_the_one_machine_example_starts_only_linux_workers() -> None:
     text = (REPO / "docs" / "cluster.md").read_text()
     block = text[text.index("## Trying it on one machine"):]
     block = block[:block.index("On loopback plain")]
-    workers = re.findall(r"dask worker .*?--resources \"([^\"]+)\"", block, re.S)
+    workers = re.findall(r"cluster worker .*?--resources \"([^\"]+)\"", block, re.S)
     assert len(workers) == 2
     assert all("platform-linux=1" in w and "macos" not in w for w in workers), workers
 
@@ -186,3 +188,62 @@ def test_a_gpu_test_failure_is_grouped_by_the_tests_own_error_line(tmp_path: Pat
     assert sig == err
     assert len(members) == 2
     assert "no error line" not in sig
+
+
+# ---------------------------------------------------------------------------- TLS mix-ups
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["tls://sched:8786", "--name", "w"],
+     "--tls-ca-file, --tls-cert, --tls-key are not given: pass --tls-ca-file FILE"),
+    (["tls://sched:8786", "--tls-ca-file", "CA", "--tls-cert=CERT"], "--tls-key is not given"),
+    (["tcp://sched:8786", "--tls-ca-file", "CA"], "use tls://sched:8786"),
+    (["tls://sched:8786", "--tls-ca-file", "CA", "--tls-cert", "CERT", "--tls-key", "nope"],
+     "--tls-key nope: no such readable file"),
+])
+def test_a_worker_tls_mix_up_is_one_line_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str
+) -> None:
+    from nightly.cluster.workerstart import check_worker_args
+    from nightly.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("CA", "CERT"):
+        (tmp_path / name).write_text("pem")
+    with pytest.raises(UsageError) as info:
+        check_worker_args(args)
+    assert says in str(info.value)
+    assert "\n" not in str(info.value)
+    assert info.value.exit_code == 2
+
+
+def test_a_worker_with_its_tls_options_or_a_plain_address_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nightly.cluster.workerstart import check_worker_args
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("CA", "CERT", "KEY"):
+        (tmp_path / name).write_text("pem")
+    check_worker_args(["tls://sched:8786", "--tls-ca-file", "CA", "--tls-cert", "CERT",
+                       "--tls-key=KEY", "--name", "w", "--resources", "slots=1"])
+    check_worker_args(["tcp://127.0.0.1:8786", "--nthreads", "2"])
+    check_worker_args(["--help"])
+
+
+def test_a_tcp_address_that_fails_says_use_tls_before_certificates() -> None:
+    import socket
+
+    from distributed.security import Security
+
+    from nightly.cluster.dispatch import connect
+    from nightly.errors import NightlyError
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(NightlyError) as info:
+        connect(f"tcp://127.0.0.1:{port}", 2.0, security=Security())  # type: ignore[no-untyped-call]
+    text = str(info.value)
+    assert f"use tls://127.0.0.1:{port}" in text
+    assert "tls_cert and tls_key from the CA" not in text  # certificates play no part on tcp
