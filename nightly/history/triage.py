@@ -149,7 +149,10 @@ def gpu_test_output(log_text: str) -> list[str]:
         return []
     lines = text[found[-1].end():].split("\n")
     end = next((i for i, line in enumerate(lines) if line == _RULE), len(lines))
-    return [ln.rstrip() for ln in lines[:end] if ln.strip() and not ln.startswith("[nightly]")]
+    # Not nightly's own lines: its notes, and the test's narration ("gpu test: project
+    # command: ...", which echoes the command, error-looking words and all).
+    return [ln.rstrip() for ln in lines[:end]
+            if ln.strip() and not ln.startswith(("[nightly]", "gpu test: "))]
 
 
 def footer_reason(log_text: str) -> str:

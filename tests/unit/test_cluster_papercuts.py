@@ -164,6 +164,7 @@ def _gpu_failure_log(build_id: str, error: str) -> str:
             "the packages of build attempt t\n"
             + "-" * 30 + " GPU test " + "-" * 38 + "\n"
             "gpu test: attempt 1 of 1 on tcp://127.0.0.1:2\n"
+            f"gpu test: project command: python -c \"raise {error.replace(': ', '(', 1)})\"\n"
             "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\n"
             f"{error}\ngpu test: FAILED\n")
     return build + test
