@@ -222,15 +222,28 @@ def _test_fields(e: BuildEntry) -> dict[str, Any]:
     from nightly.workspace.cost import GpuHosts, build_cost, verdict_of
 
     cost = build_cost(e, GpuHosts())
-    # Each part where it ran, a cluster worker by its --name (its address only without one).
+    return {"test_s": cost.test_s, "tested_on": tested_on_by_name(e) or cost.tested_on,
+            "gpu_test_s": cost.gpu_test_s,
+            "tested": verdict_of(e) if e.status == SUCCEEDED else ""}
+
+
+def tested_on_by_name(e: BuildEntry) -> str:
+    """Where each part of its test ran ("lin-a, gpu"), a cluster worker by its --name (its
+    address only without one); '' when no part ran."""
     parts = [p for k in ("cpu", "gpu") if isinstance(p := (e.tested or {}).get(k), Mapping)
              and p.get("result") != "not run"]
     names = {e.machine: e.worker_name} if e.worker_name else {}  # the CPU part ran there
     hosts = [str(p.get("worker_name") or names.get(str(p.get("where")), p.get("where")) or "")
              for p in parts]
-    tested_on = ", ".join(dict.fromkeys(h for h in hosts if h)) or cost.tested_on
-    return {"test_s": cost.test_s, "tested_on": tested_on, "gpu_test_s": cost.gpu_test_s,
-            "tested": verdict_of(e) if e.status == SUCCEEDED else ""}
+    return ", ".join(dict.fromkeys(h for h in hosts if h))
+
+
+def lost_json(e: BuildEntry) -> dict[str, object]:
+    """summary.json's `lost` of a build (each lost attempt's number, worker by name, times),
+    as keys of its entry: {} when none was lost."""
+    lost = [{"attempt": a.attempt, "worker": a.worker, "started": a.started, "ended": a.ended}
+            for a in lost_attempts(e)]
+    return {"lost": lost} if lost else {}
 
 
 def _build_view(

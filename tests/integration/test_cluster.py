@@ -78,6 +78,7 @@ def test_a_night_across_workers_respects_resources(night_project, make_recipe, r
     summary = p.summary()
     assert summary["exit_code"] == 0
     assert summary["machine"] == "cluster"
+    assert {b["built_on"] for b in summary["builds"].values()} == set(WORKERS)  # by --name
     assert summary["counts"]["succeeded"] == len(ALL_BUILDS)
     assert len(mirror_files(p)) == len(ALL_BUILDS)
     for bid in ALL_BUILDS:
@@ -132,8 +133,8 @@ def test_a_worker_killed_mid_build_is_rerun_elsewhere(
     os.kill(worker_pid, signal.SIGKILL)
     wait_until(lambda: not is_alive(worker_pid), timeout=10)
     p.go(victim)
-    code, out, err = night.wait(timeout=120)
-    assert code == 0, (out, err)
+    code, night_out, err = night.wait(timeout=120)
+    assert code == 0, (night_out, err)
 
     state = check_night(p, cluster, ALL_BUILDS, names)
     e = state[victim]
@@ -174,6 +175,10 @@ def test_a_worker_killed_mid_build_is_rerun_elsewhere(
     start = page.index(f'data-machine="{killed}"')
     end = page.find('<div class="machine"', start)
     assert 'data-status="lost"' in page[start:end if end >= 0 else len(page)]  # its lane
+    assert f"attempt 1 lost with worker {killed}" in night_out  # the run's own table
+    built = p.summary()["builds"][victim]
+    assert built["built_on"] == e["worker_name"]
+    assert [(x["attempt"], x["worker"]) for x in built["lost"]] == [(1, killed)]
     code, out, err = run_cli(["status", "--config", str(p.config), "--date", "2024_05_01"],
                              timeout=60)
     assert code == 0, (out, err)
