@@ -113,8 +113,9 @@ class Collector:
                               "does not carry this night's seal (changed in staging, or not "
                               "written by a worker of this night): built again")
                     continue
-                self.note(f"adopt  {b.id}: attempt {tok} on {r.get('worker')} had finished "
-                          "before the run that submitted it died")
+                self.note(f"adopt  {b.id}: attempt {tok} on "
+                          f"{r.get('worker_name') or r.get('worker')} had finished before the "
+                          "run that submitted it died")
                 self.accept(b, AttemptResult.from_json(r), adopted=True)
                 adopted.add(b.id)
                 break
@@ -159,15 +160,15 @@ class Collector:
                     "reason": ev.reason, "ended": time.time(),
                     "duration_s": ev.duration_s, "attempts": ev.attempt}), bid)
         elif ev.kind == "retry":
-            self.note(f"retry  {bid} on {ev.worker}: {ev.reason}")
+            self.note(f"retry  {bid} on {who(ev)}: {ev.reason}")
         elif ev.kind == "test-start" and self.tests is not None:
             self.tests.on_event(ev)
         else:
-            self.note(f"{ev.kind} {bid} on {ev.worker}: {ev.note}")
+            self.note(f"{ev.kind} {bid} on {who(ev)}: {ev.note}")
 
     def _lost(self, build: Build, cur: WorkerEvent, new: WorkerEvent) -> None:
-        reason = (f"attempt on {_who(cur)} ended without a result (its worker was lost); "
-                  f"run again on {_who(new)}")
+        reason = (f"attempt on {who(cur)} ended without a result (its worker was lost); "
+                  f"run again on {who(new)}")
         state = self.night.state
         # Kept in state.json's entry (`lost`) for the report's timeline and the status: an
         # interrupted bar on the lost worker's lane, not only "2 attempts".
@@ -324,9 +325,9 @@ class Collector:
         return files, expected
 
 
-def _who(ev: WorkerEvent) -> str:
+def who(ev: WorkerEvent) -> str:
     """A worker as the operator named it (--name), with its address."""
     return f"{ev.worker_name} ({ev.worker})" if ev.worker_name else ev.worker
 
 
-__all__ = ["Collector", "GpuTestHook", "with_gpu_test"]
+__all__ = ["Collector", "GpuTestHook", "who", "with_gpu_test"]
