@@ -58,6 +58,9 @@ def timeline(night: NightView, now: float) -> list[str]:
     out.append('<div class="legend">')
     for st in (SUCCEEDED, FAILED, INTERRUPTED, RUNNING):
         out.append(f'<span><i class="swatch" style="background:{_COLORS[st]}"></i>{esc(st)}</span>')
+    if lost:
+        out.append('<span><i class="swatch" style="background:var(--int);border-right:3px dashed '
+                   '#000"></i>lost with its worker</span>')
     out.append(
         '<span><i class="swatch" style="box-shadow:inset 0 0 0 2px var(--reg)"></i>regression</span>'
         f"<span>times: {esc(tz)}</span></div>"

@@ -123,6 +123,7 @@ def test_the_report_names_workers_and_draws_a_lost_attempt(tmp_path: Path) -> No
     assert 'data-status="lost" data-worker="lin-a"' in lane_a
     assert 'data-lost="1"' in page
     assert "attempt 1 lost with worker lin-a" in page
+    assert "lost with its worker</span>" in page  # the legend
 
 
 def test_status_names_workers_and_the_lost_attempt(tmp_path: Path) -> None:
