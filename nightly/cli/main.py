@@ -314,6 +314,18 @@ def cluster_certs(folder: str, hosts: str, days: int) -> None:
                        "(the key readable only by the user running dask there)")
 
 
+@cluster_group.command(
+    name="worker", context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                     "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def cluster_worker(args: tuple[str, ...]) -> None:
+    """`dask worker ARGS` (the same arguments: ADDRESS, --tls-*, --name, --resources, ...),
+    its address and TLS options checked first: a mistake is one line naming the fix."""
+    from nightly.cluster.workerstart import exec_worker
+
+    exec_worker(args)
+
+
 def _register_groups() -> None:
     from nightly.cli.bisect import bisect_command
     from nightly.cli.images import images

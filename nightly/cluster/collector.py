@@ -113,8 +113,9 @@ class Collector:
                               "does not carry this night's seal (changed in staging, or not "
                               "written by a worker of this night): built again")
                     continue
-                self.note(f"adopt  {b.id}: attempt {tok} on {r.get('worker')} had finished "
-                          "before the run that submitted it died")
+                self.note(f"adopt  {b.id}: attempt {tok} on "
+                          f"{r.get('worker_name') or r.get('worker')} had finished before the "
+                          "run that submitted it died")
                 self.accept(b, AttemptResult.from_json(r), adopted=True)
                 adopted.add(b.id)
                 break
@@ -159,17 +160,26 @@ class Collector:
                     "reason": ev.reason, "ended": time.time(),
                     "duration_s": ev.duration_s, "attempts": ev.attempt}), bid)
         elif ev.kind == "retry":
-            self.note(f"retry  {bid} on {ev.worker}: {ev.reason}")
+            self.note(f"retry  {bid} on {who(ev)}: {ev.reason}")
         elif ev.kind == "test-start" and self.tests is not None:
             self.tests.on_event(ev)
         else:
-            self.note(f"{ev.kind} {bid} on {ev.worker}: {ev.note}")
+            self.note(f"{ev.kind} {bid} on {who(ev)}: {ev.note}")
 
     def _lost(self, build: Build, cur: WorkerEvent, new: WorkerEvent) -> None:
-        reason = (f"attempt on {cur.worker} ended without a result (its worker was lost); "
-                  f"run again on {new.worker}")
+        reason = (f"attempt on {who(cur)} ended without a result (its worker was lost); "
+                  f"run again on {who(new)}")
+        state = self.night.state
+        # Kept in state.json's entry (`lost`) for the report's timeline and the status: an
+        # interrupted bar on the lost worker's lane, not only "2 attempts".
+        before = state.get(build.id).extra.get("lost")
+        lost = [*(before if isinstance(before, list) else []), {
+            "attempt": cur.attempt, "worker": cur.worker, "worker_name": cur.worker_name,
+            "slot": cur.slot, "started": cur.started,
+            "ended": max(cur.started, new.started or time.time())}]
+        state.update(build.id, lost=lost)
         self._record(BuildEntry.from_json({
-            **self.night.state.get(build.id).to_json(), "status": INTERRUPTED, "reason": reason,
+            **state.get(build.id).to_json(), "status": INTERRUPTED, "reason": reason,
             "ended": time.time(), "attempts": cur.attempt}), build.id)
         self.note(f"lost   {build.id}: {reason}")
 
@@ -315,4 +325,9 @@ class Collector:
         return files, expected
 
 
-__all__ = ["Collector", "GpuTestHook", "with_gpu_test"]
+def who(ev: WorkerEvent) -> str:
+    """A worker as the operator named it (--name), with its address."""
+    return f"{ev.worker_name} ({ev.worker})" if ev.worker_name else ev.worker
+
+
+__all__ = ["Collector", "GpuTestHook", "who", "with_gpu_test"]

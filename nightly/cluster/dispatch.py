@@ -371,17 +371,28 @@ def connect(address: str, timeout_s: float, security: Any = None) -> Any:
         return Client(address, timeout=timeout_s, set_as_default=False,  # type: ignore[no-untyped-call]
                       security=security)
     except (OSError, TimeoutError, ValueError) as e:
+        plain = address.startswith("tcp://")
         raise NightlyError(
-            f"cannot reach the Dask scheduler at {address}: {e}. Is `dask scheduler` running "
-            "there, and the address right (--cluster, [cluster] address)?"
+            f"cannot reach the Dask scheduler at {address}: {e}. "
+            # A plain client against a TLS scheduler fails like an unreachable one: the
+            # likelier fix first (certificates play no part on tcp://).
+            + ("If the scheduler was started with TLS (--tls-ca-file ...), use "
+               f"tls://{address[len('tcp://'):]} (with [cluster] tls_ca_file, tls_cert and "
+               "tls_key): the address is tls://, not tcp://. Else: " if plain else "")
+            + "Is `dask scheduler` running there, and the address right (--cluster, [cluster] "
+            "address)?"
             + (" Are [cluster] tls_cert and tls_key from the CA the scheduler trusts "
-               "(tls_ca_file)?" if security is not None else "")
-            # A plain client against a TLS scheduler fails like an unreachable one.
-            + (" If the scheduler was started with TLS (--tls-ca-file ...), the address is "
-               "tls://, not tcp://, with [cluster] tls_ca_file, tls_cert and tls_key."
-               if address.startswith("tcp://") else "")
+               "(tls_ca_file)?" if security is not None and not plain else "")
             + " See docs/cluster.md"
         ) from e
+
+
+def reach(address: str, timeout_s: float, security: Any = None) -> None:
+    """Connect and disconnect: NightlyError (naming the fix) when the scheduler cannot be
+    reached."""
+    client = connect(address, timeout_s, security)
+    with contextlib.suppress(Exception):
+        client.close()
 
 
 
@@ -399,6 +410,7 @@ __all__ = [
     "connect",
     "gpu_test_resources",
     "lpt_priorities",
+    "reach",
     "route_resources",
     "task_key",
     "worker_slots",

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nightly.builds.smoke import FAILED, NOT_RUN, PASSED, needs_gpu_part, stage_part
-from nightly.cluster.collector import Collector
+from nightly.cluster.collector import Collector, who
 from nightly.cluster.dispatch import (
     TEST,
     TEST_PRIORITY,
@@ -152,8 +152,9 @@ class GpuStage:
                 self.note(f"not adopted the GPU test {tok} of {build.id}: its result.json does "
                           "not carry this night's seal: tested again")
                 continue
-            self.note(f"adopt  GPU test of {build.id}: attempt {tok} on {r.get('worker')} had "
-                      "finished before the run that submitted it died")
+            self.note(f"adopt  GPU test of {build.id}: attempt {tok} on "
+                      f"{r.get('worker_name') or r.get('worker')} had finished before the run "
+                      "that submitted it died")
             self.awaiting[build.id] = result
             self._file(build.id, GpuTestResult.from_json(r))
             return
@@ -168,8 +169,8 @@ class GpuStage:
         if cur is not None and cur.token != ev.token:
             if ev.token < cur.token:
                 return  # a late event of an attempt already superseded
-            self.note(f"lost   GPU test of {ev.build}: its attempt on {cur.worker} ended without "
-                      f"a result (its worker was lost); run again on {ev.worker}")
+            self.note(f"lost   GPU test of {ev.build}: its attempt on {who(cur)} ended without "
+                      f"a result (its worker was lost); run again on {who(ev)}")
         self.current[ev.build] = ev
         self.note(f"test   {ev.build} on {ev.worker_name} ({ev.worker}): the GPU part")
 

@@ -50,6 +50,7 @@ from nightly.cluster.dispatch import (
     connect,
     gpu_test_resources,
     lpt_priorities,
+    reach,
     task_key,
 )
 from nightly.cluster.gpustage import GpuStage, spec_packages
@@ -163,6 +164,10 @@ class ClusterPhase:
         self.tests: GpuStage | None = None  # [cluster] gpu_smoke: the test stage's GPU tests
         self.seal_key = b""  # the night's (nightly.cluster.verify), made by build()
         self._inputs: tuple[str, str] = ("", "")  # the staged source's and recipes' sha256
+        if not opts.dry_run and not self.day.path.exists():
+            # A first run that cannot reach the scheduler (down; tcp:// to a TLS one) stops
+            # here, naming the fix, before it makes a day folder it would leave behind.
+            reach(self.address, cc.connect_timeout_s, self.security)
 
     # ------------------------------------------------------------------ BuildPhase
 

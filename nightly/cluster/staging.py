@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from nightly.cluster.stagedlog import LOG_CHUNKS, LOG_TXT, log_check, read_staged_log
+from nightly.cluster.stagingclean import prune_empty
 from nightly.errors import NightlyError, ObjectTooLarge, PublishError, UnsafeEntry
 from nightly.files import sha256_file
 from nightly.stores import FileStore, Store, open_store
@@ -360,6 +361,8 @@ class StagingDay:
             for prefix in prefixes:
                 for obj in list(self.store.list(prefix)):
                     self.store.delete(obj.key)
+                # and the folders they were in (the day's own folder at the end of the night)
+                prune_empty(self.store, prefix)
 
     def assemble_log(
         self,

@@ -118,6 +118,7 @@ _LINE_NO = re.compile(r"(?:\bline |:)\d+(?::\d+)?\b")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _TEMP = re.compile(r"\b(?:tmp|pip-[a-z-]+-|build-env-)[A-Za-z0-9_]{4,}\b")
 _LONG_HEX = re.compile(r"\b[0-9a-f]{12,64}\b")
+_GPU_SECTION = re.compile(r"^-{10,} GPU test -{10,}$", re.M)  # nightly.builds.smoke's
 
 
 def build_output(log_text: str, build_id: str = "") -> list[str]:
@@ -138,6 +139,22 @@ def build_output(log_text: str, build_id: str = "") -> list[str]:
     return [ln.rstrip() for ln in lines if ln.strip() and not ln.startswith("[nightly]")]
 
 
+def gpu_test_output(log_text: str) -> list[str]:
+    """The output of the log's last GPU test section (`---- GPU test ----`,
+    nightly.builds.smoke): inside the build's output on one machine, after the build's footer
+    in a cluster night (the test stage's own log, nightly.cluster.gputest). [] without one."""
+    text = _ANSI.sub("", log_text)
+    found = list(_GPU_SECTION.finditer(text))
+    if not found:
+        return []
+    lines = text[found[-1].end():].split("\n")
+    end = next((i for i, line in enumerate(lines) if line == _RULE), len(lines))
+    # Not nightly's own lines: its notes, and the test's narration ("gpu test: project
+    # command: ...", which echoes the command, error-looking words and all).
+    return [ln.rstrip() for ln in lines[:end]
+            if ln.strip() and not ln.startswith(("[nightly]", "gpu test: "))]
+
+
 def footer_reason(log_text: str) -> str:
     found = re.findall(r"^reason:\s+(.+)$", log_text, re.M)
     return found[-1].strip() if found else ""
@@ -156,11 +173,26 @@ def normalise(line: str) -> str:
     return re.sub(r"\s+", " ", s).strip()[:300]
 
 
-def signature(log_text: str, build_id: str = "") -> str:
+def signature(log_text: str, build_id: str = "", reason: str = "") -> str:
     """The failure's signature: the first line of the build output that looks like an error
     (a Traceback stands for its last line, the exception), normalised; else the footer's
-    reason (a smoke-test verdict, a timeout), normalised."""
-    lines = build_output(log_text, build_id)
+    reason (a smoke-test verdict, a timeout), else `reason` (state.json's), normalised. A
+    build that failed its GPU test (`reason` or the footer's says so) is known by the error
+    line of the GPU test's own section first: the build before it went well."""
+    why = footer_reason(log_text) or reason
+    sections = [build_output(log_text, build_id)]
+    if (reason or why).startswith("GPU test"):
+        sections.insert(0, gpu_test_output(log_text))
+    for lines in sections:
+        found = _first_error(lines)
+        if found:
+            return normalise(found)
+    return normalise(why) or "failed (no error line in the log)"
+
+
+def _first_error(lines: Sequence[str]) -> str:
+    """The line that looks most like the error (strongest pattern first; a Traceback stands
+    for its exception line), or ''."""
     for pattern in _ERROR_PATTERNS:
         for i, line in enumerate(lines):
             if not pattern.search(line):
@@ -168,10 +200,10 @@ def signature(log_text: str, build_id: str = "") -> str:
             if line.startswith("Traceback"):
                 after = [ln for ln in lines[i + 1:] if ln and not ln[0].isspace()]
                 if after:
-                    return normalise(after[0])
+                    return after[0]
                 continue
-            return normalise(line)
-    return normalise(footer_reason(log_text)) or "failed (no error line in the log)"
+            return line
+    return ""
 
 
 # ---------------------------------------------------------------------------- commit ranges
@@ -210,7 +242,8 @@ def facts_for_day(day: Day, history: History | None) -> dict[str, FailureFacts]:
                        for d, o, c in _safe_outcomes(history, bid) if _DAY_RE.match(d)]
         log = day.inside(entry.get("log"))  # never a file outside the day folder
         text = _read_text(log) if log is not None else ""
-        sig = signature(text, bid) if text else normalise(str(entry.get("reason") or "failed"))
+        reason = str(entry.get("reason") or "")
+        sig = signature(text, bid, reason) if text else normalise(reason or "failed")
         f = facts(bid, NightOutcome(day=day.name, outcome=FAILED, commit=commit), earlier, sig)
         lines, total = commit_range(day.source, f.last_good_commit, f.first_bad_commit)
         out[bid] = FailureFacts(**{**f.__dict__, "commits": lines, "commits_total": total,

@@ -41,6 +41,7 @@ from nightly.publish.validate import validate_day
 from nightly.redact import mask, scrub_pem, secret_values
 from nightly.report import terminal as display
 from nightly.report.html import write_report
+from nightly.report.view import lost_json, tested_on_by_name
 from nightly.workspace import (
     INTERRUPTED,
     SUCCEEDED,
@@ -401,7 +402,8 @@ def write_summary(
             outcome=e.status or "", reason=e.reason, duration_s=e.duration_s,
             estimate_s=estimates.get(b.id), attempts=e.attempts or 0, queue=e.queue,
             packages=tuple(p.to_json() for p in e.packages), published=dict(e.published),
-            log=e.log, test_s=cost.test_s, built_on=cost.built_on, tested_on=cost.tested_on,
+            log=e.log, test_s=cost.test_s, built_on=e.worker_name or cost.built_on,  # --name
+            tested_on=tested_on_by_name(e) or cost.tested_on, extra=lost_json(e),
             tested=verdict_of(e) if e.status == SUCCEEDED else "",
         )
     failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]

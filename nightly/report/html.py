@@ -65,6 +65,7 @@ code, pre, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consola
 .bar.succeeded { background: var(--ok); } .bar.failed { background: var(--bad); }
 .bar.interrupted { background: var(--int); } .bar.running { background: var(--run);
   background-image: repeating-linear-gradient(45deg, rgba(255,255,255,.18) 0 6px, transparent 6px 12px); }
+.bar.lost { border-right: 3px dashed #000; opacity: .8; } /* cut off: its worker was lost */
 .bar.regression { box-shadow: inset 0 0 0 2px var(--reg); }
 .legend { display: flex; gap: 14px; color: var(--muted); font-size: 12.5px; margin: 4px 0 6px; }
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 2px; vertical-align: -1px;

@@ -17,9 +17,11 @@ from nightly.manylinux import describe
 from nightly.report.view import (
     TREND_NIGHTS,
     BuildView,
+    LostAttempt,
     NightView,
     axes_text,
     log_tail,
+    lost_text,
     manual_text,
     outcome_text,
 )
@@ -47,13 +49,18 @@ def timeline(night: NightView, now: float) -> list[str]:
     if not ran:
         out.append('<p class="muted">No build has started.</p></section>')
         return out
-    t0 = min(b.started for b in ran if b.started is not None)
-    t1 = max((b.ended if b.ended is not None and b.status != RUNNING else now) for b in ran)
+    lost = [(b, a) for b in ran for a in b.lost]
+    t0 = min([*(b.started for b in ran if b.started is not None), *(a.started for _, a in lost)])
+    t1 = max([*((b.ended if b.ended is not None and b.status != RUNNING else now) for b in ran),
+              *(a.ended for _, a in lost)])
     span = max(t1 - t0, 1.0)
     tz = dt.datetime.fromtimestamp(t0).astimezone().tzname() or ""
     out.append('<div class="legend">')
     for st in (SUCCEEDED, FAILED, INTERRUPTED, RUNNING):
         out.append(f'<span><i class="swatch" style="background:{_COLORS[st]}"></i>{esc(st)}</span>')
+    if lost:
+        out.append('<span><i class="swatch" style="background:var(--int);border-right:3px dashed '
+                   '#000"></i>lost with its worker</span>')
     out.append(
         '<span><i class="swatch" style="box-shadow:inset 0 0 0 2px var(--reg)"></i>regression</span>'
         f"<span>times: {esc(tz)}</span></div>"
@@ -62,6 +69,10 @@ def timeline(night: NightView, now: float) -> list[str]:
     lanes: dict[tuple[str, int], list[BuildView]] = {}
     for b in ran:
         lanes.setdefault((b.machine, b.queue if b.queue is not None else -1), []).append(b)
+    lost_on: dict[tuple[str, int], list[tuple[BuildView, LostAttempt]]] = {}
+    for b, a in lost:  # on the lane of the worker that was lost
+        lost_on.setdefault((a.worker, a.queue if a.queue is not None else -1), []).append((b, a))
+        lanes.setdefault((a.worker, a.queue if a.queue is not None else -1), [])
     machines = sorted({m for m, _ in lanes})
     for machine in machines:
         label = f"machine {machine}" if machine else "this machine"
@@ -102,10 +113,21 @@ def timeline(night: NightView, now: float) -> list[str]:
                     f'style="left:{_pct(start - t0, span)};width:{_pct(end - start, span)}" '
                     f'title="{esc(tip)}">{esc(b.id)}</div>'
                 )
+            out.extend(_lost_bar(b, a, t0, span) for b, a in lost_on.get((m, q), []))
             out.append("</div></div>")
         out.append("</div></div>")
     out.append("</section>")
     return out
+
+
+def _lost_bar(b: BuildView, a: LostAttempt, t0: float, span: float) -> str:
+    """An attempt whose worker was lost (kill -9, a crash): an interrupted bar, cut off."""
+    tip = (f"{b.id}: attempt {a.attempt} lost with worker {a.worker} (ended without a result, "
+           f"run again)\n{clock(a.started)} – {clock(a.ended)} ({took(a.ended - a.started)})")
+    return (f'<div class="bar {INTERRUPTED} lost" data-build="{esc(b.id)}" data-status="lost" '
+            f'data-worker="{esc(a.worker)}" style="left:{_pct(a.started - t0, span)};'
+            f'width:{_pct(a.ended - a.started, span)}" title="{esc(tip)}">'
+            f"{esc(b.id)} lost ({esc(a.worker)})</div>")
 
 
 def _pct(x: float, span: float) -> str:
@@ -153,6 +175,8 @@ def failures(night: NightView, link_base: str, tail: int) -> list[str]:
             why.append(f"exit status {esc(b.exit_status)}")
         if b.attempts:
             why.append(f"{b.attempts} attempt{'s' if b.attempts != 1 else ''}")
+        if b.lost:
+            why.append(esc(lost_text(b)))
         if b.elapsed_s is not None:
             why.append(f"after {esc(took(b.elapsed_s))}")
         if b.machine or b.queue is not None:
@@ -272,6 +296,8 @@ def _row(
         outcome += f'<div class="small muted">{esc(b.reason)}</div>'
     if b.upload_error:
         outcome += f'<div class="small worse">upload failed: {esc(b.upload_error)}</div>'
+    if b.lost:
+        outcome += f'<div class="small worse" data-lost="{len(b.lost)}">{esc(lost_text(b))}</div>'
     if b.manual:
         outcome += (
             f'<div class="small manual" data-manual="{esc(b.manual.get("by", ""))}" '

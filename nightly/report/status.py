@@ -12,6 +12,7 @@ from nightly.report.view import (
     axes_text,
     load_night,
     log_tail,
+    lost_text,
     manual_text,
     outcome_text,
 )
@@ -123,6 +124,8 @@ def _table(night: NightView) -> Table:
             outcome += f": {escape(b.reason)}"
         if b.upload_error:
             outcome += f" [red](upload failed: {escape(b.upload_error)})[/red]"
+        if b.lost:  # a cluster worker killed under it: more than "2 tries"
+            outcome += f" [red]({escape(lost_text(b))})[/red]"
         if b.manual:
             outcome += " [cyan](manual)[/cyan]"
         axes = axes_text(b)

@@ -111,6 +111,10 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
         if len(reason) > 240:
             reason = reason[:237] + "..."
         outcome = escape(shown_status(b["outcome"], tested) + (f": {reason}" if reason else ""))
+        lost = [x for x in b.get("lost") or [] if isinstance(x, dict)]
+        if lost:  # a cluster worker killed under it: more than "2 attempts"
+            outcome += escape(" (" + "; ".join(f"attempt {x.get('attempt')} lost with worker "
+                                               f"{x.get('worker')}" for x in lost) + ")")
         t.add_row(
             escape(bid),
             f"[{style}]{outcome}[/{style}]",

@@ -52,6 +52,41 @@ _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|\x1b\[[0-9;?]*[A-Za-z]")
 # ---------------------------------------------------------------------------- the day's data
 
 
+@dataclass(frozen=True, kw_only=True)
+class LostAttempt:
+    """An attempt of a cluster build whose worker was lost (kill -9, a crash): state.json's
+    `lost` (nightly.cluster.collector), shown as an interrupted bar and in the status."""
+
+    attempt: int
+    worker: str  # the worker's --name, else its address
+    queue: int | None
+    started: float
+    ended: float
+
+
+def lost_attempts(e: BuildEntry) -> list[LostAttempt]:
+    """The entry's lost attempts; a malformed record (a hand-edited file) is skipped."""
+    raw = e.extra.get("lost")
+    out = []
+    for r in raw if isinstance(raw, list) else []:
+        if not isinstance(r, Mapping):
+            continue
+        started, ended = opt_float(r.get("started")), opt_float(r.get("ended"))
+        if started is None:
+            continue
+        out.append(LostAttempt(
+            attempt=opt_int(r.get("attempt")) or 0,
+            worker=str(r.get("worker_name") or r.get("worker") or "?"),
+            queue=opt_int(r.get("slot")), started=started,
+            ended=max(started, ended if ended is not None else started)))
+    return out
+
+
+def lost_text(b: BuildView) -> str:
+    """'attempt 1 lost with worker lin-a' for each lost attempt of the build, else ''."""
+    return "; ".join(f"attempt {a.attempt} lost with worker {a.worker}" for a in b.lost)
+
+
 @dataclass(kw_only=True)
 class BuildView:
     """One build of the day as the status and the report show it."""
@@ -61,7 +96,8 @@ class BuildView:
     reason: str | None = None
     exit_status: int | None = None
     attempts: int = 0
-    machine: str = ""
+    machine: str = ""  # where it ran: a cluster worker's --name, else its address
+    lost: list[LostAttempt] = field(default_factory=list)  # cluster attempts whose worker died
     queue: int | None = None
     executor: str = ""
     # The matrix's axes (from the plan; the accelerator from state.json's cuda otherwise).
@@ -186,8 +222,28 @@ def _test_fields(e: BuildEntry) -> dict[str, Any]:
     from nightly.workspace.cost import GpuHosts, build_cost, verdict_of
 
     cost = build_cost(e, GpuHosts())
-    return {"test_s": cost.test_s, "tested_on": cost.tested_on, "gpu_test_s": cost.gpu_test_s,
+    return {"test_s": cost.test_s, "tested_on": tested_on_by_name(e) or cost.tested_on,
+            "gpu_test_s": cost.gpu_test_s,
             "tested": verdict_of(e) if e.status == SUCCEEDED else ""}
+
+
+def tested_on_by_name(e: BuildEntry) -> str:
+    """Where each part of its test ran ("lin-a, gpu"), a cluster worker by its --name (its
+    address only without one); '' when no part ran."""
+    parts = [p for k in ("cpu", "gpu") if isinstance(p := (e.tested or {}).get(k), Mapping)
+             and p.get("result") != "not run"]
+    names = {e.machine: e.worker_name} if e.worker_name else {}  # the CPU part ran there
+    hosts = [str(p.get("worker_name") or names.get(str(p.get("where")), p.get("where")) or "")
+             for p in parts]
+    return ", ".join(dict.fromkeys(h for h in hosts if h))
+
+
+def lost_json(e: BuildEntry) -> dict[str, object]:
+    """summary.json's `lost` of a build (each lost attempt's number, worker by name, times),
+    as keys of its entry: {} when none was lost."""
+    lost = [{"attempt": a.attempt, "worker": a.worker, "started": a.started, "ended": a.ended}
+            for a in lost_attempts(e)]
+    return {"lost": lost} if lost else {}
 
 
 def _build_view(
@@ -208,7 +264,9 @@ def _build_view(
         reason=e.reason,
         exit_status=e.exit_status,
         attempts=e.attempts,
-        machine=e.machine or str(pb.get("machine") or night_machine or ""),
+        # A cluster worker by its --name (docs/cluster.md), its address only without one.
+        machine=e.worker_name or e.machine or str(pb.get("machine") or night_machine or ""),
+        lost=lost_attempts(e),
         queue=e.queue if e.queue is not None else opt_int(pb.get("queue")),
         executor=e.executor,
         arch=str(pb.get("arch") or ""),

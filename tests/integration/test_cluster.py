@@ -78,13 +78,15 @@ def test_a_night_across_workers_respects_resources(night_project, make_recipe, r
     summary = p.summary()
     assert summary["exit_code"] == 0
     assert summary["machine"] == "cluster"
+    assert {b["built_on"] for b in summary["builds"].values()} == set(WORKERS)  # by --name
     assert summary["counts"]["succeeded"] == len(ALL_BUILDS)
     assert len(mirror_files(p)) == len(ALL_BUILDS)
     for bid in ALL_BUILDS:
         assert len(state[bid]["published"]) == 1
     assert (p.day / "report.html").exists()
-    # Nothing left in staging; the history has each build once.
+    # Nothing left in staging, not even empty folders; the history has each build once.
     assert staged_files(p) == []
+    assert not (p.path / "staging" / "2024_05_01").exists()
     with sqlite3.connect(p.path / "nightlies" / "history.sqlite") as db:
         rows = db.execute("SELECT build_id, attempt, outcome, machine FROM builds").fetchall()
     assert sorted(r[0] for r in rows) == sorted(ALL_BUILDS)
@@ -100,7 +102,7 @@ def test_a_night_across_workers_respects_resources(night_project, make_recipe, r
 
 
 def test_a_worker_killed_mid_build_is_rerun_elsewhere(
-    night_project, make_recipe, start_cli, wait_until, cluster, is_alive
+    night_project, make_recipe, start_cli, run_cli, wait_until, cluster, is_alive
 ):
     victim = "manywheel_3.7m_cu100"
     p = make_project(night_project, make_recipe, cluster, behaviours={victim: "go:60"})
@@ -131,8 +133,8 @@ def test_a_worker_killed_mid_build_is_rerun_elsewhere(
     os.kill(worker_pid, signal.SIGKILL)
     wait_until(lambda: not is_alive(worker_pid), timeout=10)
     p.go(victim)
-    code, out, err = night.wait(timeout=120)
-    assert code == 0, (out, err)
+    code, night_out, err = night.wait(timeout=120)
+    assert code == 0, (night_out, err)
 
     state = check_night(p, cluster, ALL_BUILDS, names)
     e = state[victim]
@@ -159,6 +161,31 @@ def test_a_worker_killed_mid_build_is_rerun_elsewhere(
         rows = db.execute("SELECT attempt, outcome FROM builds WHERE build_id = ? ORDER BY attempt",
                           (victim,)).fetchall()
     assert rows == [(1, "interrupted"), (2, "succeeded")]
+    # The lost attempt is seen, by the worker's --name (issue 41.12): state.json's `lost`,
+    # an interrupted bar on the killed worker's lane in the report's timeline, the status.
+    (lost,) = e["lost"]
+    assert (lost["attempt"], lost["worker_name"], lost["worker"]) == (1, killed, names[killed])
+    assert lost["started"] < lost["ended"] <= e["started"] + 1
+    page = (p.day / "report.html").read_text()
+    lanes = set(re.findall(r'<div class="machine" data-machine="([^"]*)"', page))
+    assert lanes == set(WORKERS), lanes  # by name, never an address
+    bars = re.findall(r'<div class="bar interrupted lost" data-build="([^"]+)" data-status="lost" '
+                      r'data-worker="([^"]+)"[^>]*>([^<]*)</div>', page)
+    assert bars == [(victim, killed, f"{victim} lost ({killed})")]
+    start = page.index(f'data-machine="{killed}"')
+    end = page.find('<div class="machine"', start)
+    assert 'data-status="lost"' in page[start:end if end >= 0 else len(page)]  # its lane
+    assert f"attempt 1 lost with worker {killed}" in night_out  # the run's own table
+    built = p.summary()["builds"][victim]
+    assert built["built_on"] == e["worker_name"]
+    assert [(x["attempt"], x["worker"]) for x in built["lost"]] == [(1, killed)]
+    code, out, err = run_cli(["status", "--config", str(p.config), "--date", "2024_05_01"],
+                             timeout=60)
+    assert code == 0, (out, err)
+    assert f"attempt 1 lost with worker {killed}" in out
+    assert "127.0.0.1" not in out  # workers by name in the table
+    # Staging left clean: no file, no empty attempt folder.
+    assert not (p.path / "staging" / "2024_05_01").exists()
 
 
 def test_kill9_of_the_orchestrator_then_rerun_completes(

@@ -267,6 +267,31 @@ def test_a_gpu_worker_killed_mid_test_with_no_other_records_not_run(
     assert staged_files(p) == []
 
 
+def test_a_failing_gpu_test_is_grouped_by_its_own_error_line(
+    night_project, make_recipe, run_cli, cluster
+):
+    """A GPU test that fails with a Python exception (issue 41.12): the night's failure group
+    (summary.json, the report) is named by the exception line of the test's own section of
+    the build's log, never "no error line in the log"; the report names the workers."""
+    error = "RuntimeError: CUDA error: no kernel image is available (on purpose)"
+    fail = f'"$PYTHON" -c "raise RuntimeError(\'{error.split(": ", 1)[1]}\')"\n'
+    p = _wheel_project(night_project, make_recipe, cluster, "gpufail", fail)
+    bid = "manywheel_3.12_cu126"
+    code, out, err = run_cli(run_args(p, "--select", bid), timeout=180)
+    assert code == 1, (out, err)
+    e = p.state()["builds"][bid]
+    assert e["status"] == "failed"
+    assert e["reason"].startswith("GPU test"), e["reason"]
+    log = (p.day / e["log"]).read_text()
+    assert log.index("result:      SUCCEEDED") < log.index(" GPU test ---") < log.index(error)
+    failures = p.summary()["failures"]
+    assert failures["groups"] == [{"signature": error, "builds": [bid]}]
+    page = (p.day / "report.html").read_text()
+    assert "no error line" not in page
+    assert f"on {e['worker_name']}, gpu" in page  # its test, where each part ran, by name
+    assert f'data-machine="{e["worker_name"]}"' in page
+
+
 def test_a_gpu_test_refuses_a_package_changed_in_staging(
     night_project, make_recipe, wait_until, start_cli, cluster
 ):

@@ -217,6 +217,16 @@ def test_addresses_the_night_refuses(night_project, make_recipe, run_cli, cluste
     for name in ("tls_ca_file", "tls_cert", "tls_key", "insecure = true"):
         assert name in err
     assert not p.day.exists()
+    # The TLS scheduler's own port at tcp:// (loopback, require_encryption = false): the
+    # handshake fails like an unreachable scheduler; the message says to use tls://, not
+    # that certificates are wrong, and the day's first run leaves no day folder behind.
+    plain = cluster.address.replace("tls://", "tcp://", 1)
+    code, out, err = run_cli(run_args(p, "--cluster", plain), timeout=60)
+    assert code == 1, (out, err)
+    assert f"cannot reach the Dask scheduler at {plain}" in err
+    assert f"use {cluster.address}" in err
+    assert "Traceback" not in out + err
+    assert not p.day.exists()
     # ... unless the config accepts the risk: then it really tries (and nothing listens).
     p.config.write_text(text.replace("[cluster]\n", "[cluster]\ninsecure = true\n"))
     code, out, err = run_cli(run_args(p, "--cluster", off), timeout=60)
@@ -233,6 +243,44 @@ def test_addresses_the_night_refuses(night_project, make_recipe, run_cli, cluste
     code, out, err = run_cli(run_args(p, "--cluster", "tcp://127.0.0.1:8786"), timeout=60)
     assert code == 2, (out, err)
     assert "require_encryption" in err
+
+
+def test_a_worker_through_nightly_names_a_tls_mix_up_then_joins(tmp_path, run_cli, cluster):
+    """`nightly cluster worker` (docs/cluster.md): `dask worker`'s arguments, the TLS ones
+    checked first. Without them at tls:// (where `dask worker` prints some 80 lines of
+    traceback), or with them at tcp://: one line naming the fix, exit 2; with them, it
+    becomes `dask worker` and joins the TLS cluster."""
+    from tests.support.cli import child_env, nightly_cmd
+
+    assert cluster.certs is not None
+    base = [cluster.address, "--name", "via-nightly", "--nthreads", "1",
+            "--resources", "spare=1", "--no-nanny", "--host", "127.0.0.1", "--no-dashboard",
+            "--dashboard-address", "127.0.0.1:0", "--death-timeout", "30",
+            "--local-directory", str(tmp_path / "w")]
+    code, out, err = run_cli(["cluster", "worker", *base], timeout=60)
+    assert code == 2, (out, err)
+    assert "Traceback" not in out + err
+    (line,) = err.strip().splitlines()
+    assert "--tls-ca-file, --tls-cert, --tls-key are not given" in line
+    assert "nightly cluster certs" in line
+    plain = cluster.address.replace("tls://", "tcp://", 1)
+    code, out, err = run_cli(["cluster", "worker", plain, *cluster.tls_args("lin-a")], timeout=60)
+    assert code == 2, (out, err)
+    assert f"use {cluster.address}" in err
+    assert "via-nightly" not in cluster.workers()
+    log = tmp_path / "via-nightly.log"
+    env = {k: v for k, v in child_env().items() if not k.startswith("DASK_")}
+    with log.open("wb") as f:
+        proc = subprocess.Popen([*nightly_cmd(), "cluster", "worker", *base,
+                                 *cluster.tls_args("lin-a")],
+                                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env)
+    try:
+        cluster.wait_for({"via-nightly"}, timeout=60)
+        assert cluster.workers()["via-nightly"].startswith("tls://127.0.0.1:")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 # ---------------------------------------------------------------------------- verified staging

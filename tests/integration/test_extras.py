@@ -104,6 +104,7 @@ COMMANDS = [
     (("index",), "s3"),
     (("index", "--full"), "s3"),
     (("cluster", "certs", "certs", "--hosts", "a"), "cluster"),
+    (("cluster", "worker", "tls://127.0.0.1:1"), "cluster"),
     (("provenance", "keygen", "keys"), "provenance"),
     (("promote", "1.0.0"), "pypi"),
 ]
