@@ -117,7 +117,17 @@ PROJECTS = (
         container=True,
     ),
 )
-BY_KEY = {p.key: p for p in PROJECTS}
+# Projects only `nightly init` meets (tests/integration/test_init.py): no config of their
+# own under configs/corpus, not in the corpus table.
+INIT_ONLY = (
+    Project(
+        key="cmarkgfm", dist="cmarkgfm", version="2025.10.22",
+        sha256="5bec61007b65b919488442c838c58a6c8bf4741f5103c593b2ef180d39818eda",
+        backend="setuptools + cffi (C library, API mode)", import_name="cmarkgfm",
+        wheel_version="2025.10.22", test_requires=("cffi",),
+    ),
+)
+BY_KEY = {p.key: p for p in (*PROJECTS, *INIT_ONLY)}
 
 
 # The projects built in containers of the corpus builder image by every test run (one C

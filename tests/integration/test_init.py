@@ -5,6 +5,10 @@ installed into a fresh venv, used from a folder that has nothing of this reposit
   setproctitle (its version a literal `__version__` in `__init__.py`, also compiled in as a C
   macro: version_from = rewrite) and ujson (setuptools-scm); every wheel is
   `<version>.devYYYYMMDD`, installs from the mirror's index and passes the project's tests.
+- Two real sdists with runtime dependencies, init + run with no hand edits, as the README
+  says: mapbox-earcut (C++, scikit-build-core, numpy; zig) and cmarkgfm (C, setuptools +
+  cffi, cffi; the sysroot): smoke-tested with the dependency, manylinux_2_28 or better by
+  auditwheel, installed over HTTP with init's line, the project's tests passing.
 - A build that fails on purpose: the night's table, `nightly status`, summary.json and the
   report give the recipe's own ERROR line.
 - A recipe folder that does not exist: exit 2 at plan time, nothing created.
@@ -185,20 +189,31 @@ def test_a_missing_recipe_folder_stops_at_plan_time_creating_nothing(
         assert sorted(p.name for p in tmp_path.iterdir()) == ["nightly.toml"]
 
 
+@pytest.mark.parametrize(
+    ("key", "toolchain", "dependency"),
+    [
+        # C++ with scikit-build-core (CMake), needs numpy: the README's five minutes.
+        ("mapbox-earcut", "zig", "numpy"),
+        # C with setuptools and cffi (the cmark-gfm library in API mode), needs cffi; no
+        # libm call of glibc 2.29, so the glibc 2.31 sysroot meets the policy.
+        ("cmarkgfm", "sysroot", "cffi"),
+    ],
+)
 def test_a_project_with_dependencies_from_init_to_tested_manylinux_wheels_over_http(
-    installed: Path, tmp_path: Path
+    installed: Path, tmp_path: Path, key: str, toolchain: str, dependency: str
 ) -> None:
-    """The README's five minutes on mapbox-earcut (C++, scikit-build-core, needs numpy):
+    """A real sdist with a runtime dependency, as the README's five minutes take it:
     `nightly init` + `nightly run` with no hand edits give wheels that succeeded and were
-    smoke-tested with numpy from the index, `<version>.devYYYYMMDD`, manylinux_2_28 or better
-    by their tags and by auditwheel; the install line init printed, pointed at the mirror
-    served over HTTP, installs one with numpy from PyPI, and the project's tests pass."""
+    smoke-tested with the dependency from the index, `<version>.devYYYYMMDD`, manylinux_2_28
+    or better by their tags and by auditwheel; the install line init printed, pointed at the
+    mirror served over HTTP, installs one with its dependency from PyPI, and the project's
+    tests pass."""
     import shlex
 
     from nightly.manylinux import tag_glibc, wheel_platforms
     from tests.support.servers import http_servers
 
-    project = corpus.BY_KEY["mapbox-earcut"]
+    project = corpus.BY_KEY[key]
     corpus.unpack(project)  # its tests
     work = tmp_path / "night"
     work.mkdir()
@@ -206,7 +221,7 @@ def test_a_project_with_dependencies_from_init_to_tested_manylinux_wheels_over_h
     assert init.returncode == 0, init.stderr
     data = tomllib.loads((work / "nightly.toml").read_text())
     matrix = data["matrix"]["linux"]["manywheel"]
-    assert (matrix["manylinux"], matrix["toolchain"]) == ("2_28", "zig")
+    assert (matrix["manylinux"], matrix["toolchain"]) == ("2_28", toolchain)
     assert data["smoke"]["dependencies"] == "index"
     assert "auditwheel is not installed" not in init.stdout  # the README's extra brings it
     night = _run(installed, "run", "--date", DATE, cwd=work)
@@ -245,14 +260,17 @@ def test_a_project_with_dependencies_from_init_to_tested_manylinux_wheels_over_h
         args = shlex.split(command)
         assert args[:2] == ["pip", "install"]
         _ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *args[2:]])
+    name = project.import_name
     where = _ok([str(venv / "bin" / "python"), "-c",
-                 "import mapbox_earcut, numpy, importlib.metadata as md; "
-                 "print(mapbox_earcut.__file__, md.version('mapbox_earcut'))"], cwd=tmp_path)
+                 f"import {name}, {dependency}, importlib.metadata as md; "
+                 f"print({name}.__file__, md.version({project.dist!r}))"], cwd=tmp_path)
     assert str(venv) in where.stdout
     assert where.stdout.split()[1] == version
     _ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "pytest"])
     tests = tmp_path / "tests"
-    shutil.copytree(project.source / "tests", tests)
+    tests.mkdir()
+    for rel in project.test_paths:  # a copy: only the installed package can be imported
+        shutil.copytree(project.source / rel, tests / Path(rel).name)
     own = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p",
                           "no:cacheprovider", str(tests)], cwd=tmp_path, capture_output=True,
                          text=True)
