@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Protocol
 
 from nightly.builds import cache as compiler_cache
-from nightly.builds import repro_check, userarea
+from nightly.builds import repro_check, slot, userarea
 from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
 from nightly.builds.collect import PackageFile, check_policy, collect_build
-from nightly.builds.jobs import RunContext, make_job, prepare_toolchain
+from nightly.builds.jobs import RunContext, day_work, make_job, prepare_toolchain
 from nightly.builds.ownership import NotOurs, check_owned, outputs, owned_names
 from nightly.builds.reproducible import normalise_packages
 from nightly.config.pyproject import pyproject_problem
@@ -198,6 +198,9 @@ class Runner:
             )
         if entry.status == SUCCEEDED or result.interrupted:
             remove_tree(job.work_dir.parent)  # the build's folder (in the day, or the build area)
+        elif slot.in_slot(job.work_dir.parent):  # kept for a post-mortem where it always was
+            slot.park(job.work_dir.parent, day_work(ctx) / build.id,
+                      lambda note: self.on_event("cleanup", {"build": build.id, "note": note}))
         self.on_event("end", {"build": build.id, "status": entry.status, "reason": entry.reason,
                               "duration_s": duration, "queue": queue})
         return Outcome(
@@ -215,6 +218,8 @@ class Runner:
         job = make_job(ctx, build, executor=executor.name)
         attempt = state.get(build.id).attempts + 1
         self._reap(job, executor)
+        if slot.in_slot(job.work_dir.parent) and job.work_dir.parent.exists():
+            remove_tree(job.work_dir.parent)  # what another night left at the same path
         for d in (job.output_dir, job.work_dir):
             if d.exists():
                 remove_tree(d)
