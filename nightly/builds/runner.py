@@ -196,11 +196,7 @@ class Runner:
                 failed_status=failed_status, infra=result.infra,
                 exit_status=result.exit_status, duration_s=round(duration, 3),
             )
-        if entry.status == SUCCEEDED or result.interrupted:
-            remove_tree(job.work_dir.parent)  # the build's folder (in the day, or the build area)
-        elif slot.in_slot(job.work_dir.parent):  # kept for a post-mortem where it always was
-            slot.park(job.work_dir.parent, day_work(ctx) / build.id,
-                      lambda note: self.on_event("cleanup", {"build": build.id, "note": note}))
+        self._tidy(job, keep=entry.status != SUCCEEDED and not result.interrupted)
         self.on_event("end", {"build": build.id, "status": entry.status, "reason": entry.reason,
                               "duration_s": duration, "queue": queue})
         return Outcome(
@@ -209,6 +205,16 @@ class Runner:
             packages=list(entry.packages), log=str(day.path / (entry.log or "")),
             infra=result.infra,
         )
+
+    def _tidy(self, job: Job, *, keep: bool) -> None:
+        """The build's folder (in the day, the build area or the stable build folder) removed,
+        or, `keep` (a failed build's, for a post-mortem), left in its day."""
+        folder = job.work_dir.parent
+        if not keep:
+            remove_tree(folder)
+        elif slot.in_slot(folder):  # where it always was, out of the next night's way
+            slot.park(folder, day_work(self.ctx) / job.build_id,
+                      lambda note: self.on_event("cleanup", {"build": job.build_id, "note": note}))
 
     def _start(self, build: Build, queue: int) -> tuple[Job, int, str | None]:
         """A new attempt: what a dead run left of it stopped, fresh output and scratch
