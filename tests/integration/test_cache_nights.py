@@ -7,6 +7,8 @@ so the `-ffile-prefix-map` flags sccache hashes are the same.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from collections.abc import Callable
@@ -180,3 +182,59 @@ dir = "{tmp_path / 'sccache'}"
     e = entry(day2, build)
     assert code == 0, said + (day2 / e["log"]).read_text()[-4000:]
     assert (e["cache"]["hits"], e["cache"]["misses"]) == (len(UNITS) - 1, 1), e["cache"]
+
+
+def test_a_night_that_finds_the_stable_folder_held_builds_in_its_day_folder(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """Two nights of one root at once never share a folder: the one that finds the stable
+    folder held (here by this test, as another night would) builds in its day folder, says so,
+    and succeeds."""
+    src = tmp_path / "ctiny"
+    write_project(src)
+    config = tmp_path / "nightly.toml"
+    config.write_text(f"""
+root = "nightlies"
+recipes = "{REPO / 'recipes'}"
+
+[project]
+name = "ctiny"
+source = "{src}"
+base_version = "0.1.0"
+
+[matrix.linux.manywheel]
+pythons = ["3.11"]
+cudas = ["cpu"]
+
+[[machines]]
+name = "m"
+platform = "linux"
+queues = 1
+executor = "local"
+
+[executor.local]
+user = "{ROOT_OPT_IN}"
+
+[smoke]
+command = '"$PYTHON" -c "import ctiny; assert ctiny.total(2) == 26"'
+
+[cache]
+enabled = false
+""")
+    stable = tmp_path / "nightlies" / ".builds"
+    stable.mkdir(parents=True)
+    with contextlib.ExitStack() as held:
+        fd = os.open(stable / "lock", os.O_RDWR | os.O_CREAT)
+        held.callback(os.close, fd)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        code, out, err = run_cli(["run", "--config", str(config), "--date", "2024_05_01",
+                                  "--no-upload"], cwd=tmp_path, timeout=900)
+    day = tmp_path / "nightlies" / "2024_05_01"
+    e = entry(day, "manywheel_3.11_cpu")
+    log = (day / e["log"]).read_text()
+    assert code == 0, out + err + log[-4000:]
+    assert f"WORK_DIR={day / 'work' / 'manywheel_3.11_cpu' / 'scratch'}" in log
+    assert f"SOURCE_DIR={day / 'source'}" in log
+    assert not (stable / "work").exists()
+    assert f"the stable build folder {stable} is in use by another night" in (
+        day / "logs" / "master" / "run.log").read_text()
