@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.support.engine import Engine
+
 REPO = Path(__file__).resolve().parents[2]
 RunCli = Callable[..., tuple[int, str, str]]
 ROOT_OPT_IN = "root" if os.geteuid() == 0 else ""  # the tests' own recipes may run as root
@@ -61,12 +63,12 @@ def entry(day: Path, build: str) -> dict[str, Any]:
     return dict(state["builds"][build])
 
 
-def test_a_second_night_of_identical_sources_hits_the_cache_for_every_compile(
-    tmp_path: Path, run_cli: RunCli
-) -> None:
+def two_nights(tmp_path: Path, run_cli: RunCli, executor: str) -> tuple[dict[str, Any], str]:
+    """Night 1 and night 2 of ctiny with `executor` (its config block): the second night's
+    state entry of the build and its log, once both nights succeeded and night 1 missed for
+    every compile unit."""
     src = tmp_path / "ctiny"
     write_project(src)
-    cache_dir = tmp_path / "sccache"
     config = tmp_path / "nightly.toml"
     config.write_text(f"""
 root = "nightlies"
@@ -81,6 +83,34 @@ base_version = "0.1.0"
 pythons = ["3.11"]
 cudas = ["cpu"]
 
+{executor}
+
+[smoke]
+command = '"$PYTHON" -c "import ctiny; r = ctiny.total(2); assert r == 26, r"'
+
+[cache]
+dir = "{tmp_path / 'sccache'}"
+""")
+    days = {}
+    for date in ("2024_05_01", "2024_05_02"):
+        code, out, err = run_cli(["run", "--config", str(config), "--date", date,
+                                  "--no-upload"], cwd=tmp_path, timeout=900)
+        day = tmp_path / "nightlies" / date
+        assert code == 0, out + err + "".join(
+            p.read_text()[-4000:] for p in (day / "logs").rglob("*.log"))
+        days[date] = entry(day, "manywheel_3.11_cpu")
+    first, second = days["2024_05_01"], days["2024_05_02"]
+    assert first["status"] == second["status"] == "succeeded"
+    assert (first["cache"]["hits"], first["cache"]["misses"]) == (0, len(UNITS)), first["cache"]
+    log = (tmp_path / "nightlies" / "2024_05_02" / second["log"]).read_text()
+    assert "smoke: passed" in log
+    return second, log
+
+
+def test_a_second_night_of_identical_sources_hits_the_cache_for_every_compile(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    second, log = two_nights(tmp_path, run_cli, f"""
 [[machines]]
 name = "m"
 platform = "linux"
@@ -89,37 +119,40 @@ executor = "local"
 
 [executor.local]
 user = "{ROOT_OPT_IN}"
-
-[smoke]
-command = '"$PYTHON" -c "import ctiny; r = ctiny.total(2); assert r == 26, r"'
-
-[cache]
-dir = "{cache_dir}"
 """)
-    build = "manywheel_3.11_cpu"
-    days = {}
-    for date in ("2024_05_01", "2024_05_02"):
-        code, out, err = run_cli(["run", "--config", str(config), "--date", date,
-                                  "--no-upload"], cwd=tmp_path, timeout=900)
-        day = tmp_path / "nightlies" / date
-        assert code == 0, out + err + "".join(
-            p.read_text()[-4000:] for p in (day / "logs").rglob("*.log"))
-        days[date] = entry(day, build)
-    first, second = days["2024_05_01"], days["2024_05_02"]
-    assert first["status"] == second["status"] == "succeeded"
     n = len(UNITS)
-    assert (first["cache"]["hits"], first["cache"]["misses"]) == (0, n), first["cache"]
     # The whole point: the second night's compiles all come from the first night's objects.
     assert (second["cache"]["hits"], second["cache"]["misses"]) == (n, 0), second["cache"]
-    log = (tmp_path / "nightlies" / "2024_05_02" / second["log"]).read_text()
     assert f"compiler cache: {n} hits, 0 misses" in log
-    assert "smoke: passed" in log
     # Built in the root's stable folder (outside both day folders), which is empty between nights.
     stable = tmp_path / "nightlies" / ".builds"
-    assert f"WORK_DIR={stable / 'work' / build / 'scratch'}" in log
+    assert f"WORK_DIR={stable / 'work' / 'manywheel_3.11_cpu' / 'scratch'}" in log
     assert f"SOURCE_DIR={stable / 'source'}" in log
     assert "2024_05_02" not in log.split("-ffile-prefix-map=", 1)[1].split()[0]
     assert list((stable / "work").iterdir()) == []
+
+
+def test_a_second_night_in_containers_hits_the_cache_for_every_compile(
+    tmp_path: Path, run_cli: RunCli, engine: Engine
+) -> None:
+    """Container builds compile at the container's fixed paths (the source mounted at
+    /nightly/source): the same figure with the real recipe in the builder image."""
+    second, log = two_nights(tmp_path, run_cli, f"""
+[[machines]]
+name = "m"
+platform = "linux"
+queues = 1
+executor = "container"
+
+[images]
+default = "{engine.image}"
+
+[executor.container]
+base_url = "{engine.base_url}"
+""")
+    n = len(UNITS)
+    assert (second["cache"]["hits"], second["cache"]["misses"]) == (n, 0), second["cache"]
+    assert "SCCACHE_DIR=/nightly/sccache-dir" in log
 
 
 def test_a_failed_build_keeps_its_folder_in_the_day_and_a_changed_source_is_compiled(
