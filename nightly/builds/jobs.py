@@ -232,11 +232,21 @@ class RunContext:
     repro_builds: frozenset[str] = frozenset()  # built twice and compared (repro_check)
     # A build user's build area (builds/userarea.py): builds run and read their inputs there.
     area: BuildArea | None = None
+    # The nightlies root's (or build area's) stable build folder this night holds
+    # (builds/slot.py): builds and their source at the same paths every night.
+    slot: Path | None = None
+
+
+def day_work(ctx: RunContext) -> Path:
+    """Where the night's builds have their folders outside a slot: the day's (or the build
+    area's day's) work folder."""
+    return ctx.area.work if ctx.area else ctx.day.work
 
 
 def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
     area = ctx.area
-    work = (area.work if area else ctx.day.work) / build.id
+    work = (ctx.slot / "work" if ctx.slot else day_work(ctx)) / build.id
+    source = ctx.slot / "source" if ctx.slot else area.source if area else ctx.source_dir
     return Job(
         build_id=build.id,
         package=build.package,
@@ -250,7 +260,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         | reproducible_env(ctx.source_dir) | interpreter_env(ctx.config, build, executor)
         | (area.env() if area else {}),
         recipes_dir=area.recipes if area else ctx.config.recipes,
-        source_dir=area.source if area else ctx.source_dir,
+        source_dir=source,
         output_dir=work / "out",
         work_dir=work / "scratch",
         timeout_s=ctx.config.timeout_for(build),
@@ -260,7 +270,8 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
 
 
 __all__ = [
-    "RunContext", "axis_env", "build_env", "cross_env", "interpreter_env", "make_job", "manylinux_env",
+    "RunContext", "axis_env", "build_env", "cross_env", "day_work", "interpreter_env", "make_job",
+    "manylinux_env",
     "package_version",
     "prepare_toolchain", "recipe_env", "version_env", "wheelhouse_env",
 ]

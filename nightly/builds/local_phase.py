@@ -7,9 +7,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
+from pathlib import Path
 
 from nightly.builds import cache as compiler_cache
-from nightly.builds import repro_check, userarea
+from nightly.builds import repro_check, slot, userarea
 from nightly.builds.execute import preflight_images, run_builds
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.phase import NightContext
@@ -96,7 +97,10 @@ class LocalPhase:
                 self._one_area(ex, others)
                 mine = [b for b in builds if b.target_arch not in self.arch_executors]
                 if mine and isinstance(ex, LocalExecutor) and ex.user is not None:
-                    return user_area(night, ctx, ex, mine)  # exit 2 here: a path out of its reach
+                    # exit 2 here: a path out of its reach
+                    return user_area(night, ctx, ex, mine, stack)
+                if isinstance(ex, LocalExecutor):
+                    return stable_slot(night, ctx, night.config.root, ctx.source_dir, stack)
                 return ctx
 
             def preflight(ctx: RunContext, ex: Executor, builds: Sequence[Build]) -> None:
@@ -160,8 +164,27 @@ class LocalPhase:
         pass
 
 
+def stable_slot(night: NightContext, ctx: RunContext, base: Path, source: Path,
+                stack: ExitStack) -> RunContext:
+    """The night's host builds in `base`'s slot (builds/slot.py: the same paths every night,
+    so the compiler cache serves one night's objects to the next), held until `stack` closes;
+    in the day folder when another night holds it."""
+    held = slot.claim(base, stack)
+    if held is None:
+        night.log(f"the stable build folder {base / slot.NAME} is in use by another night (or "
+                  "not nightly's): this night builds in its day folder, and its compiles are "
+                  "not served from other nights' objects")
+        return ctx
+    try:
+        slot.fill(held, source)
+    except OSError as e:
+        raise ExecutorError(f"cannot prepare the stable build folder {held}: {e} (free space "
+                            "there)") from e
+    return replace(ctx, slot=held)
+
+
 def user_area(night: NightContext, ctx: RunContext, ex: LocalExecutor,
-              todo: Sequence[Build]) -> RunContext:
+              todo: Sequence[Build], stack: ExitStack) -> RunContext:
     """The night's build area for the build user (builds/userarea.py): made, filled with the
     night's copies, and every path a build needs checked against the user's reach."""
     assert ex.user is not None
@@ -184,6 +207,8 @@ def user_area(night: NightContext, ctx: RunContext, ex: LocalExecutor,
     except OSError as e:
         raise ExecutorError(f"cannot prepare the build area {area.root} for {ex.user.name}: "
                             f"{e} (free space there, or set [executor.local] build_dir)") from e
+    ctx = stable_slot(night, ctx, area.days, area.source, stack)
+    jobs = [make_job(ctx, b, executor=ex.name) for b in todo]
     userarea.preflight(jobs, user=ex.user, pythons=ex.pythons, cuda=ex.cuda,
                        cache=area.cache_settings(settings), config_file=file,
                        usable=ex.usable)

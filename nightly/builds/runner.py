@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Protocol
 
 from nightly.builds import cache as compiler_cache
-from nightly.builds import repro_check, userarea
+from nightly.builds import repro_check, slot, userarea
 from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
 from nightly.builds.collect import PackageFile, check_policy, collect_build
-from nightly.builds.jobs import RunContext, make_job, prepare_toolchain
+from nightly.builds.jobs import RunContext, day_work, make_job, prepare_toolchain
 from nightly.builds.ownership import NotOurs, check_owned, outputs, owned_names
 from nightly.builds.reproducible import normalise_packages
 from nightly.config.pyproject import pyproject_problem
@@ -196,8 +196,7 @@ class Runner:
                 failed_status=failed_status, infra=result.infra,
                 exit_status=result.exit_status, duration_s=round(duration, 3),
             )
-        if entry.status == SUCCEEDED or result.interrupted:
-            remove_tree(job.work_dir.parent)  # the build's folder (in the day, or the build area)
+        self._tidy(job, keep=entry.status != SUCCEEDED and not result.interrupted)
         self.on_event("end", {"build": build.id, "status": entry.status, "reason": entry.reason,
                               "duration_s": duration, "queue": queue})
         return Outcome(
@@ -207,6 +206,16 @@ class Runner:
             infra=result.infra,
         )
 
+    def _tidy(self, job: Job, *, keep: bool) -> None:
+        """The build's folder (in the day, the build area or the stable build folder) removed,
+        or, `keep` (a failed build's, for a post-mortem), left in its day."""
+        folder = job.work_dir.parent
+        if not keep:
+            remove_tree(folder)
+        elif slot.in_slot(folder):  # where it always was, out of the next night's way
+            slot.park(folder, day_work(self.ctx) / job.build_id,
+                      lambda note: self.on_event("cleanup", {"build": job.build_id, "note": note}))
+
     def _start(self, build: Build, queue: int) -> tuple[Job, int, str | None]:
         """A new attempt: what a dead run left of it stopped, fresh output and scratch
         folders, the compiler cache attached, state 'running'. (job, attempt, cache note)"""
@@ -215,6 +224,8 @@ class Runner:
         job = make_job(ctx, build, executor=executor.name)
         attempt = state.get(build.id).attempts + 1
         self._reap(job, executor)
+        if slot.in_slot(job.work_dir.parent) and job.work_dir.parent.exists():
+            remove_tree(job.work_dir.parent)  # what another night left at the same path
         for d in (job.output_dir, job.work_dir):
             if d.exists():
                 remove_tree(d)

@@ -102,8 +102,13 @@ def _log_path(n: Night, bid: str) -> Path:
     return n.p.day / "logs" / f"{bid}.log"
 
 
+def _build_folder(n: Night, bid: str) -> Path:
+    """A host build's folder: in its root's stable build folder (nightly/builds/slot.py)."""
+    return n.p.day.parent / ".builds" / "work" / bid
+
+
 def _record(n: Night, bid: str) -> Path:
-    return n.p.day / "work" / bid / ".scratch.pgid"
+    return _build_folder(n, bid) / ".scratch.pgid"
 
 
 def _package(n: Night, bid: str) -> Path:
@@ -124,7 +129,7 @@ def _uncollected(n: Night) -> None:
     bid = "manywheel_3.8_cpu"
     assert n.status(bid) == "running"
     assert n.p.delivered(bid) == 1
-    assert list((n.p.day / "work" / bid / "out").iterdir())  # the package, not yet filed
+    assert list((_build_folder(n, bid) / "out").iterdir())  # the package, not yet filed
     assert not _package(n, bid).exists()
 
 
