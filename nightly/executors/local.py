@@ -292,6 +292,8 @@ class LocalExecutor(Executor):
         when it started and checked against /proc so a reused number is never killed."""
         record = _group_record_path(job)
         try:
+            if not _ours(record):  # only a record nightly wrote is ever acted on
+                return []
             info = json.loads(record.read_text())
             pgid, start = int(info["pgid"]), int(info["start"])
             boot = str(info.get("boot", ""))
@@ -319,6 +321,16 @@ def _command(job: Job, user: BuildUser | None = None) -> list[str]:
     if job.cache is not None:  # the compiler cache's `run` starts the recipe
         return [*prefix, *job.cache.command(str(job.recipe), container=False)]
     return [*prefix, "bash", str(job.recipe)]
+
+
+def _ours(path: Path) -> bool:
+    """A regular file (not a link) of this process's user, that no one else can write."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+            and not st.st_mode & 0o022)
 
 
 def _owned(path: str, uid: int) -> bool:
@@ -362,17 +374,25 @@ def _gated(command: list[str], fd: int) -> list[str]:
     return ["bash", "-c", gate, "nightly-gate", *command]
 
 
-# The record of a running recipe's process group, beside (not inside) its scratch folder.
+# The record of a running recipe's process group. Not in the build's own folder
+# (work_dir.parent), which a build user owns while its recipe runs: a record planted there
+# would make the next run's reap kill a group of the user's choosing. One level up is
+# nightly's (the day's or the stable build folder's work/).
 def _group_record_path(job: Job) -> Path:
-    return job.work_dir.parent / f".{job.work_dir.name}.pgid"
+    return job.work_dir.parent.parent / f".{job.work_dir.parent.name}.pgid"
 
 
 def _record_group(job: Job, pid: int) -> Path:
     path = _group_record_path(job)
-    stat = proc_stat(pid)
-    info = {"pgid": pid, "start": stat[18] if stat else 0, "boot": boot_id()}
+    fields = proc_stat(pid)
+    info = {"pgid": pid, "start": fields[18] if fields else 0, "boot": boot_id()}
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(info))
+    tmp.unlink(missing_ok=True)
+    # 0644 whatever the umask: reap acts only on a record no one else could have written.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, 0o644)
+        f.write(json.dumps(info))
     os.replace(tmp, path)
     return path
 

@@ -108,7 +108,7 @@ def _build_folder(n: Night, bid: str) -> Path:
 
 
 def _record(n: Night, bid: str) -> Path:
-    return _build_folder(n, bid) / ".scratch.pgid"
+    return _build_folder(n, bid).parent / f".{bid}.pgid"
 
 
 def _package(n: Night, bid: str) -> Path:

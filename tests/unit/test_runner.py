@@ -7,6 +7,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -342,6 +343,31 @@ def test_an_interrupted_attempt_without_footer_is_rebuilt(env: Env) -> None:
     assert env.runs(bid) == 1
     log = (env.day.succeeded / f"{bid}.log").read_text()
     assert log.startswith(f"nightly build {bid}  (attempt 1)\nhalf\n")
+
+
+def test_reap_ignores_a_record_nightly_did_not_write(env: Env) -> None:
+    """The record sits outside the build's own folder (a build user owns that one while its
+    recipe runs), and a record that is a link or that others could write is never acted on:
+    a planted record must not make the next run kill a group of someone's choosing."""
+    job = make_job(env.ctx, env.build("manywheel_3.7m_cpu"), executor="local")
+    job.work_dir.mkdir(parents=True)
+    victim = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    try:
+        record = _record_group(job, victim.pid)
+        assert job.work_dir.parent not in record.parents
+        assert stat.S_IMODE(record.stat().st_mode) == 0o644
+        record.chmod(0o664)
+        assert env.executor.reap(job) == []
+        assert victim.poll() is None
+        real = record.with_name("elsewhere.json")
+        record.chmod(0o644)
+        record.rename(real)
+        record.symlink_to(real)
+        assert env.executor.reap(job) == []
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
 
 
 def test_reap_kills_a_dead_runs_process_group_only(env: Env) -> None:
