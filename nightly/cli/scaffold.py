@@ -240,7 +240,7 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
                     else "no version found: set it")
     lines = [
         f"# nightly configuration for {shown}, written by `nightly init`.",
-        "# Try it:  nightly plan  |  nightly images build  |  nightly run",
+        "# Try it:  nightly plan  |  nightly run   (containers: nightly images build first)",
         "",
         'root = "nightlies"          # day folders: logs, packages, state, report',
         "",
@@ -382,8 +382,13 @@ class InitResult:
                        'from the index ([smoke] dependencies = "index")')
         out.append(f"  install a night's wheel: {_install(f)}")
         opt = "" if self.config == Path("nightly.toml") else f" --config {self.config}"
+        # The written executor is "local": the first night needs no engine and no image.
         out.append("Try it:")
-        out += [f"  nightly {command}{opt}" for command in ("plan", "images build", "run")]
+        out += [f"  nightly {command}{opt}" for command in ("plan", "run")]
+        out.append('To build in containers instead, set executor = "container" and build '
+                   "the declared image once ('nightly-builds[container]' and an engine: "
+                   "nightly images engine):")
+        out.append(f"  nightly images build{opt}")
         return out
 
 

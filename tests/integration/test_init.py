@@ -192,10 +192,11 @@ def test_a_missing_recipe_folder_stops_at_plan_time_creating_nothing(
 @pytest.mark.parametrize(
     ("key", "toolchain", "dependency"),
     [
-        # C++ with scikit-build-core (CMake), needs numpy: the README's five minutes.
+        # C++ with scikit-build-core (CMake), needs numpy: the README's C++ example.
         ("mapbox-earcut", "zig", "numpy"),
         # C with setuptools and cffi (the cmark-gfm library in API mode), needs cffi; no
-        # libm call of glibc 2.29, so the glibc 2.31 sysroot meets the policy.
+        # libm call of glibc 2.29, so the glibc 2.31 sysroot meets the policy: the README's
+        # five minutes.
         ("cmarkgfm", "sysroot", "cffi"),
     ],
 )
