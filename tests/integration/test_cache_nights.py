@@ -63,12 +63,11 @@ def entry(day: Path, build: str) -> dict[str, Any]:
     return dict(state["builds"][build])
 
 
-def two_nights(tmp_path: Path, run_cli: RunCli, executor: str) -> tuple[dict[str, Any], str]:
-    """Night 1 and night 2 of ctiny with `executor` (its config block): the second night's
-    state entry of the build and its log, once both nights succeeded and night 1 missed for
-    every compile unit."""
-    src = tmp_path / "ctiny"
-    write_project(src)
+def ctiny_config(tmp_path: Path, src: Path, *, machine: str, smoke: str, cache: str,
+                 extra: str = "") -> Path:
+    """nightly.toml for ctiny at `src`: one manywheel 3.11 cpu build on `machine` (its
+    [[machines]] and executor blocks), `smoke` the smoke test's Python assertion, `cache` the
+    [cache] table's lines."""
     config = tmp_path / "nightly.toml"
     config.write_text(f"""
 root = "nightlies"
@@ -83,14 +82,38 @@ base_version = "0.1.0"
 pythons = ["3.11"]
 cudas = ["cpu"]
 
-{executor}
-
+{machine}
+{extra}
 [smoke]
-command = '"$PYTHON" -c "import ctiny; r = ctiny.total(2); assert r == 26, r"'
+command = '"$PYTHON" -c "import ctiny; {smoke}"'
 
 [cache]
-dir = "{tmp_path / 'sccache'}"
+{cache}
 """)
+    return config
+
+
+LOCAL = f"""
+[[machines]]
+name = "m"
+platform = "linux"
+queues = 1
+executor = "local"
+
+[executor.local]
+user = "{ROOT_OPT_IN}"
+"""
+
+
+def two_nights(tmp_path: Path, run_cli: RunCli, executor: str) -> tuple[dict[str, Any], str]:
+    """Night 1 and night 2 of ctiny with `executor` (its config block): the second night's
+    state entry of the build and its log, once both nights succeeded and night 1 missed for
+    every compile unit."""
+    src = tmp_path / "ctiny"
+    write_project(src)
+    config = ctiny_config(tmp_path, src, machine=executor,
+                          smoke="r = ctiny.total(2); assert r == 26, r",
+                          cache=f'dir = "{tmp_path / "sccache"}"')
     days = {}
     for date in ("2024_05_01", "2024_05_02"):
         code, out, err = run_cli(["run", "--config", str(config), "--date", date,
@@ -110,16 +133,7 @@ dir = "{tmp_path / 'sccache'}"
 def test_a_second_night_of_identical_sources_hits_the_cache_for_every_compile(
     tmp_path: Path, run_cli: RunCli
 ) -> None:
-    second, log = two_nights(tmp_path, run_cli, f"""
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{ROOT_OPT_IN}"
-""")
+    second, log = two_nights(tmp_path, run_cli, LOCAL)
     n = len(UNITS)
     # The whole point: the second night's compiles all come from the first night's objects.
     assert (second["cache"]["hits"], second["cache"]["misses"]) == (n, 0), second["cache"]
@@ -167,37 +181,9 @@ def test_a_failed_build_keeps_its_folder_in_the_day_and_a_changed_source_is_comp
     build = "manywheel_3.11_cpu"
 
     def run(date: str, expect: int) -> tuple[int, Path, str]:
-        config.write_text(f"""
-root = "nightlies"
-recipes = "{REPO / 'recipes'}"
-
-[project]
-name = "ctiny"
-source = "{src}"
-base_version = "0.1.0"
-
-[matrix.linux.manywheel]
-pythons = ["3.11"]
-cudas = ["cpu"]
-
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{ROOT_OPT_IN}"
-
-[retries]
-recipe = 0
-
-[smoke]
-command = '"$PYTHON" -c "import ctiny; r = ctiny.total(2); assert r == {expect}, r"'
-
-[cache]
-dir = "{tmp_path / 'sccache'}"
-""")
+        ctiny_config(tmp_path, src, machine=LOCAL, extra="[retries]\nrecipe = 0\n",
+                     smoke=f"r = ctiny.total(2); assert r == {expect}, r",
+                     cache=f'dir = "{tmp_path / "sccache"}"')
         code, out, err = run_cli(["run", "--config", str(config), "--date", date, "--no-upload"],
                                  cwd=tmp_path, timeout=900)
         return code, tmp_path / "nightlies" / date, out + err
@@ -225,35 +211,8 @@ def test_a_night_that_finds_the_stable_folder_held_builds_in_its_day_folder(
     and succeeds."""
     src = tmp_path / "ctiny"
     write_project(src)
-    config = tmp_path / "nightly.toml"
-    config.write_text(f"""
-root = "nightlies"
-recipes = "{REPO / 'recipes'}"
-
-[project]
-name = "ctiny"
-source = "{src}"
-base_version = "0.1.0"
-
-[matrix.linux.manywheel]
-pythons = ["3.11"]
-cudas = ["cpu"]
-
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{ROOT_OPT_IN}"
-
-[smoke]
-command = '"$PYTHON" -c "import ctiny; assert ctiny.total(2) == 26"'
-
-[cache]
-enabled = false
-""")
+    config = ctiny_config(tmp_path, src, machine=LOCAL,
+                          smoke="assert ctiny.total(2) == 26", cache="enabled = false")
     stable = tmp_path / "nightlies" / ".builds"
     stable.mkdir(parents=True)
     with contextlib.ExitStack() as held:
