@@ -2,7 +2,8 @@
 # The whole test suite on a fresh machine: creates .venv, installs nightly with its test
 # dependencies, starts the real servers the tests need (Podman's API through
 # scripts/container-engine.sh; moto, pypiserver, SMTP and Dask are started by the tests
-# themselves), then runs ruff, shellcheck, mypy --strict and pytest. Extra arguments go to pytest.
+# themselves), then runs ruff, shellcheck, mypy --strict and pytest (test files on
+# NIGHTLY_TEST_WORKERS parallel workers, default 2). Extra arguments go to pytest.
 #
 # `--fast` (first argument): the tier a developer runs while working, in a few minutes: ruff,
 # mypy --strict and tests/unit only (shellcheck too when it is installed): no apt package, no
@@ -46,23 +47,10 @@ if [ -n "$FAST" ]; then
   log "pytest tests/unit"
   exec .venv/bin/python -m pytest tests/unit "$@"
 fi
+# apt packages first (one apt-get at a time: dpkg's lock).
 if ! command -v shellcheck >/dev/null 2>&1; then
   log "installing shellcheck"
   apt-get install -y -q shellcheck >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q shellcheck >/dev/null; }
-fi
-log "shellcheck"
-git ls-files -z -- '*.sh' .ci/run | xargs -0 shellcheck -x
-log "mypy --strict"
-.venv/bin/mypy
-
-if [ -z "${NIGHTLY_NO_ENGINE:-}" ]; then
-  log "container engine (Podman serving the Docker API)"
-  DOCKER_HOST=$(NIGHTLY_ENGINE_PYTHON=.venv/bin/python bash scripts/container-engine.sh | tail -n 1 | sed 's/^DOCKER_HOST=//')
-  export DOCKER_HOST
-fi
-if [ -z "${NIGHTLY_NO_BROWSER:-}" ] && [ -f scripts/browser.sh ]; then
-  log "headless Chromium"
-  bash scripts/browser.sh
 fi
 
 # The kill -9 tests stop nightly inside chosen system calls with strace.
@@ -84,6 +72,48 @@ if ! command -v qemu-aarch64 >/dev/null 2>&1; then
   apt-get install -y -q qemu-user >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q qemu-user >/dev/null; }
 fi
 
-log "pytest"
+if [ -z "${NIGHTLY_NO_BROWSER:-}" ] && [ -f scripts/browser.sh ]; then
+  log "headless Chromium"
+  bash scripts/browser.sh
+fi
+
+# The engine starts (cold: Podman installed, a Debian rootfs debootstrapped and imported, a few
+# minutes) while shellcheck and mypy run; the apt installs above are done by then, so its own
+# apt-get (podman, when missing) is the only one.
+ENGINE_OUT=""
+if [ -z "${NIGHTLY_NO_ENGINE:-}" ]; then
+  log "container engine (Podman serving the Docker API), started in the background"
+  ENGINE_OUT=$(mktemp)
+  trap 'rm -f "$ENGINE_OUT"' EXIT
+  NIGHTLY_ENGINE_PYTHON=.venv/bin/python bash scripts/container-engine.sh >"$ENGINE_OUT" &
+  ENGINE_PID=$!
+fi
+
+log "shellcheck"
+git ls-files -z -- '*.sh' .ci/run | xargs -0 shellcheck -x
+log "mypy --strict"
+.venv/bin/mypy
+
+if [ -n "$ENGINE_OUT" ]; then
+  log "waiting for the container engine"
+  if ! wait "$ENGINE_PID"; then
+    echo "scripts/container-engine.sh failed (its messages are above)" >&2
+    exit 1
+  fi
+  DOCKER_HOST=$(tail -n 1 "$ENGINE_OUT" | sed 's/^DOCKER_HOST=//')
+  rm -f "$ENGINE_OUT"
+  export DOCKER_HOST
+fi
+
+# Test files run on NIGHTLY_TEST_WORKERS parallel workers (default 2; 0: one process, no
+# xdist). Most of a cold run waits on downloads, debootstrap and containers rather than on a
+# core, so two workers on two cores finish well before one. A file stays on one worker
+# (--dist loadfile): its module fixtures are made once, and its tests run in order.
+WORKERS=${NIGHTLY_TEST_WORKERS:-2}
+PARALLEL=()
+if [ "$WORKERS" != 0 ]; then
+  PARALLEL=(-n "$WORKERS" --dist loadfile)
+fi
+log "pytest (${WORKERS} workers)"
 # The ten slowest tests close the full run's output: where the suite's time goes.
-exec .venv/bin/python -m pytest --durations=10 "$@"
+exec .venv/bin/python -m pytest "${PARALLEL[@]}" --durations=10 "$@"
