@@ -354,6 +354,11 @@ def main(argv: list[str] | None = None) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, _term)
+    # A night that seems stuck: `kill -USR1 PID` prints every thread's stack to stderr (the
+    # cron log) and the run goes on, so the release engineer sees where it waits.
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     try:
         _run(args, opts)
     finally:

@@ -6,6 +6,7 @@ may ever see; and checks on the processes a night leaves behind.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -85,7 +86,15 @@ class Started:
         return self.proc.pid
 
     def wait(self, timeout: float = 90) -> tuple[int, str, str]:
-        code = self.proc.wait(timeout=timeout)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            # Where it waits: nightly prints every thread's stack on SIGUSR1 (cli/main.py).
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError(
+                f"nightly still running after {timeout:g} s; its stderr, with its threads' "
+                f"stacks:\n{self.err_path.read_text()[-20000:]}") from e
         self.close()
         return code, self.out_path.read_text(), self.err_path.read_text()
 
