@@ -358,11 +358,17 @@ def main(argv: list[str] | None = None) -> None:
     # cron log) and the run goes on, so the release engineer sees where it waits.
     import faulthandler
 
-    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+        stacks = True
+    except (OSError, ValueError):  # stderr is no file (an in-process caller captures it)
+        stacks = False
     try:
         _run(args, opts)
     finally:
         signal.signal(signal.SIGTERM, previous)  # a caller in-process gets its own back
+        if stacks:
+            faulthandler.unregister(signal.SIGUSR1)
 
 
 def _run(args: list[str], opts: Shared) -> None:
