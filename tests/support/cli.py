@@ -129,8 +129,16 @@ def start_nightly(
         stdout=out,
         stderr=err,
         text=True,
+        # SIGINT as a terminal's Ctrl-C finds it: a suite started in the background (nohup, `&`
+        # in a script) ignores SIGINT, an ignored SIGINT is inherited, and Python then installs
+        # no KeyboardInterrupt handler (the Ctrl-C test's night ran on, stacks showed).
+        preexec_fn=_default_sigint,
     )
     return Started(proc, out_path, err_path, [out, err])
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def alive(pid: int) -> bool:
