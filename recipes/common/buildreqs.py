@@ -12,6 +12,15 @@ extras, version specifiers and environment markers all count, as pip would count
                              for in get_requires_for_build_wheel); else print each unmet
                              requirement with the version installed, and exit 1
   buildreqs.py list SRC      the static requirements, one a line (markers kept)
+  buildreqs.py dynamic SRC PYTHON
+                             what SRC's backend asks for on top of them
+                             (get_requires_for_build_wheel), one a line, the backend run by
+                             the interpreter PYTHON (whose environment has the static ones);
+                             this file may run with another interpreter that has pip
+  buildreqs.py backend SRC   the backend's module (setuptools.build_meta, mesonpy, ...)
+
+Isolated builds use list and dynamic to install the requirements into the build's own venv,
+whose path is the same every night (lib.sh, stable_build_requirements).
 """
 
 from __future__ import annotations
@@ -117,7 +126,7 @@ def unmet(requirements, extra="", seen=None):
     return problems
 
 
-def dynamic_requires(src, backend, backend_path):
+def dynamic_requires(src, backend, backend_path, python=None):
     """What the backend asks for on top of the static requirements (setuptools: wheel for
     old versions; meson-python: ninja when there is none on PATH)."""
     try:
@@ -135,7 +144,7 @@ def dynamic_requires(src, backend, backend_path):
         backend,
         backend_path=backend_path or None,
         runner=quiet_subprocess_runner,
-        python_executable=sys.executable,
+        python_executable=python or sys.executable,
     )
     return list(hooks.get_requires_for_build_wheel({}))
 
@@ -179,6 +188,15 @@ def main(argv):
     if len(argv) == 2 and argv[0] == "list":
         for requirement in build_system(argv[1])[0]:
             print(requirement)
+        return 0
+    if len(argv) == 3 and argv[0] == "dynamic":
+        _, backend, backend_path = build_system(argv[1])
+        # The backend may print: only the requirements go to stdout.
+        for requirement in dynamic_requires(argv[1], backend, backend_path, python=argv[2]):
+            print(requirement)
+        return 0
+    if len(argv) == 2 and argv[0] == "backend":
+        print(build_system(argv[1])[1].split(":")[0])
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -2,15 +2,20 @@
 project built by the real manywheel recipe (setuptools through pip, with the recipes'
 reproducibility flags) with the local executor on two dates. The second night compiles nothing
 again: its builds run at the same paths as the first's (the stable build folder, builds/slot.py),
-so the `-ffile-prefix-map` flags sccache hashes are the same.
+so the `-ffile-prefix-map` flags sccache hashes are the same. Headers of a build requirement
+(numpy's, pybind11's) too: the requirements are installed into the build's own venv, at a path
+the same every night, not into pip's randomly named build environment.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,6 +60,44 @@ setup(name="ctiny", version=os.environ.get("BUILD_VERSION", "0.1.0"), packages=[
 """)
     (src / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=40.8", "wheel"]\n'
+        'build-backend = "setuptools.build_meta"\n')
+
+
+def header_wheel(folder: Path) -> Path:
+    """A wheel of `ctinyhdr`, a build requirement that ships units.h and says where
+    (get_include), as numpy and pybind11 ship theirs."""
+    files = {
+        "ctinyhdr/__init__.py": "import os\n\ndef get_include():\n"
+                                "    return os.path.join(os.path.dirname(__file__), 'include')\n",
+        "ctinyhdr/include/units.h": "".join(f"int ct_{u}(int x);\n" for u in UNITS)
+                                    + "#define SCALE 3\n",
+        "ctinyhdr-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: ctinyhdr\nVersion: 1.0\n",
+        "ctinyhdr-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\n"
+                                        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{name},sha256={digest.decode()},{len(text.encode())}")
+    files["ctinyhdr-1.0.dist-info/RECORD"] = "\n".join([*record, "ctinyhdr-1.0.dist-info/RECORD,,"]) + "\n"
+    folder.mkdir(parents=True)
+    path = folder / "ctinyhdr-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for name, text in files.items():
+            whl.writestr(name, text)
+    return path
+
+
+def header_from_requirement(src: Path) -> None:
+    """ctiny with its units.h from the build requirement ctinyhdr instead of its own inc/."""
+    (src / "inc" / "units.h").unlink()
+    (src / "inc").rmdir()
+    setup = (src / "setup.py").read_text()
+    (src / "setup.py").write_text(
+        setup.replace("import os\n", "import os\nimport ctinyhdr\n")
+        .replace('include_dirs=["inc"]', "include_dirs=[ctinyhdr.get_include()]"))
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=40.8", "wheel", "ctinyhdr"]\n'
         'build-backend = "setuptools.build_meta"\n')
 
 
@@ -105,13 +148,15 @@ user = "{ROOT_OPT_IN}"
 """
 
 
-def two_nights(tmp_path: Path, run_cli: RunCli, executor: str) -> tuple[dict[str, Any], str]:
-    """Night 1 and night 2 of ctiny with `executor` (its config block): the second night's
-    state entry of the build and its log, once both nights succeeded and night 1 missed for
-    every compile unit."""
+def two_nights(tmp_path: Path, run_cli: RunCli, executor: str,
+               extra: str = "") -> tuple[dict[str, Any], str]:
+    """Night 1 and night 2 of ctiny (at tmp_path/ctiny, written when missing) with `executor`
+    (its config block): the second night's state entry of the build and its log, once both
+    nights succeeded and night 1 missed for every compile unit."""
     src = tmp_path / "ctiny"
-    write_project(src)
-    config = ctiny_config(tmp_path, src, machine=executor,
+    if not src.exists():
+        write_project(src)
+    config = ctiny_config(tmp_path, src, machine=executor, extra=extra,
                           smoke="r = ctiny.total(2); assert r == 26, r",
                           cache=f'dir = "{tmp_path / "sccache"}"')
     days = {}
@@ -144,6 +189,26 @@ def test_a_second_night_of_identical_sources_hits_the_cache_for_every_compile(
     assert f"SOURCE_DIR={stable / 'source'}" in log
     assert "2024_05_02" not in log.split("-ffile-prefix-map=", 1)[1].split()[0]
     assert list((stable / "work").iterdir()) == []
+
+
+def test_headers_of_a_build_requirement_hit_the_cache_on_the_second_night(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """An isolated build whose compiles include a build requirement's header (-I into where
+    pip installed it): pip's own build environment is a new random folder each build
+    (pip-build-env-XXXX), so no compile could hit; nightly installs the requirements into the
+    build's venv in the stable folder instead, and every compile hits."""
+    wheels = header_wheel(tmp_path / "wheels")
+    write_project(tmp_path / "ctiny")
+    header_from_requirement(tmp_path / "ctiny")
+    second, log = two_nights(tmp_path, run_cli, LOCAL,
+                             extra=f'[build]\nfind_links = ["{wheels.parent}"]\n')
+    n = len(UNITS)
+    assert (second["cache"]["hits"], second["cache"]["misses"]) == (n, 0), second["cache"]
+    venv = tmp_path / "nightlies" / ".builds" / "work" / "manywheel_3.11_cpu" / "scratch" / "build-venv"
+    assert f"build requirements from the index of the pip configuration into {venv}" in log
+    assert f"-I{venv}/lib/python3.11/site-packages/ctinyhdr/include" in log
+    assert "pip-build-env-" not in log
 
 
 def test_a_second_night_in_containers_hits_the_cache_for_every_compile(
