@@ -170,18 +170,24 @@ class Collector:
         reason = (f"attempt on {who(cur)} ended without a result (its worker was lost); "
                   f"run again on {who(new)}")
         state = self.night.state
-        # Kept in state.json's entry (`lost`) for the report's timeline and the status: an
-        # interrupted bar on the lost worker's lane, not only "2 attempts".
-        before = state.get(build.id).extra.get("lost")
-        lost = [*(before if isinstance(before, list) else []), {
-            "attempt": cur.attempt, "worker": cur.worker, "worker_name": cur.worker_name,
-            "slot": cur.slot, "started": cur.started,
-            "ended": max(cur.started, new.started or time.time())}]
-        state.update(build.id, lost=lost)
+        self.record_lost(build.id, cur, new.started or time.time())
         self._record(BuildEntry.from_json({
             **state.get(build.id).to_json(), "status": INTERRUPTED, "reason": reason,
             "ended": time.time(), "attempts": cur.attempt}), build.id)
         self.note(f"lost   {build.id}: {reason}")
+
+    def record_lost(self, build_id: str, cur: WorkerEvent, ended: float, *,
+                    stage: str = "build") -> None:
+        """Keep an attempt whose worker was lost in state.json's entry (`lost`), for the
+        report's timeline and the status: an interrupted bar on the lost worker's lane, not
+        only "2 attempts". `stage`: "build", or "gpu-test" (the test stage's GPU part)."""
+        state = self.night.state
+        before = state.get(build_id).extra.get("lost")
+        lost = [*(before if isinstance(before, list) else []), {
+            "attempt": cur.attempt, "worker": cur.worker, "worker_name": cur.worker_name,
+            "slot": cur.slot, "started": cur.started, "ended": max(cur.started, ended),
+            "stage": stage}]
+        state.update(build_id, lost=lost)
 
     def _record(self, entry: BuildEntry, build_id: str) -> None:
         night = self.night

@@ -48,6 +48,8 @@ from nightly.config import Config
 from nightly.plan.matrix import Build
 from nightly.workspace import SUCCEEDED, State
 
+GPU_TEST = "gpu-test"  # the stage of a lost attempt (state.json's `lost`)
+
 # (build, its result, this test's submission) -> the test's task
 SpecFor = Callable[[Build, AttemptResult, str], GpuTestSpec]
 
@@ -171,6 +173,7 @@ class GpuStage:
                 return  # a late event of an attempt already superseded
             self.note(f"lost   GPU test of {ev.build}: its attempt on {who(cur)} ended without "
                       f"a result (its worker was lost); run again on {who(ev)}")
+            self.collector.record_lost(ev.build, cur, ev.started or time.time(), stage=GPU_TEST)
         self.current[ev.build] = ev
         self.note(f"test   {ev.build} on {ev.worker_name} ({ev.worker}): the GPU part")
 
@@ -200,6 +203,7 @@ class GpuStage:
             why = "its task was cancelled on the scheduler"
         elif type(exc).__name__ == "KilledWorker":
             why = f"every worker that ran it died ({exc})"
+            self._lost_now(item.build_id)
         else:
             why = f"worker error: {type(exc).__name__}: {exc}"
         self.file_test(item.build_id, NOT_RUN, why)
@@ -207,11 +211,19 @@ class GpuStage:
     def give_up(self, item: TaskItem, wait_s: float) -> None:
         """No worker could run the test for `wait_s`: recorded not run."""
         lost = self.current.get(item.build_id)
+        if lost is not None:
+            self._lost_now(item.build_id)
         needs = ", ".join(sorted(item.resources))
         why = (f"no worker with {needs} for {wait_s:g} s"
                + (f" after the one testing it ({lost.worker_name}, {lost.worker}) was lost"
                   if lost is not None else ""))
         self.file_test(item.build_id, NOT_RUN, why)
+
+    def _lost_now(self, build_id: str) -> None:
+        """The test's current attempt ended with its worker (no other took it up)."""
+        cur = self.current.get(build_id)
+        if cur is not None:
+            self.collector.record_lost(build_id, cur, time.time(), stage=GPU_TEST)
 
     def file_test(self, build_id: str, result: str, why: str) -> None:
         """File a build whose GPU test did not give a result of its own: `result` (not run,

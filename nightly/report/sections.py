@@ -122,12 +122,13 @@ def timeline(night: NightView, now: float) -> list[str]:
 
 def _lost_bar(b: BuildView, a: LostAttempt, t0: float, span: float) -> str:
     """An attempt whose worker was lost (kill -9, a crash): an interrupted bar, cut off."""
-    tip = (f"{b.id}: attempt {a.attempt} lost with worker {a.worker} (ended without a result, "
-           f"run again)\n{clock(a.started)} – {clock(a.ended)} ({took(a.ended - a.started)})")
+    tip = (f"{b.id}: {a.what} lost with worker {a.worker} (ended without a result)"
+           f"\n{clock(a.started)} – {clock(a.ended)} ({took(a.ended - a.started)})")
+    label = f"{b.id}{' GPU test' if a.stage == 'gpu-test' else ''} lost ({a.worker})"
     return (f'<div class="bar {INTERRUPTED} lost" data-build="{esc(b.id)}" data-status="lost" '
-            f'data-worker="{esc(a.worker)}" style="left:{_pct(a.started - t0, span)};'
-            f'width:{_pct(a.ended - a.started, span)}" title="{esc(tip)}">'
-            f"{esc(b.id)} lost ({esc(a.worker)})</div>")
+            f'data-worker="{esc(a.worker)}" data-stage="{esc(a.stage)}" '
+            f'style="left:{_pct(a.started - t0, span)};width:{_pct(a.ended - a.started, span)}" '
+            f'title="{esc(tip)}">{esc(label)}</div>')
 
 
 def _pct(x: float, span: float) -> str:

@@ -113,8 +113,9 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
         outcome = escape(shown_status(b["outcome"], tested) + (f": {reason}" if reason else ""))
         lost = [x for x in b.get("lost") or [] if isinstance(x, dict)]
         if lost:  # a cluster worker killed under it: more than "2 attempts"
-            outcome += escape(" (" + "; ".join(f"attempt {x.get('attempt')} lost with worker "
-                                               f"{x.get('worker')}" for x in lost) + ")")
+            outcome += escape(" (" + "; ".join(
+                f"{'GPU test ' if x.get('stage') == 'gpu-test' else ''}attempt {x.get('attempt')} "
+                f"lost with worker {x.get('worker_name') or x.get('worker')}" for x in lost) + ")")
         t.add_row(
             escape(bid),
             f"[{style}]{outcome}[/{style}]",

@@ -62,6 +62,12 @@ class LostAttempt:
     queue: int | None
     started: float
     ended: float
+    stage: str = "build"  # or "gpu-test": an attempt of the test stage's GPU part
+
+    @property
+    def what(self) -> str:
+        """'attempt 2' of the build, 'GPU test attempt 1' of its test."""
+        return f"{'GPU test ' if self.stage == 'gpu-test' else ''}attempt {self.attempt}"
 
 
 def lost_attempts(e: BuildEntry) -> list[LostAttempt]:
@@ -78,13 +84,15 @@ def lost_attempts(e: BuildEntry) -> list[LostAttempt]:
             attempt=opt_int(r.get("attempt")) or 0,
             worker=str(r.get("worker_name") or r.get("worker") or "?"),
             queue=opt_int(r.get("slot")), started=started,
-            ended=max(started, ended if ended is not None else started)))
+            ended=max(started, ended if ended is not None else started),
+            stage=str(r.get("stage") or "build")))
     return out
 
 
 def lost_text(b: BuildView) -> str:
-    """'attempt 1 lost with worker lin-a' for each lost attempt of the build, else ''."""
-    return "; ".join(f"attempt {a.attempt} lost with worker {a.worker}" for a in b.lost)
+    """'attempt 1 lost with worker lin-a' (or 'GPU test attempt 1 ...') for each lost attempt
+    of the build, else ''."""
+    return "; ".join(f"{a.what} lost with worker {a.worker}" for a in b.lost)
 
 
 @dataclass(kw_only=True)
@@ -241,8 +249,8 @@ def tested_on_by_name(e: BuildEntry) -> str:
 def lost_json(e: BuildEntry) -> dict[str, object]:
     """summary.json's `lost` of a build (each lost attempt's number, worker by name, times),
     as keys of its entry: {} when none was lost."""
-    lost = [{"attempt": a.attempt, "worker": a.worker, "started": a.started, "ended": a.ended}
-            for a in lost_attempts(e)]
+    lost = [{"attempt": a.attempt, "worker": a.worker, "started": a.started, "ended": a.ended,
+             "stage": a.stage} for a in lost_attempts(e)]
     return {"lost": lost} if lost else {}
 
 

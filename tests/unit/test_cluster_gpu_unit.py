@@ -283,11 +283,15 @@ class FakeCollector:
         self.seal_key = b"k" * 32
         self.interrupting = False
         self.calls: list[tuple[str, AttemptResult, GpuTestResult | None]] = []
+        self.lost: list[tuple[str, str, str, str]] = []
 
     def file(self, build: Build, result: AttemptResult, *, test: GpuTestResult | None = None
              ) -> None:
         self.filed.add(build.id)
         self.calls.append((build.id, result, test))
+
+    def record_lost(self, build_id: str, cur: Any, ended: float, *, stage: str = "build") -> None:
+        self.lost.append((build_id, cur.worker_name, cur.token, stage))
 
 
 class FakeStaging:
@@ -366,6 +370,27 @@ def test_a_test_no_worker_can_run_is_recorded_not_run_with_the_lost_worker(
                            "it (gpu-1, tls://gpu-1) was lost")
     stage.on_error(submitted[0], None)  # the cancelled task's callback: already filed
     assert len(collector.calls) == 1
+    # The lost attempt is kept for the report's timeline, as a GPU test's.
+    assert collector.lost == [(CUDA.id, "gpu-1", "20240501T1-a", "gpu-test")]
+
+
+def test_a_gpu_test_attempt_superseded_by_another_is_recorded_lost(config: cfg.Config) -> None:
+    """The scheduler runs a test again when its worker dies: the first attempt is kept as lost
+    (an interrupted bar on gpu-1's lane), a late event of it changes nothing."""
+    from nightly.cluster.messages import WorkerEvent
+
+    stage, collector, _ = _stage(config)
+    stage.start(CUDA, _built(CUDA))
+    first = WorkerEvent(kind="test-start", build=CUDA.id, token="20240501T1-a",
+                        worker="tls://gpu-1", worker_name="gpu-1", started=100.0)
+    second = WorkerEvent(kind="test-start", build=CUDA.id, token="20240501T2-b",
+                         worker="tls://gpu-2", worker_name="gpu-2", started=160.0)
+    stage.on_event(first)
+    assert collector.lost == []
+    stage.on_event(second)
+    assert collector.lost == [(CUDA.id, "gpu-1", "20240501T1-a", "gpu-test")]
+    stage.on_event(first)  # late: already superseded
+    assert len(collector.lost) == 1
 
 
 def test_a_rerun_adopts_only_a_sealed_test_of_the_same_build_attempt(config: cfg.Config) -> None:

@@ -126,6 +126,23 @@ def test_the_report_names_workers_and_draws_a_lost_attempt(tmp_path: Path) -> No
     assert "lost with its worker</span>" in page  # the legend
 
 
+def test_a_lost_gpu_test_attempt_is_drawn_and_named_as_a_gpu_test(tmp_path: Path) -> None:
+    from nightly.report import html as report
+
+    day = _cluster_day(tmp_path)
+    state = json.loads(day.state_path.read_text())
+    state["builds"]["manywheel_3.12_cu126"]["lost"] = [
+        {"attempt": 1, "worker": "tcp://127.0.0.1:40009", "worker_name": "gpu-1", "slot": 0,
+         "started": T0 + 70, "ended": T0 + 90, "stage": "gpu-test"}]
+    day.state_path.write_text(json.dumps(state))
+    page = report.render_html(day, None)
+    lost = re.findall(r'<div class="bar interrupted lost"[^>]*data-stage="gpu-test"[^>]*>([^<]*)</div>',
+                      page)
+    assert lost == ["manywheel_3.12_cu126 GPU test lost (gpu-1)"]
+    assert 'data-machine="gpu-1"' in page  # its own lane: the GPU worker built nothing
+    assert "GPU test attempt 1 lost with worker gpu-1" in page
+
+
 def test_status_names_workers_and_the_lost_attempt(tmp_path: Path) -> None:
     from rich.console import Console
 
