@@ -64,9 +64,11 @@ class LocalPhase:
                          version=version, channel=channel, machine=self.machine.name)
         ex = make_executor(self.executor, config, keep_container=self.keep_container)
         if isinstance(ex, LocalExecutor) and ex.user is not None:  # where it would run (nothing made)
-            ctx = replace(ctx, area=userarea.area_for(
-                config.local.build_dir, ex.user, day.name, project=config.project.name,
-                nightlies=config.root))
+            area = userarea.area_for(config.local.build_dir, ex.user, day.name,
+                                     project=config.project.name, nightlies=config.root)
+            ctx = replace(ctx, area=area, slot=area.days / slot.NAME)
+        elif isinstance(ex, LocalExecutor):  # the stable build folder, unless a night holds it
+            ctx = replace(ctx, slot=config.root / slot.NAME)
         others = {name: make_executor(name, config, keep_container=self.keep_container)
                   for name in set(self.arch_executors.values())}
         for b in builds:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import Any
 
 from nightly.builds import slot
 
@@ -63,3 +64,18 @@ def test_park_moves_a_failed_build_into_its_day(tmp_path: Path) -> None:
     assert not folder.exists()
     assert (dest / "scratch" / "build.log").read_text() == "why it failed\n"
     assert not (dest / "an-earlier-attempt").exists()
+
+
+def test_a_dry_run_shows_the_stable_folder_where_host_builds_will_run(
+    nightly: Any, write_config: Any, minimal_config_text: str, tmp_path: Path
+) -> None:
+    """`nightly run --dry-run` shows the paths the night's host builds get (the stable build
+    folder, not the day folder), and makes nothing."""
+    config = write_config(minimal_config_text)
+    result = nightly("run", "--dry-run", "--config", str(config), "--date", "2024_05_01")
+    assert result.code == 0, result
+    stable = tmp_path / "nightlies" / slot.NAME
+    assert f'"cwd": "{stable / "work" / "manywheel_3.7m_cpu" / "scratch"}"' in result.out
+    assert f'"SOURCE_DIR": "{stable / "source"}"' in result.out
+    assert "2024_05_01/work" not in result.out
+    assert not stable.exists()
