@@ -292,9 +292,11 @@ def test_release_dry_run_builds_nothing(
     assert [j["build"] for j in jobs] == [WHEEL_ID]
     env = jobs[0]["env"]
     assert (env["BUILD_VERSION"], env["CHANNEL"]) == ("1.2.0", "test")
-    assert env["OUTPUT_DIR"].startswith(str(tmp_path / "root" / "release" / "1.2.0-rc2") + "/")
+    # Built where host builds run (the stable build folder), collected into the candidate's.
+    assert env["OUTPUT_DIR"] == str(tmp_path / "root" / ".builds" / "work" / WHEEL_ID / "out")
     # Nothing built, nothing written: no candidate folder, no object, no S3 write.
     assert not (tmp_path / "root" / "release").exists()
+    assert not (tmp_path / "root" / ".builds").exists()
     assert s3.keys() == []
     assert writes(requests) == []
     # A candidate that was never built cannot be promoted (or dry-run promoted).
