@@ -27,7 +27,7 @@ from nightly.cluster.staging import RESULT_JSON, StagingDay, attempt_prefix
 from nightly.cluster.verify import check_packages, sealed
 from nightly.errors import ObjectTooLarge, PublishError
 from nightly.plan.matrix import Build
-from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, BuildEntry
+from nightly.workspace import FAILED, INTERRUPTED, LOST_BUILD, RUNNING, SUCCEEDED, BuildEntry
 
 UNCOLLECTED = ("verifying staging: a package is not the one its worker built (it was changed in "
                "staging after the build); nothing of it is published")
@@ -177,7 +177,7 @@ class Collector:
         self.note(f"lost   {build.id}: {reason}")
 
     def record_lost(self, build_id: str, cur: WorkerEvent, ended: float, *,
-                    stage: str = "build") -> None:
+                    stage: str = LOST_BUILD) -> None:
         """Keep an attempt whose worker was lost in state.json's entry (`lost`), for the
         report's timeline and the status: an interrupted bar on the lost worker's lane, not
         only "2 attempts". `stage`: "build", or "gpu-test" (the test stage's GPU part)."""

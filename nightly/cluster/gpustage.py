@@ -46,9 +46,7 @@ from nightly.cluster.staging import RESULT_JSON, StagingDay
 from nightly.cluster.verify import check_packages, sealed
 from nightly.config import Config
 from nightly.plan.matrix import Build
-from nightly.workspace import SUCCEEDED, State
-
-GPU_TEST = "gpu-test"  # the stage of a lost attempt (state.json's `lost`)
+from nightly.workspace import LOST_GPU_TEST, SUCCEEDED, State
 
 # (build, its result, this test's submission) -> the test's task
 SpecFor = Callable[[Build, AttemptResult, str], GpuTestSpec]
@@ -173,7 +171,7 @@ class GpuStage:
                 return  # a late event of an attempt already superseded
             self.note(f"lost   GPU test of {ev.build}: its attempt on {who(cur)} ended without "
                       f"a result (its worker was lost); run again on {who(ev)}")
-            self.collector.record_lost(ev.build, cur, ev.started or time.time(), stage=GPU_TEST)
+            self.collector.record_lost(ev.build, cur, ev.started or time.time(), stage=LOST_GPU_TEST)
         self.current[ev.build] = ev
         self.note(f"test   {ev.build} on {ev.worker_name} ({ev.worker}): the GPU part")
 
@@ -211,8 +209,7 @@ class GpuStage:
     def give_up(self, item: TaskItem, wait_s: float) -> None:
         """No worker could run the test for `wait_s`: recorded not run."""
         lost = self.current.get(item.build_id)
-        if lost is not None:
-            self._lost_now(item.build_id)
+        self._lost_now(item.build_id)
         needs = ", ".join(sorted(item.resources))
         why = (f"no worker with {needs} for {wait_s:g} s"
                + (f" after the one testing it ({lost.worker_name}, {lost.worker}) was lost"
@@ -223,7 +220,7 @@ class GpuStage:
         """The test's current attempt ended with its worker (no other took it up)."""
         cur = self.current.get(build_id)
         if cur is not None:
-            self.collector.record_lost(build_id, cur, time.time(), stage=GPU_TEST)
+            self.collector.record_lost(build_id, cur, time.time(), stage=LOST_GPU_TEST)
 
     def file_test(self, build_id: str, result: str, why: str) -> None:
         """File a build whose GPU test did not give a result of its own: `result` (not run,

@@ -25,7 +25,7 @@ from nightly.report.view import (
     manual_text,
     outcome_text,
 )
-from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED
+from nightly.workspace import FAILED, INTERRUPTED, LOST_GPU_TEST, RUNNING, SUCCEEDED
 
 
 def esc(value: object) -> str:
@@ -124,7 +124,7 @@ def _lost_bar(b: BuildView, a: LostAttempt, t0: float, span: float) -> str:
     """An attempt whose worker was lost (kill -9, a crash): an interrupted bar, cut off."""
     tip = (f"{b.id}: {a.what} lost with worker {a.worker} (ended without a result)"
            f"\n{clock(a.started)} – {clock(a.ended)} ({took(a.ended - a.started)})")
-    label = f"{b.id}{' GPU test' if a.stage == 'gpu-test' else ''} lost ({a.worker})"
+    label = f"{b.id}{' GPU test' if a.stage == LOST_GPU_TEST else ''} lost ({a.worker})"
     return (f'<div class="bar {INTERRUPTED} lost" data-build="{esc(b.id)}" data-status="lost" '
             f'data-worker="{esc(a.worker)}" data-stage="{esc(a.stage)}" '
             f'style="left:{_pct(a.started - t0, span)};width:{_pct(a.ended - a.started, span)}" '

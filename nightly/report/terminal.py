@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from nightly.format import hms, human_size
 from nightly.plan.schedule import Plan
+from nightly.report.view import attempt_words
 from nightly.workspace.cost import shown_status
 
 if TYPE_CHECKING:
@@ -114,8 +115,8 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
         lost = [x for x in b.get("lost") or [] if isinstance(x, dict)]
         if lost:  # a cluster worker killed under it: more than "2 attempts"
             outcome += escape(" (" + "; ".join(
-                f"{'GPU test ' if x.get('stage') == 'gpu-test' else ''}attempt {x.get('attempt')} "
-                f"lost with worker {x.get('worker_name') or x.get('worker')}" for x in lost) + ")")
+                f"{attempt_words(x.get('attempt'), x.get('stage'))} lost with worker "
+                f"{x.get('worker')}" for x in lost) + ")")
         t.add_row(
             escape(bid),
             f"[{style}]{outcome}[/{style}]",

@@ -24,6 +24,8 @@ from nightly.jsonvalues import opt_float, opt_int
 from nightly.workspace import (
     FAILED,
     INTERRUPTED,
+    LOST_BUILD,
+    LOST_GPU_TEST,
     PENDING,
     RUNNING,
     SUCCEEDED,
@@ -62,12 +64,16 @@ class LostAttempt:
     queue: int | None
     started: float
     ended: float
-    stage: str = "build"  # or "gpu-test": an attempt of the test stage's GPU part
+    stage: str = LOST_BUILD  # or LOST_GPU_TEST: an attempt of the test stage's GPU part
 
     @property
     def what(self) -> str:
-        """'attempt 2' of the build, 'GPU test attempt 1' of its test."""
-        return f"{'GPU test ' if self.stage == 'gpu-test' else ''}attempt {self.attempt}"
+        return attempt_words(self.attempt, self.stage)
+
+
+def attempt_words(attempt: object, stage: object) -> str:
+    """'attempt 2' of a build, 'GPU test attempt 1' of its GPU test (a `lost` record's)."""
+    return f"{'GPU test ' if stage == LOST_GPU_TEST else ''}attempt {attempt}"
 
 
 def lost_attempts(e: BuildEntry) -> list[LostAttempt]:
@@ -85,7 +91,7 @@ def lost_attempts(e: BuildEntry) -> list[LostAttempt]:
             worker=str(r.get("worker_name") or r.get("worker") or "?"),
             queue=opt_int(r.get("slot")), started=started,
             ended=max(started, ended if ended is not None else started),
-            stage=str(r.get("stage") or "build")))
+            stage=str(r.get("stage") or LOST_BUILD)))
     return out
 
 

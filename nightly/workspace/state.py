@@ -32,6 +32,8 @@ PENDING, RUNNING, SUCCEEDED, FAILED, INTERRUPTED = (
     "interrupted",
 )
 FINISHED = (SUCCEEDED, FAILED, INTERRUPTED)
+# `lost[].stage` of an attempt lost with its cluster worker: the build's, or its GPU test's.
+LOST_BUILD, LOST_GPU_TEST = "build", "gpu-test"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -87,6 +87,27 @@ setup_build_venv() {
     fi
 }
 
+# build_requirements COMMAND [ARG...] : sets reqs to what `buildreqs.py COMMAND SRC ARG...`
+# prints, one requirement a line; fails as it does. Reads src, plain, hooks_python and reqs
+# of its caller, stable_build_requirements (bash's scoping: arrays cannot be passed).
+build_requirements() {
+    local out line command="$1"
+    shift
+    out="$(cd "$src" && ${plain[@]+"${plain[@]}"} "$hooks_python" "$NIGHTLY_RECIPES_COMMON/buildreqs.py" "$command" "$src" "$@")" || return 1
+    reqs=()
+    while IFS= read -r line; do
+        [[ -n "$line" ]] && reqs+=("$line")
+    done <<<"$out"
+    return 0
+}
+
+# install_build_requirements WHAT : pip installs the caller's reqs (if any) into the build venv.
+install_build_requirements() {
+    ((${#reqs[@]})) || return 0
+    ${plain[@]+"${plain[@]}"} "$BUILD_PIP" install -q "${reqs[@]}" >&2 ||
+        die "installing $1 failed (output above)"
+}
+
 # stable_build_requirements SRC SOURCE : an isolated build whose build requirements pip
 # would install into a folder of a random name (pip-build-env-XXXX), which every compile of a
 # header from them names (-I) and the compiler cache hashes: no such object could hit on
@@ -101,18 +122,13 @@ setup_build_venv() {
 # _PYTHON_HOST_PLATFORM) needs this anyway, pip's isolation replacing PYTHONPATH: its
 # requirements are installed for this machine, the cross variables unset.
 stable_build_requirements() {
-    local src="$1" source="$2" reqs=() line out hooks_python="$PYTHON" backend
-    local -a plain=()
+    local src="$1" source="$2" hooks_python="$PYTHON" backend
+    local -a plain=() reqs=()
     [[ -n "${NIGHTLY_CROSS_PYTHON:-}" ]] && plain=(env -u _PYTHON_HOST_PLATFORM -u _PYTHON_SYSCONFIGDATA_NAME -u PYTHONPATH)
-    local buildreqs="$NIGHTLY_RECIPES_COMMON/buildreqs.py"
     # buildreqs.py needs a TOML parser (tomllib, else pip's copy) and pyproject_hooks (pip's
     # copy): the interpreter with pip runs it, the fresh venv has none before 3.11.
     "$hooks_python" -c 'import pip' >/dev/null 2>&1 || hooks_python="$BUILD_PYTHON"
-    out="$(cd "$src" && ${plain[@]+"${plain[@]}"} "$hooks_python" "$buildreqs" list "$src")" ||
-        die "reading the build requirements of the project failed (output above)"
-    while IFS= read -r line; do
-        [[ -n "$line" ]] && reqs+=("$line")
-    done <<<"$out"
+    build_requirements list || die "reading the build requirements of the project failed (output above)"
     # The cross build's old rule: wheel for setuptools' bdist_wheel whatever the version.
     [[ -n "${NIGHTLY_CROSS_PYTHON:-}" ]] && reqs+=(wheel)
     if [[ -n "${NIGHTLY_CROSS_PYTHON:-}" ]]; then
@@ -120,25 +136,14 @@ stable_build_requirements() {
     else
         log "isolated build: build requirements from $source into $(dirname "$(dirname "$BUILD_PYTHON")"), a path the same every night (compiler cache): ${reqs[*]:-}"
     fi
-    if ((${#reqs[@]})); then
-        ${plain[@]+"${plain[@]}"} "$BUILD_PIP" install -q "${reqs[@]}" >&2 ||
-            die "installing the build requirements failed (output above)"
-    fi
+    install_build_requirements "the build requirements"
     # The hooks run in the build venv (the static requirements there), called from hooks_python.
-    out="$(cd "$src" && ${plain[@]+"${plain[@]}"} "$hooks_python" "$buildreqs" dynamic "$src" "$BUILD_PYTHON")" ||
-        die "the build backend failed in get_requires_for_build_wheel (output above)"
-    reqs=()
-    while IFS= read -r line; do
-        [[ -n "$line" ]] && reqs+=("$line")
-    done <<<"$out"
-    if ((${#reqs[@]})); then
-        log "the build backend asks for: ${reqs[*]}"
-        ${plain[@]+"${plain[@]}"} "$BUILD_PIP" install -q "${reqs[@]}" >&2 ||
-            die "installing what the build backend asks for failed (output above)"
-    fi
+    build_requirements dynamic "$BUILD_PYTHON" || die "the build backend failed in get_requires_for_build_wheel (output above)"
+    ((${#reqs[@]} == 0)) || log "the build backend asks for: ${reqs[*]}"
+    install_build_requirements "what the build backend asks for"
     PATH="$(dirname "$BUILD_PYTHON"):$PATH"
     export PATH
-    backend="$(cd "$src" && "$hooks_python" "$buildreqs" backend "$src" 2>/dev/null)" || backend=""
+    backend="$(cd "$src" && "$hooks_python" "$NIGHTLY_RECIPES_COMMON/buildreqs.py" backend "$src" 2>/dev/null)" || backend=""
     case "$backend" in
         scikit_build_core.*) export SKBUILD_BUILD_DIR="${SKBUILD_BUILD_DIR:-$WORK_DIR/backend-build}" ;;
         mesonpy) BUILD_CONFIG_SETTINGS=("--config-settings=build-dir=$WORK_DIR/backend-build") ;;

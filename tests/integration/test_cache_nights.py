@@ -9,18 +9,16 @@ the same every night, not into pip's randomly named build environment.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.support.engine import Engine
+from tests.support.wheels import make_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 RunCli = Callable[..., tuple[int, str, str]]
@@ -66,26 +64,13 @@ setup(name="ctiny", version=os.environ.get("BUILD_VERSION", "0.1.0"), packages=[
 def header_wheel(folder: Path) -> Path:
     """A wheel of `ctinyhdr`, a build requirement that ships units.h and says where
     (get_include), as numpy and pybind11 ship theirs."""
-    files = {
-        "ctinyhdr/__init__.py": "import os\n\ndef get_include():\n"
-                                "    return os.path.join(os.path.dirname(__file__), 'include')\n",
-        "ctinyhdr/include/units.h": "".join(f"int ct_{u}(int x);\n" for u in UNITS)
-                                    + "#define SCALE 3\n",
-        "ctinyhdr-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: ctinyhdr\nVersion: 1.0\n",
-        "ctinyhdr-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\n"
-                                        "Root-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for name, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        record.append(f"{name},sha256={digest.decode()},{len(text.encode())}")
-    files["ctinyhdr-1.0.dist-info/RECORD"] = "\n".join([*record, "ctinyhdr-1.0.dist-info/RECORD,,"]) + "\n"
     folder.mkdir(parents=True)
-    path = folder / "ctinyhdr-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as whl:
-        for name, text in files.items():
-            whl.writestr(name, text)
-    return path
+    return make_wheel(
+        folder, "ctinyhdr", "1.0",
+        body="import os\n\ndef get_include():\n"
+             "    return os.path.join(os.path.dirname(__file__), 'include')\n",
+        data={"ctinyhdr/include/units.h":
+              "".join(f"int ct_{u}(int x);\n" for u in UNITS) + "#define SCALE 3\n"})
 
 
 def header_from_requirement(src: Path) -> None:

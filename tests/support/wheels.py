@@ -22,9 +22,11 @@ def make_wheel(
     *,
     body: str | None = None,
     summary: str | None = None,
+    data: Mapping[str, str] | None = None,
 ) -> Path:
     """A valid pure-Python py3-none-any wheel: one module (`body`, by default a VERSION
-    constant), METADATA (with `summary` when given), WHEEL and RECORD with hashes."""
+    constant), the files of `data` (path in the wheel -> text), METADATA (with `summary`
+    when given), WHEEL and RECORD with hashes."""
     module = dist.lower().replace("-", "_").replace(".", "_")
     dist_info = f"{re.sub(r'[-.]+', '_', dist)}-{version}.dist-info"
     metadata = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
@@ -32,6 +34,7 @@ def make_wheel(
         metadata += f"Summary: {summary}\n"
     files = {
         f"{module}/__init__.py": (f"VERSION = {version!r}\n" if body is None else body).encode(),
+        **{name: text.encode() for name, text in (data or {}).items()},
         f"{dist_info}/METADATA": metadata.encode(),
         f"{dist_info}/WHEEL": (
             b"Wheel-Version: 1.0\nGenerator: nightly-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
