@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 RunCli = Callable[..., tuple[int, str, str]]
 ROOT_OPT_IN = "root" if os.geteuid() == 0 else ""  # the tests' own recipes may run as root
 UNITS = ("alpha", "beta", "gamma", "delta")
+HEADER_VERSION = "1.0+test"
 
 
 def write_project(src: Path) -> None:
@@ -65,8 +66,10 @@ def header_wheel(folder: Path) -> Path:
     """A wheel of `ctinyhdr`, a build requirement that ships units.h and says where
     (get_include), as numpy and pybind11 ship theirs."""
     folder.mkdir(parents=True)
+    # A local version (+test): no index may carry one, so pip takes this wheel whatever the
+    # public index holds under the name.
     return make_wheel(
-        folder, "ctinyhdr", "1.0",
+        folder, "ctinyhdr", HEADER_VERSION,
         body="import os\n\ndef get_include():\n"
              "    return os.path.join(os.path.dirname(__file__), 'include')\n",
         data={"ctinyhdr/include/units.h":
@@ -82,7 +85,7 @@ def header_from_requirement(src: Path) -> None:
         setup.replace("import os\n", "import os\nimport ctinyhdr\n")
         .replace('include_dirs=["inc"]', "include_dirs=[ctinyhdr.get_include()]"))
     (src / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=40.8", "wheel", "ctinyhdr"]\n'
+        '[build-system]\nrequires = ["setuptools>=40.8", "wheel", "ctinyhdr==' + HEADER_VERSION + '"]\n'
         'build-backend = "setuptools.build_meta"\n')
 
 
