@@ -137,6 +137,7 @@ class Retention:
     remote_versions: int
     remote_days: int
     index_versions: int  # pages show each project's newest N versions (0: all)
+    history_days: int = 90  # nights of the build history kept (0: all; never under 30)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -239,7 +239,7 @@ def facts_for_day(day: Day, history: History | None) -> dict[str, FailureFacts]:
         earlier: list[NightOutcome] = []
         if history is not None and _DAY_RE.match(day.name):
             earlier = [NightOutcome(day=d, outcome=o, commit=c)
-                       for d, o, c in _safe_outcomes(history, bid) if _DAY_RE.match(d)]
+                       for d, o, c in _safe_outcomes(history, bid, day.name) if _DAY_RE.match(d)]
         log = day.inside(entry.get("log"))  # never a file outside the day folder
         text = _read_text(log) if log is not None else ""
         reason = str(entry.get("reason") or "")
@@ -288,11 +288,11 @@ def subject_counts(summary: Mapping[str, object]) -> str | None:
     return f"{new} new failure{'' if new == 1 else 's'}, {old} still failing"
 
 
-def _safe_outcomes(history: History, build_id: str) -> list[tuple[str, str, str]]:
+def _safe_outcomes(history: History, build_id: str, before: str) -> list[tuple[str, str, str]]:
     import sqlite3
 
     try:
-        return history.outcomes(build_id)
+        return history.outcomes(build_id, before=before)
     except sqlite3.Error:
         return []
 
