@@ -68,6 +68,7 @@ class History:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         inode = recover.inode_of(self.path)
         try:
+            recover.check_kind(self.path)  # a folder or a FIFO: set aside, never waited on
             self._init_schema(check=inode is not None)
         except sqlite3.DatabaseError as e:
             # Unreadable (truncated, garbage): kept aside, a fresh history started
@@ -128,8 +129,9 @@ class History:
             try:
                 conn = self._open()
                 try:
-                    if check:  # an existing file: every page must read back
+                    if check:  # an existing file: every page must read back, of our schema
                         recover.check(conn)
+                        recover.check_schema(conn, SCHEMA, SCHEMA_VERSION)
                     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                     if str(mode).lower() != "wal":
                         raise sqlite3.OperationalError(f"cannot switch {self.path} to WAL ({mode})")
