@@ -8,7 +8,6 @@ folder, the history and the source checkout is in `facts_for_day` and `commit_ra
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field

@@ -9,7 +9,6 @@ durations, sizes and times is nightly/format.py).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import statistics

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import getpass
-import json
 import os
 import time
 from collections.abc import Iterable, Mapping

@@ -67,7 +67,8 @@ def test_a_corrupt_summary_reads_as_none_and_the_next_run_writes_a_good_one(
         _no_traceback(err)
         assert code == 0, (command, out, err)
     # The run rewrote it: a regular file of nightly's, the night's build in it.
-    assert summary.is_file() and not summary.is_symlink()
+    assert summary.is_file()
+    assert not summary.is_symlink()
     data = json.loads(summary.read_text())
     assert data["builds"]["manywheel_3.8_cpu"]["outcome"] == "succeeded"
     code, out, err = run_cli(run_args(p.config, command="status"), timeout=TIMEOUT)
@@ -85,7 +86,7 @@ def test_a_corrupt_state_is_one_line_exit_2_and_kept(
     p = _night(night_project, run_cli)
     state = find_day(_root(p), DATE).state_path
     good = state.read_text()
-    for command in COMMANDS:
+    for command in ("run", "status", "report"):  # run first: its history writer overflowed
         if kind == "huge-integer":
             data = json.loads(good)
             data["builds"]["manywheel_3.8_cpu"]["attempts"] = 10**30
@@ -99,7 +100,8 @@ def test_a_corrupt_state_is_one_line_exit_2_and_kept(
         _no_traceback(err)
         lines = err.strip().splitlines()
         assert len(lines) == 1, (command, err)
-        assert str(state) in lines[0] and "kept as state.json.bad-" in lines[0], lines[0]
+        assert str(state) in lines[0], lines[0]
+        assert "kept as state.json.bad-" in lines[0], lines[0]
         why = "integer out of range" if kind == "huge-integer" else "FIFO"
         assert why in lines[0], lines[0]
         assert not os.path.lexists(state)  # moved aside, the user's file kept

@@ -50,7 +50,9 @@ def test_loads_bounded_keeps_values_and_booleans() -> None:
 
     data = loads_bounded('{"a": [1, 2.5, true, false, null, "x"], "n": -9223372036854775808}')
     assert data == {"a": [1, 2.5, True, False, None, "x"], "n": -(1 << 63)}
-    assert isinstance(data, dict) and data["a"][2] is True and data["a"][3] is False
+    assert isinstance(data, dict)
+    assert data["a"][2] is True
+    assert data["a"][3] is False
 
 
 @pytest.mark.parametrize(("text", "why"), [
