@@ -11,6 +11,7 @@ the build's interpreter.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import shutil
 import subprocess
@@ -23,8 +24,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
 from nightly.builds import userarea
 from nightly.builds.buildlog import ErrorLine
+from nightly.builds.ownership import owned_names
 from nightly.channels import conda as conda_client
 from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
@@ -247,6 +251,7 @@ class SmokeTester:
                 SMOKE_COMMAND=sm.command,
                 SMOKE_LIBS=" ".join(sm.libtorch_libs),
                 SMOKE_DEPENDENCIES=sm.dependencies,
+                SMOKE_NOT_FROM_INDEX=" ".join(not_from_index(self.config, files)),
             )
             _smoke_indexes(self.config, env)
             smoke_job = replace(
@@ -359,6 +364,19 @@ def _smoke_indexes(config: Config, env: dict[str, str]) -> None:
         env["PIP_INDEX_URL"] = sm.index_url
     if sm.extra_index_urls:
         env["PIP_EXTRA_INDEX_URL"] = " ".join(sm.extra_index_urls)
+
+
+def not_from_index(config: Config, files: Sequence[Path]) -> list[str]:
+    """The project's own names ([project] name, extra_names) that none of this build's
+    wheels carries: with [smoke] dependencies = "index", pip is constrained never to take
+    them from the dependency index (the wheels' own names come from their files, which pip
+    prefers to any index), so no package of the project's name but the night's is installed
+    and its code run, for a direct or a transitive dependency alike."""
+    built = set()
+    for f in files:
+        with contextlib.suppress(InvalidWheelFilename):
+            built.add(canonicalize_name(parse_wheel_filename(f.name)[0]))
+    return sorted(owned_names(config.project.name, config.project.extra_names) - built)
 
 
 def _conda_name(path: Path) -> str:

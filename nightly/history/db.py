@@ -79,6 +79,7 @@ class History:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         inode = recover.inode_of(self.path)
         try:
+            recover.check_kind(self.path)  # a folder or a FIFO: set aside, never waited on
             self._init_schema(check=inode is not None)
         except sqlite3.DatabaseError as e:
             # Unreadable (truncated, garbage): kept aside, a fresh history started
@@ -156,8 +157,9 @@ class History:
             try:
                 conn = self._open()
                 try:
-                    if check:  # an existing file: its pages must all be there
+                    if check:  # an existing file: its pages all there, of our schema
                         recover.check(conn, self.path)
+                        recover.check_schema(conn, SCHEMA, SCHEMA_VERSION)
                     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                     if str(mode).lower() != "wal":
                         raise sqlite3.OperationalError(f"cannot switch {self.path} to WAL ({mode})")

@@ -1,5 +1,6 @@
-"""A history database that SQLite cannot read (truncated, overwritten, not SQLite at all) is
-set aside as `history.sqlite.bad-<time>` with a warning, and a fresh one is started.
+"""A history database that SQLite cannot read (truncated, overwritten, not SQLite at all) or
+that nightly cannot use (no regular file: a folder, a FIFO; tables of another schema) is set
+aside as `history.sqlite.bad-<time>` with a warning, and a fresh one is started.
 
 The history is a record, not the source of truth (state.json is): losing it costs estimates
 and trends, never a night. So a corrupt file is never a reason to stop `nightly run`,
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -68,6 +70,54 @@ def _header_verdict(path: Path) -> str:
     return "ok"
 
 
+def check_kind(path: Path) -> None:
+    """Raise sqlite3.DatabaseError unless `path` (when it exists) is a regular file: SQLite
+    fails on a folder and waits forever on a FIFO. Checked before SQLite opens it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:  # a link to nowhere, a loop: set aside like the rest
+        raise sqlite3.DatabaseError(f"not a database ({e.strerror or e})") from e
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+            "not a regular file"
+        raise sqlite3.DatabaseError(f"not a database ({kind})")
+
+
+def check_schema(conn: sqlite3.Connection, schema: str, version: int) -> None:
+    """Raise sqlite3.DatabaseError unless the tables of `schema` the database holds have (at
+    least) its columns, and all of them are there once its user_version says so: a database
+    of another program (or a table made by hand) would fail every write of the night."""
+    want = sqlite3.connect(":memory:")
+    try:
+        want.executescript(schema)
+        tables = _columns(want)
+    finally:
+        want.close()
+    have = _columns(conn)
+    for table, columns in tables.items():
+        if table not in have:
+            if conn.execute("PRAGMA user_version").fetchone()[0] >= version or \
+                    conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
+                raise sqlite3.DatabaseError(f"another schema (no table {table})")
+            continue
+        missing = sorted(columns - have[table])
+        if missing:
+            raise sqlite3.DatabaseError(
+                f"another schema (table {table} lacks {', '.join(missing[:4])})")
+
+
+def _columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {n: {str(r[1]) for r in conn.execute(f"PRAGMA table_info({_quoted(n)})")}
+            for n in names}
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def warn_stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
@@ -108,4 +158,5 @@ def inode_of(path: Path) -> int | None:
         return None
 
 
-__all__ = ["check", "inode_of", "is_corruption", "set_aside", "warn_stderr"]
+__all__ = ["check", "check_kind", "check_schema", "inode_of", "is_corruption", "set_aside",
+           "warn_stderr"]

@@ -8,7 +8,6 @@ folder, the history and the source checkout is in `facts_for_day` and `commit_ra
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.errors import NightlyError
+from nightly.jsonvalues import read_json_file
 from nightly.procs import git
 
 if TYPE_CHECKING:
@@ -310,7 +310,7 @@ def _bisects(history: History | None, day_name: str) -> dict[str, dict[str, obje
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = read_json_file(path, 256 << 20)  # bounded: never a FIFO's wait
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -9,7 +9,6 @@ durations, sizes and times is nightly/format.py).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import statistics
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.errors import UsageError
-from nightly.jsonvalues import opt_float, opt_int
+from nightly.jsonvalues import opt_float, opt_int, read_json_file
 from nightly.workspace import (
     FAILED,
     INTERRUPTED,
@@ -404,7 +403,7 @@ def outcome_text(b: BuildView) -> str:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json_file(path, 256 << 20)  # bounded: never a FIFO's wait
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import getpass
-import json
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -27,13 +26,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nightly.jsonvalues import opt_float, opt_int, opt_str
+from nightly.jsonvalues import opt_float, opt_int, opt_str, read_json_file
 from nightly.workspace import SUCCEEDED, Day, State, write_json
 
 if TYPE_CHECKING:
     from nightly.config import Config
 
 MANUAL_PREFIX = "manual-"
+MAX_SUMMARY_BYTES = 64 << 20  # far beyond any night's summary.json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,8 +164,8 @@ def held_back_of(data: Mapping[str, object]) -> dict[str, str]:
 
 def read_summary(path: Path) -> Summary | None:
     """summary.json (or a one-off build's), None when missing or unreadable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    try:  # bounded: a FIFO, a link, a huge or deeply nested file reads as unreadable
+        data = read_json_file(path, MAX_SUMMARY_BYTES)
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("builds"), dict):
