@@ -26,6 +26,7 @@ from nightly.report.view import (
     outcome_text,
 )
 from nightly.workspace import FAILED, INTERRUPTED, LOST_GPU_TEST, RUNNING, SUCCEEDED
+from nightly.workspace.pythontests import results_text
 
 
 def esc(value: object) -> str:
@@ -295,6 +296,9 @@ def _row(
         outcome += f' <span class="small worse" data-tested="{esc(b.tested)}">({esc(b.tested)})</span>'
     if b.reason and b.status != SUCCEEDED:
         outcome += f'<div class="small muted">{esc(b.reason)}</div>'
+    if b.python_tests:  # a limited-API build: its one wheel on each Python
+        outcome += (f'<div class="small muted" data-pythons="{esc(results_text(b.python_tests))}">'
+                    f"{esc(results_text(b.python_tests))}</div>")
     if b.upload_error:
         outcome += f'<div class="small worse">upload failed: {esc(b.upload_error)}</div>'
     if b.lost:
