@@ -112,6 +112,13 @@ def install_command(project: str, base_version: str, requirements: tuple[str, ..
 __all__ = ["dependencies", "install_command", "policy_lines", "smoke_dependency_lines", "zig_why"]
 
 
+def wheels_per_python(found: LimitedApi | None) -> str:
+    """What the matrix of a compiled project builds, for init's comment above it."""
+    if found is not None and found.tagged and found.floor:
+        return "one abi3 wheel for them all (limited_api above)"
+    return "one wheel per Python"
+
+
 def limited_api_lines(found: LimitedApi | None) -> list[str]:
     """[project] limited_api for a project that uses the limited API (nightly.config.abi3):
     set when its wheel is declared abi3 with a floor, else a comment saying why not."""

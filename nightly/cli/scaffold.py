@@ -236,8 +236,9 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
     chosen = list(pythons) if facts.compiled else list(pythons)[-1:]
     shown, why = _line(facts.name), _line(facts.compiled_why)
     if facts.compiled:
-        matrix_note = (f"# {shown} has compiled code ({why}): one wheel per "
-                       "Python.\n# The Pythons of requires-python "
+        matrix_note = (f"# {shown} has compiled code ({why}): "
+                       f"{choices.wheels_per_python(facts.limited_api)}."
+                       "\n# The Pythons of requires-python "
                        f"({_line(facts.requires_python) or 'not set'}) that this machine has.")
     else:
         matrix_note = (f"# {shown} is pure Python ({why}): it needs no "

@@ -65,9 +65,12 @@ def _text(path: Path, limit: int = MAX_READ) -> bytes:
 
 
 def _tag_floor(value: object) -> str:
-    """`cp310` -> cp310; anything else (py3, True, a number) -> ""."""
-    m = _TAG.match(value.strip().lower()) if isinstance(value, str) else None
-    return f"cp3{int(m.group(1))}" if m else ""
+    """`cp310` -> cp310; `cp310.cp315t` (scikit-build-core: abi3 from 3.10, abi3t from 3.15t)
+    -> cp310; anything else (py3, True, a number, a free-threaded tag alone) -> ""."""
+    if not isinstance(value, str):
+        return ""
+    found = [m for part in value.strip().lower().split(".") if (m := _TAG.match(part))]
+    return f"cp3{min(int(m.group(1)) for m in found)}" if found else ""
 
 
 def _hex_floor(text: str) -> str:
@@ -169,7 +172,7 @@ def _get_tag(tree: ast.AST, found: _Found) -> None:
                  if isinstance(n, ast.Constant) and isinstance(n.value, str)]
         if "abi3" in words:
             floors = [f for w in words if (f := _tag_floor(w))]
-            floor = max(floors, key=_minor) if floors else ""
+            floor = min(floors, key=_minor) if floors else ""
             found.tag(floor, "setup.py bdist_wheel.get_tag() returns "
                       + (f"{floor}-abi3" if floor else "abi3"))
             return
@@ -184,13 +187,13 @@ def _meson(source: Path, found: _Found) -> None:
 
 
 def _defines(source: Path, files: Sequence[Path], found: _Found) -> None:
-    """The highest `Py_LIMITED_API 0x03XY0000` of the sources and build files."""
+    """The lowest `Py_LIMITED_API 0x03XY0000` of the sources and build files."""
     best, where = "", ""
     scanned = [f for f in files if f.suffix in _SCANNED][:MAX_SCANNED]
     for f in scanned:
         for m in _DEFINE.finditer(_text(f, SCAN_BYTES)):
             floor = _hex_floor(m.group(1).decode())
-            if floor and (not best or _minor(floor) > _minor(best)):
+            if floor and (not best or _minor(floor) < _minor(best)):
                 best, where = floor, f"{f.relative_to(source)} Py_LIMITED_API {m.group(1).decode()}"
     if best:
         found.uses(best, where)
@@ -207,9 +210,11 @@ def detect_limited_api(source: Path, files: Sequence[Path] = ()) -> LimitedApi |
     _defines(source, files, found)
     if not found.evidence:
         return None
-    # The wheel's declared tag is its floor; else the highest floor a define or meson says.
+    # The wheel's declared tag is its floor; else what a define or meson says. Of several
+    # (a setup.py's branches per platform: psutil's cp36 on Linux and macOS, cp37 on
+    # Windows), the lowest.
     pool = found.tags or found.floors
-    floor = max(pool, key=_minor) if pool else ""
+    floor = min(pool, key=_minor) if pool else ""
     return LimitedApi(floor=floor, tagged=found.tagged,
                       evidence=tuple(dict.fromkeys(found.evidence)))
 

@@ -5,8 +5,8 @@ sha256) and imported on each of them here.
 
 - a setuptools C project made by the test (`py_limited_api=True`, `Py_LIMITED_API
   0x030A0000`, `[bdist_wheel] py_limited_api = cp310`);
-- tree-sitter-json's sdist from PyPI (pure C, setuptools; its wheel declared abi3 by a
-  bdist_wheel subclass's get_tag(), floor cp39).
+- argon2-cffi-bindings' sdist from PyPI (C through cffi, scikit-build-core: `wheel.py-api =
+  "cp310.cp315t"`, abi3 from 3.10; cffi a runtime dependency from the index).
 
 The interpreters are pyenv's (tests/integration/recipe_env.pyenv_python), as `nightly init`
 finds them.
@@ -42,11 +42,11 @@ else:  # pragma: no cover - Python 3.10
 pytestmark = pytest.mark.slow
 
 DATE, DEV = corpus.DATE, corpus.DEV
-TREE_SITTER_JSON = corpus.Project(
-    key="tree-sitter-json", dist="tree_sitter_json", version="0.24.8",
-    sha256="ca8486e52e2d261819311d35cf98656123d59008c3b7dcf91e61d2c0c6f3120e",
-    backend="setuptools (C, limited API: cp39-abi3)", import_name="tree_sitter_json",
-    wheel_version="0.24.8" + DEV,
+ARGON2 = corpus.Project(
+    key="argon2-cffi-bindings", dist="argon2_cffi_bindings", version="26.2.0",
+    sha256="f21ab89bb9850f32b9ca038d9961424bb0d3669d579cbbbfed068cffa6fc0643",
+    backend="scikit-build-core + cffi (C, limited API: cp310-abi3)",
+    import_name="_argon2_cffi_bindings", wheel_version="26.2.0" + DEV,
 )
 
 LIM_C = r"""
@@ -108,12 +108,12 @@ def _night_of(target: Path, work: Path, floor: str) -> tuple[dict[str, object], 
     data = tomllib.loads((work / "nightly.toml").read_text())
     assert data["project"]["limited_api"] == floor
     pythons = list(data["matrix"]["linux"]["manywheel"]["pythons"])
-    floor_xy = f"3.{floor[3:]}"
-    assert pythons[0] == floor_xy, pythons
+    # The lowest Python at or above the floor builds (init writes them oldest first).
+    assert int(pythons[0].split(".")[1]) >= int(floor[3:]), pythons
     assert len(pythons) >= 2, pythons
     code, out, err = run_nightly(["plan", "--date", DATE], cwd=work, timeout=300)
     assert code == 0, out + err
-    assert f"{floor}-abi3 wheel built with {floor_xy}, tested on {', '.join(pythons)}" in out
+    assert f"{floor}-abi3 wheel built with {pythons[0]}, tested on {', '.join(pythons)}" in out
     code, out, err = run_nightly(["run", "--date", DATE], cwd=work, timeout=1800)
     assert code == 0, out + err
     # The run table: the one build, and each Python's result.
@@ -127,7 +127,8 @@ def _check_night(work: Path, name: str, version: str, floor: str, pythons: list[
     mirror whose sha256 is the one its index line gives. Returns the wheel."""
     day = find_day(work / "nightlies", DATE)
     summary = json.loads(day.summary_path.read_text())
-    assert list(summary["builds"]) == [f"manywheel_3.{floor[3:]}_cpu"]
+    build_id = f"manywheel_{pythons[0]}_cpu"
+    assert list(summary["builds"]) == [build_id]
     (line,) = summary["builds"].values()
     assert (line["outcome"], line["tested"]) == ("succeeded", "passed"), line
     assert [(t["python"], t["result"]) for t in line["tested_pythons"]] == [
@@ -149,25 +150,26 @@ def _check_night(work: Path, name: str, version: str, floor: str, pythons: list[
     links = re.findall(r'href="([^"]+)"', page)
     (link,) = [h for h in links if urllib.parse.unquote(h.split("#")[0]).endswith(wheel.name)]
     assert link.split("#sha256=")[1] == _sha256(wheel)
-    (state_pkg,) = [p for p in json.loads(day.state_path.read_text())["builds"][
-        f"manywheel_3.{floor[3:]}_cpu"]["packages"]]
+    (state_pkg,) = json.loads(day.state_path.read_text())["builds"][build_id]["packages"]
     assert state_pkg["sha256"] == _sha256(wheel)
     return wheel
 
 
 def _installs_on_each(work: Path, tmp: Path, dist: str, version: str, code: str,
-                      pythons: list[str]) -> None:
+                      pythons: list[str], *, deps: bool = False) -> None:
     """pip installs the night's wheel from the mirror's index (checking its sha256) into a
-    fresh venv of each Python, and `code` runs there."""
+    fresh venv of each Python, and `code` runs there. `deps`: its dependencies from the
+    host's index (the mirror an extra index; the exact nightly version pinned)."""
     index = (work / "mirror" / "whl" / "nightly" / "cpu").as_uri() + "/"
+    where = ["--extra-index-url", index] if deps else ["--no-deps", "--index-url", index]
     for xy in pythons:
         python = renv.pyenv_python(xy)
         assert python is not None, xy
         venv = tmp / f"venv-{xy}"
         subprocess.run([str(python), "-m", "venv", str(venv)], check=True)
         py = venv / "bin" / "python"
-        pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps",
-                              "--index-url", index, f"{dist}=={version}"],
+        pip = subprocess.run([str(py), "-m", "pip", "install", "-q", *where,
+                              f"{dist}=={version}"],
                              capture_output=True, text=True)
         assert pip.returncode == 0, pip.stdout + pip.stderr
         ran = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp)
@@ -190,14 +192,19 @@ def test_a_limited_api_c_project_from_init_alone(tmp_path: Path) -> None:
         "print('ok')", pythons)
 
 
-def test_tree_sitter_json_from_pypi_from_init_alone(tmp_path: Path) -> None:
-    sdist = corpus.fetch(TREE_SITTER_JSON)
+def test_argon2_cffi_bindings_from_pypi_from_init_alone(tmp_path: Path) -> None:
+    sdist = corpus.fetch(ARGON2)
     work = tmp_path / "night"
     work.mkdir()
-    data, pythons = _night_of(sdist, work, "cp39")
-    assert data["smoke"]["import_name"] == "tree_sitter_json"
-    _check_night(work, "tree_sitter_json", TREE_SITTER_JSON.wheel_version, "cp39", pythons)
+    data, pythons = _night_of(sdist, work, "cp310")
+    assert data["smoke"]["import_name"] == "_argon2_cffi_bindings"
+    assert data["smoke"]["dependencies"] == "index"
+    _check_night(work, "argon2_cffi_bindings", ARGON2.wheel_version, "cp310", pythons)
     _installs_on_each(
-        work, tmp_path, "tree-sitter-json", TREE_SITTER_JSON.wheel_version,
-        "import tree_sitter_json as t; assert isinstance(t.language(), int) and t.language(); "
-        "assert '.abi3.so' in t._binding.__file__; print('ok')", pythons)
+        work, tmp_path, "argon2-cffi-bindings", ARGON2.wheel_version,
+        "from _argon2_cffi_bindings import ffi, lib, _ffi; "
+        "assert _ffi.__file__.endswith('.abi3.so'), _ffi.__file__; "
+        "out = ffi.new('uint8_t[32]'); "
+        "rc = lib.argon2_hash(1, 64, 1, b'password', 8, b'somesalt', 8, out, 32, ffi.NULL, 0, "
+        "lib.Argon2_id, lib.ARGON2_VERSION_NUMBER); "
+        "assert rc == lib.ARGON2_OK, rc; print('ok')", pythons, deps=True)

@@ -156,6 +156,8 @@ def test_a_bad_floor_and_a_misspelt_key_are_config_errors(tmp_path: Path) -> Non
     ({"pyproject.toml": '[tool.distutils.bdist_wheel]\npy_limited_api = "cp311"\n'},
      "cp311", True),
     ({"pyproject.toml": '[tool.scikit-build]\nwheel.py-api = "cp312"\n'}, "cp312", True),
+    # argon2-cffi-bindings: abi3 from 3.10, abi3t (PEP 803) from 3.15t.
+    ({"pyproject.toml": '[tool.scikit-build]\nwheel.py-api = "cp310.cp315t"\n'}, "cp310", True),
     ({"pyproject.toml": "[tool.meson-python]\nlimited-api = true\n",
       "meson.build": "py.extension_module('m', 'm.c', limited_api: '3.10', install: true)\n"},
      "cp310", True),
