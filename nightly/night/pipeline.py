@@ -390,7 +390,7 @@ def write_summary(
             packages=tuple(p.to_json() for p in e.packages), published=dict(e.published),
             log=e.log, test_s=cost.test_s, built_on=e.worker_name or cost.built_on,  # --name
             tested_on=tested_on_by_name(e) or cost.tested_on, extra=lost_json(e),
-            tested=verdict_of(e) if e.status == SUCCEEDED else "",
+            tested=verdict_of(e) if e.status == SUCCEEDED else "", python_tests=e.python_tests,
         )
     failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]
     publish_error = state.meta.publish_error

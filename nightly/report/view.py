@@ -34,6 +34,7 @@ from nightly.workspace import (
     State,
 )
 from nightly.workspace.cost import shown_status
+from nightly.workspace.pythontests import PythonTest
 from nightly.workspace.summary import Summary, read_summary
 
 if TYPE_CHECKING:
@@ -134,6 +135,8 @@ class BuildView:
     gpu_test_s: float = 0.0
     # "passed", "untested", "GPU test not run", "failed" (nightly.workspace.cost.verdict_of)
     tested: str = ""
+    # a limited-API build's test on each Python (nightly.workspace.pythontests)
+    python_tests: tuple[PythonTest, ...] = ()
     # The manylinux record (nightly.manylinux): policy and tags reached, or a zip's glibc.
     manylinux: dict[str, object] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
@@ -237,7 +240,8 @@ def _test_fields(e: BuildEntry) -> dict[str, Any]:
     cost = build_cost(e, GpuHosts())
     return {"test_s": cost.test_s, "tested_on": tested_on_by_name(e) or cost.tested_on,
             "gpu_test_s": cost.gpu_test_s,
-            "tested": verdict_of(e) if e.status == SUCCEEDED else ""}
+            "tested": verdict_of(e) if e.status == SUCCEEDED else "",
+            "python_tests": e.python_tests}
 
 
 def tested_on_by_name(e: BuildEntry) -> str:

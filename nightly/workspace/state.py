@@ -23,6 +23,7 @@ from typing import Any
 from nightly.errors import StateError
 from nightly.jsonvalues import JSONInputError, opt_float, read_json_file
 from nightly.workspace.day import atomic_write
+from nightly.workspace.pythontests import PythonTest, python_tests
 
 # Build states in state.json.
 PENDING, RUNNING, SUCCEEDED, FAILED, INTERRUPTED = (
@@ -94,6 +95,11 @@ class BuildEntry:
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+    @property
+    def python_tests(self) -> tuple[PythonTest, ...]:
+        """A limited-API build's test on each Python (nightly.workspace.pythontests)."""
+        return python_tests(self.tested)
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> BuildEntry:
