@@ -312,8 +312,10 @@ def parse_spec(
         if package == "wheel":
             raise SpellingError("wheel builds are macOS and Windows builds; on Linux build "
                                 "manywheel")
-        where = " and ".join(PACKAGE_PLATFORMS[package])
-        raise SpellingError(f"{package} builds are {where} builds; on {platform} build wheel")
+        names = {"linux": "Linux", "macos": "macOS", "windows": "Windows"}
+        where = " and ".join(names[p] for p in PACKAGE_PLATFORMS[package])
+        raise SpellingError(f"{package} builds are {where} builds; on {names[platform]} build "
+                            "wheel")
     cuda_list = [normalize_accelerator(c) for c in _split(cudas)]
     arch = "" if not arch else normalize_arch(arch, platform)
     arch = "" if arch == axes.default_arch(platform) else arch
