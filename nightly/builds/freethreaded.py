@@ -1,7 +1,8 @@
 """Free-threaded builds (3.14t, 3.15t) need a free-threaded interpreter where they run. Debian
-packages none and these machines cannot build or download CPython, so a host that has none
-refuses such a build in one line (exit 2) that says what it needs, before the night starts,
-instead of a recipe failing minutes later. How a site supplies one: docs/images.md,
+packages none and these machines cannot build or download CPython, so `nightly build` of
+such builds on a host that has none is refused in one line (exit 2) that says what it needs,
+before anything starts, instead of a recipe failing later; in a night the build fails alone
+with the local executor's line, and the others go on. How a site supplies one: docs/images.md,
 "Free-threaded Pythons".
 """
 
@@ -49,14 +50,16 @@ def missing_interpreter(config: Config, build: Build, executor: str,
 
 def refuse_missing(config: Config, builds: Sequence[Build], executor_of: Mapping[str, str],
                    environ: Mapping[str, str] | None = None) -> None:
-    """One line (exit 2) for the first free-threaded build this host cannot run;
+    """A one-off build of nothing but free-threaded builds this host cannot run: one line
+    (exit 2), the first one's reason. Beside builds that can run, they are left to fail on
+    their own (the local executor's line says the same), so the others still build.
     `executor_of` maps a build id to the executor it runs with."""
-    for build in builds:
-        why = missing_interpreter(config, build, executor_of.get(build.id, "local"), environ)
-        if why:
-            others = sum(1 for b in builds if b.python_abi.endswith("t")) - 1
-            raise UsageError(why + (f" [{others} more free-threaded builds selected]"
-                                    if others > 0 else ""))
+    reasons = [missing_interpreter(config, b, executor_of.get(b.id, "local"), environ)
+               for b in builds]
+    if builds and all(reasons):
+        more = len(reasons) - 1
+        raise UsageError(reasons[0] + (f" [and {more} more free-threaded builds]" if more
+                                       else ""))
 
 
 __all__ = ["missing_interpreter", "refuse_missing"]

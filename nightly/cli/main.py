@@ -203,7 +203,9 @@ def run(
     m = night.pick_machine(ctx.config, machine)
     share = night.plan_share(ctx.config, m, selects)
     if not dry_run:
-        _refuse_unrunnable(ctx.config, share.order, m.name, None)
+        from nightly.builds.windows import refuse_here
+
+        refuse_here(share.order)  # (a free-threaded build without its interpreter fails alone)
     opts = night.NightOptions(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
         keep_container=keep_container, notify=True, prune=True,
@@ -216,8 +218,9 @@ def run(
 
 def _refuse_unrunnable(config: Config, builds: Sequence[Build], machine: str | None,
                        executor: str | None) -> None:
-    """Builds this host cannot run, refused in one line (exit 2) before the night starts:
-    Windows builds anywhere but Windows, free-threaded ones with no such interpreter."""
+    """Builds this host cannot run, refused in one line (exit 2) before anything starts:
+    Windows builds anywhere but Windows; free-threaded ones with no such interpreter, when
+    nothing else was asked for."""
     from nightly.builds import freethreaded, windows
     from nightly.night import pipeline as night
 
