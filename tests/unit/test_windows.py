@@ -245,3 +245,24 @@ def test_nightly_build_of_3_14t_here_is_one_line_exit_2(
     lines = [line for line in r.err.splitlines() if line.strip()]
     assert len(lines) == 1, r.err
     assert "manywheel_3.14t_cpu needs a free-threaded CPython 3.14 (python3.14t)" in lines[0]
+
+
+def test_a_recipe_folder_needs_no_linux_recipe_for_windows_builds(
+    write_config: WriteConfig, nightly, tmp_path: Path
+) -> None:
+    recipes = tmp_path / "own-recipes"
+    (recipes / "manywheel").mkdir(parents=True)
+    (recipes / "manywheel" / "build.sh").write_text("#!/bin/sh\n")
+    path = write_config(f'recipes = "{recipes}"\n' + HEAD + LINUX + WINDOWS)
+    r: CliResult = nightly("plan", "--config", str(path))
+    assert r.code == 0, r.err
+    assert "wheel_3.14t_cu126_windows" in r.out
+    # A Linux libtorch build still needs its build.sh.
+    path = write_config(f'recipes = "{recipes}"\n' + HEAD + LINUX + WINDOWS + """
+[matrix.linux.libtorch]
+variants = ["shared-with-deps"]
+cudas = ["cpu"]
+""", name="with-linux-libtorch.toml")
+    r = nightly("plan", "--config", str(path))
+    assert r.code == 2
+    assert "has no recipe for libtorch" in r.err
