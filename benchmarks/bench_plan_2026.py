@@ -1,6 +1,7 @@
-"""PyTorch's 2026 nightly (configs/pytorch-2026.toml: 120 builds over x86_64, aarch64 and
-macOS arm64 machines, CPU, CUDA, ROCm and XPU) planned with routing: each build only on a
-machine that declares its architecture and accelerator.
+"""PyTorch's 2026 nightly (configs/pytorch-2026.toml: 164 builds over Linux x86_64 and
+aarch64, macOS arm64 and Windows x86_64 machines, CPU, CUDA, ROCm and XPU) planned with
+routing: each build only on a machine of its platform that declares its architecture and
+accelerator.
 
 Reported: the plan's makespan / lower bound (goal <= 1.05; the bound is the routed one: the
 longest build, and for each set of machines the work only they can take over their queues),
@@ -77,6 +78,7 @@ def main() -> int:
              "queues": sum(len(m.queues) for m in plan.machines),
              "makespan_h": plan.makespan_s / 3600, "lower_bound_h": plan.lower_bound_s / 3600,
              "ratio": plan.makespan_s / plan.lower_bound_s,
+             "windows_builds": sum(pb.build.platform == "windows" for pb in plan.builds),
              "plan_ms": median(in_proc) * 1000, "command_ms": median(cli) * 1000}
         results[name] = r
         rows.append([name, r["builds"], r["queues"], f"{r['makespan_h']:.2f}",

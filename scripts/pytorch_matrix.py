@@ -6,11 +6,13 @@ as it is:
     python3 scripts/pytorch_matrix.py /path/to/test-infra/tools/scripts/generate_binary_build_matrix.py \
         > tests/data/pytorch-2026-matrix.json
 
-It runs the generator for Linux x86_64, Linux aarch64 and macOS arm64, wheels and libtorch
+It runs the generator for Linux x86_64, Linux aarch64, macOS arm64 and Windows x86_64, wheels
+and libtorch
 (the nightly channel, every accelerator, `--build-python-only disable`) and keeps, per
 build, what nightly's config must reproduce: the build's name, its Python (as the generator
 writes it: macOS pins point versions), accelerator (desired_cuda), architecture, libtorch
-variant, package type and container image. Standard library only.
+variant, package type, container image and, for a libtorch build, the zip its install line
+names (`libtorch-win-shared-with-deps-latest.zip` on Windows). Standard library only.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import sys
 
 # (generator --operating-system, nightly platform, architecture)
 SYSTEMS = (("linux", "linux", "x86_64"), ("linux-aarch64", "linux", "aarch64"),
-           ("macos-arm64", "macos", "arm64"))
+           ("macos-arm64", "macos", "arm64"), ("windows", "windows", "x86_64"))
 PACKAGES = ("wheel", "libtorch")
 
 
@@ -53,6 +55,8 @@ def main(argv: list[str]) -> int:
                     "gpu_arch_type": e["gpu_arch_type"],
                     "libtorch_variant": e.get("libtorch_variant", ""),
                     "image": e.get("container_image", ""),
+                    "zip": (e.get("installation", "").rsplit("/", 1)[-1]
+                            if e["package_type"] == "libtorch" else ""),
                 })
     json.dump({"generator": "generate_binary_build_matrix.py --build-python-only disable",
                "builds": rows}, sys.stdout, indent=1)

@@ -27,7 +27,10 @@ from nightly.cli.context import (
 from nightly.errors import BuildsFailed, NightlyError, UsageError, missing_extra
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from nightly.config import Config
+    from nightly.plan.matrix import Build
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -123,11 +126,14 @@ def init(target: str) -> None:
               help="Build each twice (other work folder and umask) and fail on any difference.")
 @click.option("--arch", default="", metavar="ARCH",
               help="Target architecture (aarch64, x86_64; default: the platform's own).")
+@click.option("--platform", "platform", type=click.Choice(["linux", "macos", "windows"]),
+              default=None, help="The builds' platform (default: this machine's).")
 def build(
     package: str,
     pythons: str,
     cudas: str,
     arch: str,
+    platform: str | None,
     executor: str | None,
     machine: str | None,
     dry_run: bool,
@@ -153,7 +159,9 @@ def build(
 
         config = dataclasses.replace(config, build=dataclasses.replace(
             config.build, check_reproducible="all"))
-    builds = night.builds_from_cli(config, package, pythons, cudas, arch)
+    builds = night.builds_from_cli(config, package, pythons, cudas, arch, platform or "")
+    if not dry_run:
+        _refuse_unrunnable(config, builds, machine, executor)
     opts = night.NightOptions(
         machine=machine, executor=executor, dry_run=dry_run, keep_container=keep_container,
         rebuild=tuple(b.id for b in builds), no_upload=no_upload,
@@ -194,6 +202,10 @@ def run(
         return
     m = night.pick_machine(ctx.config, machine)
     share = night.plan_share(ctx.config, m, selects)
+    if not dry_run:
+        from nightly.builds.windows import refuse_here
+
+        refuse_here(share.order)  # (a free-threaded build without its interpreter fails alone)
     opts = night.NightOptions(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
         keep_container=keep_container, notify=True, prune=True,
@@ -202,6 +214,20 @@ def run(
         ctx.config, ctx.date, share.order, opts, queues=share.queues, plan_json=share.plan_json,
         estimate_s=share.makespan_s, estimates=share.estimates,
     )
+
+
+def _refuse_unrunnable(config: Config, builds: Sequence[Build], machine: str | None,
+                       executor: str | None) -> None:
+    """Builds this host cannot run, refused in one line (exit 2) before anything starts:
+    Windows builds anywhere but Windows; free-threaded ones with no such interpreter, when
+    nothing else was asked for."""
+    from nightly.builds import freethreaded, windows
+    from nightly.night import pipeline as night
+
+    windows.refuse_here(builds)
+    m = night.pick_machine(config, machine, strict=False)
+    freethreaded.refuse_missing(config, builds, {
+        b.id: executor or m.executor_for(b.target_arch) for b in builds})
 
 
 @cli.command()

@@ -35,7 +35,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 # The CPython versions `init` offers, oldest first (what the recipes and images know).
-CANDIDATE_PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
+CANDIDATE_PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
 _COMPILED = {".c", ".cc", ".cpp", ".cxx", ".pyx", ".rs", ".f90", ".cu"}
 _COMPILING_BACKENDS = ("scikit_build_core", "mesonpy", "maturin", "setuptools_rust")
 _SKIP_DIRS = {"tests", "test", "docs", "doc", "examples", "benchmarks", "build", "dist",

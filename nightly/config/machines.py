@@ -39,6 +39,9 @@ def parse_machines(top: Table, ctx: Ctx) -> list[Machine]:
                 f"machine '{name}' has {queues} queues", f"{key}.queues", hint="at least 1"
             )
         executor = t.choice("executor", EXECUTORS, default="local")
+        if platform == "windows" and executor != "local":
+            ctx.fail(f"machine '{name}' is a Windows machine with executor = \"{executor}\"",
+                     f"{key}.executor", hint='Windows builds run on the host: executor = "local"')
         hostname = t.str("hostname", default="")
         gpu = t.bool("gpu") if t.get("gpu", default=None) is not None else False
         archs = tuple(unique(t.str_list("archs", default=[],

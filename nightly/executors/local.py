@@ -82,7 +82,9 @@ def find_python(python: str, configured: Mapping[str, str],
     raise NotFound(
         f"python {python} not found: looked for {'; '.join(looked)}. "
         f"Available: {', '.join(available) or 'none'}. "
-        f"Install it or map it in [executor.local.pythons]."
+        f"Install it or map it in [executor.local.pythons]"
+        + (" (a free-threaded build needs a free-threaded CPython; docs/images.md, "
+           "\"Free-threaded Pythons\")." if free_threaded else ".")
     )
 
 

@@ -353,7 +353,7 @@ def parse_spec(name: str, table: Mapping[str, object]) -> BuilderSpec:
                 f"{packaged[0]}" + (f" (and it packages {', '.join(packaged[1:])})"
                                     if packaged[1:] else ""), key=f"{key}.pythons",
                 hint="copy an interpreter in with host:/PATH or archive:/PATH instead (Python "
-                "3.14 is packaged by sid: suite = \"sid\")",
+                "3.14 and 3.15 are packaged by sid: suite = \"sid\")",
             )
     return spec
 

@@ -13,7 +13,7 @@ SUITE_GLIBC = {"bullseye": "2.31", "bookworm": "2.36", "trixie": "2.41", "sid": 
 # The python3 of each suite (a `distro` interpreter must be this one).
 SUITE_PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13", "sid": "3.14"}
 # Other Pythons a suite packages (pythonX.Y, -dev, -venv), installed when declared `distro`.
-SUITE_OTHER_PYTHONS = {"sid": ("3.13",)}
+SUITE_OTHER_PYTHONS = {"sid": ("3.13", "3.15")}  # sid: 3.15.2 since 2026-11
 # The suite's default gcc, and the newest gcc each CUDA major's nvcc accepts as its host
 # compiler: a newer suite gcc needs a declared g++-N (gcc 16 on sid: g++-14 for CUDA 13).
 SUITE_GCC = {"bullseye": 10, "bookworm": 12, "trixie": 14, "sid": 16}

@@ -454,9 +454,9 @@ def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) ->
 
 
 def builds_from_cli(
-    config: Config, package: str, pythons: str, cudas: str, arch: str = ""
+    config: Config, package: str, pythons: str, cudas: str, arch: str = "", platform: str = ""
 ) -> list[Build]:
-    platform = this_platform()
+    platform = platform or this_platform()
     lt = config.libtorch_matrix(platform)
     try:
         builds = parse_spec(

@@ -17,7 +17,7 @@ import re
 from packaging.version import Version
 
 # Platform -> the architectures nightly can build for it; the first is the default.
-ARCHS = {"linux": ("x86_64", "aarch64"), "macos": ("arm64", "x86_64")}
+ARCHS = {"linux": ("x86_64", "aarch64"), "macos": ("arm64", "x86_64"), "windows": ("x86_64",)}
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
 
 FAMILIES = ("cpu", "cuda", "rocm", "xpu")
@@ -149,11 +149,24 @@ def pytorch_label(
 ) -> str:
     """PyTorch's build name for this build, by test-infra's generate_binary_build_matrix.py
     rules: `manywheel-py3_14t-rocm7_2` (Linux x86_64 wheels), `wheel-py3_10-cpu-aarch64`
-    (every other wheel), `libtorch-cuda13_0-shared-with-deps-cxx11-abi`."""
+    (every other wheel), `libtorch-cuda13_0-shared-with-deps-cxx11-abi` (Windows:
+    `libtorch-cuda13_0-shared-with-deps-release`, its build configuration)."""
     kind = _arch_type(accelerator, platform, arch)
     if package == "libtorch":
-        return f"libtorch-{kind}-{variant}-cxx11-abi".replace(".", "_")
+        tail = "release" if platform == "windows" else "cxx11-abi"
+        return f"libtorch-{kind}-{variant}-{tail}".replace(".", "_")
     prefix = package
     if package in ("manywheel", "wheel"):
         prefix = "manywheel" if platform == "linux" and arch == "x86_64" else "wheel"
     return f"{prefix}-py{python}-{kind}".replace(".", "_")
+
+
+def libtorch_zip(*, variant: str, platform: str, arch: str, version: str) -> str:
+    """The libtorch zip as PyTorch names it (version `latest`: the alias its install lines
+    name): `libtorch-shared-with-deps-V.zip` (Linux), `libtorch-win-shared-with-deps-V.zip`,
+    `libtorch-macos-arm64-V.zip`."""
+    if platform == "windows":
+        return f"libtorch-win-{variant}-{version}.zip"
+    if platform == "macos":
+        return f"libtorch-macos-{arch}-{version}.zip"
+    return f"libtorch-{variant}-{version}.zip"

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import nightly.plan.axes as axes
 
 PACKAGES = ("conda", "manywheel", "wheel", "libtorch")
-PLATFORMS = ("linux", "macos")
-# Package types that exist on one platform only.
+PLATFORMS = ("linux", "macos", "windows")
+# The platforms of each package type (Windows: wheels and libtorch zips, as PyTorch builds).
 PACKAGE_PLATFORMS = {
     "conda": ("linux", "macos"),
     "manywheel": ("linux",),
-    "wheel": ("macos",),
-    "libtorch": ("linux", "macos"),
+    "wheel": ("macos", "windows"),
+    "libtorch": ("linux", "macos", "windows"),
 }
 LIBTORCH_VARIANTS = (
     "shared-with-deps",
@@ -143,9 +143,11 @@ class Build:
         if self.arch and self.arch != axes.default_arch(self.platform):
             ident += f"_{self.arch}"  # manywheel_3.12_cpu_aarch64
         # conda and libtorch exist on both platforms; the macOS ones carry a suffix so every
-        # identifier in a plan is unique (wheel is macOS-only and needs none).
+        # identifier in a plan is unique (a macOS wheel needs none); every Windows build does.
         if self.platform == "macos" and self.package != "wheel":
             ident += "_macos"
+        elif self.platform == "windows":
+            ident += "_windows"  # wheel_3.12_cu126_windows, libtorch_..._cpu_windows
         return ident
 
     @property
@@ -312,8 +314,12 @@ def parse_spec(
         )
     if platform not in PACKAGE_PLATFORMS[package]:
         if package == "wheel":
-            raise SpellingError("wheel builds are macOS builds; on Linux build manywheel")
-        raise SpellingError(f"{package} builds are Linux builds; on macOS build wheel")
+            raise SpellingError("wheel builds are macOS and Windows builds; on Linux build "
+                                "manywheel")
+        names = {"linux": "Linux", "macos": "macOS", "windows": "Windows"}
+        where = " and ".join(names[p] for p in PACKAGE_PLATFORMS[package])
+        raise SpellingError(f"{package} builds are {where} builds; on {names[platform]} build "
+                            "wheel")
     cuda_list = [normalize_accelerator(c) for c in _split(cudas)]
     arch = "" if not arch else normalize_arch(arch, platform)
     arch = "" if arch == axes.default_arch(platform) else arch

@@ -41,6 +41,23 @@ def test_sid_gives_python_3_14_as_its_distro_interpreter() -> None:
     assert 'suite = "sid"' in str(e.value.hint)
 
 
+def test_sid_gives_python_3_15_beside_its_python3() -> None:
+    spec = parse_spec("py315", {**SID, "pythons": {"3.15": "distro"}})
+    (p,) = spec.pythons
+    assert (p.version, p.kind, p.dest) == ("3.15", "distro", "/opt/python/cp315-cp315")
+    assert p.describe_in(spec.suite) == "distro:sid/python3.15"
+    assert spec.other_distro_pythons == ("3.15",)
+    assert {"python3.15", "python3.15-dev", "python3.15-venv"} <= set(spec.base_packages)
+    assert spec.runtime_debs == ("python3.15", "python3.15-venv")
+    with pytest.raises(SpecError, match=r"trixie.s python3 is 3\.13") as e:
+        parse_spec("x", {**SID, "suite": "trixie", "pythons": {"3.15": "distro"}})
+    assert "3.15 are packaged by sid" in str(e.value.hint)
+    # The shipped demo config declares it so.
+    config = load(REPO / "configs" / "demo-py315.toml")
+    assert [b.id for b in config.builds] == ["manywheel_3.15_cpu", "manywheel_3.15_cu130"]
+    assert config.builders["py315"].pythons == (p,)
+
+
 def test_nvcc_gets_the_newest_declared_gcc_it_accepts() -> None:
     sid = parse_spec("py314", SID)
     assert sid.host_gcc_for("cu130") == "14"  # sid's gcc is 16; CUDA 13 takes <= 15

@@ -67,8 +67,9 @@ def test_a_configured_strategy_is_used_as_is(tmp_path: Path) -> None:
 
 def test_allowed_pythons_follow_requires_python() -> None:
     assert allowed_pythons(">=3.10,<3.13") == ["3.10", "3.11", "3.12"]
-    assert allowed_pythons(">=3.9.2") == ["3.9", "3.10", "3.11", "3.12", "3.13", "3.14"]
-    assert allowed_pythons("!=3.12.*,>=3.11") == ["3.11", "3.13", "3.14"]
+    assert allowed_pythons(">=3.9.2") == ["3.9", "3.10", "3.11", "3.12", "3.13", "3.14",
+                                          "3.15"]
+    assert allowed_pythons("!=3.12.*,>=3.11") == ["3.11", "3.13", "3.14", "3.15"]
     assert allowed_pythons("") == allowed_pythons("not a specifier")
 
 
@@ -122,6 +123,35 @@ def test_init_writes_a_loadable_file_and_never_overwrites(
     assert again.code == 2
     assert "never overwrites" in again.err
     assert config.read_text() == text
+
+
+def test_init_offers_3_15_where_the_machine_has_it(
+    nightly: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = _project(tmp_path / "fast", {
+        "setup.py": "from setuptools import setup, Extension\n"
+                    "setup(name='fast', version='1.0', python_requires='>=3.14',\n"
+                    "      ext_modules=[Extension('fast._c', ['c.c'])])\n",
+        "c.c": "int x;\n",
+    })
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3.14").symlink_to(sys.executable)  # named as the host's interpreters are
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.pyenv
+    monkeypatch.delenv("PYENV_ROOT", raising=False)
+    config = tmp_path / "without.toml"
+    out = nightly("init", str(src), "--config", str(config))
+    assert out.code == 0, out.err
+    assert "manywheels for Python 3.14\n" in out.out
+    assert "requires-python allows Python 3.15 too, not found on this machine" in out.out
+    assert [b.python for b in load(config).builds] == ["3.14"]
+    (bin_dir / "python3.15").symlink_to(sys.executable)
+    config = tmp_path / "with.toml"
+    out = nightly("init", str(src), "--config", str(config))
+    assert out.code == 0, out.err
+    assert "manywheels for Python 3.14, 3.15" in out.out
+    assert [b.python for b in load(config).builds] == ["3.14", "3.15"]
 
 
 def test_init_of_nothing_is_a_usage_error(nightly: Run, tmp_path: Path) -> None:

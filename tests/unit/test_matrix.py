@@ -289,6 +289,8 @@ def test_spec_macos() -> None:
         (("rpm", "3.7", "cpu"), "linux", "unknown package type 'rpm'"),
         (("wheel", "3.7", "cpu"), "linux", "on Linux build manywheel"),
         (("manywheel", "3.7m", "cpu"), "macos", "on macOS build wheel"),
+        (("manywheel", "3.12", "cpu"), "windows", "Linux builds; on Windows build wheel"),
+        (("conda", "3.12", "cpu"), "windows", "conda builds are Linux and macOS builds"),
         (("manywheel", "3.7q", "cpu"), "linux", "'3.7q' is not a Python version"),
         (("manywheel", "3.7m", "cpu,cu10x"), "linux", "'cu10x' is not a CUDA version"),
         (("manywheel", "", "cpu"), "linux", "empty list"),

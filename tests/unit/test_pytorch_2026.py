@@ -1,12 +1,13 @@
 """configs/pytorch-2026.toml against PyTorch's own list of its 2026 nightly builds.
 
 tests/data/pytorch-2026-matrix.json is what pytorch/test-infra's
-generate_binary_build_matrix.py (commit 61a7757) printed for Linux x86_64, Linux aarch64
-and macOS arm64, wheels and libtorch (scripts/pytorch_matrix.py regenerates it from a
-generator path). The config's builds must match it one to one: each build's label is a
+generate_binary_build_matrix.py (commit 61a7757) printed for Linux x86_64, Linux aarch64,
+macOS arm64 and Windows x86_64, wheels and libtorch (scripts/pytorch_matrix.py regenerates it
+from a generator path). The config's builds must match it one to one: each build's label is a
 PyTorch build name of its platform, with the same Python, accelerator (desired_cuda),
-architecture, libtorch variant and container image; and the plan routes every build to a
-machine of its architecture and accelerator.
+architecture, libtorch variant, container image (Linux and macOS; Windows builds run on the
+host) and libtorch zip; and the plan routes every build to a machine of its platform,
+architecture and accelerator.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from nightly.config import Config, load
+from nightly.plan.axes import libtorch_zip
 from nightly.plan.matrix import Build
 from nightly.plan.schedule import make_plan
 
@@ -49,13 +51,15 @@ def _key(platform: str, name: str) -> tuple[str, str]:
     return platform, name
 
 
-def test_the_reference_is_pytorchs_120(reference: list[dict[str, Any]]) -> None:
+def test_the_reference_is_pytorchs_164(reference: list[dict[str, Any]]) -> None:
     counts = Counter((r["os"], r["package_type"]) for r in reference)
     assert counts == {("linux", "manywheel"): 64, ("linux-aarch64", "wheel"): 40,
                       ("linux", "libtorch"): 7, ("macos-arm64", "wheel"): 8,
-                      ("macos-arm64", "libtorch"): 1}
-    # Names are unique per platform (macOS's libtorch shares Linux's cpu name).
-    assert len({_key(r["platform"], r["name"]) for r in reference}) == 120
+                      ("macos-arm64", "libtorch"): 1, ("windows", "wheel"): 40,
+                      ("windows", "libtorch"): 4}
+    # Names are unique per platform (macOS's libtorch shares Linux's cpu name, Windows's
+    # wheels macOS's names).
+    assert len({_key(r["platform"], r["name"]) for r in reference}) == 164
 
 
 def test_the_config_builds_pytorchs_matrix_one_to_one(
@@ -73,12 +77,18 @@ def test_the_config_builds_pytorchs_matrix_one_to_one(
         b = ours[key]
         got = {"python": b.python if b.package != "libtorch" else "",
                "desired_cuda": b.accelerator, "arch": b.target_arch,
-               "libtorch_variant": b.variant, "image": config.image_for(b)}
+               "libtorch_variant": b.variant,
+               "image": config.image_for(b) if b.platform != "windows" else "",
+               "zip": libtorch_zip(variant=b.variant, platform=b.platform,
+                                   arch=b.target_arch, version="latest")
+               if b.package == "libtorch" else ""}
         want = {"python": _python(r["python"]) if r["python"] else "",
                 "desired_cuda": r["desired_cuda"], "arch": r["arch"],
-                "libtorch_variant": r["libtorch_variant"], "image": r["image"]}
+                "libtorch_variant": r["libtorch_variant"],
+                "image": r["image"] if b.platform != "windows" else "", "zip": r["zip"]}
         assert got == want, (b.id, key)
-    assert len(ours) == len(theirs) == 120
+    assert len(ours) == len(theirs) == 164
+    assert sum(b.platform == "windows" for b in ours.values()) == 44
 
 
 def test_every_build_is_routed_to_a_machine_that_can_build_it(config: Config) -> None:
@@ -97,3 +107,16 @@ def test_every_build_is_routed_to_a_machine_that_can_build_it(config: Config) ->
     assert families["x86-xpu-0"] == {"xpu"}
     assert {pb.build.target_arch for pb in plan.builds if pb.machine.startswith("arm64")} == {
         "aarch64"}
+    # Windows builds on Windows machines only, and those build nothing else.
+    assert {pb.build.platform for pb in plan.builds if pb.machine.startswith("win-")} == {
+        "windows"}
+    assert {pb.machine for pb in plan.builds if pb.build.platform == "windows"} == {
+        "win-cuda-0", "win-cuda-1", "win-xpu-0"}
+    assert families["win-xpu-0"] == {"xpu"}
+    assert families["win-cuda-0"] | families["win-cuda-1"] == {"cpu", "cuda"}
+
+
+def test_the_plan_is_within_5_percent_of_its_bound(config: Config) -> None:
+    plan = make_plan(config)
+    assert len(plan.builds) == 164
+    assert plan.makespan_s <= 1.05 * plan.lower_bound_s
