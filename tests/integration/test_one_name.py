@@ -116,6 +116,11 @@ def test_two_builds_of_one_name_with_other_bytes_fail_the_later_one(
     assert sha(filed) == won_sha
     assert sha(p.path / FOLDER / NAME) == won_sha == listed_sha(p.path)
     assert pip_installs(p.path, tmp_path) == builds[won]["python"]
+    # Pages written again from the store alone list the bytes the store holds.
+    code, out, err = run_cli(["index", "--full", "--config", str(p.config), "--date", DATE],
+                             cwd=p.path)
+    assert code == 0, out + err
+    assert sha(p.path / FOLDER / NAME) == won_sha == listed_sha(p.path)
     summary = p.summary()
     assert summary["counts"]["failed"] == 1, summary["counts"]
 
@@ -149,7 +154,7 @@ def test_a_name_published_on_an_earlier_day_with_other_bytes_is_refused(
     assert code == 1, out + err
     assert "Traceback" not in err
     day = find_day(p.path / "nightlies", DATE)
-    upload_log = (day.path / "logs" / "master" / "upload.log").read_text()
+    upload_log = (day.path / "logs" / "master" / "run.log").read_text()
     line = next(x for x in upload_log.splitlines() if "upload failed" in x)
     assert NAME in line and first[:12] in line, line
     assert "not by this day's state" in line and "another day" in line, line
@@ -172,7 +177,7 @@ def test_a_package_changed_after_it_was_built_is_not_uploaded(
     assert NAME in text and "changed since it was built" in text, text
     assert not (p.path / FOLDER / NAME).exists()
     assert not (p.path / FOLDER / "demo" / "index.html").exists()
-    entry = p.state()["builds"][B11.replace("3.12", "3.11")]
+    entry = p.state()["builds"][B11]
     assert NAME in entry["upload_error"] and not entry.get("published")
 
 
@@ -191,7 +196,3 @@ def test_libtorch_all_beside_a_variant_is_a_config_error(
     config.write_text(config.read_text().replace('["all", "shared-with-deps"]', '["all"]'))
     code, out, err = run_cli(["plan", "--config", str(config)], cwd=tmp_path)
     assert code == 0, out + err
-
-
-def _unused() -> None:  # keep json imported for the honest-count test below
-    json.dumps({})
