@@ -140,25 +140,57 @@ def test_two_builds_of_one_name_with_identical_bytes_are_one_package(
     assert pip_installs(p.path, tmp_path) == "any"
 
 
-def test_a_name_published_on_an_earlier_day_with_other_bytes_is_refused(
-    night_project: Callable[..., Any], run_cli: RunCli
-) -> None:
+def _second_day_refused(night_project: Callable[..., Any], run_cli: RunCli) -> tuple[Any, str]:
+    """A night publishes NAME (3.11's bytes); the next day's 3.12 build delivers NAME with
+    other bytes, and its night exits 1. (project, the first day's sha256)"""
     p = night_project(matrix=ONE, recipes={"manywheel": PER_PYTHON}, extra=EXTRA, queues=1)
     code, out, err = run_cli(["run", "--config", str(p.config), "--date", "2024_04_30"],
                              cwd=p.path)
     assert code == 0, out + err
     first = sha(p.path / FOLDER / NAME)
-    # The next day builds the same name with other bytes (another Python).
     p.config.write_text(p.config.read_text().replace('pythons = ["3.11"]', 'pythons = ["3.12"]'))
     code, out, err = run_cli(run_args(p.config), cwd=p.path)
     assert code == 1, out + err
     assert "Traceback" not in err
+    return p, first
+
+
+def test_a_name_published_on_an_earlier_day_with_other_bytes_is_refused(
+    night_project: Callable[..., Any], run_cli: RunCli
+) -> None:
+    p, first = _second_day_refused(night_project, run_cli)
     day = find_day(p.path / "nightlies", DATE)
     upload_log = (day.path / "logs" / "master" / "run.log").read_text()
     line = next(x for x in upload_log.splitlines() if "upload failed" in x)
     assert NAME in line and first[:12] in line, line
     assert "not by this day's state" in line and "another day" in line, line
     assert sha(p.path / FOLDER / NAME) == first == listed_sha(p.path)
+
+
+def test_counts_say_a_succeeded_build_was_not_published_and_agree_with_the_exit_code(
+    night_project: Callable[..., Any], run_cli: RunCli
+) -> None:
+    p, _ = _second_day_refused(night_project, run_cli)
+    summary = p.summary()
+    assert summary["builds"][B12]["outcome"] == "succeeded"
+    assert summary["builds"][B12]["publication"] == "not published"
+    c = summary["counts"]
+    assert (c["succeeded"], c["failed"], c["published"], c["not_published"]) == (1, 0, 0, 1), c
+    assert summary["exit_code"] == 1
+    # `nightly status` says the same, and exits as the night did.
+    code, out, err = run_cli(run_args(p.config, command="status"), cwd=p.path)
+    assert code == 1, out + err
+    assert "1 succeeded (1 not published)" in out, out
+    row = next(line for line in out.splitlines() if B12 in line and "succeeded" in line)
+    assert "not published" in row, out
+    # The report's counts and row too.
+    report = (p.day / "report.html").read_text()
+    assert re.search(r'data-count="not_published"><b>1</b>', report), report[:3000]
+    assert 'data-publication="not published"' in report
+    # The first day's night: published, and counted so.
+    first = json.loads((p.path / "nightlies" / "2024_04_30" / "summary.json").read_text())
+    assert first["counts"]["published"] == 1 and first["counts"]["not_published"] == 0
+    assert first["builds"][B11]["publication"] == "published" and first["exit_code"] == 0
 
 
 def test_a_package_changed_after_it_was_built_is_not_uploaded(
