@@ -20,6 +20,7 @@ from typing import Any
 
 from tests.support.day import find_day
 from tests.support.projects import DATE, run_args
+from tests.support.wheels import make_wheel
 
 NAME = "demo-1.0-py3-none-any.whl"  # every build writes this name, whatever its Python
 FOLDER = Path("mirror/whl/nightly/cpu")
@@ -228,3 +229,25 @@ def test_libtorch_all_beside_a_variant_is_a_config_error(
     config.write_text(config.read_text().replace('["all", "shared-with-deps"]', '["all"]'))
     code, out, err = run_cli(["plan", "--config", str(config)], cwd=tmp_path)
     assert code == 0, out + err
+
+
+def test_validate_names_a_link_whose_sha256_is_not_the_bytes(
+    night_project: Callable[..., Any], run_cli: RunCli
+) -> None:
+    p = night_project(matrix=ONE, recipes={"manywheel": PER_PYTHON}, extra=EXTRA, queues=1)
+    code, out, err = run_cli(run_args(p.config), cwd=p.path)
+    assert code == 0, out + err
+    code, out, err = run_cli(run_args(p.config, command="validate"), cwd=p.path)
+    assert code == 0, out + err
+    # The mirror's file replaced by other bytes under the same name: its pages still
+    # promise the built sha256.
+    served = p.path / FOLDER / NAME
+    promised = listed_sha(p.path)
+    make_wheel(served.parent, "demo", "1.0", NAME, body="BUILT_WITH = 'someone else'\n")
+    assert sha(served) != promised
+    code, out, err = run_cli(run_args(p.config, command="validate"), cwd=p.path)
+    assert code == 1, out + err
+    assert "Traceback" not in err
+    fail = next(line for line in out.splitlines() if line.startswith("validate FAIL"))
+    assert NAME in fail and "sha256 mismatch" in fail, fail
+    assert promised[:16] in fail and sha(served)[:16] in fail, fail
