@@ -127,14 +127,29 @@ def test_two_builds_of_one_name_with_other_bytes_fail_the_later_one(
 
 
 def test_two_builds_of_one_name_with_identical_bytes_are_one_package(
-    night_project: Callable[..., Any], run_cli: RunCli, tmp_path: Path
+    night_project: Callable[..., Any], start_cli: Callable[..., Any],
+    wait_until: Callable[..., None], tmp_path: Path,
 ) -> None:
-    p = night_project(matrix=MATRIX, recipes={"manywheel": SAME}, extra=EXTRA, queues=2)
-    code, out, err = run_cli(run_args(p.config), cwd=p.path)
+    p = night_project(matrix=MATRIX, recipes={"manywheel": "x"}, extra=EXTRA, queues=2)
+    # 3.12 delivers only once the test says go, after 3.11's file is in packages/.
+    wait = (f'if [ "$DESIRED_PYTHON" = 3.12 ]; then n=0; while [ ! -e {p.signals}/go ] '
+            '&& [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done; fi\n')
+    recipe = p.path / "recipes" / "manywheel" / "build.sh"
+    recipe.write_text(SAME.replace("set -euo pipefail\n", "set -euo pipefail\n" + wait, 1))
+    run = start_cli(run_args(p.config), cwd=p.path)
+    filed = p.day / "packages" / "manywheel" / "cpu" / NAME
+    wait_until(lambda: p.state()["builds"].get(B11, {}).get("status") == "succeeded",
+               timeout=60, what="3.11 filed")
+    first = filed.stat()
+    (p.signals / "go").touch()
+    code, out, err = run.wait(timeout=120)
     assert code == 0, out + err
     builds = p.state()["builds"]
     assert builds[B11]["status"] == builds[B12]["status"] == "succeeded"
     assert builds[B11]["packages"] == builds[B12]["packages"]
+    # One file, never overwritten: the very file 3.11 filed.
+    now = filed.stat()
+    assert (now.st_ino, now.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
     day = find_day(p.path / "nightlies", DATE)
     assert [f.name for f in (day.path / "packages" / "manywheel" / "cpu").iterdir()] == [NAME]
     assert sha(p.path / FOLDER / NAME) == builds[B11]["packages"][0]["sha256"] == listed_sha(p.path)
