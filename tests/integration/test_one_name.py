@@ -104,12 +104,15 @@ def test_two_builds_of_one_name_with_other_bytes_fail_the_later_one(
     won = next(b for b, s in statuses.items() if s == "succeeded")
     lost = B12 if won == B11 else B11
     reason = builds[lost]["reason"]
-    assert won in reason and NAME in reason and "other bytes" in reason, reason
+    assert won in reason, reason
+    assert NAME in reason, reason
+    assert "other bytes" in reason, reason
     assert builds[lost].get("packages", []) == []
     assert not builds[lost].get("published")
     day = find_day(p.path / "nightlies", DATE)
     log = (day.path / "logs" / "failed" / f"{lost}.log").read_text()
-    assert won in log and NAME in log
+    assert won in log
+    assert NAME in log
     # Nothing overwritten: the day's file is the winner's, the mirror holds those bytes and
     # the index promises them; pip installs the winner's build.
     filed = day.path / "packages" / "manywheel" / "cpu" / NAME
@@ -178,8 +181,10 @@ def test_a_name_published_on_an_earlier_day_with_other_bytes_is_refused(
     day = find_day(p.path / "nightlies", DATE)
     upload_log = (day.path / "logs" / "master" / "run.log").read_text()
     line = next(x for x in upload_log.splitlines() if "upload failed" in x)
-    assert NAME in line and first[:12] in line, line
-    assert "not by this day's state" in line and "another day" in line, line
+    assert NAME in line, line
+    assert first[:12] in line, line
+    assert "not by this day's state" in line, line
+    assert "another day" in line, line
     assert sha(p.path / FOLDER / NAME) == first == listed_sha(p.path)
 
 
@@ -205,8 +210,10 @@ def test_counts_say_a_succeeded_build_was_not_published_and_agree_with_the_exit_
     assert 'data-publication="not published"' in report
     # The first day's night: published, and counted so.
     first = json.loads((p.path / "nightlies" / "2024_04_30" / "summary.json").read_text())
-    assert first["counts"]["published"] == 1 and first["counts"]["not_published"] == 0
-    assert first["builds"][B11]["publication"] == "published" and first["exit_code"] == 0
+    assert first["counts"]["published"] == 1
+    assert first["counts"]["not_published"] == 0
+    assert first["builds"][B11]["publication"] == "published"
+    assert first["exit_code"] == 0
 
 
 def test_a_package_changed_after_it_was_built_is_not_uploaded(
@@ -222,11 +229,13 @@ def test_a_package_changed_after_it_was_built_is_not_uploaded(
     assert code == 1, out + err
     assert "Traceback" not in err
     text = out + err
-    assert NAME in text and "changed since it was built" in text, text
+    assert NAME in text, text
+    assert "changed since it was built" in text, text
     assert not (p.path / FOLDER / NAME).exists()
     assert not (p.path / FOLDER / "demo" / "index.html").exists()
     entry = p.state()["builds"][B11]
-    assert NAME in entry["upload_error"] and not entry.get("published")
+    assert NAME in entry["upload_error"]
+    assert not entry.get("published")
 
 
 def test_libtorch_all_beside_a_variant_is_a_config_error(
@@ -239,7 +248,9 @@ def test_libtorch_all_beside_a_variant_is_a_config_error(
         '[[machines]]\nname = "m"\nplatform = "linux"\nqueues = 1\n')
     code, out, err = run_cli(["plan", "--config", str(config)], cwd=tmp_path)
     assert code == 2, out + err
-    assert "variants" in err and "shared-with-deps" in err and "Traceback" not in err
+    assert "variants" in err
+    assert "shared-with-deps" in err
+    assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
     config.write_text(config.read_text().replace('["all", "shared-with-deps"]', '["all"]'))
     code, out, err = run_cli(["plan", "--config", str(config)], cwd=tmp_path)
@@ -264,5 +275,7 @@ def test_validate_names_a_link_whose_sha256_is_not_the_bytes(
     assert code == 1, out + err
     assert "Traceback" not in err
     fail = next(line for line in out.splitlines() if line.startswith("validate FAIL"))
-    assert NAME in fail and "sha256 mismatch" in fail, fail
-    assert promised[:16] in fail and sha(served)[:16] in fail, fail
+    assert NAME in fail, fail
+    assert "sha256 mismatch" in fail, fail
+    assert promised[:16] in fail, fail
+    assert sha(served)[:16] in fail, fail
