@@ -116,7 +116,7 @@ def publish_day(
                 continue
             folder = key.rpartition("/")[0]
             dest = f"{store.url}/{key}"
-            report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
+            report.folders.setdefault(folder, {})  # its name listed once it is there
             try:
                 prov_sha = attest.publish_beside(store, key, day.path / pkg["path"],
                                                  pkg["sha256"], public_key, log)
@@ -130,6 +130,7 @@ def publish_day(
                 continue
             record = _publish_metadata(store, key, day.path / pkg["path"], pkg["sha256"], uploaded, log)
             record = dataclasses.replace(record, provenance_sha256=prov_sha)
+            report.folders[folder][pkg["name"]] = pkg["sha256"]
             report.records.setdefault(folder, {})[pkg["name"]] = record
             state.add_published(bid, dest, pkg["sha256"])
             (report.uploaded if uploaded else report.skipped).append(dest)
@@ -249,13 +250,15 @@ def index_options(config: Config) -> IndexOptions:
 def regenerate_index(config: Config, store: Any, report: UploadReport, *, channel: str, log: Log) -> None:
     from nightly import index as idx
 
-    # Only files that really are in the store go into the pages: a failed upload's file must
-    # not be listed (pip would get a 404).
+    # Only files that really are in the store go into the pages, with the sha256 of what the
+    # store holds: a failed upload's file is not listed (pip would get a 404), unless another
+    # build put that very name there (one name, one set of bytes: the one that is there).
+    there = {*report.uploaded, *report.skipped}
     known: dict[str, dict[str, str | FileRecord]] = {
         folder: {
             n: report.records.get(folder, {}).get(n) or s
             for n, s in files.items()
-            if f"{store.url}/{folder}/{n}" not in report.failed
+            if f"{store.url}/{folder}/{n}" not in report.failed or f"{store.url}/{folder}/{n}" in there
         }
         for folder, files in report.folders.items()
     }
