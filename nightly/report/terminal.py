@@ -132,9 +132,7 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
     print_packages(console, packages)
     c = summary["counts"]
     console.print(
-        f"{c['succeeded']} succeeded"
-        + (f" ({c['untested']} untested)" if c.get("untested") else "")
-        + publication.counts_text(c)
+        f"{c['succeeded']} succeeded" + publication.counts_text(c, untested=True)
         + f", {c['failed']} failed of {c['total']}; "
         f"source {escape(str(summary.get('source', '-')))}; "
         f"summary: {escape(str(path))}",

@@ -48,10 +48,12 @@ def counts(outcomes: Iterable[tuple[str, str, str]]) -> dict[str, int]:
     }
 
 
-def counts_text(c: Mapping[str, int]) -> str:
-    """'(2 published, 2 not published)' after the succeeded count; '' when nothing was
-    published or refused."""
-    parts = [f"{c[k]} {k.replace('_', ' ')}" for k in ("published", "not_published") if c.get(k)]
+def counts_text(c: Mapping[str, int], *, untested: bool = False) -> str:
+    """'(2 published, 2 not published)' after the succeeded count (with `untested`, '(1
+    untested, ...)'); '' when there is nothing to say."""
+    keys = ("untested", "published", "not_published") if untested else ("published",
+                                                                       "not_published")
+    parts = [f"{c[k]} {k.replace('_', ' ')}" for k in keys if c.get(k)]
     return f" ({', '.join(parts)})" if parts else ""
 
 

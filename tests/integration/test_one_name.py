@@ -159,9 +159,10 @@ def test_two_builds_of_one_name_with_identical_bytes_are_one_package(
     assert pip_installs(p.path, tmp_path) == "any"
 
 
-def _second_day_refused(night_project: Callable[..., Any], run_cli: RunCli) -> tuple[Any, str]:
+def _second_day_refused(night_project: Callable[..., Any],
+                        run_cli: RunCli) -> tuple[Any, str, str]:
     """A night publishes NAME (3.11's bytes); the next day's 3.12 build delivers NAME with
-    other bytes, and its night exits 1. (project, the first day's sha256)"""
+    other bytes, and its night exits 1. (project, the first day's sha256, the run's output)"""
     p = night_project(matrix=ONE, recipes={"manywheel": PER_PYTHON}, extra=EXTRA, queues=1)
     code, out, err = run_cli(["run", "--config", str(p.config), "--date", "2024_04_30"],
                              cwd=p.path)
@@ -171,13 +172,13 @@ def _second_day_refused(night_project: Callable[..., Any], run_cli: RunCli) -> t
     code, out, err = run_cli(run_args(p.config), cwd=p.path)
     assert code == 1, out + err
     assert "Traceback" not in err
-    return p, first
+    return p, first, out
 
 
 def test_a_name_published_on_an_earlier_day_with_other_bytes_is_refused(
     night_project: Callable[..., Any], run_cli: RunCli
 ) -> None:
-    p, first = _second_day_refused(night_project, run_cli)
+    p, first, _ = _second_day_refused(night_project, run_cli)
     day = find_day(p.path / "nightlies", DATE)
     upload_log = (day.path / "logs" / "master" / "run.log").read_text()
     line = next(x for x in upload_log.splitlines() if "upload failed" in x)
@@ -191,7 +192,11 @@ def test_a_name_published_on_an_earlier_day_with_other_bytes_is_refused(
 def test_counts_say_a_succeeded_build_was_not_published_and_agree_with_the_exit_code(
     night_project: Callable[..., Any], run_cli: RunCli
 ) -> None:
-    p, _ = _second_day_refused(night_project, run_cli)
+    p, _, run_out = _second_day_refused(night_project, run_cli)
+    # The run's own table and counts.
+    assert "1 succeeded (1 untested, 1 not published), 0 failed of 1" in run_out, run_out
+    row = next(line for line in run_out.splitlines() if B12 in line and "│" in line)
+    assert "succeeded (untested), not published" in row, run_out
     summary = p.summary()
     assert summary["builds"][B12]["outcome"] == "succeeded"
     assert summary["builds"][B12]["publication"] == "not published"
