@@ -284,3 +284,37 @@ def test_validate_names_a_link_whose_sha256_is_not_the_bytes(
     assert "sha256 mismatch" in fail, fail
     assert promised[:16] in fail, fail
     assert sha(served)[:16] in fail, fail
+
+
+def test_on_s3_the_index_promises_the_bytes_the_store_holds(
+    night_project: Callable[..., Any], run_cli: RunCli, moto: Any, bucket: str
+) -> None:
+    extra = (f'[publish]\nurl = "s3://{bucket}/site"\nendpoint_url = "{moto.endpoint}"\n\n'
+             "[smoke]\nenabled = false\n")
+    p = night_project(matrix=MATRIX, recipes={"manywheel": PER_PYTHON}, extra=extra, queues=2)
+    code, out, err = run_cli(run_args(p.config), cwd=p.path, timeout=300)
+    assert code == 1, out + err
+    builds = p.state()["builds"]
+    won = next(b for b in (B11, B12) if builds[b]["status"] == "succeeded")
+    s3 = moto.client()
+    key = f"site/whl/nightly/cpu/{NAME}"
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    got = hashlib.sha256(body).hexdigest()
+    assert got == builds[won]["packages"][0]["sha256"]
+    assert s3.head_object(Bucket=bucket, Key=key)["Metadata"]["sha256"] == got
+    page = s3.get_object(Bucket=bucket, Key="site/whl/nightly/cpu/demo/index.html")
+    listed = re.findall(re.escape(NAME) + r"#sha256=([0-9a-f]{64})", page["Body"].read().decode())
+    assert listed == [got]
+
+    # A package changed after its build recorded it is not sent to S3.
+    q = night_project("q", matrix=ONE, recipes={"manywheel": PER_PYTHON},
+                      extra=extra.replace("/site", "/other"), queues=1)
+    code, out, err = run_cli(run_args(q.config, "--no-upload"), cwd=q.path)
+    assert code == 0, out + err
+    filed = q.day / "packages" / "manywheel" / "cpu" / NAME
+    filed.write_bytes(filed.read_bytes() + b"tampered")
+    code, out, err = run_cli(run_args(q.config, command="upload"), cwd=q.path, timeout=300)
+    assert code == 1, out + err
+    assert "changed since it was built" in out + err
+    listing = s3.list_objects_v2(Bucket=bucket, Prefix="other/").get("Contents", [])
+    assert not [o["Key"] for o in listing if NAME in o["Key"]], listing
