@@ -10,14 +10,13 @@ folder and running log, or what a worker left in staging.
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from nightly import manylinux
+from nightly.builds import onename
 from nightly.builds.ownership import NotOurs, check_owned
 from nightly.files import sha256_file
 from nightly.plan.matrix import Build
@@ -29,6 +28,7 @@ LogFiler = Callable[[bool, "str | None", "list[PackageFile]"], Path]
 
 def file_packages(
     day: Day,
+    state: State,
     build: Build,
     files: Sequence[Path],
     expected: Mapping[str, tuple[int, str]] | None = None,
@@ -37,7 +37,8 @@ def file_packages(
     """Hash each file (against the size and sha256 a worker reported, when `expected` has
     them: all are checked before any is moved), check that each is the project's (when
     `owners` names its distributions: NotOurs otherwise), make it world-readable, and rename
-    it into the day's package folder (same filesystem: atomic, never half a package)."""
+    it into the day's package folder (same filesystem: atomic, never half a package), never
+    over another build's file (nightly.builds.onename: NameTaken)."""
     checked = []
     for f in files:
         digest, size = sha256_file(f), f.stat().st_size
@@ -50,34 +51,18 @@ def file_packages(
         check_owned(files, build.package, owners)
     dest_dir = day.package_dir(build.package, build.cuda)
     dest_dir.mkdir(parents=True, exist_ok=True)
-    out = []
-    for f, size, digest in checked:
-        os.chmod(f, 0o644)
-        dest = dest_dir / f.name
-        try:
-            os.replace(f, dest)
-        except OSError as e:
-            if e.errno != errno.EXDEV:
-                raise
-            _copy_across(f, dest, digest)  # a build area on another file system
-        out.append(PackageFile(name=f.name, path=str(dest.relative_to(day.path)), size=size,
-                               sha256=digest))
+    out, placed = [], []
+    try:
+        for f, size, digest in checked:
+            os.chmod(f, 0o644)
+            # Never over another build's file: one file name, one set of bytes (onename).
+            placed.append(onename.place(day, state, build.id, f, dest_dir / f.name, digest))
+            out.append(PackageFile(name=f.name, path=str(placed[-1].dest.relative_to(day.path)),
+                                   size=size, sha256=digest))
+    except BaseException:
+        onename.take_back(placed)
+        raise
     return out
-
-
-def _copy_across(f: Path, dest: Path, digest: str) -> None:
-    """`f` into `dest` from another file system: copied (never through a symlink) beside
-    `dest`, checked against the sha256 read before, then renamed into place."""
-    tmp = dest.with_name(f".{dest.name}.part")
-    fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as src, tmp.open("wb") as out:
-        shutil.copyfileobj(src, out)
-    if sha256_file(tmp) != digest:
-        tmp.unlink()
-        raise ValueError(f"{f.name} changed while it was filed")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, dest)
-    f.unlink()
 
 
 def check_policy(
@@ -122,23 +107,26 @@ def collect_build(
     packages: list[PackageFile] = []
     if ok:
         try:
-            packages = file_packages(day, build, files, expected, owners)
-        except NotOurs as e:  # the build's own doing: a failure, not the infrastructure's
+            packages = file_packages(day, state, build, files, expected, owners)
+        except (NotOurs, onename.NameTaken) as e:  # the build's own doing, not the infrastructure's
             ok, reason = False, str(e)
         except (OSError, ValueError) as e:
             ok, reason = False, f"{uncollected}: {e}"
             infra = infra or infra_if_uncollected
-    log = file_log(ok, reason, packages)
-    fields.setdefault("ended", time.time())
-    return state.update(
-        build.id,
-        status=SUCCEEDED if ok else failed_status,
-        reason=reason,
-        packages=packages,
-        infra=infra,
-        log=str(log.relative_to(day.path)),
-        **fields,
-    )
+    try:
+        log = file_log(ok, reason, packages)
+        fields.setdefault("ended", time.time())
+        return state.update(
+            build.id,
+            status=SUCCEEDED if ok else failed_status,
+            reason=reason,
+            packages=packages,
+            infra=infra,
+            log=str(log.relative_to(day.path)),
+            **fields,
+        )
+    finally:  # state.json now says who holds these names
+        onename.release([day.path / p.path for p in packages])
 
 
 __all__ = ["LogFiler", "PackageFile", "check_policy", "collect_build", "file_packages"]

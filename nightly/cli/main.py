@@ -276,7 +276,7 @@ def status(tail: int, version: str | None, rc: int | None) -> None:
     day = existing_day(ctx) if version is None else existing_candidate(ctx, version, rc)
     hp = history_path(ctx.config.root)
     if status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None):
-        raise BuildsFailed("a build failed or was interrupted", reported=True)
+        raise BuildsFailed("a build failed, was interrupted or was not published", reported=True)
 
 
 @cli.command(name="report")

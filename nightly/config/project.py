@@ -146,6 +146,7 @@ def parse_matrix(top: Table, ctx: Ctx) -> list[PackageMatrix]:
                 python = t.str("python", default="3", item=_python_or_default)
                 if not cudas or not variants:
                     ctx.fail("cudas and variants must not be empty", key)
+                _one_zip_per_name(variants, f"{key}.variants", ctx)
                 out.append(
                     PackageMatrix(
                         package=pkg,
@@ -286,3 +287,13 @@ def check_routes(builds: list[Build], machines: list[Machine], ctx: Ctx) -> None
                 hint=f"add \"{b.target_arch}\" to a {b.platform} machine's archs and "
                 f"\"{b.family}\" to its accelerators, or exclude the build in [selectors]",
             )
+
+
+def _one_zip_per_name(variants: tuple[str, ...], key: str, ctx: Ctx) -> None:
+    """Two libtorch builds never write one file name (one name, one set of bytes): `all`
+    writes every variant's zip, so it cannot stand beside a variant."""
+    if LIBTORCH_ALL in variants and len(variants) > 1:
+        other = next(v for v in variants if v != LIBTORCH_ALL)
+        ctx.fail(f'"all" writes every variant\'s zip, so "all" and "{other}" would write one '
+                 f"file name (libtorch-{other}-<version>.zip) from two builds",
+                 key, hint='list either "all" or the variants')

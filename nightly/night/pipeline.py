@@ -45,11 +45,11 @@ from nightly.report import terminal as display
 from nightly.report.html import write_report
 from nightly.report.view import lost_json, tested_on_by_name
 from nightly.workspace import (
-    INTERRUPTED,
     SUCCEEDED,
     Day,
     DayLock,
     State,
+    publication,
     write_json,
 )
 from nightly.workspace import summary as day_record
@@ -389,27 +389,21 @@ def write_summary(
             estimate_s=estimates.get(b.id), attempts=e.attempts or 0, queue=e.queue,
             packages=tuple(p.to_json() for p in e.packages), published=dict(e.published),
             log=e.log, test_s=cost.test_s, built_on=e.worker_name or cost.built_on,  # --name
-            tested_on=tested_on_by_name(e) or cost.tested_on, extra=lost_json(e),
+            tested_on=tested_on_by_name(e) or cost.tested_on,
             tested=verdict_of(e) if e.status == SUCCEEDED else "", python_tests=e.python_tests,
+            extra={**lost_json(e), "publication": publication.of_entry(b.id, e, state.meta.held_back)},
         )
     failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]
     publish_error = state.meta.publish_error
     ended = time.time()
-    outcomes = [v.outcome for v in builds.values()]
     summary = Summary(
         date=night.day.name, machine=night.machine.name, version=night.version,
         channel=night.channel, commit=night.commit, source=night.source_describe,
         started=dt.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
         ended=dt.datetime.fromtimestamp(ended).isoformat(timespec="seconds"),
         duration_s=round(ended - started, 3), estimated_makespan_s=estimate_s,
-        counts={
-            "total": len(builds),
-            "succeeded": outcomes.count(SUCCEEDED),
-            "failed": sum(o != SUCCEEDED for o in outcomes),
-            "interrupted": outcomes.count(INTERRUPTED),
-            # succeeded without a passed test ([smoke] enabled = false, a GPU part not run)
-            "untested": sum(v.outcome == SUCCEEDED and v.tested != "passed" for v in builds.values()),
-        },
+        counts=publication.counts((v.outcome, v.tested, str(v.extra.get("publication") or ""))
+                                  for v in builds.values()),  # published / not published too
         failed_uploads=failed_uploads, publish_error=publish_error, builds=builds,
         exit_code=day_record.exit_code(builds, failed_uploads, publish_error),
         manual=manual if manual is not None else day_record.manual_builds(state),

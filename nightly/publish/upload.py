@@ -21,11 +21,10 @@ from nightly import provenance
 from nightly.channels import anaconda, conda
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
-from nightly.files import sha256_file
 from nightly.index import IndexOptions, metadata
 from nightly.index.manifest import FileRecord
 from nightly.provenance import attest
-from nightly.publish import gate
+from nightly.publish import gate, sending
 from nightly.stores import Store
 from nightly.stores.layout import STORE_KINDS, conda_channel_dir, kind_of, remote_folder
 from nightly.workspace import SUCCEEDED, BuildEntry, Day, State
@@ -117,12 +116,13 @@ def publish_day(
                 continue
             folder = key.rpartition("/")[0]
             dest = f"{store.url}/{key}"
-            report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
+            report.folders.setdefault(folder, {})  # its name listed once it is there
             try:
                 prov_sha = attest.publish_beside(store, key, day.path / pkg["path"],
                                                  pkg["sha256"], public_key, log)
                 uploaded = _ensure(store, key, day.path / pkg["path"], pkg["sha256"],
-                                   may_replace=dest in entry.published or _matches(bid, replace))
+                                   may_replace=dest in entry.published or _matches(bid, replace),
+                                   state=state, build_id=bid)
             except (PublishError, OSError) as e:
                 report.failed[dest] = str(e)
                 state.update(bid, upload_error=f"{dest}: {e}")
@@ -130,6 +130,7 @@ def publish_day(
                 continue
             record = _publish_metadata(store, key, day.path / pkg["path"], pkg["sha256"], uploaded, log)
             record = dataclasses.replace(record, provenance_sha256=prov_sha)
+            report.folders[folder][pkg["name"]] = pkg["sha256"]
             report.records.setdefault(folder, {})[pkg["name"]] = record
             state.add_published(bid, dest, pkg["sha256"])
             (report.uploaded if uploaded else report.skipped).append(dest)
@@ -151,35 +152,21 @@ def _matches(build_id: str, globs: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(build_id, g) for g in globs)
 
 
-def _ensure(store: Store, key: str, path: Path, sha256: str, *, may_replace: bool) -> bool:
-    """Store.ensure, refusing to replace another sha256 unless `may_replace`."""
+def _ensure(store: Store, key: str, path: Path, sha256: str, *, may_replace: bool,
+            state: State, build_id: str) -> bool:
+    """Store.ensure, refusing to replace another sha256 unless `may_replace` (saying whose it
+    is), and sending the bytes it hashed (nightly.publish.sending)."""
     info = store.head(key)
     if info is not None and info.sha256 == sha256:
         return False
     if info is not None and info.sha256 is None and info.size == path.stat().st_size:
         # No recorded sha256: an upload killed between the object and its metadata, or an
         # object some other tool wrote. Its content decides (one download, rare).
-        may_replace = may_replace or _stored_sha256(store, key, path.parent) == sha256
+        may_replace = may_replace or sending.stored_sha256(store, key, path.parent) == sha256
     if info is not None and not may_replace:
-        raise PublishError(
-            f"already published with another sha256 ({(info.sha256 or '?')[:12]}...), not by this "
-            "day's state: pass --rebuild with the build's id to replace it"
-        )
-    store.put(key, path, sha256)
+        raise sending.refusal(store, state, key, path, sha256, info.sha256, build_id)
+    sending.put_checked(store, key, path, sha256)
     return True
-
-
-def _stored_sha256(store: Store, key: str, scratch: Path) -> str | None:
-    """The sha256 of the stored object's bytes (None when it cannot be read)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(dir=scratch, prefix=".nightly-check-") as tmp:
-        dest = Path(tmp) / "object"
-        try:
-            store.get(key, dest)
-        except (PublishError, OSError):
-            return None
-        return sha256_file(dest)
 
 
 def _package_type(entry: BuildEntry, pkg: dict[str, Any]) -> str:
@@ -263,13 +250,15 @@ def index_options(config: Config) -> IndexOptions:
 def regenerate_index(config: Config, store: Any, report: UploadReport, *, channel: str, log: Log) -> None:
     from nightly import index as idx
 
-    # Only files that really are in the store go into the pages: a failed upload's file must
-    # not be listed (pip would get a 404).
+    # Only files that really are in the store go into the pages, with the sha256 of what the
+    # store holds: a failed upload's file is not listed (pip would get a 404), unless another
+    # build put that very name there (one name, one set of bytes: the one that is there).
+    there = {*report.uploaded, *report.skipped}
     known: dict[str, dict[str, str | FileRecord]] = {
         folder: {
             n: report.records.get(folder, {}).get(n) or s
             for n, s in files.items()
-            if f"{store.url}/{folder}/{n}" not in report.failed
+            if f"{store.url}/{folder}/{n}" not in report.failed or f"{store.url}/{folder}/{n}" in there
         }
         for folder, files in report.folders.items()
     }

@@ -31,6 +31,7 @@ from pathlib import Path
 from nightly.config import Config
 from nightly.errors import ConfigError, NightlyError
 from nightly.procs import run
+from nightly.publish import linkcheck
 from nightly.stores.layout import kind_of
 from nightly.workspace import SUCCEEDED, BuildEntry, Day, State, write_json
 
@@ -103,12 +104,23 @@ def _check_package(
     work = tmp / bid
     work.mkdir(parents=True, exist_ok=True)
     try:
+        # Every link's #sha256 against the bytes served (a wheel pip cannot get: pip says why).
+        got: str | None = _download(url, work / name)
+    except NightlyError as e:
+        if kind != "whl":
+            return Check(build=bid, package=name, ok=False, reason=str(e), url=url)
+        got = None
+    flat = {config.publish.find_links_name(c) for c in ("nightly", "test", "release")}
+    wrong = got and linkcheck.mismatch(base, key, name, got, sorted(flat))
+    if wrong:
+        return Check(build=bid, package=name, ok=False, url=url,
+                     reason=f"not what the index says it is: {wrong}")
+    try:
         if kind == "whl":
             return _check_wheel(config, bid, entry, name, sha256, url, work)
-        got = _download(url, work / name)
     except NightlyError as e:
         return Check(build=bid, package=name, ok=False, reason=str(e), url=url)
-    return _same(bid, name, url, got, sha256)
+    return _same(bid, name, url, got or "", sha256)
 
 
 def _same(bid: str, name: str, url: str, got: str, sha256: str) -> Check:

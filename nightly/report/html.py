@@ -47,7 +47,8 @@ code, pre, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consola
 .count { border: 1px solid var(--line); border-radius: 6px; padding: 6px 14px; background: var(--panel);
   min-width: 96px; }
 .count b { display: block; font-size: 22px; }
-.count.succeeded b { color: var(--ok); } .count.failed b, .count.interrupted b { color: var(--bad); }
+.count.succeeded b { color: var(--ok); }
+.count.failed b, .count.interrupted b, .count.not_published b { color: var(--bad); }
 .count.running b { color: var(--run); } .count.regressions b { color: var(--reg); }
 .count.manual b, .manual { color: var(--man); }
 .machine { margin: 8px 0 18px; }
@@ -133,7 +134,8 @@ def render_html(
     out += _facts(night, now)
     out += [f'<p class="meta published-note">{esc(n)}</p>' for n in notes]  # the published copy's
     out.append('<div class="counts" id="counts">')
-    for key, label in (("total", "builds"), (SUCCEEDED, "succeeded"), (FAILED, "failed"),
+    for key, label in (("total", "builds"), (SUCCEEDED, "succeeded"), ("published", "published"),
+                       ("not_published", "not published"), (FAILED, "failed"),
                        (INTERRUPTED, "interrupted"), (RUNNING, "running"), (PENDING, "pending"),
                        ("regressions", "regressions"), ("manual", "manual builds")):  # fmt: skip
         if key in ("total", SUCCEEDED, FAILED) or c.get(key):

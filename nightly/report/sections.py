@@ -284,6 +284,17 @@ def _pythons_html(b: BuildView) -> str:
     return f'<div class="small muted" data-pythons="{text}">{text}</div>' if text else ""
 
 
+def _publication_note(b: BuildView) -> str:
+    """Never plain "succeeded": (published) or (not published), and why an upload failed."""
+    out = ""
+    if b.publication:
+        out += (f' <span class="small{" worse" if b.upload_error or b.held_back else ""}" '
+                f'data-publication="{esc(b.publication)}">({esc(b.publication)})</span>')
+    if b.upload_error:
+        out += f'<div class="small worse">upload failed: {esc(b.upload_error)}</div>'
+    return out
+
+
 def _row(
     b: BuildView, night: NightView, link_base: str, *, with_history: bool, with_estimates: bool,
     with_cache: bool = False,
@@ -302,8 +313,7 @@ def _row(
         outcome += f' <span class="small worse" data-tested="{esc(b.tested)}">({esc(b.tested)})</span>'
     if b.reason and b.status != SUCCEEDED:
         outcome += f'<div class="small muted">{esc(b.reason)}</div>'
-    if b.upload_error:
-        outcome += f'<div class="small worse">upload failed: {esc(b.upload_error)}</div>'
+    outcome += _publication_note(b)
     if b.lost:
         outcome += f'<div class="small worse" data-lost="{len(b.lost)}">{esc(lost_text(b))}</div>'
     if b.manual:

@@ -16,7 +16,7 @@ from nightly.report.view import (
     manual_text,
     outcome_text,
 )
-from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, Day
+from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, Day, publication
 from nightly.workspace.cost import shown_status
 from nightly.workspace.pythontests import results_text
 
@@ -36,8 +36,8 @@ def show(
 ) -> bool:
     """Print the day's builds (state, outcome, duration, size), failures first, every package
     in full (one a line, never cut to the terminal's width), then the tail of each failed (or
-    running) build's log. Returns whether a build failed or was
-    interrupted."""
+    running) build's log. Returns whether a build failed, was
+    interrupted or was not published."""
     from nightly.report.terminal import wide_console
 
     con = console or wide_console()
@@ -57,7 +57,7 @@ def show(
     _manual_builds(con, night)
     if tail > 0:
         _log_tails(con, night, tail)
-    return bool(c[FAILED] or c[INTERRUPTED])
+    return bool(c[FAILED] or c[INTERRUPTED] or c["not_published"])
 
 
 def _heading(night: NightView) -> str:
@@ -70,7 +70,8 @@ def _heading(night: NightView) -> str:
 
 
 def _counts_line(c: dict[str, int]) -> str:
-    parts = [f"{c['total']} builds", f"[green]{c[SUCCEEDED]} succeeded[/green]"]
+    parts = [f"{c['total']} builds",
+             f"[green]{c[SUCCEEDED]} succeeded[/green]{publication.counts_text(c)}"]
     if c.get("untested"):
         parts.append(f"[yellow]{c['untested']} of them untested[/yellow]")
     if c[FAILED]:
@@ -125,8 +126,11 @@ def _table(night: NightView) -> Table:
             outcome += f": {escape(b.reason)}"
         if b.python_tests:  # a limited-API build: its one wheel on each Python
             outcome += f"\n[dim]{escape(results_text(b.python_tests))}[/dim]"
-        if b.upload_error:
-            outcome += f" [red](upload failed: {escape(b.upload_error)})[/red]"
+        if b.publication == publication.PUBLISHED:
+            outcome += " [green](published)[/green]"
+        elif b.publication:  # never plain "succeeded"
+            why = f"upload failed: {b.upload_error}" if b.upload_error else "held back"
+            outcome += f" [red](not published: {escape(why)})[/red]"
         if b.lost:  # a cluster worker killed under it: more than "2 tries"
             outcome += f" [red]({escape(lost_text(b))})[/red]"
         if b.manual:

@@ -12,6 +12,7 @@ from nightly.format import hms, human_size
 from nightly.plan.limited import describe as describe_abi3
 from nightly.plan.schedule import Plan
 from nightly.report.view import attempt_words
+from nightly.workspace import publication
 from nightly.workspace.cost import shown_status
 from nightly.workspace.pythontests import SUMMARY_KEY, read_tests, results_text
 
@@ -106,7 +107,7 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
     packages: list[tuple[str, str, int]] = []
     for bid, b in rows:
         tested = str(b.get("tested") or "")
-        style = ("red" if b["outcome"] != "succeeded"
+        style = ("red" if b["outcome"] != "succeeded" or b.get("publication") == "not published"
                  else "green" if tested in ("passed", "") else "yellow")
         pk = [p for p in b.get("packages") or [] if isinstance(p, dict)]
         packages += [(bid, str(p.get("name")), int(p.get("size") or 0)) for p in pk]
@@ -114,7 +115,9 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
         # Long enough for a recipe's own ERROR line; the whole reason is in summary.json.
         if len(reason) > 240:
             reason = reason[:237] + "..."
-        outcome = escape(shown_status(b["outcome"], tested) + (f": {reason}" if reason else ""))
+        pub = str(b.get("publication") or "")  # never plain "succeeded" when not published
+        outcome = escape(shown_status(b["outcome"], tested) + (f", {pub}" if pub else "")
+                         + (f": {reason}" if reason else ""))
         each = results_text(read_tests(b.get(SUMMARY_KEY)))  # a limited-API build's Pythons
         outcome += escape(f" ({each})") if each else ""
         lost = [x for x in b.get("lost") or [] if isinstance(x, dict)]
@@ -134,8 +137,7 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
     print_packages(console, packages)
     c = summary["counts"]
     console.print(
-        f"{c['succeeded']} succeeded"
-        + (f" ({c['untested']} untested)" if c.get("untested") else "")
+        f"{c['succeeded']} succeeded" + publication.counts_text(c, untested=True)
         + f", {c['failed']} failed of {c['total']}; "
         f"source {escape(str(summary.get('source', '-')))}; "
         f"summary: {escape(str(path))}",

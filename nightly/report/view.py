@@ -32,6 +32,7 @@ from nightly.workspace import (
     Day,
     DayMeta,
     State,
+    publication,
 )
 from nightly.workspace.cost import shown_status
 from nightly.workspace.pythontests import PythonTest
@@ -124,6 +125,7 @@ class BuildView:
     files: list[tuple[str, int]] = field(default_factory=list)
     published: int = 0
     upload_error: str | None = None
+    held_back: bool = False  # by the [publish] atomic gate
     # A one-off `nightly build` (not the night): who ran it, when (ISO), the command.
     manual: dict[str, str] | None = None
     log: Path | None = None  # absolute
@@ -148,6 +150,11 @@ class BuildView:
     @property
     def size(self) -> int:
         return sum(s for _, s in self.files)
+
+    @property
+    def publication(self) -> str:
+        """"published", "not published" or "" (nightly.workspace.publication)."""
+        return publication.verdict(self.status, self.upload_error, self.published, self.held_back)
 
     @property
     def bad(self) -> bool:
@@ -186,6 +193,8 @@ class NightView:
         c["manual"] = sum(1 for b in self.builds if b.manual)
         c["untested"] = sum(1 for b in self.builds
                             if b.status == SUCCEEDED and b.tested not in ("passed", ""))
+        c["published"] = sum(b.publication == publication.PUBLISHED for b in self.builds)
+        c["not_published"] = sum(b.publication == publication.NOT_PUBLISHED for b in self.builds)
         return c
 
 
@@ -230,6 +239,8 @@ def load_night(
             v.past_durations = [d for _, d, _ in past]
             v.past_sizes = [s for _, _, s in past if s]
             _judge(v)
+    for v in views:
+        v.held_back = v.id in (state.meta.held_back or {})
     views.sort(key=lambda v: (_ORDER.get(v.status, 5), v.id))
     return NightView(day=day, meta=state.meta, summary=summary, builds=views)
 

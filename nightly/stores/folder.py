@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nightly.errors import ObjectTooLarge, PublishError
+from nightly.errors import PublishError
 from nightly.stores.base import ObjectInfo, PreconditionFailed, Store, check_key
-from nightly.stores.nofollow import Tree, copy_fd, read_fd, write_all
+from nightly.stores.nofollow import Tree, read_fd, write_all
 
 T = TypeVar("T")
 
@@ -145,8 +145,17 @@ class FileStore(Store):
         self._path(key)
 
         def fill(fd: int) -> None:
+            # The sha256 recorded is that of the bytes the store now holds (hashed as they
+            # are written), never only the caller's word: other bytes are not stored.
+            h = hashlib.sha256()
             with open(local_path, "rb") as src:  # the caller's own file
-                copy_fd(src.fileno(), fd, None, lambda n: ObjectTooLarge(str(n)))
+                while chunk := src.read(1 << 20):
+                    h.update(chunk)
+                    write_all(fd, chunk)
+            got = h.hexdigest()
+            if got != sha256:
+                raise PublishError(f"upload {self.url}/{key}: the bytes copied hash to sha256 "
+                                   f"{got[:16]}..., not {sha256[:16]}... (the file changed?)")
 
         def run() -> None:
             tmp = self._write_tmp(fill)

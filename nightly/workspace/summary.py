@@ -4,7 +4,8 @@
   the builds of the night. It stays the night's: a later command that changes the day
   refreshes only what it changed, never the night's outcomes, counts or times:
   `nightly upload` and a one-off `nightly build` rewrite the publication fields of the
-  night's builds (`published`, `failed_uploads`, `publish_error` and so `exit_code`), and a
+  night's builds (`published`, `publication`, the counts `published` and `not_published`,
+  `failed_uploads`, `publish_error` and so `exit_code`), and a
   one-off build adds itself to the `manual` list. A day with no night has no summary.json.
 - A one-off `nightly build` is marked in state.json (the build's `manual`: who, when, the
   command) and writes its own summary, `logs/master/manual-<YYYYMMDDTHHMMSS>.json`, with the
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.jsonvalues import opt_float, opt_int, opt_str, read_json_file
-from nightly.workspace import SUCCEEDED, Day, State, write_json
+from nightly.workspace import SUCCEEDED, Day, State, publication, write_json
 from nightly.workspace.pythontests import SUMMARY_KEY, PythonTest, read_tests, tests_json
 
 if TYPE_CHECKING:
@@ -239,7 +240,8 @@ def failed_uploads(state: State, build_ids: Iterable[str]) -> list[str]:
 
 
 def exit_code(builds: Mapping[str, BuildSummary], failed: list[str], publish_error: object) -> int:
-    ok = all(b.outcome == SUCCEEDED for b in builds.values())
+    ok = all(b.outcome == SUCCEEDED and b.extra.get("publication") != publication.NOT_PUBLISHED
+             for b in builds.values())
     return 0 if ok and not failed and not publish_error else 1
 
 
@@ -256,10 +258,16 @@ def refresh(day: Day, state: State, *, by: str) -> Summary | None:
         if _shas([p.to_json() for p in e.packages]) != _shas(list(b.packages)):
             continue  # rebuilt by hand since the night: the night's record of it stays
         night_ids.append(bid)
-        summary.builds[bid] = replace(b, published=dict(e.published))
+        pub = publication.of_entry(bid, e, state.meta.held_back)
+        summary.builds[bid] = replace(b, published=dict(e.published),
+                                      extra={**b.extra, "publication": pub})
     summary.failed_uploads = failed_uploads(state, night_ids)
     summary.held_back = dict(state.meta.held_back or {})
     summary.publish_error = state.meta.publish_error
+    fresh = publication.counts((b.outcome, b.tested, str(b.extra.get("publication") or ""))
+                               for b in summary.builds.values())
+    summary.counts = {**summary.counts,
+                      **{k: fresh[k] for k in ("published", "not_published")}}
     summary.exit_code = exit_code(summary.builds, summary.failed_uploads, summary.publish_error)
     summary.manual = manual_builds(state)
     summary.updated = {"at": dt.datetime.now().astimezone().isoformat(timespec="seconds"),

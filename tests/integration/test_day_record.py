@@ -48,7 +48,7 @@ def test_a_one_off_build_is_manual_and_leaves_the_nights_summary(
     assert sorted(night["builds"]) == NIGHT
     # smoke tests are off here: the succeeded build is counted untested
     assert night["counts"] == {"total": 2, "succeeded": 1, "failed": 1, "interrupted": 0,
-                               "untested": 1}
+                               "untested": 1, "published": 1, "not_published": 0}
 
     # By hand: the night's failed build again (fails again) and one the night does not have.
     code, out, err = run_cli(
@@ -156,6 +156,8 @@ def test_nightly_upload_brings_the_summary_up_to_date(
     for bid in NIGHT:
         (dest,) = after["builds"][bid]["published"]
         assert dest.endswith(wheel_name(bid, "cpu"))
-    # The night's own record is unchanged.
-    assert after["counts"] == before["counts"]
+    # The night's own record is unchanged but for what is published now (issue 48).
+    assert before["counts"]["not_published"] == 2
+    assert after["counts"] == {**before["counts"], "published": 2, "not_published": 0}
+    assert {after["builds"][bid]["publication"] for bid in NIGHT} == {"published"}
     assert after["started"] == before["started"]

@@ -343,7 +343,7 @@ def test_many_writers_lose_nothing(store: FileStore, tmp_path: Path) -> None:
     for n in range(24):
         # Objects exist before their index entry, as in a real upload.
         src = tmp_path / f"s{n}"
-        src.write_bytes(b"x")
+        src.write_bytes(f"proj{n}".encode())  # a store records the sha256 of the bytes it holds
         store.put(f"{FOLDER}/proj{n % 3}-1.0.{n}-py3-none-any.whl", src, sha(f"proj{n}"))
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(24)]
     for t in threads:

@@ -47,7 +47,9 @@ def test_refresh_updates_publication_and_keeps_the_nights_record(tmp_path: Path)
     assert new["exit_code"] == 0
     assert new["builds"]["b"]["published"] == {"file:///m/whl/b.whl": "00"}
     assert sorted(new["builds"]) == ["a", "b"]  # the one-off build is not one of the night's
-    assert new["counts"] == {"total": 2, "succeeded": 2}
+    # The night's counts stay; of the succeeded, how many are published now is refreshed.
+    assert new["counts"] == {"total": 2, "succeeded": 2, "published": 1, "not_published": 0}
+    assert new["builds"]["b"]["publication"] == "published"
     assert new["started"] == "2024-05-01T01:00:00"
     assert new["manual"] == [{"id": "c", "outcome": "failed", "by": "bob", "at": "2024-05-01T15:00:00+00:00",
                               "command": "nightly build x"}]

@@ -1,0 +1,83 @@
+"""What upload sends is what it hashed: never the sha256 state.json carries.
+
+A package is copied into a private folder (0700, nightly's own) while it is hashed; that copy
+is what goes to the store, with the sha256 of those very bytes. When they are not the bytes
+the build recorded (the package changed after it was built and tested), nothing is sent and
+the upload of that file fails, naming it. And when a name is already in the store with other
+bytes, the refusal says whose they are: another build of this day, or not this day's at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from nightly.errors import PublishError
+from nightly.files import sha256_file
+from nightly.stores import Store
+from nightly.workspace import State
+
+CHUNK = 1 << 20
+
+
+def put_checked(store: Store, key: str, path: Path, recorded: str) -> None:
+    """Upload `path` to `key` from a private copy hashed while it was made; PublishError
+    (nothing sent) when that copy's bytes are not the `recorded` sha256."""
+    with tempfile.TemporaryDirectory(prefix=".nightly-send-", dir=path.parent) as tmp:
+        copy = Path(tmp) / path.name
+        digest = _copy_hashing(path, copy)
+        if digest != recorded:
+            raise PublishError(
+                f"{path.name} changed since it was built: its bytes hash to sha256 "
+                f"{digest[:16]}..., the build recorded {recorded[:16]}...; not uploaded "
+                "(build it again: `nightly build` or `nightly run --rebuild <build id>`)")
+        store.put(key, copy, digest)
+
+
+def _copy_hashing(src: Path, dest: Path) -> str:
+    h = hashlib.sha256()
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as s, dest.open("wb") as out:
+        while chunk := s.read(CHUNK):
+            h.update(chunk)
+            out.write(chunk)
+    return h.hexdigest()
+
+
+def refusal(store: Store, state: State, key: str, path: Path, sha256: str, recorded: str | None,
+            build_id: str) -> PublishError:
+    """Why `key` (in the store with other bytes than this build's `sha256`) is not replaced:
+    which build of this day published it, or that none did, with the sha256 the store
+    records and the one its bytes have."""
+    dest = f"{store.url}/{key}"
+    others = sorted(b for b, e in state.builds.items() if b != build_id and dest in e.published)
+    actual = stored_sha256(store, key, path.parent)
+    held = (f"the store records sha256 {(recorded or 'none')[:16]}..."
+            + ("" if actual == recorded else
+               f", its bytes hash to {(actual or 'unreadable')[:16]}...")
+            + f"; this build's is {sha256[:16]}...")
+    if others:
+        return PublishError(
+            f"{path.name} is already published by build {others[0]} of this day with other "
+            f"bytes ({held}): one file name holds one set of bytes, so this build's is not "
+            "published; give each build its own file name")
+    return PublishError(
+        f"{path.name} is already published with other bytes, not by this day's state "
+        f"(another day's night or another tool published it; {held}): pass --rebuild with "
+        "the build's id to replace it")
+
+
+def stored_sha256(store: Store, key: str, scratch: Path) -> str | None:
+    """The sha256 of the stored object's bytes (None when it cannot be read)."""
+    with tempfile.TemporaryDirectory(dir=scratch, prefix=".nightly-check-") as tmp:
+        dest = Path(tmp) / "object"
+        try:
+            store.get(key, dest)
+        except (PublishError, OSError):
+            return None
+        return sha256_file(dest)
+
+
+__all__ = ["put_checked", "refusal", "stored_sha256"]
