@@ -21,7 +21,7 @@ from nightly import provenance
 from nightly.channels import anaconda, conda
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
-from nightly.files import sha256_file
+from nightly.files import BytesChanged, check_sha256, sha256_file
 from nightly.index import IndexOptions, metadata
 from nightly.index.manifest import FileRecord
 from nightly.provenance import attest
@@ -118,12 +118,13 @@ def publish_day(
             folder = key.rpartition("/")[0]
             dest = f"{store.url}/{key}"
             report.folders.setdefault(folder, {})[pkg["name"]] = pkg["sha256"]
-            try:
+            try:  # the bytes tested and signed, or nothing (BytesChanged names the file)
+                check_sha256(day.path / pkg["path"], pkg["sha256"], before="uploaded")
                 prov_sha = attest.publish_beside(store, key, day.path / pkg["path"],
                                                  pkg["sha256"], public_key, log)
                 uploaded = _ensure(store, key, day.path / pkg["path"], pkg["sha256"],
                                    may_replace=dest in entry.published or _matches(bid, replace))
-            except (PublishError, OSError) as e:
+            except (PublishError, OSError, BytesChanged) as e:
                 report.failed[dest] = str(e)
                 state.update(bid, upload_error=f"{dest}: {e}")
                 log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
@@ -340,7 +341,7 @@ def _publish_conda(
                     site=pub.anaconda_site or None,
                     token=token,
                 )
-            except (PublishError, OSError) as e:
+            except (PublishError, OSError, BytesChanged) as e:
                 report.failed[dest] = str(e)
                 state.update(bid, upload_error=f"{dest}: {e}")
                 log(f"anaconda upload failed: {dest}: {e}")
