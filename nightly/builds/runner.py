@@ -172,12 +172,7 @@ class Runner:
             if other:
                 sink(f"[nightly] left out of OUTPUT_DIR (not a {build.package} package): "
                      f"{', '.join(other)}\n".encode())
-            digests: dict[str, str] = {}
-            if result.exit_status == 0 and produced:  # nightly's own copies from here on
-                produced, digests, taken_why = takeback.take_build(
-                    produced, job.work_dir.parent, job.env, sink)
-                result = result if taken_why is None else ExecResult(
-                    exit_status=None, reason=taken_why, notes=result.notes)
+            produced, digests, result = _take(produced, job, result, sink)
             # The recipe's error line becomes the build's reason (state, summary, report).
             error_line = errors.line()
             if error_line:
@@ -402,6 +397,18 @@ class Runner:
                 ev.wait()
             raise
         return results
+
+
+def _take(produced: list[Path], job: Job, result: ExecResult, sink: Callable[[bytes], None],
+          ) -> tuple[list[Path], dict[str, str], ExecResult]:
+    """A recipe that succeeded: its packages taken back as nightly's own files, hashed once
+    (nightly.builds.takeback); what is tested, filed, signed and published from here on."""
+    if result.exit_status != 0 or not produced:
+        return produced, {}, result
+    taken, digests, why = takeback.take_build(produced, job.work_dir.parent, job.env, sink)
+    if why is not None:
+        return produced, {}, ExecResult(exit_status=None, reason=why, notes=result.notes)
+    return taken, digests, result
 
 
 class _Dispatcher:

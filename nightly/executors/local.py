@@ -221,8 +221,46 @@ class LocalExecutor(Executor):
         box, why = self._box(job)
         if why:  # no cgroup: still built, and the log says what is not guarded
             out(f"[nightly] {why}\n".encode())
-            if box is None and (f := confine.shared().unavailable) and self.user is not None:
-                notes.append(f"processes not confined: {f}")
+        started = self._start(job, env, box)
+        if isinstance(started, ExecResult):
+            return started
+        proc, record = started
+        assert proc.stdout is not None
+        stdout = proc.stdout
+
+        def pump() -> None:
+            while True:
+                chunk = os.read(stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                out(chunk)
+
+        reader = threading.Thread(target=pump, name=f"log-{job.build_id}", daemon=True)
+        reader.start()
+        reason, interrupted = _wait(proc, job.timeout_s, cancel)
+        if reason:
+            _kill_group(proc)
+        proc.wait()
+        notes += _end_box(box, job, out)
+        # Grandchildren that outlived bash may still hold the pipe: kill the group, then
+        # give the reader a moment to drain what was written.
+        _kill_group(proc, grace=0)
+        reader.join(timeout=5)
+        stdout.close()
+        record.unlink(missing_ok=True)
+        notes += self._sweep(out, "after")
+        if self.user is not None:  # what nightly reads next is out of the build user's hands
+            take_back(job.work_dir.parent, keep=job.work_dir)
+        status = proc.returncode
+        if reason:
+            return ExecResult(exit_status=status, reason=reason, infra=not interrupted,
+                              interrupted=interrupted, notes=tuple(notes))
+        return ExecResult(exit_status=status, notes=tuple(notes))
+
+    def _start(self, job: Job, env: dict[str, str],
+               box: Box | None) -> tuple[subprocess.Popen[bytes], Path] | ExecResult:
+        """The recipe started behind its gate: its group recorded and the process put in
+        its box before it runs. (process, its record) or the executor's error."""
         gate_r, gate_w = os.pipe()
         try:
             proc = subprocess.Popen(
@@ -249,53 +287,7 @@ class LocalExecutor(Executor):
             os.write(gate_w, b"go\n")
         finally:
             os.close(gate_w)  # closed without a "go": the gate exits, the recipe never runs
-        assert proc.stdout is not None
-        stdout = proc.stdout
-
-        def pump() -> None:
-            while True:
-                chunk = os.read(stdout.fileno(), 65536)
-                if not chunk:
-                    break
-                out(chunk)
-
-        reader = threading.Thread(target=pump, name=f"log-{job.build_id}", daemon=True)
-        reader.start()
-        deadline = time.monotonic() + job.timeout_s
-        reason: str | None = None
-        interrupted = False
-        pidfd = _pidfd(proc)
-        try:
-            # Wait on the process itself (woken as soon as it exits), not on `cancel`:
-            # a 0.1 s sleep per check made every short build last at least 0.1 s.
-            while not _wait_exit(proc, pidfd, 0.1):
-                if cancel.is_set():
-                    interrupted, reason = True, "interrupted"
-                    break
-                if time.monotonic() > deadline:
-                    reason = f"timeout after {job.timeout_s:g} s"
-                    break
-        finally:
-            if pidfd >= 0:
-                os.close(pidfd)
-        if reason:
-            _kill_group(proc)
-        proc.wait()
-        notes += _end_box(box, job, out)
-        # Grandchildren that outlived bash may still hold the pipe: kill the group, then
-        # give the reader a moment to drain what was written.
-        _kill_group(proc, grace=0)
-        reader.join(timeout=5)
-        stdout.close()
-        record.unlink(missing_ok=True)
-        notes += self._sweep(out, "after")
-        if self.user is not None:  # what nightly reads next is out of the build user's hands
-            take_back(job.work_dir.parent, keep=job.work_dir)
-        status = proc.returncode
-        if reason:
-            return ExecResult(exit_status=status, reason=reason, infra=not interrupted,
-                              interrupted=interrupted, notes=tuple(notes))
-        return ExecResult(exit_status=status, notes=tuple(notes))
+        return proc, record
 
     def _box(self, job: Job) -> tuple[Box | None, str | None]:
         """The recipe's cgroup, or (None, the line for the log saying why there is none and
@@ -390,6 +382,25 @@ def _end_box(box: Box | None, job: Job, out: OutputSink) -> list[str]:
             "ended, killed: " + "; ".join(p.describe() for p in left))
     out(f"[nightly] {note}\n".encode())
     return [note]
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float,
+          cancel: threading.Event) -> tuple[str | None, bool]:
+    """Wait for the recipe to end, be cancelled or time out: (reason, interrupted)."""
+    deadline = time.monotonic() + timeout_s
+    pidfd = _pidfd(proc)
+    try:
+        # Wait on the process itself (woken as soon as it exits), not on `cancel`:
+        # a 0.1 s sleep per check made every short build last at least 0.1 s.
+        while not _wait_exit(proc, pidfd, 0.1):
+            if cancel.is_set():
+                return "interrupted", True
+            if time.monotonic() > deadline:
+                return f"timeout after {timeout_s:g} s", False
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+    return None, False
 
 
 def _pidfd(proc: subprocess.Popen[bytes]) -> int:
