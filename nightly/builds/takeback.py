@@ -5,13 +5,15 @@ When a recipe (and everything it started: nightly.executors.confine) has ended, 
 in its OUTPUT_DIR is copied into a folder nightly creates and only nightly's user can write,
 as a new file nightly writes itself: the inode a build account wrote (and that a process of
 it may still hold open) is never kept. The copy is read without following a link, never
-blocks on a FIFO, and is bounded (`MAX_PACKAGE_BYTES`). Those copies are normalised, hashed
-once, smoke- and GPU-tested, filed, signed and published; the hash is checked again right
-before filing, signing and upload (nightly.files.check_sha256).
+blocks on a FIFO, and is bounded (`MAX_PACKAGE_BYTES`). Those copies are normalised and
+hashed once (as they are copied, or as normalising rewrote them); they are smoke- and
+GPU-tested, filed, signed and published, and the hash is checked again right before filing,
+signing and upload (nightly.files.check_sha256).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -46,6 +48,11 @@ def taken_folder(build_folder: Path) -> Path:
 def take_one(src: Path, dest_dir: Path, limit: int = MAX_PACKAGE_BYTES) -> Path:
     """`src` copied into a new file of nightly's in `dest_dir` (bounded, no link followed,
     no FIFO waited on); the new file's path."""
+    return take_hashed(src, dest_dir, limit)[0]
+
+
+def take_hashed(src: Path, dest_dir: Path, limit: int = MAX_PACKAGE_BYTES) -> tuple[Path, str]:
+    """take_one, and the sha256 of the bytes written, hashed as they were copied."""
     try:
         fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as e:
@@ -59,6 +66,7 @@ def take_one(src: Path, dest_dir: Path, limit: int = MAX_PACKAGE_BYTES) -> Path:
             raise NotTaken(f"{src.name} is {st.st_size} bytes, more than the {limit} a package "
                            "may have")
         out_fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        h = hashlib.sha256()
         with os.fdopen(out_fd, "wb") as out:
             copied = 0
             while chunk := f.read(_BLOCK):
@@ -67,9 +75,15 @@ def take_one(src: Path, dest_dir: Path, limit: int = MAX_PACKAGE_BYTES) -> Path:
                     out.close()
                     dest.unlink()
                     raise NotTaken(f"{src.name} grew past {limit} bytes while it was taken")
+                h.update(chunk)
                 out.write(chunk)
             os.fchmod(out_fd, 0o644)
-    return dest
+    return dest, h.hexdigest()
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path, follow_symlinks=False)
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def take_packages(files: Sequence[Path], build_folder: Path) -> list[Path]:
@@ -103,12 +117,17 @@ def take_build(
     """A finished recipe's packages taken back, normalised (SOURCE_DATE_EPOCH) and hashed
     once: (the taken files, their sha256 by name, None) or ([], {}, the reason none is)."""
     try:
-        taken = take_packages(produced, build_folder)
+        folder = taken_folder(build_folder)
+        pairs = [take_hashed(f, folder) for f in produced]
     except (NotTaken, OSError) as e:
         return [], {}, f"taking the packages back failed: {e}"
+    taken = [p for p, _ in pairs]
+    before = [_identity(p) for p in taken]
     for note in normalise_packages(taken, env):
         sink(f"[nightly] {note}\n".encode())
-    digests = hash_taken(taken)
+    # Hashed as copied; a package the normalising rewrote is hashed once, as rewritten.
+    digests = {p.name: d if _identity(p) == was else sha256_file(p)
+               for (p, d), was in zip(pairs, before, strict=True)}
     listed = ", ".join(f"{n} sha256 {d}" for n, d in digests.items())
     sink(f"[nightly] packages taken back as nightly's own files: {listed}\n".encode())
     return taken, digests, None
@@ -120,6 +139,7 @@ __all__ = [
     "hash_taken",
     "recheck",
     "take_build",
+    "take_hashed",
     "take_one",
     "take_packages",
     "taken_folder",

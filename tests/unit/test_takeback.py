@@ -9,11 +9,12 @@ import hashlib
 import os
 import re
 import stat
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from nightly.builds.takeback import NotTaken, recheck, take_one, take_packages
+from nightly.builds.takeback import NotTaken, recheck, take_build, take_one, take_packages
 from nightly.files import BytesChanged, check_sha256
 
 
@@ -95,3 +96,22 @@ def test_a_changed_package_is_named_before_it_is_filed_signed_or_uploaded(
     taken.symlink_to(whl)
     with pytest.raises(BytesChanged, match="cannot be read before signed"):
         check_sha256(taken, digests[taken.name], before="signed")
+
+
+def test_the_one_hash_is_of_the_bytes_kept_normalised_or_not(tmp_path: Path) -> None:
+    """Hashed as copied; a wheel nightly's normalising rewrites is hashed as rewritten."""
+    for epoch in ("", "1700000000"):
+        folder = tmp_path / f"build{epoch}"
+        (folder / "out").mkdir(parents=True)
+        whl = folder / "out" / "demo-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(whl, "w") as z:  # not canonical: names out of order
+            z.writestr("demo/b.py", b"b = 1\n")
+            z.writestr("demo/a.py", b"a = 1\n")
+        built = hashlib.sha256(whl.read_bytes()).hexdigest()
+        lines: list[bytes] = []
+        taken, digests, why = take_build([whl], folder, {"SOURCE_DATE_EPOCH": epoch},
+                                         lines.append)
+        assert why is None
+        assert digests == {whl.name: hashlib.sha256(taken[0].read_bytes()).hexdigest()}
+        assert (digests[whl.name] == built) == (epoch == ""), epoch
+        assert f"{whl.name} sha256 {digests[whl.name]}".encode() in b"".join(lines)
