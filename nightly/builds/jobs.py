@@ -64,6 +64,8 @@ def axis_env(build: Build) -> dict[str, str]:
     if build.python_abi:
         env["NIGHTLY_PYTHON_ABI"] = build.python_abi  # cp314t
         env["NIGHTLY_FREE_THREADED"] = "1" if build.python_abi.endswith("t") else "0"
+    if build.limited_api:  # one cp3X-abi3 wheel, tested on each of build.tests_on
+        env["NIGHTLY_LIMITED_API"] = build.limited_api
     return env
 
 

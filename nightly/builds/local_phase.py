@@ -21,7 +21,7 @@ from nightly.config import Config, Machine
 from nightly.errors import ExecutorError, UsageError
 from nightly.executors import Executor, make_executor
 from nightly.executors.local import LocalExecutor
-from nightly.history.db import recorder
+from nightly.history.feeds import recorder
 from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 

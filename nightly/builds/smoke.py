@@ -11,6 +11,7 @@ the build's interpreter.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import shutil
 import subprocess
@@ -23,8 +24,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from nightly.builds import userarea
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from nightly.builds import abi3test, userarea
 from nightly.builds.buildlog import ErrorLine
+from nightly.builds.ownership import owned_names
 from nightly.channels import conda as conda_client
 from nightly.config import Config
 from nightly.executors.base import Executor, Job, OutputSink
@@ -32,6 +36,8 @@ from nightly.executors.local import NotFound, find_python, give_to
 from nightly.hardening import BuildUser
 from nightly.images import runtime
 from nightly.plan.matrix import Build, python_number
+from nightly.workspace.pythontests import KEY as PYTHONS_KEY
+from nightly.workspace.pythontests import PythonTest, tests_json
 
 SCRIPTS = Path(__file__).with_name("smoke_scripts")
 
@@ -54,6 +60,7 @@ class SmokeResult:
     notes: tuple[str, ...] = ()  # e.g. "GPU check not run"
     # state.json's `tested`: the overall result and each part's (result, where, when, seconds)
     tested: Mapping[str, object] | None = None
+    pythons: tuple[PythonTest, ...] = ()  # a limited-API build's test on each Python
 
 
 def stage_part(result: str, where: str, started: float, *, attempts: int = 1,
@@ -91,14 +98,16 @@ def preflight_jobs(config: Config, build: Build, job: Job, kind: str = "wheel") 
     return [job, replace(job, build_id=f"{job.build_id} (its tests)", image=image)]
 
 
-def tested_record(cpu: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> dict[str, object]:
+def tested_record(cpu: Mapping[str, Any], gpu: Mapping[str, Any] | None,
+                  pythons: tuple[PythonTest, ...]) -> dict[str, object]:
     """The build's `tested`: failed if a part failed; not run if the GPU part (required) was
-    not run; else passed."""
+    not run; else passed. A limited-API build's CPU part lists each Python's result."""
     parts = {"cpu": dict(cpu), **({"gpu": dict(gpu)} if gpu is not None else {})}
     results = [p["result"] for p in parts.values()]
     overall = FAILED if FAILED in results else NOT_RUN if NOT_RUN in results else PASSED
     seconds = round(sum(float(p.get("seconds") or 0) for p in parts.values()), 3)
-    return {"result": overall, "seconds": seconds, **parts}
+    return {"result": overall, "seconds": seconds, **parts,
+            **({PYTHONS_KEY: tests_json(pythons)} if pythons else {})}
 
 
 def night_smoke(config: Config, executor: Executor, source_dir: Path, *, where: str = "",
@@ -144,14 +153,15 @@ class SmokeTester:
         cpu_part = stage_part(PASSED if cpu.ok else FAILED, self.where, started, reason=cpu.reason)
         wheels = [f for f in files if f.name.endswith(".whl")]
         if not cpu.ok or not needs_gpu_part(self.config, build, [f.name for f in wheels]):
-            return replace(cpu, tested=tested_record(cpu_part, None))
+            return replace(cpu, tested=tested_record(cpu_part, None, cpu.pythons))
         if self.gpu_stage:
             out(b"smoke: the GPU part runs as a task of its own on a worker with the gpu "
                 b"resource ([cluster] gpu_smoke); its log follows this build's\n")
-            return replace(cpu, tested=tested_record(cpu_part, None))
+            return replace(cpu, tested=tested_record(cpu_part, None, cpu.pythons))
         gpu, gpu_part = self.gpu_part(build, wheels, job, out, cancel)
         return SmokeResult(ok=gpu.ok, reason=gpu.reason, notes=cpu.notes + gpu.notes,
-                           tested=tested_record(cpu_part, gpu_part))
+                           tested=tested_record(cpu_part, gpu_part, cpu.pythons),
+                           pythons=cpu.pythons)
 
     def gpu_part(
         self, build: Build, wheels: list[Path], job: Job, out: OutputSink, cancel: threading.Event
@@ -191,7 +201,14 @@ class SmokeTester:
         zips = [f for f in files if f.name.endswith(".zip") and build.package == "libtorch"]
         condas = [f for f in files if f.name.endswith((".conda", ".tar.bz2"))]
         notes: list[str] = []
-        if wheels:
+        pythons: tuple[PythonTest, ...] = ()
+        if wheels and build.tests_on:  # a limited-API build: its wheel on each Python
+            each = abi3test.run_each(self._scripted, self.config, build, wheels, job, out,
+                                      cancel)
+            if not each.ok:
+                return SmokeResult(ok=False, reason=each.reason, pythons=each.tests)
+            pythons = each.tests
+        elif wheels:
             r = self._scripted("wheel", build, wheels, job, out, cancel)
             if not r.ok:
                 return r
@@ -210,7 +227,7 @@ class SmokeTester:
                 return r
         if not (wheels or zips or condas):
             out(b"smoke: no package type this smoke test knows; nothing tested\n")
-        return SmokeResult(ok=True, notes=tuple(notes))
+        return SmokeResult(ok=True, notes=tuple(notes), pythons=pythons)
 
     def _scripted(
         self,
@@ -247,6 +264,7 @@ class SmokeTester:
                 SMOKE_COMMAND=sm.command,
                 SMOKE_LIBS=" ".join(sm.libtorch_libs),
                 SMOKE_DEPENDENCIES=sm.dependencies,
+                SMOKE_NOT_FROM_INDEX=" ".join(not_from_index(self.config, files)),
             )
             _smoke_indexes(self.config, env)
             smoke_job = replace(
@@ -359,6 +377,19 @@ def _smoke_indexes(config: Config, env: dict[str, str]) -> None:
         env["PIP_INDEX_URL"] = sm.index_url
     if sm.extra_index_urls:
         env["PIP_EXTRA_INDEX_URL"] = " ".join(sm.extra_index_urls)
+
+
+def not_from_index(config: Config, files: Sequence[Path]) -> list[str]:
+    """The project's own names ([project] name, extra_names) that none of this build's
+    wheels carries: with [smoke] dependencies = "index", pip is constrained never to take
+    them from the dependency index (the wheels' own names come from their files, which pip
+    prefers to any index), so no package of the project's name but the night's is installed
+    and its code run, for a direct or a transitive dependency alike."""
+    built = set()
+    for f in files:
+        with contextlib.suppress(InvalidWheelFilename):
+            built.add(canonicalize_name(parse_wheel_filename(f.name)[0]))
+    return sorted(owned_names(config.project.name, config.project.extra_names) - built)
 
 
 def _conda_name(path: Path) -> str:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from nightly.config.abi3 import LimitedApi
+
 
 def _text(path: Path) -> str:
     try:
@@ -108,3 +110,29 @@ def install_command(project: str, base_version: str, requirements: tuple[str, ..
 
 
 __all__ = ["dependencies", "install_command", "policy_lines", "smoke_dependency_lines", "zig_why"]
+
+
+def wheels_per_python(found: LimitedApi | None) -> str:
+    """What the matrix of a compiled project builds, for init's comment above it."""
+    if found is not None and found.tagged and found.floor:
+        return "one abi3 wheel for them all (limited_api above)"
+    return "one wheel per Python"
+
+
+def limited_api_lines(found: LimitedApi | None) -> list[str]:
+    """[project] limited_api for a project that uses the limited API (nightly.config.abi3):
+    set when its wheel is declared abi3 with a floor, else a comment saying why not."""
+    if found is None:
+        return []
+    said = "; ".join(found.evidence)
+    if found.tagged and found.floor:
+        xy = f"3.{found.floor[3:]}"
+        return [f"# Limited API ({said}): one {found.floor}-abi3 wheel serves Python {xy} and",
+                "# newer: built once, with the lowest of the matrix's Pythons from there, and",
+                "# tested on each of them (docs/building.md, \"Limited-API wheels\").",
+                f'limited_api = "{found.floor}"']
+    why = ("its wheel is not declared abi3" if not found.tagged
+           else "no floor found (meson.build limited_api: '3.X')")
+    return [f"# It uses the limited API ({said}), but {why}: one wheel per",
+            "# Python. To build one wheel for all of them, declare its tag (setup.cfg",
+            "# [bdist_wheel] py_limited_api = cp3X) and set limited_api = \"cp3X\"."]

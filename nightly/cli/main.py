@@ -51,7 +51,7 @@ def plan(
     selects: tuple[str, ...],
 ) -> None:
     """The night's builds, their machines and queues, estimates and lower bound."""
-    from nightly.history.db import planning_estimator
+    from nightly.history.feeds import planning_estimator
     from nightly.plan.matrix import nightly_version
     from nightly.plan.schedule import plan_night
 

@@ -4,6 +4,7 @@ is imported inside the commands."""
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from typing import TYPE_CHECKING
 
@@ -116,6 +117,7 @@ def prune(dry_run: bool) -> None:
         click.echo(str(apply_local_prune(cfg.root, doomed, is_locked)))  # PruneResult.__str__
     if not doomed:
         click.echo(f"no day folder under {cfg.root} is older than {cfg.retention.local_days} days")
+    _prune_history_and_locks(ctx.date, cfg, dry_run)
     rv, rd = cfg.retention.remote_versions, cfg.retention.remote_days
     if cfg.publish.url and (rv or rd):
         import datetime as _dt
@@ -198,3 +200,22 @@ def validate(channel: str | None) -> None:
     if bad:
         raise BuildsFailed(f"{len(bad)} published package(s) are not what users should get: "
                            + ", ".join(c.package for c in bad))
+
+
+def _prune_history_and_locks(today: dt.date, cfg: Config, dry_run: bool) -> None:
+    """The lock files of pruned days, and the history's nights before its window."""
+    from nightly.history.retention import cutoff
+    from nightly.night.retain import prune_history_step
+    from nightly.workspace import is_locked
+    from nightly.workspace.prune import prune_day_locks
+
+    cut = cutoff(today, cfg.retention.history_days)
+    if dry_run:
+        if cut is not None:
+            click.echo(f"would remove the history's nights before {cut} "
+                       f"([retention] history_days = {cfg.retention.history_days})")
+        return
+    for lock in prune_day_locks(cfg.root, today, cfg.retention.local_days, is_locked):
+        click.echo(f"removed {lock}")
+    prune_history_step(cfg, today, click.echo)
+

@@ -24,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from nightly.cli import init_choices as choices
 from nightly.cli.unpack import removed_on_failure, unpack_sdist
+from nightly.config.abi3 import LimitedApi, detect_limited_api
 from nightly.config.detect import MAX_READ, VersionChoice, detect_version_strategy
 from nightly.config.pyproject import PyProject, read_pyproject
 from nightly.errors import UsageError
@@ -58,6 +59,7 @@ class ProjectFacts:
     strategy: VersionChoice
     dependencies: tuple[str, ...] = ()  # runtime requirements (no extras), as written
     zig_why: str = ""  # why init picks toolchain = "zig" ("" : the default sysroot)
+    limited_api: LimitedApi | None = None  # its limited-API use (nightly.config.abi3)
 
 
 def _text(path: Path) -> str:
@@ -144,7 +146,8 @@ def _walk(source: Path, depth: int = 4) -> list[Path]:
 
 def _top_level(source: Path) -> str:
     """The first top-level module an sdist made by setuptools lists (egg-info/top_level.txt:
-    pyahocorasick installs `ahocorasick`), else the first extension module setup.py names."""
+    pyahocorasick installs `ahocorasick`), else setup.py's ext_package or the first extension
+    module it names."""
     for listing in sorted(source.glob("*.egg-info/top_level.txt")) + sorted(
         source.glob("src/*.egg-info/top_level.txt")
     ):
@@ -152,7 +155,10 @@ def _top_level(source: Path) -> str:
         public = [n for n in names if not n.startswith("_")]
         if public or names:
             return (public or names)[0]
-    m = re.search(r"""\bExtension\s*\(\s*(?:name\s*=\s*)?['"]([\w.]+)['"]""", _text(source / "setup.py"))
+    setup_py = _text(source / "setup.py")
+    # ext_package="tree_sitter_json": the extensions' names are inside that package.
+    m = (re.search(r"""\bext_package\s*=\s*['"]([\w.]+)['"]""", setup_py)
+         or re.search(r"""\bExtension\s*\(\s*(?:name\s*=\s*)?['"]([\w.]+)['"]""", setup_py))
     return m.group(1).split(".")[0] if m else ""
 
 
@@ -201,6 +207,7 @@ def read_facts(source: Path) -> ProjectFacts:
         dependencies=choices.dependencies(source, pyproject.dependencies,
                                           _text(source / "setup.cfg"), setup_py),
         zig_why=choices.zig_why(files) if compiled else "",
+        limited_api=detect_limited_api(source, files) if compiled else None,
     )
 
 
@@ -229,8 +236,9 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
     chosen = list(pythons) if facts.compiled else list(pythons)[-1:]
     shown, why = _line(facts.name), _line(facts.compiled_why)
     if facts.compiled:
-        matrix_note = (f"# {shown} has compiled code ({why}): one wheel per "
-                       "Python.\n# The Pythons of requires-python "
+        matrix_note = (f"# {shown} has compiled code ({why}): "
+                       f"{choices.wheels_per_python(facts.limited_api)}."
+                       "\n# The Pythons of requires-python "
                        f"({_line(facts.requires_python) or 'not set'}) that this machine has.")
     else:
         matrix_note = (f"# {shown} is pure Python ({why}): it needs no "
@@ -251,6 +259,7 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
         f"# {_line(facts.strategy.reason)}.",
         '# "auto" decides again each night from the source.',
         f"version_from = {_q(facts.strategy.strategy)}",
+        *_comments(choices.limited_api_lines(facts.limited_api)),
         "",
         matrix_note,
         "[matrix.linux.manywheel]",
@@ -363,6 +372,11 @@ class InitResult:
         else:
             out.append(f"  pure Python ({_line(f.compiled_why)}): it needs no matrix, one wheel "
                        "serves every Python")
+        la = f.limited_api
+        if la is not None:
+            out.append(f"  limited API ({_line('; '.join(la.evidence))}): " + (
+                f"one {la.floor}-abi3 wheel, tested on each Python" if la.tagged and la.floor
+                else "the wheel is not declared abi3: one wheel per Python"))
         if self.missing:
             out.append(f"  requires-python allows Python {', '.join(self.missing)} too, not "
                        "found on this machine")

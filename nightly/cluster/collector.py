@@ -28,6 +28,7 @@ from nightly.cluster.verify import check_packages, sealed
 from nightly.errors import ObjectTooLarge, PublishError
 from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, INTERRUPTED, LOST_BUILD, RUNNING, SUCCEEDED, BuildEntry
+from nightly.workspace.pythontests import python_tests
 
 UNCOLLECTED = ("verifying staging: a package is not the one its worker built (it was changed in "
                "staging after the build); nothing of it is published")
@@ -52,7 +53,7 @@ def with_gpu_test(tested: Mapping[str, object] | None, test: GpuTestResult,
     cpu = (tested or {}).get("cpu")
     cpu = dict(cpu) if isinstance(cpu, Mapping) else stage_part(NOT_RUN, "", time.time())
     part = dict(test.part or stage_part(test.result, "", time.time(), reason=test.reason))
-    record = tested_record(cpu, part)
+    record = tested_record(cpu, part, python_tests(tested))  # a limited-API build's Pythons kept
     if test.result == PASSED or (test.result == NOT_RUN and not require_gpu):
         return record, None
     if test.result == NOT_RUN:

@@ -70,7 +70,7 @@ from nightly.config import Config, Machine
 from nightly.config.schema import ProvenanceConfig
 from nightly.errors import ConfigError, NightlyError, NothingSelected, PublishError, UsageError
 from nightly.history.db import History, history_path
-from nightly.history.db import estimator as history_estimator
+from nightly.history.feeds import estimator as history_estimator
 from nightly.plan.matrix import Build, nightly_version
 from nightly.plan.schedule import make_plan, select_cli
 from nightly.redact import environment_secrets

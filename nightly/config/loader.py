@@ -97,7 +97,7 @@ def parse(
     cache = parse_cache(top, ctx, base, publish)
     provenance = parse_provenance(top, base)
     top.finish()
-    builds = select_builds(matrices, include, exclude, machines, ctx)
+    builds = select_builds(matrices, include, exclude, machines, ctx, project.limited_api)
     check_references(images, builders, builds, ctx)
     return Config(
         path=path,

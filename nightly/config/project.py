@@ -10,6 +10,8 @@ from nightly.config.recipes import installed_recipes
 from nightly.config.schema import BuildSettings, Machine, Project
 from nightly.images.spec import SpecError, parse_toolchain
 from nightly.manylinux import parse_policy
+from nightly.plan.axes import AxisError
+from nightly.plan.limited import collapse, normalize_limited_api
 from nightly.plan.matrix import (
     LIBTORCH_ALL,
     LIBTORCH_VARIANTS,
@@ -18,6 +20,7 @@ from nightly.plan.matrix import (
     PLATFORMS,
     Build,
     PackageMatrix,
+    SpellingError,
     expand,
     near_misses,
     normalize_accelerator,
@@ -38,6 +41,7 @@ def parse_project(top: Table, ctx: Ctx) -> Project:
         build_number=proj.int("build_number", minimum=0),
         version_from=proj.choice("version_from", VERSION_FROM),
         extra_names=tuple(proj.str_list("extra_names")),
+        limited_api=proj.str("limited_api", item=_limited_api),
     )
     proj.finish()
     if not re.match(r"^\d+(\.\d+)*$", project.base_version):
@@ -46,6 +50,13 @@ def parse_project(top: Table, ctx: Ctx) -> Project:
             "project.base_version",
         )
     return project
+
+
+def _limited_api(text: str) -> str:
+    try:
+        return normalize_limited_api(text)
+    except AxisError as e:
+        raise SpellingError(str(e)) from e
 
 
 VERSION_FROM = ("auto", "env", "setuptools-scm", "rewrite", "keep")
@@ -223,9 +234,11 @@ def select_builds(
     exclude: tuple[str, ...],
     machines: list[Machine],
     ctx: Ctx,
+    limited_api: str = "",
 ) -> list[Build]:
-    """The matrix after the selectors; every selector must match and every platform built
-    must have a machine."""
+    """The matrix after the selectors, a limited-API project's wheel builds made one per
+    floor (nightly.plan.limited); every selector must match and every platform built must
+    have a machine."""
     all_builds = expand(matrices)
     builds, unmatched = select(all_builds, include, exclude)
     if unmatched:
@@ -242,6 +255,7 @@ def select_builds(
             "the matrix is empty after the selectors: include and exclude leave no build",
             "selectors",
         )
+    builds = collapse(builds, limited_api)
     check_routes(builds, machines, ctx)
     return builds
 

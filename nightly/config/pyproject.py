@@ -127,6 +127,15 @@ def read_pyproject(source: Path) -> PyProject:
     )
 
 
+def read_tool(source: Path) -> dict[str, object]:
+    """`source`/pyproject.toml's [tool] table, read as read_pyproject reads the file (bounded,
+    no symbolic link); {} when there is none. Callers check the shape of what they take."""
+    path = source / NAME
+    if path.is_symlink() or not path.is_file():
+        return {}
+    return _table(_load(path), "tool", path, "")
+
+
 def pyproject_problem(source: Path) -> str | None:
     """Why `source`'s pyproject.toml cannot be used (one line), or None."""
     try:
@@ -136,4 +145,5 @@ def pyproject_problem(source: Path) -> str | None:
     return None
 
 
-__all__ = ["MAX_BYTES", "PyProject", "PyProjectError", "pyproject_problem", "read_pyproject"]
+__all__ = ["MAX_BYTES", "PyProject", "PyProjectError", "pyproject_problem", "read_pyproject",
+           "read_tool"]

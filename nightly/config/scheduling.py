@@ -32,6 +32,7 @@ def parse_retention(top: Table) -> Retention:
         remote_versions=rt.int("remote_versions", minimum=0),
         remote_days=rt.int("remote_days", minimum=0),
         index_versions=rt.int("index_versions", minimum=0),
+        history_days=rt.int("history_days", minimum=0),
     )
     rt.finish()
     return retention

@@ -33,6 +33,9 @@ class Project:
     # Other distribution names the project's builds deliver (a package is the project's when
     # its normalised name is `name` or one of these: nightly.builds.ownership).
     extra_names: tuple[str, ...] = ()
+    # The limited-API floor of the project's wheels ("cp310"; "": none): one build per floor,
+    # its wheel tested on every Python of the range (nightly.plan.limited).
+    limited_api: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +140,7 @@ class Retention:
     remote_versions: int
     remote_days: int
     index_versions: int  # pages show each project's newest N versions (0: all)
+    history_days: int = 90  # nights of the build history kept (0: all; never under 30)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,11 +6,18 @@ report's trends and the per-night sizes JSON are read from it. The tables and th
 Python values are in history_schema.py.
 
 Several queues (threads) and several processes (machines sharing ROOT on a local disk, a
-`nightly build` beside a `nightly run`) write at once. Each call opens its own connection
-(cheap for SQLite), runs one short transaction (BEGIN IMMEDIATE for writes, so a writer waits
-on the busy timeout instead of failing on a lock upgrade) and closes it. The database is in WAL
-mode: readers never block the writer. SQLite's locking needs a local filesystem: keep ROOT off
-NFS.
+`nightly build` beside a `nightly run`) write at once. Each thread of a process holds one
+connection for the History's life (opening one per call, and the checkpoint SQLite runs when
+the last connection closes, cost 14-20 ms per recorded build; a held connection about 1 ms);
+each call runs one short transaction on it (BEGIN IMMEDIATE for writes, so a writer waits on
+the busy timeout instead of failing on a lock upgrade). A forked child opens its own. The
+database is in WAL mode: readers never block the writer. SQLite's locking needs a local
+filesystem: keep ROOT off NFS.
+
+Every query is bounded by what it returns, not by how many nights are recorded: estimates
+read each build's last successes through the (build_id, outcome, started) index, failure
+facts only the nights since the build's last success, and `prune` keeps the database to
+`[retention] history_days` (history/retention.py).
 
 The history is a record, not the source of truth (state.json is): a night that cannot write it
 loses nothing but statistics.
@@ -20,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -30,6 +39,7 @@ from typing import TYPE_CHECKING
 from nightly.history import recover
 from nightly.history.schema import (
     BUILD_COLUMNS,
+    DAY_GLOB,
     SCHEMA,
     SCHEMA_VERSION,
     SUCCEEDED,
@@ -41,8 +51,6 @@ from nightly.history.schema import (
 from nightly.workspace import BuildEntry
 
 if TYPE_CHECKING:
-    from nightly.config import Config
-    from nightly.plan.matrix import Build
     from nightly.workspace import State
 
 FILENAME = "history.sqlite"
@@ -60,14 +68,18 @@ def median(values: Iterable[float]) -> float:
 class History:
     """ROOT/history.sqlite. Safe to share between threads and processes (see the module doc).
 
-    Usable as a context manager; nothing stays open between calls, so closing is a no-op kept
-    for symmetry."""
+    Usable as a context manager: closing closes the connections its threads hold (an unclosed
+    History's connections close when it is collected)."""
 
     def __init__(self, path: Path, *, warn: Callable[[str], None] = recover.warn_stderr) -> None:
         self.path = Path(path)
+        self._local = threading.local()
+        self._held: list[sqlite3.Connection] = []
+        self._held_lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         inode = recover.inode_of(self.path)
         try:
+            recover.check_kind(self.path)  # a folder or a FIFO: set aside, never waited on
             self._init_schema(check=inode is not None)
         except sqlite3.DatabaseError as e:
             # Unreadable (truncated, garbage): kept aside, a fresh history started
@@ -84,9 +96,25 @@ class History:
         self.close()
 
     def close(self) -> None:
-        return None
+        with self._held_lock:
+            held, self._held = self._held, []
+        for conn in held:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
 
     # ------------------------------------------------------------------ connections
+
+    def _conn(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use (and again in a forked child: a
+        connection never crosses a fork)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = self._open()
+            self._local.conn, self._local.pid = conn, os.getpid()
+            with self._held_lock:
+                self._held.append(conn)
+        return conn
 
     def _open(self) -> sqlite3.Connection:
         # isolation_level=None: no implicit transactions; every write says BEGIN IMMEDIATE.
@@ -100,25 +128,26 @@ class History:
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        conn = self._open()
+        # One read transaction, so the statements of one call see one snapshot.
+        conn = self._conn()
+        conn.execute("BEGIN")
         try:
             yield conn
         finally:
-            conn.close()
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("COMMIT")
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._open()
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
+            yield conn
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+            raise
+        conn.execute("COMMIT")
 
     def _init_schema(self, *, check: bool) -> None:
         # Several processes may create the database at the same moment: switching to WAL and
@@ -128,8 +157,9 @@ class History:
             try:
                 conn = self._open()
                 try:
-                    if check:  # an existing file: every page must read back
-                        recover.check(conn)
+                    if check:  # an existing file: its pages all there, of our schema
+                        recover.check(conn, self.path)
+                        recover.check_schema(conn, SCHEMA, SCHEMA_VERSION)
                     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                     if str(mode).lower() != "wal":
                         raise sqlite3.OperationalError(f"cannot switch {self.path} to WAL ({mode})")
@@ -149,6 +179,10 @@ class History:
                 time.sleep(0.05)
 
     # ------------------------------------------------------------------ writing
+
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One write transaction on this thread's connection (history/retention.py)."""
+        return self._write()
 
     def record(
         self,
@@ -307,6 +341,19 @@ class History:
         out: dict[str, float] = {}
         if not ids or last < 1:
             return out
+        # One indexed look-up per build (builds_by_build: build_id, outcome, started), read
+        # newest first and stopped after `last`: the cost does not grow with the nights kept.
+        query = (
+            "SELECT duration_s FROM builds INDEXED BY builds_by_build "
+            "WHERE build_id = ? AND outcome = ? AND duration_s IS NOT NULL AND duration_s >= 0 "
+            "ORDER BY started DESC, day DESC, attempt DESC LIMIT ?"
+        )
+        with self._read() as conn:
+            for bid in ids:
+                durs = [float(r[0]) for r in conn.execute(query, (bid, SUCCEEDED, last))]
+                if durs:
+                    out[bid] = median(durs)
+        return out
         with self._read() as conn:
             for chunk in _chunks(ids, 500):
                 rows = conn.execute(
@@ -329,15 +376,27 @@ class History:
                     out[bid] = median(durs)
         return out
 
-    def outcomes(self, build_id: str) -> list[tuple[str, str, str]]:
-        """(day, outcome, commit) of the last attempt of `build_id` in every recorded night,
-        by day name (the failure facts of nightly.history.triage read them)."""
+    def outcomes(self, build_id: str, *, before: str | None = None) -> list[tuple[str, str, str]]:
+        """(day, outcome, commit) of the last attempt of `build_id` in each recorded night
+        since its last success (that night included), by day name: all that the failure facts
+        of nightly.history.triage need, however many nights are recorded. `before`: only
+        nights before that day (the nights before the one being reported)."""
+        cut, params = f" AND day GLOB '{DAY_GLOB}'", [build_id, SUCCEEDED]
+        if before is not None:
+            cut, params = cut + " AND day < ?", [build_id, SUCCEEDED, before]
         with self._read() as conn:
+            # Newest first through builds_by_night, stopped at the first success: the rows
+            # read are the build's failing streak, not its whole history.
+            row = conn.execute(
+                f"SELECT day FROM builds INDEXED BY builds_by_night WHERE build_id = ? "
+                f"AND outcome = ?{cut} ORDER BY day DESC LIMIT 1", params
+            ).fetchone()
+            since = str(row[0]) if row and row[0] is not None else ""
             rows = conn.execute(
-                "SELECT day, outcome, commit_sha FROM builds b WHERE build_id = ? AND attempt = "
-                "(SELECT MAX(b2.attempt) FROM builds b2 WHERE b2.day = b.day "
+                f"SELECT day, outcome, commit_sha FROM builds b WHERE build_id = ? AND day >= ?{cut} "
+                "AND attempt = (SELECT MAX(b2.attempt) FROM builds b2 WHERE b2.day = b.day "
                 "AND b2.build_id = b.build_id) ORDER BY day",
-                (build_id,),
+                [build_id, since, *params[2:]],
             ).fetchall()
         return [(str(d), str(o), str(c)) for d, o, c in rows]
 
@@ -376,50 +435,6 @@ class History:
         return {"date": day_name, "builds": builds}
 
 
-def recorder(
-    history: History,
-    day_name: str,
-    state: State,
-    *,
-    commit: str,
-    channel: str = "nightly",
-    log: Callable[[str], None] | None = None,
-) -> Callable[[str, Mapping[str, object]], None]:
-    """A runner event sink that records each attempt as it ends (the runner's "end" event
-    comes after state.json has the attempt's final entry). A history that cannot be written
-    is logged, never fatal: the build's result is in state.json either way."""
-
-    def on_event(kind: str, info: Mapping[str, object]) -> None:
-        if kind != "end" or not info.get("build"):
-            return
-        build_id = str(info["build"])
-        try:
-            history.record(day_name, build_id, state.get(build_id), commit=commit, channel=channel)
-        except (sqlite3.Error, OSError) as e:
-            if log is not None:
-                log(f"history: could not record {build_id} in {history.path}: {e}")
-
-    return on_event
-
-
-def estimator(config: Config, history: History | None) -> Callable[[Build], float]:
-    """The scheduler's estimate of a build: the history's (median of its last successful
-    runs) when there is one, else the configured estimate. The history is read once, here,
-    for the config's builds; a build outside them is looked up on first use."""
-    known: dict[str, float] = history.estimates(b.id for b in config.builds) if history else {}
-    looked_up = {b.id for b in config.builds}
-
-    def estimate(build: Build) -> float:
-        if history is not None and build.id not in looked_up:
-            looked_up.add(build.id)
-            known.update(history.estimates([build.id]))
-        if build.id in known:
-            return known[build.id]
-        return config.estimate_for(build)
-
-    return estimate
-
-
 # ---------------------------------------------------------------------------- helpers
 
 
@@ -430,12 +445,3 @@ def _statements(script: str) -> list[str]:
 def _chunks(items: list[str], n: int) -> Iterator[list[str]]:
     for i in range(0, len(items), n):
         yield items[i : i + n]
-
-
-def planning_estimator(config: Config) -> Callable[[Build], float]:
-    """The estimates a plan uses: history's where the config allows it and a history exists
-    (never created just to plan), else the configured ones."""
-    path = history_path(config.root)
-    if not config.uses_history_estimates() or not path.exists():
-        return config.estimate_for
-    return estimator(config, History(path))

@@ -9,7 +9,9 @@ from typing import Any
 from nightly.jsonvalues import opt_float, opt_int, opt_str
 from nightly.workspace import BuildEntry
 
-SCHEMA_VERSION = 2  # 2: the bisects table (nightly bisect)
+SCHEMA_VERSION = 3  # 2: the bisects table (nightly bisect); 3: builds_by_night (bounded failure facts)
+# The nights of the calendar (a release folder's rows are kept apart from them).
+DAY_GLOB = "[0-9][0-9][0-9][0-9]_[0-9][0-9]_[0-9][0-9]"
 SUCCEEDED = "succeeded"  # as nightly.workspace.SUCCEEDED (not imported: keep this module light)
 
 SCHEMA = """
@@ -37,6 +39,7 @@ CREATE TABLE IF NOT EXISTS builds (
     PRIMARY KEY (day, build_id, attempt)
 );
 CREATE INDEX IF NOT EXISTS builds_by_build ON builds (build_id, outcome, started);
+CREATE INDEX IF NOT EXISTS builds_by_night ON builds (build_id, day);
 CREATE TABLE IF NOT EXISTS files (
     day       TEXT    NOT NULL,
     build_id  TEXT    NOT NULL,

@@ -8,7 +8,6 @@ folder, the history and the source checkout is in `facts_for_day` and `commit_ra
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.errors import NightlyError
+from nightly.jsonvalues import read_json_file
 from nightly.procs import git
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def facts_for_day(day: Day, history: History | None) -> dict[str, FailureFacts]:
         earlier: list[NightOutcome] = []
         if history is not None and _DAY_RE.match(day.name):
             earlier = [NightOutcome(day=d, outcome=o, commit=c)
-                       for d, o, c in _safe_outcomes(history, bid) if _DAY_RE.match(d)]
+                       for d, o, c in _safe_outcomes(history, bid, day.name) if _DAY_RE.match(d)]
         log = day.inside(entry.get("log"))  # never a file outside the day folder
         text = _read_text(log) if log is not None else ""
         reason = str(entry.get("reason") or "")
@@ -288,11 +288,11 @@ def subject_counts(summary: Mapping[str, object]) -> str | None:
     return f"{new} new failure{'' if new == 1 else 's'}, {old} still failing"
 
 
-def _safe_outcomes(history: History, build_id: str) -> list[tuple[str, str, str]]:
+def _safe_outcomes(history: History, build_id: str, before: str) -> list[tuple[str, str, str]]:
     import sqlite3
 
     try:
-        return history.outcomes(build_id)
+        return history.outcomes(build_id, before=before)
     except sqlite3.Error:
         return []
 
@@ -310,7 +310,7 @@ def _bisects(history: History | None, day_name: str) -> dict[str, dict[str, obje
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = read_json_file(path, 256 << 20)  # bounded: never a FIFO's wait
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

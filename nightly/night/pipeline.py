@@ -17,7 +17,7 @@ import socket
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,10 +29,12 @@ from nightly.config import Config, Machine
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError, require
 from nightly.executors import require_extras
 from nightly.files import append_line
-from nightly.history.db import History, history_path, planning_estimator
+from nightly.history.db import History, history_path
+from nightly.history.feeds import planning_estimator
 from nightly.history.triage import summary_for_day
 from nightly.night import notify, wheelhouse
 from nightly.night import source as src
+from nightly.night.retain import prune_step
 from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spec
 from nightly.plan.schedule import make_plan, select_cli
 from nightly.provenance import attest
@@ -48,9 +50,6 @@ from nightly.workspace import (
     Day,
     DayLock,
     State,
-    apply_local_prune,
-    is_locked,
-    plan_local_prune,
     write_json,
 )
 from nightly.workspace import summary as day_record
@@ -204,7 +203,7 @@ def _after_builds(night: NightContext, phase: BuildPhase, opts: NightOptions,
         night.log(f"history: could not record the night in {night.history.path}: {e}")
     report_step(night, night.history, publish=not opts.no_upload)
     if opts.prune:
-        prune_step(night.config, date, night.log)
+        prune_step(night.config, date, night.log, night.history)
     phase.finish(night)
 
 
@@ -367,19 +366,6 @@ def report_step(night: NightContext, history: History, *, publish: bool) -> None
         night.log(f"publishing the report failed: {e}")
 
 
-def prune_step(config: Config, today: dt.date, log: Callable[[str], None]) -> None:
-    """Local retention at the end of a night. Never fatal."""
-    try:
-        doomed = plan_local_prune(
-            config.root, today, config.retention.local_days, is_locked
-        )
-        if doomed:
-            result = apply_local_prune(config.root, doomed, is_locked)
-            log(f"prune: {result}")
-    except (NightlyError, OSError) as e:
-        log(f"prune failed: {e}")
-
-
 def write_summary(
     night: NightContext, *, started: float, estimate_s: float, estimates: dict[str, float],
     manual: dict[str, str] | None = None,
@@ -404,7 +390,7 @@ def write_summary(
             packages=tuple(p.to_json() for p in e.packages), published=dict(e.published),
             log=e.log, test_s=cost.test_s, built_on=e.worker_name or cost.built_on,  # --name
             tested_on=tested_on_by_name(e) or cost.tested_on, extra=lost_json(e),
-            tested=verdict_of(e) if e.status == SUCCEEDED else "",
+            tested=verdict_of(e) if e.status == SUCCEEDED else "", python_tests=e.python_tests,
         )
     failed_uploads = [bid for bid, e in state.builds.items() if e.upload_error and bid in builds]
     publish_error = state.meta.publish_error

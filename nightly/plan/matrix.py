@@ -131,6 +131,10 @@ class Build:
     # macOS), which ids leave out. Expansion writes "" for the default, so equal builds
     # compare equal.
     arch: str = ""
+    # A limited-API build (nightly.plan.limited): its wheel's floor (`cp310`) and the Pythons
+    # the one wheel is tested on, lowest (its own) first; "" and () for any other build.
+    limited_api: str = ""
+    tests_on: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:

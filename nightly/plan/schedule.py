@@ -133,6 +133,9 @@ class Plan:
                     "start_s": pb.start_s,
                     "end_s": pb.end_s,
                     "explicit": pb.explicit,
+                    # a limited-API build: its wheel's floor and the Pythons it is tested on
+                    **({"limited_api": pb.build.limited_api, "tests_on": list(pb.build.tests_on)}
+                       if pb.build.limited_api else {}),
                 }
                 for pb in self.builds
             ],

@@ -26,6 +26,7 @@ from nightly.report.view import (
     outcome_text,
 )
 from nightly.workspace import FAILED, INTERRUPTED, LOST_GPU_TEST, RUNNING, SUCCEEDED
+from nightly.workspace.pythontests import results_text
 
 
 def esc(value: object) -> str:
@@ -277,6 +278,12 @@ def _cache_cell(b: BuildView) -> str:
             f'{esc(rate)}<div class="small muted">{hits} of {hits + misses}</div></td>')
 
 
+def _pythons_html(b: BuildView) -> str:
+    """A limited-API build's test of its one wheel on each Python ("" for another build)."""
+    text = esc(results_text(b.python_tests))
+    return f'<div class="small muted" data-pythons="{text}">{text}</div>' if text else ""
+
+
 def _row(
     b: BuildView, night: NightView, link_base: str, *, with_history: bool, with_estimates: bool,
     with_cache: bool = False,
@@ -307,7 +314,7 @@ def _row(
     compat = describe(b.manylinux)
     if compat:
         outcome += f'<div class="small mono" data-manylinux="{esc(compat)}">{esc(compat)}</div>'
-    out.append(f'<td class="outcome">{outcome}</td>')
+    out.append(f'<td class="outcome">{outcome}{_pythons_html(b)}</td>')
     where = f"{b.machine or '-'} / {b.queue if b.queue is not None else '-'}"
     out.append(f'<td class="nowrap">{esc(where)}</td>')
     out.append(f'<td class="num">{esc(clock(b.started))}</td>')

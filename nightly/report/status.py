@@ -18,6 +18,7 @@ from nightly.report.view import (
 )
 from nightly.workspace import FAILED, INTERRUPTED, PENDING, RUNNING, SUCCEEDED, Day
 from nightly.workspace.cost import shown_status
+from nightly.workspace.pythontests import results_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -122,6 +123,8 @@ def _table(night: NightView) -> Table:
         outcome = f"[{style}]{escape(shown_status(b.status, b.tested))}[/{style}]"
         if b.reason and b.status != SUCCEEDED:
             outcome += f": {escape(b.reason)}"
+        if b.python_tests:  # a limited-API build: its one wheel on each Python
+            outcome += f"\n[dim]{escape(results_text(b.python_tests))}[/dim]"
         if b.upload_error:
             outcome += f" [red](upload failed: {escape(b.upload_error)})[/red]"
         if b.lost:  # a cluster worker killed under it: more than "2 tries"

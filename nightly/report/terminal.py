@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.format import hms, human_size
+from nightly.plan.limited import describe as describe_abi3
 from nightly.plan.schedule import Plan
 from nightly.report.view import attempt_words
 from nightly.workspace.cost import shown_status
+from nightly.workspace.pythontests import SUMMARY_KEY, read_tests, results_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -65,6 +67,7 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
             names = ", ".join(
                 f"{pb.build.id} {escape('[' + pb.build.label + ']')} ({hms(pb.estimate_s)})"
                 f"{'' if pb.explicit else '*'}"
+                + (escape(f" [{describe_abi3(pb.build)}]") if pb.build.limited_api else "")
                 for pb in q.builds
             )
             t.add_row(str(q.index), names or "-", hms(q.finish_s))
@@ -112,6 +115,8 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
         if len(reason) > 240:
             reason = reason[:237] + "..."
         outcome = escape(shown_status(b["outcome"], tested) + (f": {reason}" if reason else ""))
+        each = results_text(read_tests(b.get(SUMMARY_KEY)))  # a limited-API build's Pythons
+        outcome += escape(f" ({each})") if each else ""
         lost = [x for x in b.get("lost") or [] if isinstance(x, dict)]
         if lost:  # a cluster worker killed under it: more than "2 attempts"
             outcome += escape(" (" + "; ".join(

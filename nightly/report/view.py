@@ -9,7 +9,6 @@ durations, sizes and times is nightly/format.py).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import statistics
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.errors import UsageError
-from nightly.jsonvalues import opt_float, opt_int
+from nightly.jsonvalues import opt_float, opt_int, read_json_file
 from nightly.workspace import (
     FAILED,
     INTERRUPTED,
@@ -35,6 +34,7 @@ from nightly.workspace import (
     State,
 )
 from nightly.workspace.cost import shown_status
+from nightly.workspace.pythontests import PythonTest
 from nightly.workspace.summary import Summary, read_summary
 
 if TYPE_CHECKING:
@@ -135,6 +135,8 @@ class BuildView:
     gpu_test_s: float = 0.0
     # "passed", "untested", "GPU test not run", "failed" (nightly.workspace.cost.verdict_of)
     tested: str = ""
+    # a limited-API build's test on each Python (nightly.workspace.pythontests)
+    python_tests: tuple[PythonTest, ...] = ()
     # The manylinux record (nightly.manylinux): policy and tags reached, or a zip's glibc.
     manylinux: dict[str, object] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
@@ -238,7 +240,8 @@ def _test_fields(e: BuildEntry) -> dict[str, Any]:
     cost = build_cost(e, GpuHosts())
     return {"test_s": cost.test_s, "tested_on": tested_on_by_name(e) or cost.tested_on,
             "gpu_test_s": cost.gpu_test_s,
-            "tested": verdict_of(e) if e.status == SUCCEEDED else ""}
+            "tested": verdict_of(e) if e.status == SUCCEEDED else "",
+            "python_tests": e.python_tests}
 
 
 def tested_on_by_name(e: BuildEntry) -> str:
@@ -404,7 +407,7 @@ def outcome_text(b: BuildView) -> str:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json_file(path, 256 << 20)  # bounded: never a FIFO's wait
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -27,7 +27,11 @@ class DayLock:
     def acquire(self, purpose: str = "run") -> DayLock:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            # 0600: a lock file anyone could open is a lock anyone could hold (flock needs
+            # only a read descriptor), pushing every later night of this day out.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, 0o600)  # one made 0644 by an earlier version
         except OSError as e:
             raise UsageError(
                 f"cannot write the day folder {self.path.parent}: {e.strerror or e} "

@@ -128,3 +128,38 @@ def apply_local_prune(root: Path, paths: Iterable[Path], is_locked: Callable[[Pa
             result.deleted.append(candidate)
     return result
 
+
+def prune_day_locks(root: Path, today: date, keep_days: int,
+                    is_locked: Callable[[Path], bool]) -> list[Path]:
+    """Remove `ROOT/<day>.lock` of every day past the window whose folder is gone (one lock
+    file a night would otherwise pile up for ever): a regular file, never a symlink, never
+    one that a live process holds. Returns the removed paths."""
+    try:
+        real_root = root.resolve(strict=True)
+        names = os.listdir(real_root)
+    except OSError:
+        return []
+    today = min(today, date.today())
+    removed = []
+    for name in names:
+        if not name.endswith(".lock"):
+            continue
+        day_name = name[: -len(".lock")]
+        day = parse_day(day_name)
+        if day is None or (today - day).days <= keep_days:
+            continue
+        lock, folder = real_root / name, real_root / day_name
+        try:
+            if not stat.S_ISREG(os.lstat(lock).st_mode) or os.path.lexists(folder):
+                continue
+        except OSError:
+            continue
+        if _locked(is_locked, folder):
+            continue
+        try:
+            os.unlink(lock)
+        except OSError:
+            continue
+        removed.append(lock)
+    return removed
+

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -20,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from nightly.errors import StateError
-from nightly.jsonvalues import opt_float
+from nightly.jsonvalues import JSONInputError, opt_float, read_json_file
 from nightly.workspace.day import atomic_write
+from nightly.workspace.pythontests import PythonTest, python_tests
 
 # Build states in state.json.
 PENDING, RUNNING, SUCCEEDED, FAILED, INTERRUPTED = (
@@ -93,6 +95,11 @@ class BuildEntry:
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+    @property
+    def python_tests(self) -> tuple[PythonTest, ...]:
+        """A limited-API build's test on each Python (nightly.workspace.pythontests)."""
+        return python_tests(self.tested)
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> BuildEntry:
@@ -201,20 +208,14 @@ def _load(path: Path) -> dict[str, object]:
     """state.json, checked against its schema. A file that is not JSON or not of the schema
     is kept aside as `state.json.bad-<time>` and is an error: the day is never silently
     started afresh (its succeeded builds forgotten, its packages built and uploaded again)."""
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_STATE_BYTES + 1)
-    except OSError as e:
-        raise StateError(f"{path}: cannot read the day's state: {e.strerror or e}") from e
     problem = None
     data: object = None
-    if len(raw) > MAX_STATE_BYTES:
-        problem = f"larger than {MAX_STATE_BYTES >> 20} MiB"
-    else:
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except (ValueError, RecursionError) as e:
-            problem = f"not JSON ({str(e)[:120] or type(e).__name__})"
+    try:  # a FIFO, a folder or a link is no state.json: never waited on, never followed
+        data = read_json_file(path, MAX_STATE_BYTES)
+    except JSONInputError as e:
+        problem = str(e)
+    except OSError as e:
+        raise StateError(f"{path}: cannot read the day's state: {e.strerror or e}") from e
     problem = problem or _shape_problem(data)
     if problem is None and isinstance(data, dict):  # the shape checked: an object
         return dict(data)
@@ -276,7 +277,7 @@ class State:
         self.path = path
         self._lock = threading.RLock()
         self.data: dict[str, Any] = {"builds": {}, "meta": {}}
-        if path.exists():
+        if os.path.lexists(path):  # a link or a FIFO too: _load says what it is
             self.data.update(_load(path))
 
     @property

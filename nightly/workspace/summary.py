@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import getpass
-import json
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -27,13 +26,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nightly.jsonvalues import opt_float, opt_int, opt_str
+from nightly.jsonvalues import opt_float, opt_int, opt_str, read_json_file
 from nightly.workspace import SUCCEEDED, Day, State, write_json
+from nightly.workspace.pythontests import SUMMARY_KEY, PythonTest, read_tests, tests_json
 
 if TYPE_CHECKING:
     from nightly.config import Config
 
 MANUAL_PREFIX = "manual-"
+MAX_SUMMARY_BYTES = 64 << 20  # far beyond any night's summary.json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,10 +56,11 @@ class BuildSummary:
     tested_on: str = ""
     # "passed", "untested", "GPU test not run", "failed" (nightly.workspace.cost.verdict_of)
     tested: str = ""
+    python_tests: tuple[PythonTest, ...] = ()  # a limited-API build's test on each Python
     extra: Mapping[str, object] = field(default_factory=dict)  # keys other versions wrote
 
     _KEYS = ("outcome", "reason", "duration_s", "estimate_s", "attempts", "queue", "packages",
-             "published", "log", "test_s", "built_on", "tested_on", "tested")
+             "published", "log", "test_s", "built_on", "tested_on", "tested", SUMMARY_KEY)
 
     def to_json(self) -> dict[str, object]:
         return {**self.extra, "outcome": self.outcome, "reason": self.reason,
@@ -66,7 +68,8 @@ class BuildSummary:
                 "attempts": self.attempts, "queue": self.queue,
                 "packages": [dict(p) for p in self.packages], "published": dict(self.published),
                 "log": self.log, "test_s": self.test_s, "built_on": self.built_on,
-                "tested_on": self.tested_on, **({"tested": self.tested} if self.tested else {})}
+                "tested_on": self.tested_on, **({"tested": self.tested} if self.tested else {}),
+                **({SUMMARY_KEY: tests_json(self.python_tests)} if self.python_tests else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> BuildSummary:
@@ -84,6 +87,7 @@ class BuildSummary:
             log=opt_str(data.get("log")),
             test_s=opt_float(data.get("test_s")), built_on=str(data.get("built_on") or ""),
             tested_on=str(data.get("tested_on") or ""), tested=str(data.get("tested") or ""),
+            python_tests=read_tests(data.get(SUMMARY_KEY)),
             extra={k: v for k, v in data.items() if k not in cls._KEYS},
         )
 
@@ -164,8 +168,8 @@ def held_back_of(data: Mapping[str, object]) -> dict[str, str]:
 
 def read_summary(path: Path) -> Summary | None:
     """summary.json (or a one-off build's), None when missing or unreadable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    try:  # bounded: a FIFO, a link, a huge or deeply nested file reads as unreadable
+        data = read_json_file(path, MAX_SUMMARY_BYTES)
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("builds"), dict):

@@ -19,7 +19,8 @@ import pytest
 from rich.console import Console
 
 from nightly import config as cfg
-from nightly.history.db import History, estimator, history_path
+from nightly.history.db import History, history_path
+from nightly.history.feeds import estimator
 from nightly.plan.schedule import make_plan
 from nightly.report import html as report
 from nightly.report import status as status_view

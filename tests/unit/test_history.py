@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from nightly import config as cfg
-from nightly.history.db import History, estimator, history_path, recorder
+from nightly.history.db import History, history_path
+from nightly.history.feeds import estimator, recorder
 from nightly.plan.schedule import make_plan
 from nightly.workspace import State
 
@@ -283,3 +284,124 @@ def test_recorder_records_attempts_as_they_end_and_never_raises(tmp_path: Path) 
     recorder(broken, day(1), state, commit="c", log=logged.append)("end", {"build": "a"})
     assert len(logged) == 1
     assert "could not record a" in logged[0]
+
+
+# ---------------------------------------------------------------------------- a year of nights
+
+
+def _nights(h: History, build_id: str, outcomes: str, *, first: int = 1) -> None:
+    """One night per letter of `outcomes` (s: succeeded, f: failed, i: interrupted), days
+    2024_01_01 onwards, each started a day after the last."""
+    import datetime as dt
+
+    for i, o in enumerate(outcomes):
+        d = dt.date(2024, 1, 1) + dt.timedelta(days=first - 1 + i)
+        status = {"s": "succeeded", "f": "failed", "i": "interrupted"}[o]
+        e = entry(status=status, started=T0 + 86400 * (first + i), duration=100.0 + i)
+        h.record(d.strftime("%Y_%m_%d"), build_id, e, commit=f"c{first + i}")
+
+
+def test_outcomes_are_the_nights_since_the_last_success(tmp_path: Path) -> None:
+    h = History(tmp_path / "history.sqlite")
+    _nights(h, "a", "ssssfsffif")
+    days = [d for d, _, _ in h.outcomes("a")]
+    assert days == ["2024_01_06", "2024_01_07", "2024_01_08", "2024_01_09", "2024_01_10"]
+    # Before the sixth night: from the fourth night's success on.
+    assert [d for d, _, _ in h.outcomes("a", before="2024_01_06")] == ["2024_01_04", "2024_01_05"]
+    _nights(h, "never", "ff")
+    assert [o for _, o, _ in h.outcomes("never")] == ["failed", "failed"]
+    assert h.outcomes("unknown") == []
+
+
+def test_a_release_folder_never_hides_the_nights(tmp_path: Path) -> None:
+    h = History(tmp_path / "history.sqlite")
+    _nights(h, "a", "sf")
+    h.record("release_2.1.0", "a", entry(), commit="r")  # sorts after every calendar day
+    assert [d for d, _, _ in h.outcomes("a")] == ["2024_01_01", "2024_01_02"]
+
+
+def test_estimates_stay_the_last_successes_over_a_year(tmp_path: Path) -> None:
+    h = History(tmp_path / "history.sqlite")
+    _nights(h, "a", "s" * 360 + "ff")
+    # The last five successes are nights 356-360: durations 100 + 355..359.
+    assert h.estimates(["a"]) == {"a": 457.0}
+
+
+def test_retention_keeps_the_window_and_the_facts_of_an_old_failure(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from nightly.history.retention import prune_history
+    from nightly.history.triage import NightOutcome, facts
+
+    h = History(tmp_path / "history.sqlite")
+    _nights(h, "ok", "s" * 200)
+    _nights(h, "broken", "s" * 20 + "f" * 180)  # last good 2024_01_20, failing since 01_21
+    h.record_bisect("2024_01_21", "broken", {"first_bad": "c21"})
+    today = dt.date(2024, 7, 18)  # night 200 is 2024_07_18
+    before = facts("broken", NightOutcome(day="2024_07_19", outcome="failed", commit="x"),
+                   [NightOutcome(day=d, outcome=o, commit=c) for d, o, c in h.outcomes("broken")])
+    gone = prune_history(h, today, 90)
+    assert gone > 0
+    cut = (today - dt.timedelta(days=90)).strftime("%Y_%m_%d")
+    assert all(d >= cut for d in h.days()[2:])  # two old nights kept for "broken" only
+    assert [r.day for r in h.night("2024_01_20")] == ["2024_01_20"]
+    assert {r.build_id for r in h.night("2024_01_21")} == {"broken"}
+    assert h.night("2024_01_22") == []
+    after = facts("broken", NightOutcome(day="2024_07_19", outcome="failed", commit="x"),
+                  [NightOutcome(day=d, outcome=o, commit=c) for d, o, c in h.outcomes("broken")])
+    assert (after.since, after.last_good, after.last_good_commit) == (
+        before.since, before.last_good, before.last_good_commit) == ("2024_01_21", "2024_01_20", "c20")
+    assert h.bisects("2024_01_21") == {}
+    assert len(h.durations("ok", 30)) == 30  # the report's window is whole
+    # The files of a pruned attempt went with it.
+    with sqlite3.connect(h.path) as conn:
+        orphans = conn.execute(
+            "SELECT COUNT(*) FROM files f WHERE NOT EXISTS (SELECT 1 FROM builds b WHERE "
+            "b.day = f.day AND b.build_id = f.build_id AND b.attempt = f.attempt)").fetchone()[0]
+    assert orphans == 0
+    assert prune_history(h, today, 0) == 0  # 0: keep everything
+
+
+def test_retention_never_goes_below_the_reports_window(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from nightly.history.retention import prune_history
+
+    h = History(tmp_path / "history.sqlite")
+    _nights(h, "a", "s" * 60)
+    prune_history(h, dt.date(2024, 2, 29), 3)  # night 60 is 2024_02_29
+    assert len(h.days()) == 31
+
+
+def test_a_truncated_history_is_found_from_its_header_alone(tmp_path: Path) -> None:
+    from nightly.history import recover
+
+    path = tmp_path / "history.sqlite"
+    h = History(path)
+    _nights(h, "a", "s" * 50)
+    h.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert recover._header_verdict(path) == "ok"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    verdict = recover._header_verdict(path)
+    assert "where the header declares" in verdict
+    (tmp_path / "garbage").write_bytes(b"not a database" * 10)
+    assert recover._header_verdict(tmp_path / "garbage") == "not a database"
+
+
+def test_one_connection_per_thread_for_the_historys_life(tmp_path: Path) -> None:
+    h = History(tmp_path / "history.sqlite")
+    _nights(h, "a", "sss")
+    first = h._conn()
+    _nights(h, "b", "sss")
+    assert h._conn() is first
+    seen: list[sqlite3.Connection] = []
+    t = threading.Thread(target=lambda: seen.append(h._conn()))
+    t.start()
+    t.join()
+    assert seen[0] is not first
+    h.close()
+    assert h._conn() is not first  # closed: a new one on next use
+    assert h.estimates(["a", "b"]) == {"a": 101.0, "b": 101.0}

@@ -42,7 +42,8 @@ Layers = Sequence[tuple[str, tuple[str, ...]]]
 LAYERS: Layers = [
     ("base", BASE),
     # Pure data every layer speaks: a build and its identifiers, a builder image's spec.
-    ("vocabulary", ("nightly.plan.matrix", "nightly.plan.axes", "nightly.images.spec",
+    ("vocabulary", ("nightly.plan.matrix", "nightly.plan.axes", "nightly.plan.limited",
+                    "nightly.images.spec",
                     "nightly.images.suites")),
     ("configuration", ("nightly.config",)),
     ("planning", ("nightly.plan",)),

@@ -41,7 +41,23 @@ fresh_venv() {
     # The wheel from its file (a direct requirement: never looked up on an index), its
     # runtime dependencies from the configured indexes ([smoke] dependencies = "index").
     echo "$who: installing the wheel and its dependencies from ${PIP_INDEX_URL:-the pip configuration of this host}${PIP_EXTRA_INDEX_URL:+ and $PIP_EXTRA_INDEX_URL}"
-    "$vpy" -m pip install --quiet --disable-pip-version-check "$SOURCE_DIR"/*.whl
+    # The project's own names come only from this build's packages: a name of the project
+    # that no wheel here carries (SMOKE_NOT_FROM_INDEX) is constrained to no version at all,
+    # so no dependency, direct or transitive, ever takes it from an index and runs its code.
+    local own=() name
+    for name in ${SMOKE_NOT_FROM_INDEX:-}; do own+=("$name<0"); done
+    if [ ${#own[@]} -gt 0 ]; then
+      printf '%s\n' "${own[@]}" > "$work/own-names.txt"
+      echo "$who: never from an index: $SMOKE_NOT_FROM_INDEX (the project's own names; a dependency on one fails the test)"
+      own=(--constraint "$work/own-names.txt")
+    fi
+    if ! "$vpy" -m pip install --quiet --disable-pip-version-check ${own[@]+"${own[@]}"} \
+        "$SOURCE_DIR"/*.whl; then
+      if [ ${#own[@]} -gt 0 ]; then
+        echo "$who: ERROR: pip could not install the wheel with its dependencies; a dependency on one of the project's own names ($SMOKE_NOT_FROM_INDEX) that this build did not produce is never taken from an index" >&2
+      fi
+      exit 1
+    fi
   else
     "$vpy" -m pip install --quiet --no-index --no-deps "$SOURCE_DIR"/*.whl
   fi

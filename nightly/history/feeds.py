@@ -1,0 +1,72 @@
+"""What the night takes from the build history and gives it: the scheduler's estimates
+(the median of each build's last successful runs) and the runner's event sink that records
+each attempt as it ends."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from nightly.history.db import History, history_path
+
+if TYPE_CHECKING:
+    from nightly.config import Config
+    from nightly.plan.matrix import Build
+    from nightly.workspace import State
+
+
+def recorder(
+    history: History,
+    day_name: str,
+    state: State,
+    *,
+    commit: str,
+    channel: str = "nightly",
+    log: Callable[[str], None] | None = None,
+) -> Callable[[str, Mapping[str, object]], None]:
+    """A runner event sink that records each attempt as it ends (the runner's "end" event
+    comes after state.json has the attempt's final entry). A history that cannot be written
+    is logged, never fatal: the build's result is in state.json either way."""
+
+    def on_event(kind: str, info: Mapping[str, object]) -> None:
+        if kind != "end" or not info.get("build"):
+            return
+        build_id = str(info["build"])
+        try:
+            history.record(day_name, build_id, state.get(build_id), commit=commit, channel=channel)
+        except (sqlite3.Error, OSError) as e:
+            if log is not None:
+                log(f"history: could not record {build_id} in {history.path}: {e}")
+
+    return on_event
+
+
+def estimator(config: Config, history: History | None) -> Callable[[Build], float]:
+    """The scheduler's estimate of a build: the history's (median of its last successful
+    runs) when there is one, else the configured estimate. The history is read once, here,
+    for the config's builds; a build outside them is looked up on first use."""
+    known: dict[str, float] = history.estimates(b.id for b in config.builds) if history else {}
+    looked_up = {b.id for b in config.builds}
+
+    def estimate(build: Build) -> float:
+        if history is not None and build.id not in looked_up:
+            looked_up.add(build.id)
+            known.update(history.estimates([build.id]))
+        if build.id in known:
+            return known[build.id]
+        return config.estimate_for(build)
+
+    return estimate
+
+
+def planning_estimator(config: Config) -> Callable[[Build], float]:
+    """The estimates a plan uses: history's where the config allows it and a history exists
+    (never created just to plan), else the configured ones."""
+    path = history_path(config.root)
+    if not config.uses_history_estimates() or not path.exists():
+        return config.estimate_for
+    return estimator(config, History(path))
+
+
+__all__ = ["estimator", "planning_estimator", "recorder"]
