@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Protocol
 
 from nightly.builds import cache as compiler_cache
-from nightly.builds import repro_check, slot, userarea
+from nightly.builds import repro_check, slot, takeback, userarea
 from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
 from nightly.builds.collect import PackageFile, check_policy, collect_build
 from nightly.builds.jobs import RunContext, day_work, make_job, prepare_toolchain
 from nightly.builds.ownership import NotOurs, check_owned, outputs, owned_names
-from nightly.builds.reproducible import normalise_packages
 from nightly.config.pyproject import pyproject_problem
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
@@ -173,14 +172,14 @@ class Runner:
             if other:
                 sink(f"[nightly] left out of OUTPUT_DIR (not a {build.package} package): "
                      f"{', '.join(other)}\n".encode())
-            if result.exit_status == 0:
-                for note in normalise_packages(produced, job.env):
-                    sink(f"[nightly] {note}\n".encode())
+            produced, digests, result = _take(produced, job, result, sink)
             # The recipe's error line becomes the build's reason (state, summary, report).
             error_line = errors.line()
             if error_line:
                 error_line = safe_url(mask(error_line, *secrets))
             ok, reason, notes = self._verdict(build, job, result, produced, sink, error_line)
+            if ok and (changed := takeback.recheck(produced, digests, before="filed")):
+                ok, reason = False, changed  # the bytes tested are the only ones filed
             failed_status = INTERRUPTED if result.interrupted else FAILED
 
             def file_log(ok: bool, reason: str | None, packages: list[PackageFile]) -> Path:
@@ -398,6 +397,18 @@ class Runner:
                 ev.wait()
             raise
         return results
+
+
+def _take(produced: list[Path], job: Job, result: ExecResult, sink: Callable[[bytes], None],
+          ) -> tuple[list[Path], dict[str, str], ExecResult]:
+    """A recipe that succeeded: its packages taken back as nightly's own files, hashed once
+    (nightly.builds.takeback); what is tested, filed, signed and published from here on."""
+    if result.exit_status != 0 or not produced:
+        return produced, {}, result
+    taken, digests, why = takeback.take_build(produced, job.work_dir.parent, job.env, sink)
+    if why is not None:
+        return produced, {}, ExecResult(exit_status=None, reason=why, notes=result.notes)
+    return taken, digests, result
 
 
 class _Dispatcher:

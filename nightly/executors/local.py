@@ -4,9 +4,7 @@ started)."""
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import json
 import os
 import re
 import select
@@ -20,8 +18,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from nightly.executors import confine
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
-from nightly.files import boot_id, proc_stat
+from nightly.executors.confine import Box
+from nightly.executors.groups import group_record_path, reap_recorded
+from nightly.executors.groups import record_group as _record_group
 from nightly.hardening import BuildUser
 from nightly.plan.axes import family
 from nightly.plan.matrix import cuda_version, python_number
@@ -218,6 +219,50 @@ class LocalExecutor(Executor):
             out(f"[nightly] {e}\n".encode())
             return ExecResult(exit_status=None, reason=str(e))
         self._prepare(job, env, out)
+        notes = self._sweep(out, "before")
+        box, why = self._box(job)
+        if why:  # no cgroup: still built, and the log says what is not guarded
+            out(f"[nightly] {why}\n".encode())
+        started = self._start(job, env, box)
+        if isinstance(started, ExecResult):
+            return started
+        proc, record = started
+        assert proc.stdout is not None
+        stdout = proc.stdout
+
+        def pump() -> None:
+            while True:
+                chunk = os.read(stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                out(chunk)
+
+        reader = threading.Thread(target=pump, name=f"log-{job.build_id}", daemon=True)
+        reader.start()
+        reason, interrupted = _wait(proc, job.timeout_s, cancel)
+        if reason:
+            _kill_group(proc)
+        proc.wait()
+        notes += _end_box(box, job, out)
+        # Grandchildren that outlived bash may still hold the pipe: kill the group, then
+        # give the reader a moment to drain what was written.
+        _kill_group(proc, grace=0)
+        reader.join(timeout=5)
+        stdout.close()
+        record.unlink(missing_ok=True)
+        notes += self._sweep(out, "after")
+        if self.user is not None:  # what nightly reads next is out of the build user's hands
+            take_back(job.work_dir.parent, keep=job.work_dir)
+        status = proc.returncode
+        if reason:
+            return ExecResult(exit_status=status, reason=reason, infra=not interrupted,
+                              interrupted=interrupted, notes=tuple(notes))
+        return ExecResult(exit_status=status, notes=tuple(notes))
+
+    def _start(self, job: Job, env: dict[str, str],
+               box: Box | None) -> tuple[subprocess.Popen[bytes], Path] | ExecResult:
+        """The recipe started behind its gate: its group recorded and the process put in
+        its box before it runs. (process, its record) or the executor's error."""
         gate_r, gate_w = os.pipe()
         try:
             proc = subprocess.Popen(
@@ -232,90 +277,52 @@ class LocalExecutor(Executor):
             )
         except OSError as e:
             os.close(gate_w)
+            if box is not None:
+                box.kill()
             return ExecResult(exit_status=None, reason=f"executor error: {e}", infra=True)
         finally:
             os.close(gate_r)
         try:
-            record = _record_group(job, proc.pid)
+            record = _record_group(job, proc.pid, self.user)
+            if box is not None:  # before the recipe runs: all it starts stays in the box
+                box.add(proc.pid)
             os.write(gate_w, b"go\n")
         finally:
             os.close(gate_w)  # closed without a "go": the gate exits, the recipe never runs
-        assert proc.stdout is not None
-        stdout = proc.stdout
+        return proc, record
 
-        def pump() -> None:
-            while True:
-                chunk = os.read(stdout.fileno(), 65536)
-                if not chunk:
-                    break
-                out(chunk)
-
-        reader = threading.Thread(target=pump, name=f"log-{job.build_id}", daemon=True)
-        reader.start()
-        deadline = time.monotonic() + job.timeout_s
-        reason: str | None = None
-        interrupted = False
-        pidfd = _pidfd(proc)
-        try:
-            # Wait on the process itself (woken as soon as it exits), not on `cancel`:
-            # a 0.1 s sleep per check made every short build last at least 0.1 s.
-            while not _wait_exit(proc, pidfd, 0.1):
-                if cancel.is_set():
-                    interrupted, reason = True, "interrupted"
-                    break
-                if time.monotonic() > deadline:
-                    reason = f"timeout after {job.timeout_s:g} s"
-                    break
-        finally:
-            if pidfd >= 0:
-                os.close(pidfd)
-        if reason:
-            _kill_group(proc)
-        proc.wait()
-        # Grandchildren that outlived bash may still hold the pipe: kill the group, then
-        # give the reader a moment to drain what was written.
-        _kill_group(proc, grace=0)
-        reader.join(timeout=5)
-        stdout.close()
-        record.unlink(missing_ok=True)
-        if self.user is not None:  # what nightly reads next is out of the build user's hands
-            take_back(job.work_dir.parent, keep=job.work_dir)
-        status = proc.returncode
-        if reason:
-            return ExecResult(
-                exit_status=status, reason=reason, infra=not interrupted, interrupted=interrupted
-            )
-        return ExecResult(exit_status=status)
-
+    def _box(self, job: Job) -> tuple[Box | None, str | None]:
+        """The recipe's cgroup, or (None, the line for the log saying why there is none and
+        what is guarded instead)."""
+        confinement = confine.shared()
+        why = confinement.unavailable
+        if why is None:
+            try:
+                return confinement.open(str(group_record_path(job))), None
+            except OSError as e:
+                why = f"cannot create the build's cgroup: {e.strerror}"
+        return None, (f"processes: {why}; only the recipe's process group is killed when it "
+                      "ends (a process it starts in a session of its own can outlive it)")
 
     def reap(self, job: Job) -> list[str]:
         """Kill what a run that died (kill -9, power loss of the orchestrator only) left
-        running of this build: the recipe's process group, found from the record written
-        when it started and checked against /proc so a reused number is never killed."""
-        record = _group_record_path(job)
-        try:
-            if not _ours(record):  # only a record nightly wrote is ever acted on
-                return []
-            info = json.loads(record.read_text())
-            pgid, start = int(info["pgid"]), int(info["start"])
-            boot = str(info.get("boot", ""))
-        except (OSError, ValueError, KeyError, TypeError):
+        running of this build: its cgroup, and the recipe's process group, found from the
+        record written when it started and checked against /proc so a reused number is never
+        killed (nightly.executors.groups)."""
+        return reap_recorded(job)
+
+    def _sweep(self, out: OutputSink, when: str) -> list[str]:
+        """A build account's processes outside nightly's boxes, killed and named."""
+        if self.user is None:
             return []
-        notes = []
-        if boot == boot_id():
-            members = _group_members(pgid, start)
-            if members:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, signal.SIGKILL)
-                end = time.monotonic() + 5
-                while _group_members(pgid, start) and time.monotonic() < end:
-                    time.sleep(0.02)
-                notes.append(
-                    f"killed {len(members)} process(es) of {job.build_id} left running by a "
-                    f"run that died (process group {pgid})"
-                )
-        record.unlink(missing_ok=True)
-        return notes
+        killed = confine.kill_strays(self.user.uid, confine.shared())
+        if not killed:
+            return []
+        note = (f"killed {len(killed)} process(es) of build user {self.user.name} running "
+                f"outside any build, {when} this one: "
+                + "; ".join(p.describe() for p in killed))
+        out(f"[nightly] {note}\n".encode())
+        return [note]
 
 
 def _command(job: Job, user: BuildUser | None = None) -> list[str]:
@@ -323,16 +330,6 @@ def _command(job: Job, user: BuildUser | None = None) -> list[str]:
     if job.cache is not None:  # the compiler cache's `run` starts the recipe
         return [*prefix, *job.cache.command(str(job.recipe), container=False)]
     return [*prefix, "bash", str(job.recipe)]
-
-
-def _ours(path: Path) -> bool:
-    """A regular file (not a link) of this process's user, that no one else can write."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
-            and not st.st_mode & 0o022)
 
 
 def _owned(path: str, uid: int) -> bool:
@@ -376,39 +373,36 @@ def _gated(command: list[str], fd: int) -> list[str]:
     return ["bash", "-c", gate, "nightly-gate", *command]
 
 
-# The record of a running recipe's process group. Not in the build's own folder
-# (work_dir.parent), which a build user owns while its recipe runs: a record planted there
-# would make the next run's reap kill a group of the user's choosing. One level up is
-# nightly's (the day's or the stable build folder's work/).
-def _group_record_path(job: Job) -> Path:
-    return job.work_dir.parent.parent / f".{job.work_dir.parent.name}.pgid"
+def _end_box(box: Box | None, job: Job, out: OutputSink) -> list[str]:
+    """What the recipe left running in its box, named in the log and killed."""
+    if box is None:
+        return []
+    left = box.end()
+    if not left:
+        return []
+    note = (f"the recipe of {job.build_id} left {len(left)} process(es) running when it "
+            "ended, killed: " + "; ".join(p.describe() for p in left))
+    out(f"[nightly] {note}\n".encode())
+    return [note]
 
 
-def _record_group(job: Job, pid: int) -> Path:
-    path = _group_record_path(job)
-    fields = proc_stat(pid)
-    info = {"pgid": pid, "start": fields[18] if fields else 0, "boot": boot_id()}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    # 0644 whatever the umask: reap acts only on a record no one else could have written.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as f:
-        os.fchmod(fd, 0o644)
-        f.write(json.dumps(info))
-    os.replace(tmp, path)
-    return path
-
-
-def _group_members(pgid: int, start: int) -> list[int]:
-    """Live processes of the session/group `pgid` that began no earlier than its leader."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        stat = proc_stat(int(entry))
-        if stat and stat[1] == pgid and stat[2] == pgid and stat[18] >= start:
-            out.append(int(entry))
-    return out
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float,
+          cancel: threading.Event) -> tuple[str | None, bool]:
+    """Wait for the recipe to end, be cancelled or time out: (reason, interrupted)."""
+    deadline = time.monotonic() + timeout_s
+    pidfd = _pidfd(proc)
+    try:
+        # Wait on the process itself (woken as soon as it exits), not on `cancel`:
+        # a 0.1 s sleep per check made every short build last at least 0.1 s.
+        while not _wait_exit(proc, pidfd, 0.1):
+            if cancel.is_set():
+                return "interrupted", True
+            if time.monotonic() > deadline:
+                return f"timeout after {timeout_s:g} s", False
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+    return None, False
 
 
 def _pidfd(proc: subprocess.Popen[bytes]) -> int:

@@ -23,9 +23,9 @@ from nightly.builds.ownership import PUBLISHED_KINDS, owned_by_name, owned_names
 from nightly.builds.reproducible import source_epoch
 from nightly.config import Config
 from nightly.errors import NightlyError
-from nightly.files import sha256_file
+from nightly.files import BytesChanged, check_sha256, sha256_file
 from nightly.plan.matrix import Build
-from nightly.workspace import SUCCEEDED, BuildEntry, Day, State
+from nightly.workspace import FAILED, SUCCEEDED, BuildEntry, Day, State
 
 if TYPE_CHECKING:
     from nightly.builds.phase import NightContext
@@ -151,6 +151,7 @@ class Attester:
             # there (unsigned, another key's, altered) is replaced by nightly's own.
             if trusted(path, pkg.sha256, self.signer.public_key) is not None:
                 continue
+            check_sha256(path, pkg.sha256, before="signed")  # BytesChanged: never signed
             written.append(provenance.write(path, self.facts(bid, entry, pkg.name, pkg.sha256),
                                             self.signer))
         return written
@@ -174,6 +175,9 @@ def sign_day(config: Config, day: Day, state: State, *, commit: str, source_dir:
             continue
         try:
             count += len(att.sign_entry(bid, entry))
+        except BytesChanged as e:  # not the bytes tested: the build fails, nothing published
+            log(f"provenance: {bid}: not signed: {e}")
+            state.update(bid, status=FAILED, reason=str(e))
         except (OSError, ValueError) as e:
             log(f"provenance: {bid}: not signed: {e}")
     log(f"provenance: {count} package(s) signed")

@@ -21,6 +21,7 @@ from nightly import provenance
 from nightly.channels import anaconda, conda
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
+from nightly.files import BytesChanged, check_sha256
 from nightly.index import IndexOptions, metadata
 from nightly.index.manifest import FileRecord
 from nightly.provenance import attest
@@ -117,13 +118,14 @@ def publish_day(
             folder = key.rpartition("/")[0]
             dest = f"{store.url}/{key}"
             report.folders.setdefault(folder, {})  # its name listed once it is there
-            try:
+            try:  # the bytes tested and signed, or nothing (BytesChanged names the file)
+                check_sha256(day.path / pkg["path"], pkg["sha256"], before="uploaded")
                 prov_sha = attest.publish_beside(store, key, day.path / pkg["path"],
                                                  pkg["sha256"], public_key, log)
                 uploaded = _ensure(store, key, day.path / pkg["path"], pkg["sha256"],
                                    may_replace=dest in entry.published or _matches(bid, replace),
                                    state=state, build_id=bid)
-            except (PublishError, OSError) as e:
+            except (PublishError, OSError, BytesChanged) as e:
                 report.failed[dest] = str(e)
                 state.update(bid, upload_error=f"{dest}: {e}")
                 log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
@@ -329,7 +331,7 @@ def _publish_conda(
                     site=pub.anaconda_site or None,
                     token=token,
                 )
-            except (PublishError, OSError) as e:
+            except (PublishError, OSError, BytesChanged) as e:
                 report.failed[dest] = str(e)
                 state.update(bid, upload_error=f"{dest}: {e}")
                 log(f"anaconda upload failed: {dest}: {e}")

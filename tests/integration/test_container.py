@@ -307,6 +307,26 @@ def test_timeout_kills_and_removes_the_container(box: Box) -> None:
     assert not box.containers()
 
 
+def test_a_process_the_recipe_starts_in_its_own_session_ends_with_the_container(
+    box: Box,
+) -> None:
+    """A recipe that leaves a `setsid` process behind and exits 0: the container is removed
+    with the build, and the process with it (its PID namespace ends): none is left on the host."""
+    token = f"{uuid.uuid4().int % 10**8 + 10**8}"
+    box.recipe(f"setsid sleep {token} </dev/null >/dev/null 2>&1 &\necho started\n")
+    result, sink = box.run(box.job(timeout_s=120))
+    assert result.ok, (result.reason, sink.text)
+    assert "started" in sink.text
+    assert not box.containers()
+    left = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == \
+                    f"sleep\0{token}\0".encode():
+                left.append(entry.name)
+    assert left == [], f"the recipe's process outlived its container: {left}"
+
+
 def test_memory_limit_hit_is_out_of_memory_with_the_log_kept(box: Box) -> None:
     box.recipe(
         """

@@ -387,6 +387,12 @@ def test_reap_kills_a_dead_runs_process_group_only(env: Env) -> None:
         record.write_text(json.dumps({**info, "start": info["start"] + 10**6}))
         assert env.executor.reap(job) == []
         assert other.poll() is None
+        # The live process started later than the record says: the recorded group ended and
+        # its number was given to an unrelated process, which is never killed (exact start).
+        record = _record_group(job, other.pid)
+        record.write_text(json.dumps({**info, "start": info["start"] - 100}))
+        assert env.executor.reap(job) == []
+        assert other.poll() is None
     finally:
         for p in (orphan, other):
             if p.poll() is None:
@@ -404,10 +410,10 @@ def test_a_recipe_starts_only_once_its_process_group_is_recorded(
     job = make_job(env.ctx, env.build("manywheel_3.7m_cpu"), executor="local")
     started_before_record: list[bool] = []
 
-    def slow_record(job: object, pid: int) -> Path:
+    def slow_record(job: object, pid: int, user: object = None) -> Path:
         time.sleep(0.5)  # the orchestrator descheduled right after the spawn
         started_before_record.append(env.runs("manywheel_3.7m_cpu") > 0)
-        return _record_group(job, pid)  # type: ignore[arg-type]
+        return _record_group(job, pid, user)  # type: ignore[arg-type]
 
     monkeypatch.setattr(local, "_record_group", slow_record)
     result = env.executor.run(job, lambda chunk: None, threading.Event())

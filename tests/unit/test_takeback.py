@@ -1,0 +1,117 @@
+"""Taking a finished build's packages back (nightly.builds.takeback): nightly's own new files
+in a folder of its own, never the inode the build account wrote (which a process of the
+account may still hold open), read without following a link or waiting on a FIFO, bounded;
+the hash is taken once and checked again before filing, signing and upload."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from nightly.builds.takeback import NotTaken, recheck, take_build, take_one, take_packages
+from nightly.files import BytesChanged, check_sha256
+
+
+def _built(tmp_path: Path) -> tuple[Path, Path]:
+    """A build folder with OUTPUT_DIR holding one wheel, both the account's."""
+    folder = tmp_path / "build"
+    out = folder / "out"
+    out.mkdir(parents=True)
+    whl = out / "demo-1.0-py3-none-any.whl"
+    whl.write_bytes(b"built bytes" * 1000)
+    if os.geteuid() == 0:  # as the build account would leave them
+        for p in (folder, out, whl):
+            os.chown(p, 65534, 65534)
+    return folder, whl
+
+
+def test_the_taken_package_is_a_new_file_of_nightlys_that_the_account_cannot_change(
+    tmp_path: Path,
+) -> None:
+    folder, whl = _built(tmp_path)
+    held = os.open(whl, os.O_RDWR)  # a process of the account holds it open from before
+    try:
+        [taken] = take_packages([whl], folder)
+        digest = hashlib.sha256(taken.read_bytes()).hexdigest()
+        os.ftruncate(held, 0)
+        os.pwrite(held, b"TAMPERED", 0)
+    finally:
+        os.close(held)
+    assert whl.read_bytes() == b"TAMPERED"  # the account's inode changed...
+    assert taken.read_bytes() == b"built bytes" * 1000  # ...nightly's copy did not
+    assert hashlib.sha256(taken.read_bytes()).hexdigest() == digest
+    st, orig = taken.stat(), whl.stat()
+    assert (st.st_dev, st.st_ino) != (orig.st_dev, orig.st_ino)
+    assert st.st_nlink == 1
+    assert st.st_uid == os.geteuid()
+    assert stat.S_IMODE(st.st_mode) == 0o644
+    parent = taken.parent.stat()
+    assert parent.st_uid == os.geteuid()
+    assert stat.S_IMODE(parent.st_mode) == 0o755
+    assert taken.parent != whl.parent
+
+
+def test_a_link_a_fifo_or_an_oversized_file_is_not_taken(tmp_path: Path) -> None:
+    _, whl = _built(tmp_path)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    secret = tmp_path / "root-secret"
+    secret.write_text("key")
+    link = whl.with_name("link-1.0-py3-none-any.whl")
+    link.symlink_to(secret)
+    with pytest.raises(NotTaken, match=r"link-1\.0-py3-none-any\.whl: cannot be taken"):
+        take_one(link, dest)
+    fifo = whl.with_name("fifo-1.0-py3-none-any.whl")
+    os.mkfifo(fifo)
+    with pytest.raises(NotTaken, match="is not a regular file"):
+        take_one(fifo, dest)  # returns at once: never waits for a writer
+    with pytest.raises(NotTaken, match="more than the 100 a package may have"):
+        take_one(whl, dest, limit=100)
+    assert sorted(p.name for p in dest.iterdir()) == []
+
+
+def test_a_changed_package_is_named_before_it_is_filed_signed_or_uploaded(
+    tmp_path: Path,
+) -> None:
+    folder, whl = _built(tmp_path)
+    [taken] = take_packages([whl], folder)
+    digests = {taken.name: hashlib.sha256(taken.read_bytes()).hexdigest()}
+    assert recheck([taken], digests, before="filed") is None
+    check_sha256(taken, digests[taken.name], before="signed")
+    taken.write_bytes(b"changed")
+    why = recheck([taken], digests, before="filed")
+    assert why is not None
+    assert why.startswith(f"{taken.name} changed after it was tested")
+    assert why.endswith("not filed")
+    with pytest.raises(BytesChanged, match=re.escape(taken.name) + " changed after it was "
+                       "tested.*not uploaded"):
+        check_sha256(taken, digests[taken.name], before="uploaded")
+    taken.unlink()
+    taken.symlink_to(whl)
+    with pytest.raises(BytesChanged, match="cannot be read before signed"):
+        check_sha256(taken, digests[taken.name], before="signed")
+
+
+def test_the_one_hash_is_of_the_bytes_kept_normalised_or_not(tmp_path: Path) -> None:
+    """Hashed as copied; a wheel nightly's normalising rewrites is hashed as rewritten."""
+    for epoch in ("", "1700000000"):
+        folder = tmp_path / f"build{epoch}"
+        (folder / "out").mkdir(parents=True)
+        whl = folder / "out" / "demo-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(whl, "w") as z:  # not canonical: names out of order
+            z.writestr("demo/b.py", b"b = 1\n")
+            z.writestr("demo/a.py", b"a = 1\n")
+        built = hashlib.sha256(whl.read_bytes()).hexdigest()
+        lines: list[bytes] = []
+        taken, digests, why = take_build([whl], folder, {"SOURCE_DATE_EPOCH": epoch},
+                                         lines.append)
+        assert why is None
+        assert digests == {whl.name: hashlib.sha256(taken[0].read_bytes()).hexdigest()}
+        assert (digests[whl.name] == built) == (epoch == ""), epoch
+        assert f"{whl.name} sha256 {digests[whl.name]}".encode() in b"".join(lines)
