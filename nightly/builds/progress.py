@@ -30,6 +30,8 @@ from nightly.workspace import live
 if TYPE_CHECKING:
     from rich.live import Live
 
+MIN_REDRAW_S = 0.25  # the view and live.json are redrawn at most this often
+
 
 @dataclass
 class _Running:
@@ -76,6 +78,8 @@ class Progress:
         self._live: Live | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._drawn = 0.0  # time.monotonic() of the last redraw
+        self._dirty = False  # an event since then
 
     # ------------------------------------------------------------------ events
 
@@ -157,10 +161,16 @@ class Progress:
             done=self.done, failed=self.failed, estimate_s=self.estimate_s,
             estimate_source=self.estimate_source, builds=tuple(builds), step=step)
 
-    def _refresh(self) -> None:
-        """Under the lock: the terminal view and live.json brought up to date."""
+    def _refresh(self, *, force: bool = False) -> None:
+        """Under the lock: the terminal view and live.json brought up to date, at most every
+        MIN_REDRAW_S on events (a burst of events is one redraw: the ticker draws the rest)."""
         if self._live is None and self.live_path is None:
             return
+        now = time.monotonic()
+        if not force and now - self._drawn < MIN_REDRAW_S:
+            self._dirty = True
+            return
+        self._drawn, self._dirty = now, False
         state = self.state()
         if self._live is not None:
             self._live.update(render(state, time.time()), refresh=True)
@@ -169,9 +179,10 @@ class Progress:
                 live.write(self.live_path, state)
 
     def _tick(self) -> None:
-        while not self._stop.wait(self.tick_s):
+        while not self._stop.wait(MIN_REDRAW_S):
             with self._lock:
-                self._refresh()
+                if self._dirty or time.monotonic() - self._drawn >= self.tick_s:
+                    self._refresh(force=True)
 
     def __enter__(self) -> Progress:
         if self.live_enabled:
@@ -186,7 +197,7 @@ class Progress:
             self._thread = threading.Thread(target=self._tick, daemon=True)
             self._thread.start()
         with self._lock:
-            self._refresh()
+            self._refresh(force=True)
         return self
 
     def __exit__(
