@@ -87,9 +87,10 @@ def headline(state: LiveState, now: float) -> str:
     return "; ".join(parts)
 
 
-def render(state: LiveState, now: float) -> RenderableType:
+def render(state: LiveState, now: float, width: int = 120) -> RenderableType:
     """The headline, then a table of the running builds: queue, build, phase, elapsed against
-    its estimate, the last line its log printed."""
+    its estimate, the last line its log printed (cut to what `width` leaves it: the other
+    columns are never squeezed)."""
     from rich.console import Group
     from rich.markup import escape
     from rich.table import Table
@@ -100,13 +101,15 @@ def render(state: LiveState, now: float) -> RenderableType:
     t.add_column("build", no_wrap=True)
     t.add_column("phase", no_wrap=True)
     t.add_column("elapsed / estimate", justify="right", no_wrap=True)
-    t.add_column("last line of its log", overflow="ellipsis", no_wrap=True, ratio=1)
+    t.add_column("last line of its log", overflow="ellipsis", no_wrap=True)
+    builds = max((len(b.build) for b in state.builds), default=5)
+    room = max(10, width - (5 + builds + 9 + 18 + 4 * 2) - 1)
     for b in sorted(state.builds, key=lambda b: b.queue):
         est = hms(b.estimate_s) if b.estimate_s else "-"
         over = b.estimate_s is not None and now - b.started > b.estimate_s
         elapsed = f"{'[yellow]' if over else ''}{hms(now - b.started)}{'[/yellow]' if over else ''}"
         t.add_row(str(b.queue), escape(b.build), f"[cyan]{escape(b.phase)}[/cyan]",
-                  f"{elapsed} / {est}", escape(b.last_line))
+                  f"{elapsed} / {est}", escape(clean_line(b.last_line, room)))
     head = Text(headline(state, now), style="bold")
     note = Text(estimate_words(state.estimate_source), style="dim")
     return Group(head, t, note) if state.builds else Group(head, note)

@@ -173,7 +173,7 @@ class Progress:
         self._drawn, self._dirty = now, False
         state = self.state()
         if self._live is not None:
-            self._live.update(render(state, time.time()), refresh=True)
+            self._live.update(render(state, time.time(), self._live.console.width), refresh=True)
         if self.live_path is not None:
             with contextlib.suppress(OSError):  # a view: a full disk must not stop the builds
                 live.write(self.live_path, state)

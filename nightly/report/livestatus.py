@@ -32,7 +32,7 @@ def show_live(day: Day) -> bool:
     con.print(f"[bold]running now[/bold] (pid {state.pid}, updated "
               f"{max(0, int(now - state.updated))} s ago):", highlight=False)
     if con.is_terminal:
-        con.print(render(state, now))
+        con.print(render(state, now, con.width))
     else:
         for line in plain(state, now):
             con.print(line, markup=False, highlight=False, soft_wrap=True)
