@@ -113,7 +113,7 @@ def bundled_pip(python: str) -> Version | None:
         return None
 
 
-def pip_notes(config: Config, group: Served, interpreters: Mapping[str, str]) -> list[str]:
+def pip_notes(config: Config | None, group: Served, interpreters: Mapping[str, str]) -> list[str]:
     """Each Python of `group` whose venv's pip refuses the wheel, with the pip it needs."""
     name = metadata_name(group.wheel)
     if not name or name == canonicalize_name(name):
