@@ -36,6 +36,8 @@ Runs one after another (so they do not compete for the machine), each in its own
               (--quick: Python 3.12 only, the demo only)
   provenance  bench_provenance.py: a night of 8 builds of 32 MB wheels published to a file://
               mirror, with `[provenance] key` against without (--quick: 4 builds, 1 run)
+  progress    bench_progress.py: the live progress display's cost per build on a night of
+              98 stand-in builds (none / plain lines / live view on a pty; --quick: 1 round)
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
               tool of the same kind), or `python -m pip --version` when cibuildwheel is not
               installed (the table says which)
@@ -112,6 +114,8 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                        *(["--pythons", "3.12", "--corpus", ""] if quick else [])], "toolchain.json"),
         "provenance": ([py, str(HERE / "bench_provenance.py"),
                         *(["--runs", "1", "--builds", "4"] if quick else [])], "provenance.json"),
+        "progress": ([py, str(HERE / "bench_progress.py"), *(["--rounds", "1"] if quick else [])],
+                     "progress.json"),
     }  # fmt: skip
 
 
@@ -362,6 +366,14 @@ def rows_provenance(d: dict[str, Any]) -> list[Row]:
              _num(d.get("ratio_with_to_without")), f"lower is better; medians of {d.get('runs')}"]]
 
 
+def rows_progress(d: dict[str, Any]) -> list[Row]:
+    med, ratio = d.get("median_ms_per_build") or {}, d.get("ratio_to_none") or {}
+    return [["progress", f"night of {d.get('builds')} stand-in builds: {mode} / no display "
+             "(ms a build)", _num(med.get(mode), 1), _num(med.get("none"), 1),
+             _num(ratio.get(mode)), f"lower is better; medians of {d.get('rounds')}"]
+            for mode in ("plain", "live")]
+
+
 def rows_bisect(d: dict[str, Any]) -> list[Row]:
     return [["bisect", "bisect of 64 commits: with cache / without (s)",
              _num(_get(d, "cache", "wall_s"), 1), _num(_get(d, "no_cache", "wall_s"), 1),
@@ -391,7 +403,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls,
     "staging_store": rows_staging_store, "bisect": rows_bisect,
     "masking": rows_masking,
-    "toolchain": rows_toolchain, "provenance": rows_provenance,
+    "toolchain": rows_toolchain, "provenance": rows_provenance, "progress": rows_progress,
 }
 
 

@@ -119,14 +119,15 @@ class Verdict:
 
 
 def check_packages(
-    package: str, policy: str, files: Sequence[Path], toolchain: str = "", arch: str = ""
+    package: str, policy: str, files: Sequence[Path], toolchain: str = "", arch: str = "",
+    cuda: bool = False,
 ) -> Verdict:
     """The policy check of a build's packages, before they are filed (both build phases).
     `toolchain`: the build's NIGHTLY_TOOLCHAIN when known, for the fix a failure names. With
     the build's architecture (`arch`), a manywheel tagged for another one fails too."""
     if package == "manywheel":
         wheels = [f for f in files if f.name.endswith(".whl")]
-        verdict = _check_wheels(policy, wheels, toolchain)
+        verdict = _check_wheels(policy, wheels, toolchain, cuda)
         wrong = _wrong_arch(wheels, arch) if arch else []
         if wrong:
             reason = (f"{', '.join(wrong)}, not {arch}, the build's architecture (a wheel "
@@ -160,15 +161,20 @@ def _wrong_arch(wheels: Sequence[Path], arch: str) -> list[str]:
     return wrong
 
 
-def fix_for_glibc(toolchain: str) -> str:
+def fix_for_glibc(toolchain: str, cuda: bool = False) -> str:
     """What to change when a wheel needs a glibc newer than its policy."""
+    if cuda:  # zig builds no CUDA: the builder image's sysroot is what reaches the policy
+        return ("build it in the declared builder image ([images], `nightly images build`), "
+                "whose sysroot reaches the policy: the engine's own image with the host's "
+                "toolkit (cuda_mounts) links this host's glibc")
     if toolchain.startswith("zig"):
         return ("the zig toolchain targets glibc 2.17: a library the wheel links is newer "
                 "(auditwheel show in the log)")
     return 'toolchain = "zig" (C/C++, not CUDA) reaches manylinux_2_17'
 
 
-def _check_wheels(policy: str, wheels: Sequence[Path], toolchain: str = "") -> Verdict:
+def _check_wheels(policy: str, wheels: Sequence[Path], toolchain: str = "",
+                  cuda: bool = False) -> Verdict:
     shown = policy or "none declared"
     tags: list[str] = []
     newest: tuple[int, int] = (0, 0)
@@ -190,7 +196,7 @@ def _check_wheels(policy: str, wheels: Sequence[Path], toolchain: str = "") -> V
         newest = max(newest, need)
         if policy not in ("", OFF) and need > glibc_of(policy):
             problems.append(f"{w.name} needs glibc {need[0]}.{need[1]}, newer than the "
-                            f"policy manylinux_{policy} ({fix_for_glibc(toolchain)})")
+                            f"policy manylinux_{policy} ({fix_for_glibc(toolchain, cuda)})")
     record: dict[str, object] = {"policy": policy or "", "tags": tags}
     if newest != (0, 0):
         record["glibc"] = f"{newest[0]}.{newest[1]}"

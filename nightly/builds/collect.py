@@ -73,7 +73,8 @@ def check_policy(
     recipe environment), whatever the recipe said; a libtorch zip's glibc is recorded. The
     record (policy, tags reached, glibc needed) goes into the build's state entry."""
     verdict = manylinux.check_packages(build.package, env.get(manylinux.ENV_POLICY, ""), files,
-                                       env.get("NIGHTLY_TOOLCHAIN", ""), arch=build.target_arch)
+                                       env.get("NIGHTLY_TOOLCHAIN", ""), arch=build.target_arch,
+                                       cuda=build.cuda.startswith("cu"))
     if verdict.record:
         # What it was built under, so a later policy or toolchain change rebuilds it
         # (nightly.builds.policy).

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
@@ -24,6 +25,7 @@ from nightly.executors.local import LocalExecutor
 from nightly.history.feeds import recorder
 from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
+from nightly.workspace import live as live_state
 
 
 class LocalPhase:
@@ -131,9 +133,12 @@ class LocalPhase:
     def _run_queues(self, night: NightContext, todo: Sequence[Build], runner: Runner,
                     others: Mapping[str, Executor], n_q: int,
                     smoke: Callable[[Executor], SmokeHook | None]) -> None:
+        estimates, source = build_estimates(night, todo)
         progress = Progress(  # once the executor is ready: its clock starts with the builds
             total=len(todo), master_log=night.day.master / "run.log",
-            estimate_s=self.estimate_s, live=night.live, queue_logs=night.day.master,
+            estimate_s=self.estimate_s or sum(estimates.values()) / max(1, n_q),
+            live=night.live, queue_logs=night.day.master, estimates=estimates,
+            estimate_source=source, live_path=live_state.path_of(night.day.master),
         )
         with progress:
             progress.log(
@@ -164,6 +169,19 @@ class LocalPhase:
 
     def finish(self, night: NightContext) -> None:
         pass
+
+
+def build_estimates(night: NightContext, todo: Sequence[Build]) -> tuple[dict[str, float], str]:
+    """Each build's estimate (history's where it has one and the config allows it, else the
+    configured guess) and where they came from: "history" or "config"."""
+    known: dict[str, float] = {}
+    if night.config.uses_history_estimates():
+        try:
+            known = night.history.estimates(b.id for b in todo)
+        except (sqlite3.Error, OSError):
+            known = {}
+    return ({b.id: known.get(b.id) or night.config.estimate_for(b) for b in todo},
+            "history" if known else "config")
 
 
 def stable_slot(night: NightContext, ctx: RunContext, base: Path, source: Path,

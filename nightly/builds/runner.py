@@ -162,6 +162,7 @@ class Runner:
                     problem = prepare_toolchain(job, sink)  # a host build's manylinux toolchain
                     if ctx.area is not None:
                         userarea.open_toolchains(ctx.area)
+                    self.on_event("phase", {"build": build.id, "phase": "building", "log": str(log_path)})
                     result = (ExecResult(exit_status=None, reason=problem, infra=True) if problem
                               else executor.run(job, recipe_sink, self.cancel))
             except Exception as e:  # an executor bug must not stop the other builds
@@ -271,6 +272,7 @@ class Runner:
             reason = policy.reason
         tester = self._smoke_of(build)
         if reason is None and tester is not None:
+            self.on_event("phase", {"build": build.id, "phase": "testing"})
             try:
                 smoke = tester(build, produced, job, sink, self.cancel)
             except Exception as e:  # a smoke-test bug fails this build only

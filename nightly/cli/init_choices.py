@@ -89,11 +89,27 @@ def smoke_dependency_lines(name: str, requirements: tuple[str, ...]) -> list[str
     if not requirements:
         return [f"# {name} declares no runtime dependencies: the wheel is installed alone.",
                 'dependencies = "none"']
-    names = ", ".join(requirements[:4]) + (" ..." if len(requirements) > 4 else "")
+    names = ", ".join(_names(requirements)[:4]) + (" ..." if len(requirements) > 4 else "")
     return [f"# {name} needs {names} at run time: pip installs them into the smoke venv",
             "# from [build] index_url (else this machine's pip configuration), or from",
             "# index_url here; the wheel itself only from the night's packages.",
             'dependencies = "index"']
+
+
+def _names(requirements: tuple[str, ...]) -> list[str]:
+    """The projects a list of requirements names, without versions or markers (a comment
+    says who is needed; the metadata keeps the rest)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out = []
+    for r in requirements:
+        try:
+            name = Requirement(r).name
+        except InvalidRequirement:
+            name = r.split(";", 1)[0].strip()
+        if name not in out:
+            out.append(name)
+    return out
 
 
 def install_command(project: str, base_version: str, requirements: tuple[str, ...],
@@ -109,7 +125,46 @@ def install_command(project: str, base_version: str, requirements: tuple[str, ..
             f'"{name}=={version}"')
 
 
-__all__ = ["dependencies", "install_command", "policy_lines", "smoke_dependency_lines", "zig_why"]
+def tonight(base_version: str, version_from: str) -> str:
+    """The version tonight's night gives the project."""
+    import datetime as dt
+
+    from nightly.plan.matrix import nightly_version
+
+    return nightly_version(base_version or "0.0.0", dt.date.today(), version_from)
+
+
+def pip_notes(name: str, pythons: dict[str, str]) -> list[str]:
+    """Each Python whose new venv's pip refuses a wheel whose metadata spells its name with
+    capitals (pip before 23.1), with the pip it needs."""
+    from nightly.report.install import FIXED_PIP, bundled_pip
+
+    if name == canonicalize_name(name):
+        return []
+    out = []
+    for xy, python in pythons.items():
+        pip = bundled_pip(python)
+        if pip is not None and pip < FIXED_PIP:
+            out.append(f"Python {xy}: a new venv's pip {pip} refuses a wheel whose metadata "
+                       f"spells the name {name!r}: first `python -m pip install "
+                       f"'pip>={FIXED_PIP}'` in the venv")
+    return out
+
+
+def current_branch(source: Path) -> str:
+    """The branch a git folder has checked out ("" for a plain folder, a detached HEAD, or
+    no git): what its nights build ([project] branch), not git's default name."""
+    import subprocess
+
+    if not (source / ".git").exists():
+        return ""
+    try:
+        p = subprocess.run(["git", "-C", str(source), "symbolic-ref", "--quiet", "--short", "HEAD"],
+                           capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    name = p.stdout.strip()
+    return name if p.returncode == 0 and name.isprintable() else ""
 
 
 def wheels_per_python(found: LimitedApi | None) -> str:
@@ -136,3 +191,7 @@ def limited_api_lines(found: LimitedApi | None) -> list[str]:
     return [f"# It uses the limited API ({said}), but {why}: one wheel per",
             "# Python. To build one wheel for all of them, declare its tag (setup.cfg",
             "# [bdist_wheel] py_limited_api = cp3X) and set limited_api = \"cp3X\"."]
+
+
+__all__ = ["current_branch", "dependencies", "install_command", "limited_api_lines", "pip_notes",
+           "policy_lines", "smoke_dependency_lines", "tonight", "wheels_per_python", "zig_why"]

@@ -275,6 +275,10 @@ def status(tail: int, version: str | None, rc: int | None) -> None:
     ctx = Ctx()
     day = existing_day(ctx) if version is None else existing_candidate(ctx, version, rc)
     hp = history_path(ctx.config.root)
+    if version is None:
+        from nightly.report.livestatus import show_live
+
+        show_live(day)  # a night running on the day: what it does now
     if status_view.show(day, tail=tail, history=History(hp) if hp.exists() else None):
         raise BuildsFailed("a build failed, was interrupted or was not published", reported=True)
 

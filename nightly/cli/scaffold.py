@@ -60,6 +60,7 @@ class ProjectFacts:
     dependencies: tuple[str, ...] = ()  # runtime requirements (no extras), as written
     zig_why: str = ""  # why init picks toolchain = "zig" ("" : the default sysroot)
     limited_api: LimitedApi | None = None  # its limited-API use (nightly.config.abi3)
+    branch: str = ""  # a git folder's checked-out branch ("": not git, or a detached HEAD)
 
 
 def _text(path: Path) -> str:
@@ -204,6 +205,7 @@ def read_facts(source: Path) -> ProjectFacts:
         import_name=(_top_level(source) or (import_dir.name if import_dir else "")
                      or canonicalize_name(name).replace("-", "_")),
         strategy=detect_version_strategy(source),
+        branch=choices.current_branch(source),
         dependencies=choices.dependencies(source, pyproject.dependencies,
                                           _text(source / "setup.cfg"), setup_py),
         zig_why=choices.zig_why(files) if compiled else "",
@@ -227,7 +229,8 @@ def _builder_python(interpreter: str) -> str:
     return "distro" if str(prefix) == "/usr" else f"host:{prefix}"
 
 
-def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
+def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str,
+           mirror: str = "file://$PWD/mirror") -> str:
     """The nightly.toml text: every choice commented, values TOML-quoted. Everything taken
     from the project is untrusted: a value is a TOML basic string (`_q`), a comment one
     line without control characters (`_line`), so no project text adds a key or a table."""
@@ -255,6 +258,8 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
         "[project]",
         f"name = {_q(facts.name)}",
         f"source = {_q(source)}       # a folder or a git URL",
+        *([f"branch = {_q(facts.branch)}  # the branch the folder had checked out at init"]
+          if facts.branch else []),
         f"base_version = {_q(base)}  # {version_note}; nightlies are {base}.devYYYYMMDD",
         f"# {_line(facts.strategy.reason)}.",
         '# "auto" decides again each night from the source.',
@@ -298,7 +303,7 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str) -> str:
         *_comments(choices.smoke_dependency_lines(facts.name, facts.dependencies)),
         "",
         "# Publish into a local mirror folder with PEP 503 pages. Install a night's wheel with",
-        f"#   {_line(_install(facts))}",
+        f"#   {_line(_install(facts, mirror))}",
         "# (its exact version: with two indexes pip takes the highest version found on either,",
         "# and a release on PyPI is higher than its nightlies; docs/building.md, \"Installing\")",
         "[publish]",
@@ -312,9 +317,9 @@ _ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r",
             '"': '\\"', "\\": "\\\\"}
 
 
-def _install(facts: ProjectFacts) -> str:
+def _install(facts: ProjectFacts, mirror: str, version: str = "") -> str:
     return choices.install_command(facts.name, facts.base_version, facts.dependencies,
-                                   "file://$PWD/mirror/whl/nightly/cpu/")
+                                   f"{mirror}/whl/nightly/cpu/", version)
 
 
 def _q(text: str) -> str:
@@ -392,9 +397,10 @@ class InitResult:
                 out.append("  auditwheel is not installed here, and the policy needs it: "
                            "pip install 'nightly-builds[manylinux]'")
         if f.dependencies:
-            out.append(f"  smoke test: {len(f.dependencies)} runtime dependencies installed "
+            n = len(f.dependencies)
+            out.append(f"  smoke test: {n} runtime dependenc{'y' if n == 1 else 'ies'} installed "
                        'from the index ([smoke] dependencies = "index")')
-        out.append(f"  install a night's wheel: {_install(f)}")
+        out += self._install_lines()
         opt = "" if self.config == Path("nightly.toml") else f" --config {self.config}"
         # The written executor is "local": the first night needs no engine and no image.
         out.append("Try it:")
@@ -404,6 +410,16 @@ class InitResult:
                    "nightly images engine):")
         out.append(f"  nightly images build{opt}")
         return out
+
+
+    def _install_lines(self) -> list[str]:
+        f = self.facts
+        mirror = (Path(os.path.abspath(self.config)).parent.resolve() / "mirror").as_uri()
+        version = choices.tonight(f.base_version, f.strategy.strategy)
+        return [f"  tonight's wheels: {_line(f.name)} {version} for Python "
+                f"{', '.join(self.pythons)}; once published, install one with:",
+                f"  install a night's wheel: {_install(f, mirror, version)}",
+                *(f"  {_line(n)}" for n in choices.pip_notes(f.name, self.pythons))]
 
 
 def init_project(target: Path, config: Path) -> InitResult:
@@ -440,7 +456,8 @@ def init_project(target: Path, config: Path) -> InitResult:
                 f"{_line(facts.requires_python)!r} on this machine (looked for Python "
                 f"{', '.join(missing) or 'none'}): install one"
             )
-        text = render(facts, found, source=os.path.relpath(source.resolve(), folder))
+        text = render(facts, found, source=os.path.relpath(source.resolve(), folder),
+                      mirror=(folder / "mirror").as_uri())
         _write_new(config, text)
     return InitResult(config=config, facts=facts, pythons=found, missing=missing)
 

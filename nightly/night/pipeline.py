@@ -41,6 +41,7 @@ from nightly.provenance import attest
 from nightly.publish.upload import open_destination, publish_day, record_publication
 from nightly.publish.validate import validate_day
 from nightly.redact import mask, scrub_pem, secret_values
+from nightly.report import install
 from nightly.report import terminal as display
 from nightly.report.html import write_report
 from nightly.report.view import lost_json, tested_on_by_name
@@ -118,7 +119,6 @@ def check_free_space(config: Config) -> None:
         )
 
 
-
 # ---------------------------------------------------------------------------- the pipeline
 
 
@@ -177,6 +177,7 @@ def run_night(
         if opts.manual is not None:
             why = day_record.why_not_published(config, no_upload=opts.no_upload, day=day)
             display.print_destinations(summary, day.path, not_published=why)
+        install.print_install(config, day, night.state, version)  # the night's last lines
         if summary.exit_code:
             c = summary.counts
             raise BuildsFailed(
@@ -464,7 +465,6 @@ def builds_from_cli(
     # Keep the matrix's own Build (it carries devtoolset etc.) when the build is in it.
     known = {b.id: b for b in config.builds}
     return [known.get(b.id, b) for b in builds]
-
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightly.config import Project
-from nightly.errors import NightlyError
+from nightly.errors import NightlyError, UsageError
 from nightly.procs import git
 from nightly.workspace import remove_tree, write_json
 
@@ -66,7 +66,11 @@ def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) ->
             commit = _git("rev-parse", f"{target}^{{commit}}", cwd=tmp)
             why = f"ref {project.ref}"
         else:
-            _git("clone", "--quiet", "--no-checkout", "--branch", project.branch, url, str(tmp))
+            try:
+                _git("clone", "--quiet", "--no-checkout", "--branch", project.branch, url, str(tmp))
+            except NightlyError:
+                _no_such_branch(project.branch, url)
+                raise
             midnight = dt.datetime.combine(date + dt.timedelta(days=1), dt.time())
             commit = _git(
                 "rev-list", "-1", f"--before={midnight:%Y-%m-%d %H:%M:%S}",
@@ -84,3 +88,17 @@ def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) ->
         remove_tree(dest)
     os.replace(tmp, dest)
     return Checkout(path=dest, commit=commit, describe=describe)
+
+
+def _no_such_branch(branch: str, url: str) -> None:
+    """UsageError (one line, exit 2) when `url` has no branch `branch`, naming those it has."""
+    try:
+        heads = _git("ls-remote", "--heads", url)
+    except NightlyError:
+        return  # unreachable: git's own message says why
+    names = sorted(line.split("refs/heads/", 1)[1] for line in heads.splitlines()
+                   if "refs/heads/" in line)
+    if branch not in names:
+        raise UsageError(
+            f"[project] branch = \"{branch}\" is not a branch of {url} (its branches: "
+            f"{', '.join(names) or 'none'}): set branch in [project] to the one to build")

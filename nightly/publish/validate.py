@@ -183,7 +183,7 @@ def _check_wheel(
     digest = hashlib.sha256(files[0].read_bytes()).hexdigest()
     if digest != sha256:
         return _same(bid, name, url, digest, sha256)
-    out = _pip(vpy, ["install", "--no-deps", "--no-index", str(files[0])])
+    out = _install(config, vpy, files[0])
     if out is not None:
         return Check(build=bid, package=name, ok=False, url=url, reason=f"pip install: {out}")
     module = config.smoke.import_name or project.replace("-", "_")
@@ -209,11 +209,32 @@ def _why(pip_error: str) -> str:
     return next((words for needle, words in _PIP_WORDS if needle in pip_error), "unreachable")
 
 
-def _pip(python: str, args: Sequence[str]) -> str | None:
+def _install(config: Config, python: str, wheel: Path) -> str | None:
+    """The published wheel installed as the smoke test installs it: alone, or with its runtime
+    dependencies from [smoke]'s indexes, else [build]'s, else this machine's pip configuration
+    ([smoke] dependencies = "index")."""
+    if config.smoke.dependencies != "index":
+        return _pip(python, ["install", "--no-deps", "--no-index", str(wheel)])
+    sm, b = config.smoke, config.build
+    index, extra = ((sm.index_url, sm.extra_index_urls) if sm.index_url or sm.extra_index_urls
+                    else (b.index_url, b.extra_index_urls))
+    args = [*(["--index-url", index] if index else []),
+            *(a for url in extra for a in ("--extra-index-url", url))]
+    # Only the indexes name where dependencies come from; none set: pip's own configuration.
+    return _pip(python, ["install", *args, str(wheel)], own_config=not (index or extra))
+
+
+def _pip(python: str, args: Sequence[str], *, own_config: bool = False) -> str | None:
     """Run this machine's pip for `python` (pip --python); None on success, else its first
-    error line."""
-    env = {"PIP_CONFIG_FILE": "/dev/null", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    error line. `own_config`: with this machine's pip configuration (its index), else none."""
+    env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1",
            "PATH": "/usr/bin:/bin", "HOME": str(Path(python).parents[2])}
+    if not own_config:
+        env["PIP_CONFIG_FILE"] = "/dev/null"
+    else:  # the user's pip.conf and PIP_* settings, as the smoke test's pip reads them
+        import os
+
+        env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_") or k == "HOME"})
     p = subprocess.run([sys.executable, "-m", "pip", "--python", python, *args],
                        capture_output=True, text=True, timeout=600, check=False, env=env)
     if p.returncode == 0:

@@ -256,8 +256,12 @@ def test_a_project_with_dependencies_from_init_to_tested_manylinux_wheels_over_h
     _ok([str(python), "-m", "venv", str(venv)])
     with http_servers() as serve:
         url = serve(work / "mirror") + "whl/nightly/cpu/"
-        command = line.replace("file://$PWD/mirror/whl/nightly/cpu/", url).replace(
-            ".devYYYYMMDD", DEV)
+        # init's line names the mirror by its absolute URL and tonight's version: served
+        # over HTTP instead, for the night this test ran (DATE).
+        mirror = f"{(work / 'mirror').resolve().as_uri()}/whl/nightly/cpu/"
+        assert mirror in line, line
+        assert "YYYYMMDD" not in line, line
+        command = re.sub(r"\.dev\d{8}", DEV, line.replace(mirror, url))
         args = shlex.split(command)
         assert args[:2] == ["pip", "install"]
         _ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *args[2:]])

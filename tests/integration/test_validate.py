@@ -152,3 +152,44 @@ def test_validate_without_a_public_url_for_s3_is_a_config_error(tmp_path: Path) 
 
     with pytest.raises(ConfigError, match="public_url"):
         public_base(config)
+
+
+def test_validate_installs_runtime_dependencies_as_the_smoke_test_does(
+    tmp_path: Path, http_server: Callable[[Path], str]
+) -> None:
+    """[smoke] dependencies = "index": validate installs the published wheel with its runtime
+    dependencies from [smoke]'s index (issue 50, point 3); it used to install it alone, so
+    every project with a dependency failed its import."""
+    deps = tmp_path / "deps" / "simple" / "valdep"
+    deps.mkdir(parents=True)
+    dep = make_wheel(deps, "valdep", "2.0", body="ANSWER = 42\n")
+    (deps / "index.html").write_text(f'<a href="{dep.name}">{dep.name}</a>\n')
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    config_path = _config(tmp_path, http_server(mirror))
+    with config_path.open("a") as f:
+        f.write(f'\n[smoke]\ndependencies = "index"\nindex_url = "{deps.parent.as_uri()}/"\n')
+    config = cfg.load(config_path)
+    day = Day(config.root, dt.date(2024, 5, 1))
+    day.create()
+    folder = day.package_dir("manywheel", "cpu")
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = make_wheel(folder, PROJECT, VERSION, requires=("valdep>=2",),
+                       body="from valdep import ANSWER\nassert ANSWER == 42\n")
+    state = State(day.state_path)
+    state.update(f"manywheel_{PY}_cpu", status=SUCCEEDED, package="manywheel", python=PY,
+                 cuda="cpu", packages=[PackageFile(
+                     name=wheel.name, path=str(wheel.relative_to(day.path)),
+                     size=wheel.stat().st_size,
+                     sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())])
+    assert publish_day(config, day, state, channel="nightly", log=lambda _line: None).ok
+
+    r = _validate(config_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"validate ok   manywheel_{PY}_cpu: {WHEEL}" in r.stdout
+
+    # The dependency gone from its index: validate says so (it really installs it).
+    dep.unlink()
+    r = _validate(config_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "valdep" in r.stdout

@@ -23,15 +23,17 @@ def make_wheel(
     body: str | None = None,
     summary: str | None = None,
     data: Mapping[str, str] | None = None,
+    requires: tuple[str, ...] = (),
 ) -> Path:
     """A valid pure-Python py3-none-any wheel: one module (`body`, by default a VERSION
     constant), the files of `data` (path in the wheel -> text), METADATA (with `summary`
-    when given), WHEEL and RECORD with hashes."""
+    and `requires` when given), WHEEL and RECORD with hashes."""
     module = dist.lower().replace("-", "_").replace(".", "_")
     dist_info = f"{re.sub(r'[-.]+', '_', dist)}-{version}.dist-info"
     metadata = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
     if summary is not None:
         metadata += f"Summary: {summary}\n"
+    metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
     files = {
         f"{module}/__init__.py": (f"VERSION = {version!r}\n" if body is None else body).encode(),
         **{name: text.encode() for name, text in (data or {}).items()},

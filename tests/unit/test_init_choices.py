@@ -3,6 +3,7 @@ toolchain that meets it, the smoke test's runtime dependencies, the install comm
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,7 @@ def _init(nightly: Run, tmp_path: Path, files: dict[str, str]) -> tuple[Any, Any
 def test_a_cpp_project_with_dependencies_gets_the_policy_zig_and_its_dependencies(
     nightly: Run, tmp_path: Path
 ) -> None:
+    before = dt.date.today()
     out, config = _init(nightly, tmp_path, {
         "pyproject.toml": '[build-system]\nrequires = ["scikit-build-core"]\n'
                           'build-backend = "scikit_build_core.build"\n'
@@ -47,10 +49,19 @@ def test_a_cpp_project_with_dependencies_gets_the_policy_zig_and_its_dependencie
     assert (matrix.manylinux, matrix.toolchain) == ("2_28", "zig")
     assert config.smoke.dependencies == "index"
     assert "manylinux policy 2_28, toolchain zig (C++ (geo.cpp))" in out.out
-    want = ('pip install --index-url file://$PWD/mirror/whl/nightly/cpu/ --extra-index-url '
-            'https://pypi.org/simple "geo-lib==1.4.0.devYYYYMMDD"')
-    assert want in out.out
-    assert want in (tmp_path / "conf" / "nightly.toml").read_text()
+    # An absolute index URL (it works from any folder); tonight's version, said in words.
+    index = f"{(tmp_path / 'conf' / 'mirror').as_uri()}/whl/nightly/cpu/"
+    want = (f'pip install --index-url {index} --extra-index-url https://pypi.org/simple '
+            '"geo-lib==1.4.0.dev{}"')
+    nights = {f"{d:%Y%m%d}" for d in (before, dt.date.today())}  # midnight may pass
+    assert any(want.format(n) in out.out for n in nights), out.out
+    assert any(f"tonight's wheels: Geo-Lib 1.4.0.dev{n} for Python" in out.out for n in nights)
+    assert want.format("YYYYMMDD") in (tmp_path / "conf" / "nightly.toml").read_text()
+    # The dependencies named in the config's comments, without their environment markers.
+    text = (tmp_path / "conf" / "nightly.toml").read_text()
+    assert "# Geo-Lib needs numpy, attrs at run time" in text, text
+    assert "python_version" not in text
+    assert "2 runtime dependencies installed" in out.out
 
 
 def test_a_c_project_without_libm_keeps_the_sysroot_and_installs_its_wheel_alone(

@@ -82,3 +82,13 @@ def test_a_clusters_builds_are_judged_with_each_builds_executor(tmp_path: Path) 
     state = _state(tmp_path, **{CPU.id: {"policy": "2_17", "toolchain": "sysroot", "tags": []}})
     assert stale_builds(config, state, [CPU], lambda b: "container") == {}
     assert CPU.id in stale_builds(config, state, [CPU], lambda b: "local")
+
+
+def test_a_cuda_builds_policy_miss_names_the_builder_image_not_zig(tmp_path: Path) -> None:
+    """A CUDA build in the engine's own image (the host's toolkit through cuda_mounts) that
+    misses 2_28: zig builds no CUDA, the declared builder image's sysroot is the fix."""
+    wheel = tmp_path / "demo-1.0+cu126-cp311-cp311-manylinux_2_35_x86_64.whl"
+    wheel.write_bytes(b"")
+    v = manylinux.check_packages("manywheel", "2_28", [wheel], "", cuda=True)
+    assert "declared builder image" in (v.reason or "")
+    assert "zig" not in (v.reason or "")

@@ -246,7 +246,12 @@ def test_a_build_files_its_packages_and_log(env: Env) -> None:
     assert st.status == SUCCEEDED
     assert st.packages == (pkg,)
     assert st.log == "logs/succeeded/manywheel_3.7m_cu100.log"
-    assert [k for k, _ in env.events] == ["start", "end"]
+    # Between start and end, the phase it is in (no smoke test here: building only), with
+    # the log the progress display follows.
+    assert [k for k, _ in env.events] == ["start", "phase", "end"]
+    phase = env.events[1][1]
+    assert phase["phase"] == "building"
+    assert phase["log"].endswith("manywheel_3.7m_cu100.log")
 
 
 def test_recipe_failure_is_not_retried_by_default(env: Env) -> None:

@@ -29,8 +29,8 @@ mv = getattr(mod, "__version__", None)
 if mv is not None and mv not in (expect, os.environ["BUILD_VERSION"]):
     if os.environ.get("NIGHTLY_VERSION_FROM") == "rewrite":
         # Only the wheel's metadata was rewritten: the code still says the release.
-        print(f"smoke: note: {name}.__version__ is {mv} (version_from = rewrite: the code keeps "
-              "the release's version)")
+        print(f"smoke: note: {name}.__version__ is {mv}, a constant in the project's code "
+              "(version_from = rewrite sets the wheel's version, never the code's)")
     else:
         sys.exit(f"smoke: {name}.__version__ is {mv}, expected {expect}")
 PY
