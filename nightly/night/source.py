@@ -60,13 +60,17 @@ def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) ->
         commit, describe = "", f"copy of {src_path} (not a git checkout)"
     else:
         url = source if src_path is None else str(src_path)
+        # A local repository is cloned by copying its objects, never by hard-linking them: a
+        # build that writes a file in place must never reach the original repository.
+        local = [] if src_path is None else ["--no-hardlinks"]
         if project.ref:
             target = project.ref
-            _git("clone", "--quiet", "--no-checkout", url, str(tmp))
+            _git("clone", "--quiet", "--no-checkout", *local, url, str(tmp))
             commit = _git("rev-parse", f"{target}^{{commit}}", cwd=tmp)
             why = f"ref {project.ref}"
         else:
-            _git("clone", "--quiet", "--no-checkout", "--branch", project.branch, url, str(tmp))
+            _git("clone", "--quiet", "--no-checkout", *local, "--branch", project.branch, url,
+                 str(tmp))
             midnight = dt.datetime.combine(date + dt.timedelta(days=1), dt.time())
             commit = _git(
                 "rev-list", "-1", f"--before={midnight:%Y-%m-%d %H:%M:%S}",
