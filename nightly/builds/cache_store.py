@@ -108,7 +108,10 @@ def fill_view(store: Path, view: Path, *, copy: bool) -> int:
             shutil.copyfile(src, dest, follow_symlinks=False)
             os.chmod(dest, 0o644)
         else:
-            os.link(src, dest, follow_symlinks=False)
+            try:
+                os.link(src, dest, follow_symlinks=False)
+            except OSError:  # another file system: a copy
+                shutil.copyfile(src, dest, follow_symlinks=False)
         n += 1
     return n
 
@@ -135,7 +138,7 @@ def take_in(view: Path, store: Path) -> int:
             tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
             out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(out_fd, "wb") as out:
-                shutil.copyfileobj(src, out, 1 << 20)  # type: ignore[misc]
+                shutil.copyfileobj(src, out, 1 << 20)
         try:
             os.link(tmp, dest)  # never over an entry of the same name
             n += 1

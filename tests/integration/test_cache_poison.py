@@ -181,7 +181,7 @@ def test_a_cache_entry_rewritten_by_a_build_is_never_served(
 
         clean, _ = night("2024_05_01", 1, 1)
         assert (clean["cache"]["hits"], clean["cache"]["misses"]) == (0, 1), clean["cache"]
-        evil, evil_log = night("2024_05_02", 666, 666, HOOK.replace("@AREA@", repr(str(area))))
+        _, evil_log = night("2024_05_02", 666, 666, HOOK.replace("@AREA@", repr(str(area))))
         assert "value 666" in evil_log
         assert "hook: rewrote" in evil_log or "hook: refused" in evil_log, evil_log
         again, log = night("2024_05_03", 1, 1)

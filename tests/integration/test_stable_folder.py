@@ -50,7 +50,7 @@ def _night(tmp_path: Path, run_cli: RunCli) -> Path:
     _git(repo, "commit", "-q", "-m", "one")
     recipe = tmp_path / "recipes" / "manywheel" / "build.sh"
     recipe.parent.mkdir(parents=True)
-    recipe.write_text(RECIPE.replace("@PROBES@", ""))
+    recipe.write_text(RECIPE.replace("@PROBES@", "").replace("$CC ", "${CC:-cc} "))
     config = tmp_path / "nightly.toml"
     config.write_text(f"""
 root = "nightlies"

@@ -49,7 +49,8 @@ def test_a_project_never_receives_another_projects_entries(tmp_path: Path) -> No
     other = cc.CacheSettings(dir=top, namespace=cs.namespace("other", tmp_path / "n2"))
     assert one.namespace != other.namespace
     first = _attach(one, tmp_path / "b1")
-    assert first.storage is not None and first.store is not None
+    assert first.storage is not None
+    assert first.store is not None
     _entry(first.storage, KEY_A, b"project one's object")
     job = _job(tmp_path / "b1")
     assert cc.take_in(dataclasses.replace(job, cache=first)) == []
@@ -59,7 +60,8 @@ def test_a_project_never_receives_another_projects_entries(tmp_path: Path) -> No
     assert again.storage is not None
     assert (again.storage / "a" / "a" / KEY_A).read_bytes() == b"project one's object"
     stranger = _attach(other, tmp_path / "b3")
-    assert stranger.storage is not None and stranger.store is not None
+    assert stranger.storage is not None
+    assert stranger.store is not None
     assert list(cs.entries(stranger.storage)) == []
     assert list(cs.entries(stranger.store)) == []
     assert not stranger.store.is_relative_to(first.store)
@@ -121,7 +123,9 @@ def test_a_store_another_user_could_write_is_refused(tmp_path: Path) -> None:
     job.work_dir.mkdir(parents=True)
     same, note = cc.attach(settings, job)
     assert same.cache is None
-    assert note is not None and "compiler cache off" in note and "ns" in note
+    assert note is not None
+    assert "compiler cache off" in note
+    assert "ns" in note
 
 
 def test_evict_keeps_the_store_under_its_cap(tmp_path: Path) -> None:
@@ -132,4 +136,5 @@ def test_evict_keeps_the_store_under_its_cap(tmp_path: Path) -> None:
     assert cs.size_bytes("1K") == 1024
     assert cs.size_bytes("10G") == 10 << 30
     assert cs.evict(store, 1024) == 1
-    assert not old.exists() and new.exists()
+    assert not old.exists()
+    assert new.exists()
