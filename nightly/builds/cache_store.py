@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import stat
 from collections.abc import Iterator
@@ -103,17 +104,25 @@ def fill_view(store: Path, view: Path, *, copy: bool) -> int:
     for rel, _st in entries(store):
         dest = view / rel
         dest.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        src = store / rel
-        if copy:
-            shutil.copyfile(src, dest, follow_symlinks=False)
-            os.chmod(dest, 0o644)
-        else:
-            try:
-                os.link(src, dest, follow_symlinks=False)
-            except OSError:  # another file system: a copy
-                shutil.copyfile(src, dest, follow_symlinks=False)
+        try:
+            _put(store / rel, dest, copy=copy)
+        except FileNotFoundError:  # evicted meanwhile (another build's end)
+            continue
         n += 1
     return n
+
+
+def _put(src: Path, dest: Path, *, copy: bool) -> None:
+    if not copy:
+        try:
+            os.link(src, dest, follow_symlinks=False)
+            return
+        except FileNotFoundError:
+            raise
+        except OSError:  # another file system: a copy
+            pass
+    shutil.copyfile(src, dest, follow_symlinks=False)
+    os.chmod(dest, 0o644)
 
 
 def take_in(view: Path, store: Path) -> int:
@@ -135,7 +144,7 @@ def take_in(view: Path, store: Path) -> int:
             if not stat.S_ISREG(fst.st_mode) or fst.st_size > MAX_ENTRY:
                 continue
             dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+            tmp = dest.with_name(f".{dest.name}.{secrets.token_hex(8)}.part")
             out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(out_fd, "wb") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
