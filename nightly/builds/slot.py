@@ -6,10 +6,12 @@ flag's text. In the day folder those paths name the date, so no compile of one n
 an object of another. So a night of local builds claims its nightlies root's *slot*, a folder
 outside every day folder whose path never changes:
 
-    .builds/lock         held (flock) by the night that uses the slot; released when it ends,
-                         also when it is killed
-    .builds/source/      the night's source, linked (hard links, copies where that fails)
-                         fresh from the day's copy each night
+    .builds/locks/night  held (flock) by the night that uses the slot; released when it ends,
+                         also when it is killed. Only nightly's user can open it (0600 in a
+                         0700 folder): no other local user can hold it and push every later
+                         night out of the slot
+    .builds/source/      the night's source, copied (never hard-linked: no inode shared with
+                         the day's copy or the original repository) fresh each night
     .builds/work/<id>/   each build's folder (scratch, output, compiler cache tools), removed
                          when the build starts; a failed build's is moved into the day
                          (`<day>/work/<id>`) afterwards, as before
@@ -32,6 +34,8 @@ from pathlib import Path
 from nightly.workspace import remove_tree
 
 NAME = ".builds"
+LOCKS = "locks"  # .builds/locks/ (0700): the lock file, which no other user may open
+LOCK = "night"
 
 
 def claim(base: Path, stack: contextlib.ExitStack) -> Path | None:
@@ -40,14 +44,19 @@ def claim(base: Path, stack: contextlib.ExitStack) -> Path | None:
     slot = base / NAME
     try:
         slot.mkdir(mode=0o755, parents=True, exist_ok=True)
-        st = os.lstat(slot)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        if not _ours(slot):
             return None
         os.chmod(slot, 0o755)
-        fd = os.open(slot / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        locks = slot / LOCKS
+        locks.mkdir(mode=0o700, exist_ok=True)
+        if not _ours(locks):
+            return None
+        os.chmod(locks, 0o700)  # no other user reaches the lock file, whatever its mode
+        fd = os.open(locks / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError:
         return None
     try:
+        os.fchmod(fd, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
@@ -56,25 +65,28 @@ def claim(base: Path, stack: contextlib.ExitStack) -> Path | None:
     return slot
 
 
+def _ours(folder: Path) -> bool:
+    st = os.lstat(folder)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+
+
 def fill(slot: Path, source: Path) -> None:
-    """The slot's source: a fresh tree of hard links to `source` (links copied as links, never
-    followed; a copy where a link cannot be made), and an empty work folder."""
+    """The slot's source: a fresh copy of `source` (links copied as links, never followed;
+    never a hard link, so a build that writes a file in place reaches neither the day's copy
+    nor the repository it was cloned from), and an empty work folder."""
     dest = slot / "source"
     if dest.is_symlink() or dest.is_file():
         dest.unlink()
     elif dest.exists():
         remove_tree(dest)
-    shutil.copytree(source, dest, symlinks=True, copy_function=_link_or_copy)
+    shutil.copytree(source, dest, symlinks=True, copy_function=_copy)
     work = slot / "work"
     work.mkdir(mode=0o755, exist_ok=True)
     os.chmod(work, 0o755)
 
 
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst, follow_symlinks=False)
-    except OSError:
-        shutil.copy2(src, dst, follow_symlinks=False)
+def _copy(src: str, dst: str) -> None:
+    shutil.copy2(src, dst, follow_symlinks=False)
 
 
 def in_slot(folder: Path) -> bool:

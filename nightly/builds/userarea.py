@@ -12,7 +12,8 @@ else may write:
       work/<build>/                      a build's scratch, output and cache tools (the user's)
     bin/sccache                          the compiler cache's binary, copied from nightly's
     images/                              the host toolchains (sysroot, zig), assembled here
-    sccache/<toolchain>/                 the compiler cache (the user's: it writes it)
+    sccache/<project>-<hash>/<toolchain>/  the compiler cache's store (root's, 0700: a build
+                                         gets copies in its own folder, builds/cache_store.py)
     zig-cache/                           zig's cache (the user's)
 
 A day's copies go when the day folder they came from is gone (`nightly prune`). Before the
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from nightly.builds.cache import CacheSettings, toolchain_key
+from nightly.builds.cache import CacheSettings
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
 from nightly.executors.local import NotFound, find_cuda, find_python
@@ -97,11 +98,14 @@ class BuildArea:
                 "ZIG_LOCAL_CACHE_DIR": str(self.root / "zig-cache")}
 
     def cache_settings(self, settings: CacheSettings) -> CacheSettings:
-        """The compiler cache as the user's builds use it: the binary from the area and, for
-        the default folder (root's ~/.cache), the area's cache folder."""
+        """The compiler cache as the user's builds use it: the binary from the area, views
+        of copies (the user never holds an inode of the store) and, for the default folder
+        (root's ~/.cache), the area's cache folder."""
         if not settings.enabled:
             return settings
-        out = replace(settings, binary=self.sccache_bin) if self.sccache_bin.exists() else settings
+        out = replace(settings, copy_view=True)
+        if self.sccache_bin.exists():
+            out = replace(out, binary=self.sccache_bin)
         if not settings.url and settings.dir == CacheSettings().dir:
             out = replace(out, dir=self.sccache)
         return out
@@ -220,9 +224,23 @@ def stage(area: BuildArea, *, source: Path, stamp: str, recipes: Path, wheelhous
     _stage_sccache(area, sccache)
     _own_dir(area.root / "zig-cache", area.user)
     if cache.enabled and not cache.url and cache.dir == area.sccache:
-        _own_dir(area.sccache, area.user)
-        for job in jobs:
-            _own_dir(area.sccache / toolchain_key(job), area.user)
+        _root_dir(area.sccache)
+
+
+def _root_dir(path: Path) -> None:
+    """The area's compiler cache store: root's alone (0700). One the build user owned (an
+    earlier nightly gave it the folder) is removed: none of its entries is trusted."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid()):
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    path.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
 
 
 _TOOLCHAINS_OPENED: set[Path] = set()
@@ -299,16 +317,9 @@ def _number(python: str) -> str:
 
 
 def _cache_needs(job: Job, user: BuildUser, cache: CacheSettings, fix: str) -> Iterable[Need]:
-    if not cache.enabled:
-        return
-    if cache.binary is not None:
+    """The sccache binary; never the store, which is root's (the build gets a view)."""
+    if cache.enabled and cache.binary is not None:
         yield Need(path=cache.binary, access="x", what="the compiler cache's sccache", fix=fix)
-    if not cache.url:
-        folder = cache.dir / toolchain_key(job)
-        yield Need(path=folder if folder.exists() else cache.dir, access="wx",
-                   what="the compiler cache's folder",
-                   fix=f"set [cache] dir to a folder {user.name} can write, or leave it empty "
-                       "(the build user's cache is then kept in build_dir)")
 
 
 def _confirmed(user: BuildUser, path: Path, access: str) -> bool:

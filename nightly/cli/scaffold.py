@@ -281,6 +281,26 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str,
         "[schedule]",
         'mode = "auto"',
         "",
+        *_builder_lines(builder, pythons, chosen),
+        "# Each wheel is installed into a fresh venv and imported before it is published.",
+        "[smoke]",
+        f"import_name = {_q(facts.import_name)}",
+        *_comments(choices.smoke_dependency_lines(facts.name, facts.dependencies)),
+        "",
+        "# Publish into a local mirror folder with PEP 503 pages. Install a night's wheel with",
+        f"#   {_line(_install(facts, mirror))}",
+        "# (its exact version: with two indexes pip takes the highest version found on either,",
+        "# and a release on PyPI is higher than its nightlies; docs/building.md, \"Installing\")",
+        "[publish]",
+        'url = "mirror"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _builder_lines(builder: str, pythons: dict[str, str], chosen: list[str]) -> list[str]:
+    """[images] and the declared builder image of init's config."""
+    return [
         "# The builder image `nightly images build` makes (used by executor = \"container\").",
         "[images]",
         f"default = {_q('@' + builder)}",
@@ -297,20 +317,7 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str,
         *(f"{_q(xy)} = {_q(_builder_python(path))}" for xy, path in pythons.items()
           if xy in chosen),
         "",
-        "# Each wheel is installed into a fresh venv and imported before it is published.",
-        "[smoke]",
-        f"import_name = {_q(facts.import_name)}",
-        *_comments(choices.smoke_dependency_lines(facts.name, facts.dependencies)),
-        "",
-        "# Publish into a local mirror folder with PEP 503 pages. Install a night's wheel with",
-        f"#   {_line(_install(facts, mirror))}",
-        "# (its exact version: with two indexes pip takes the highest version found on either,",
-        "# and a release on PyPI is higher than its nightlies; docs/building.md, \"Installing\")",
-        "[publish]",
-        'url = "mirror"',
-        "",
     ]
-    return "\n".join(lines)
 
 
 _ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r",

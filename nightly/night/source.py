@@ -60,14 +60,18 @@ def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) ->
         commit, describe = "", f"copy of {src_path} (not a git checkout)"
     else:
         url = source if src_path is None else str(src_path)
+        # A local repository is cloned by copying its objects, never by hard-linking them: a
+        # build that writes a file in place must never reach the original repository.
+        local = [] if src_path is None else ["--no-hardlinks"]
         if project.ref:
             target = project.ref
-            _git("clone", "--quiet", "--no-checkout", url, str(tmp))
+            _git("clone", "--quiet", "--no-checkout", *local, url, str(tmp))
             commit = _git("rev-parse", f"{target}^{{commit}}", cwd=tmp)
             why = f"ref {project.ref}"
         else:
             try:
-                _git("clone", "--quiet", "--no-checkout", "--branch", project.branch, url, str(tmp))
+                _git("clone", "--quiet", "--no-checkout", *local, "--branch", project.branch,
+                     url, str(tmp))
             except NightlyError:
                 _no_such_branch(project.branch, url)
                 raise

@@ -184,7 +184,11 @@ def test_root_builds_as_a_user_from_a_private_home(
             assert list((day / "packages").rglob("*.whl.provenance.json")), "nothing was signed"
         assert hits == [0, 3], hits  # the second night is served by the cache
         area = Path(f"/var/tmp/nightly-{name}")
-        assert (area / "sccache" / "host-cpu").stat().st_uid == uid
+        # The compiler cache's store is root's alone (the builds got copies of it).
+        store = area / "sccache"
+        assert (store.stat().st_uid, stat.S_IMODE(store.stat().st_mode)) == (0, 0o700)
+        assert all(p.stat().st_uid == 0 for p in store.rglob("*")), "a store entry is the user's"
+        assert len([p for p in store.rglob("*") if p.is_file()]) >= 3
         assert stat.S_IMODE(area.stat().st_mode) == 0o755
         assert area.stat().st_uid == 0
     # Nothing of root's was opened up: its home is still 0700, and the build user reaches

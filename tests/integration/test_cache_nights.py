@@ -267,9 +267,9 @@ def test_a_night_that_finds_the_stable_folder_held_builds_in_its_day_folder(
     config = ctiny_config(tmp_path, src, machine=LOCAL,
                           smoke="assert ctiny.total(2) == 26", cache="enabled = false")
     stable = tmp_path / "nightlies" / ".builds"
-    stable.mkdir(parents=True)
+    (stable / "locks").mkdir(parents=True, mode=0o700)
     with contextlib.ExitStack() as held:
-        fd = os.open(stable / "lock", os.O_RDWR | os.O_CREAT)
+        fd = os.open(stable / "locks" / "night", os.O_RDWR | os.O_CREAT, 0o600)
         held.callback(os.close, fd)
         fcntl.flock(fd, fcntl.LOCK_EX)
         code, out, err = run_cli(["run", "--config", str(config), "--date", "2024_05_01",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,11 @@ def test_local_cache_on_the_host_and_in_a_container(tmp_path: Path) -> None:
     assert note is None
     assert j.cache is not None
     c = j.cache
-    assert c.storage == tmp_path / "cache" / "host-cu130"
+    # The build's view (in its own folder) of the store, which is nightly's alone.
+    assert c.storage == j.work_dir.parent / "sccache"
     assert c.storage.is_dir()
+    assert c.store == tmp_path / "cache" / "host-cu130"
+    assert stat.S_IMODE(c.store.stat().st_mode) == 0o700
     assert {p.name for p in c.tools.iterdir()} == {"run", "cc", "c++", "launch"}
     assert all(os.access(p, os.X_OK) for p in c.tools.iterdir())
     host = c.env(container=False)

@@ -29,7 +29,7 @@ def test_a_slot_that_is_a_link_is_never_used(tmp_path: Path) -> None:
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
-def test_fill_links_the_source_afresh_and_copies_links_as_links(tmp_path: Path) -> None:
+def test_fill_copies_the_source_afresh_and_copies_links_as_links(tmp_path: Path) -> None:
     source = tmp_path / "day" / "source"
     (source / "pkg").mkdir(parents=True)
     (source / "pkg" / "a.c").write_text("int a;\n")
@@ -43,7 +43,9 @@ def test_fill_links_the_source_afresh_and_copies_links_as_links(tmp_path: Path) 
     slot.fill(held, source)
     dest = held / "source"
     assert sorted(p.name for p in dest.iterdir()) == ["escape", "pkg"]
-    assert os.path.samefile(dest / "pkg" / "a.c", source / "pkg" / "a.c")  # a hard link
+    # A copy, never a hard link: a build writing in place never reaches the day's source.
+    assert (dest / "pkg" / "a.c").read_text() == "int a;\n"
+    assert not os.path.samefile(dest / "pkg" / "a.c", source / "pkg" / "a.c")
     assert (dest / "escape").is_symlink()
     assert os.readlink(dest / "escape") == str(secret)
     assert (held / "work").is_dir()

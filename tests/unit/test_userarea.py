@@ -87,7 +87,10 @@ def test_copies_are_readable_and_the_users_folders_are_its_own(base: Path) -> No
     assert (area.day / userarea.SMOKE_SCRIPTS / "wheel" / "build.sh").is_file()
     assert area.sccache_bin.read_bytes() == binary.read_bytes()
     assert stat.S_IMODE(area.sccache_bin.stat().st_mode) == 0o755
-    assert (area.sccache / "host-cpu").stat().st_uid == _user().uid
+    # The compiler cache's store is root's alone: the user's builds get copies (views).
+    st = area.sccache.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (os.geteuid(), 0o700)
+    assert cache.copy_view
     assert area.cache_settings(CacheSettings()).binary == area.sccache_bin
     configured = CacheSettings(dir=base / "mine")
     assert area.cache_settings(configured).dir == base / "mine"  # a folder set is kept
