@@ -50,7 +50,8 @@ def demo_config(root: Path, pythons: list[str], kind: str) -> str:
     text = (REPO / "nightly.toml").read_text()
     policy = re.search(r'^manylinux = "2_28"\n', text, re.M)
     assert policy, "nightly.toml declares no manylinux policy"
-    text = text.replace(policy.group(0), POLICY[kind])
+    # The manywheels' policy only (the first); libtorch's stays as it is: it has no toolchain key.
+    text = text.replace(policy.group(0), POLICY[kind], 1)
     text = text.replace('root = "nightlies"', f'root = "{root}"')
     text = text.replace('source = "examples/demo"', f'source = "{REPO / "examples" / "demo"}"')
     text = text.replace('pythons = ["3.10", "3.11", "3.12"]', f"pythons = {json.dumps(pythons)}")

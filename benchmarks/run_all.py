@@ -1,7 +1,11 @@
 """Every benchmark of the project in one run, and one table of ratios.
 
-    .venv/bin/python benchmarks/run_all.py [--index-objects 10000] [--quick]
-                                           [--only NAME]... [--skip NAME]...
+    .venv/bin/python benchmarks/run_all.py [--index-objects 10000] [--quick | --smoke]
+                                           [--peer DIR] [--only NAME]... [--skip NAME]...
+
+--smoke runs each at its smallest (seconds each; the test suite's check that every benchmark
+still runs: its figures mean nothing). It exits 1 naming the benchmarks that failed; one
+that needs something absent (index_peer without --peer) is reported as skipped, with why.
 
 Runs one after another (so they do not compete for the machine), each in its own process:
 
@@ -20,8 +24,10 @@ Runs one after another (so they do not compete for the machine), each in its own
   staging_store bench_staging_store.py: the folder staging store read without following
               symlinks (package fetch, listing, a 32 MiB log read back and scrubbed) against
               plain copyfile / os.walk / read of the same files
-  index_peer  bench_index_peer.py: index pages against PyTorch's test-infra manage_v2.py on
-              one moto bucket of 5,000 and 20,000 wheels (--quick: 1,000)
+  index_peer  bench_index_peer.py --peer DIR: index pages against PyTorch's test-infra
+              manage_v2.py (DIR: a checkout of pytorch/test-infra, from --peer or
+              $NIGHTLY_PEER_TEST_INFRA; skipped without one) on one moto bucket of 5,000 and
+              20,000 wheels (--quick: 1,000)
   images      bench_images.py: builder images cold/warm per CUDA, sizes, and the demo CUDA
               night's wall time against the sum of its builds (--quick: warm only, no night)
   cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
@@ -63,7 +69,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import RESULTS_DIR, format_table, write_results  # noqa: E402
+from common import RESULTS_DIR, SKIPPED, format_table, write_results  # noqa: E402
 
 Row = list[object]
 
@@ -76,54 +82,83 @@ def _venv_bin(name: str) -> str | None:
 # ---------------------------------------------------------------------------- the runs
 
 
+def _args(args: argparse.Namespace, quick: list[str], smoke: list[str]) -> list[str]:
+    return smoke if args.smoke else quick if args.quick else []
+
+
 def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
     """name -> (command, results file name)."""
     py = sys.executable
-    quick = args.quick
+    objects = (300 if args.smoke else 2000 if args.quick else 10_000)
+    peer = ["--peer", str(args.peer)] if args.peer else []
+    warm, demo = ["--warm-only", "--no-night"], ["--pythons", "3.12", "--corpus", ""]
     return {
         "schedule": ([py, str(HERE / "bench_schedule.py"),
-                      *(["--repeat", "1", "--noop", "100"] if quick else [])], "schedule.json"),
-        "container": ([py, str(HERE / "bench_container.py"),
-                       *(["--runs", "5"] if quick else [])], "container.json"),
-        "index": ([py, str(HERE / "bench_index.py"), "--objects",
-                   str(2000 if quick and args.index_objects is None else args.index_objects or 10_000)],
-                  "index.json"),
-        "cluster": ([py, str(HERE / "bench_cluster.py"), *(["--no-baseline"] if quick else [])],
+                      *_args(args, ["--repeat", "1", "--noop", "100"],
+                             ["--repeat", "1", "--noop", "10", "--ms-per-hour", "100"])],
+                     "schedule.json"),
+        "container": ([py, str(HERE / "bench_container.py"), *_args(args, ["--runs", "5"], ["--runs", "1"])],
+                      "container.json"),
+        "index": ([py, str(HERE / "bench_index.py"), "--objects", str(args.index_objects or objects),
+                   *_args(args, [], ["--new", "10", "--http-sample", "50"])], "index.json"),
+        "cluster": ([py, str(HERE / "bench_cluster.py"),
+                     *_args(args, ["--no-baseline"],
+                            ["--no-baseline", "--pythons", "1", "--ms-per-hour", "100"])],
                     "cluster.json"),
-        "gpu_tests": ([py, str(HERE / "bench_gpu_tests.py")], "gpu_tests.json"),
+        "gpu_tests": ([py, str(HERE / "bench_gpu_tests.py"),
+                       *_args(args, [], ["--pythons", "1", "--gpu-task-ms", "200"])], "gpu_tests.json"),
         "cluster_tls": ([py, str(HERE / "bench_cluster_tls.py"),
-                         *(["--runs", "3", "--tasks", "200", "--package-mb", "64"] if quick else [])],
+                         *_args(args, ["--runs", "3", "--tasks", "200", "--package-mb", "64"],
+                                ["--runs", "1", "--tasks", "20", "--package-mb", "4"])],
                         "cluster_tls.json"),
         "staging_store": ([py, str(HERE / "bench_staging_store.py"),
-                           *(["--runs", "3", "--package-mb", "64"] if quick else [])],
+                           *_args(args, ["--runs", "3", "--package-mb", "64"],
+                                  ["--runs", "1", "--package-mb", "4", "--attempts", "20"])],
                           "staging_store.json"),
-        "index_peer": ([py, str(HERE / "bench_index_peer.py"),
-                        *(["--sizes", "1000"] if quick else [])], "index_peer.json"),
-        "images": ([py, str(HERE / "bench_images.py"), *(["--warm-only", "--no-night"] if quick else [])],
-                   "images.json"),
-        "masking": ([py, str(HERE / "bench_masking.py"), *(["--mb", "50", "--runs", "3"] if quick else [])],
+        "index_peer": ([py, str(HERE / "bench_index_peer.py"), *peer,
+                        *_args(args, ["--sizes", "1000"], ["--sizes", "200", "--no-full-all"])],
+                       "index_peer.json"),
+        "images": ([py, str(HERE / "bench_images.py"),
+                    *_args(args, warm, warm)], "images.json"),
+        "masking": ([py, str(HERE / "bench_masking.py"),
+                     *_args(args, ["--mb", "50", "--runs", "3"], ["--mb", "2", "--runs", "1"])],
                     "masking.json"),
         "cache": ([py, str(HERE / "bench_cache.py"),
-                   *(["--cpp", "4", "--cuda", "2", "--templates", "4"] if quick else [])],
-                  "cache.json"),
-        "bisect": ([py, str(HERE / "bench_bisect.py"), *(["--gen", "8"] if quick else [])],
+                   *_args(args, ["--cpp", "4", "--cuda", "2", "--templates", "4"],
+                          ["--cpp", "1", "--cuda", "1", "--templates", "1"])], "cache.json"),
+        "bisect": ([py, str(HERE / "bench_bisect.py"), *_args(args, ["--gen", "8"], ["--gen", "1"])],
                    "bisect.json"),
         "toolchain": ([py, str(HERE / "bench_toolchain.py"),
-                       *(["--pythons", "3.12", "--corpus", ""] if quick else [])], "toolchain.json"),
+                       *_args(args, demo, demo)],
+                      "toolchain.json"),
         "provenance": ([py, str(HERE / "bench_provenance.py"),
-                        *(["--runs", "1", "--builds", "4"] if quick else [])], "provenance.json"),
+                        *_args(args, ["--runs", "1", "--builds", "4"], ["--runs", "1", "--builds", "2",
+                                                                         "--size-mb", "1"])],
+                       "provenance.json"),
     }  # fmt: skip
 
 
-def run_one(name: str, cmd: list[str]) -> tuple[bool, float]:
+def run_one(name: str, cmd: list[str]) -> tuple[str, float, str]:
+    """Run one benchmark, its output shown as it comes: (ok / failed / skipped, seconds, the
+    last line it printed: a skipped benchmark's reason)."""
     print(f"\n{'=' * 78}\n== {name}: {' '.join(Path(c).name if c.startswith('/') else c for c in cmd)}\n"
           f"{'=' * 78}", flush=True)
     started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, check=False)
+    last = ""
+    with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            last = line.strip() or last
     took = time.monotonic() - started
+    if proc.returncode == SKIPPED:
+        print(f"-- {name} skipped after {took:.0f} s", flush=True)
+        return "skipped", took, last
     if proc.returncode != 0:
         print(f"!! {name} failed (exit {proc.returncode}) after {took:.0f} s", flush=True)
-    return proc.returncode == 0, took
+        return "failed", took, last
+    return "ok", took, last
 
 
 def cli_startup(runs: int) -> dict[str, Any]:
@@ -399,8 +434,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--index-objects", type=int, default=None,
                     help="objects in the index benchmark's bucket (default 10000; 2000 with --quick)")
-    ap.add_argument("--cli-runs", type=int, default=20, help="start-up measurements of each command")
-    ap.add_argument("--quick", action="store_true", help="smaller runs of everything (a smoke test)")
+    ap.add_argument("--cli-runs", type=int, default=None,
+                    help="start-up measurements of each command (default 20; --smoke: 2)")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller runs of everything")
+    size.add_argument("--smoke", action="store_true",
+                      help="each at its smallest: does every benchmark still run (no figure to read)")
+    ap.add_argument("--peer", type=Path, default=None, metavar="DIR",
+                    help="a checkout of pytorch/test-infra for index_peer (default: "
+                    "$NIGHTLY_PEER_TEST_INFRA; without one index_peer is skipped)")
     ap.add_argument("--only", action="append", default=[], metavar="NAME", choices=[*ROWS],
                     help="run only these benchmarks (repeatable)")
     ap.add_argument("--skip", action="append", default=[], metavar="NAME", choices=[*ROWS],
@@ -410,34 +452,52 @@ def main() -> int:
 
     started_at = time.time()
     status: dict[str, str] = {}
+    why: dict[str, str] = {}
     took: dict[str, float] = {}
     for name, (cmd, _) in benchmarks(args).items():
         if name in chosen:
-            ok, took[name] = run_one(name, cmd)
-            status[name] = "ok" if ok else "failed"
+            status[name], took[name], why[name] = run_one(name, cmd)
     if "cli" in chosen:
         print(f"\n{'=' * 78}\n== cli: start-up of nightly --help against a baseline\n{'=' * 78}", flush=True)
         t0 = time.monotonic()
         try:
-            cli_startup(args.cli_runs)
+            cli_startup(args.cli_runs or (2 if args.smoke else 20))
             status["cli"] = "ok"
         except (subprocess.CalledProcessError, AssertionError, OSError) as e:
             print(f"!! cli failed: {e}")
             status["cli"] = "failed"
         took["cli"] = time.monotonic() - t0
+    print_summary(args, chosen, status, why, took, started_at)
+    failed = [n for n in chosen if status.get(n) == "failed"]
+    skipped = [n for n in chosen if status.get(n) == "skipped"]
+    for name in skipped:
+        print(f"skipped: {name}: {why[name]}")
+    if failed:
+        print(f"failed: {', '.join(failed)} (see each one's output above)")
+        return 1
+    return 0
 
+
+def print_summary(args: argparse.Namespace, chosen: list[str], status: dict[str, str],
+                  why: dict[str, str], took: dict[str, float], started_at: float) -> None:
+    """The one table: each benchmark's rows from the results this run wrote."""
     rows: list[Row] = []
     files = {**{n: f for n, (_, f) in benchmarks(args).items()}, "cli": "cli.json"}
     for name in chosen:
         path = RESULTS_DIR / files[name]
         fresh = path.exists() and path.stat().st_mtime >= started_at - 1
+        if status.get(name) == "skipped":
+            rows.append([name, f"SKIPPED: {why.get(name, '')}", "", "", "", ""])
+            continue
         if status.get(name) != "ok" or not fresh:
             rows.append([name, "FAILED: no results from this run", "", "", "", "see its output above"])
+            status[name] = "failed"
             continue
         try:
             rows += ROWS[name](json.loads(path.read_text()))
         except (ValueError, OSError) as e:
             rows.append([name, f"unreadable results: {e}", "", "", "", ""])
+            status[name] = "failed"
 
     print(f"\n{'=' * 78}\nAll benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
           f"load {', '.join(f'{x:.1f}' for x in os.getloadavg())}; "
@@ -445,7 +505,6 @@ def main() -> int:
     print(format_table(["benchmark", "measure (value / baseline)", "value", "baseline", "ratio", "reading"],
                        rows))
     print(f"\nresults: {RESULTS_DIR}/")
-    return 0 if all(s == "ok" for s in status.values()) else 1
 
 
 if __name__ == "__main__":
