@@ -437,7 +437,7 @@ def main() -> int:
     args = ap.parse_args()
     global PEER
     if args.peer is None:
-        print("index_peer skipped: needs a checkout of pytorch/test-infra (its "
+        print("skipped: needs a checkout of pytorch/test-infra (its "
               f"{PEER_SCRIPT}): pass --peer DIR or set NIGHTLY_PEER_TEST_INFRA=DIR", flush=True)
         return SKIPPED
     if not (args.peer / PEER_SCRIPT).is_file():

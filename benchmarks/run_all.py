@@ -129,7 +129,7 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
         "bisect": ([py, str(HERE / "bench_bisect.py"), *_args(args, ["--gen", "8"], ["--gen", "1"])],
                    "bisect.json"),
         "toolchain": ([py, str(HERE / "bench_toolchain.py"),
-                       *_args(args, demo, demo)],
+                       *_args(args, demo, [*demo, "--smoke"])],
                       "toolchain.json"),
         "provenance": ([py, str(HERE / "bench_provenance.py"),
                         *_args(args, ["--runs", "1", "--builds", "4"], ["--runs", "1", "--builds", "2",
@@ -471,7 +471,7 @@ def main() -> int:
     failed = [n for n in chosen if status.get(n) == "failed"]
     skipped = [n for n in chosen if status.get(n) == "skipped"]
     for name in skipped:
-        print(f"skipped: {name}: {why[name]}")
+        print(f"skipped: {name}: {why[name].removeprefix('skipped: ')}")
     if failed:
         print(f"failed: {', '.join(failed)} (see each one's output above)")
         return 1
@@ -487,7 +487,7 @@ def print_summary(args: argparse.Namespace, chosen: list[str], status: dict[str,
         path = RESULTS_DIR / files[name]
         fresh = path.exists() and path.stat().st_mtime >= started_at - 1
         if status.get(name) == "skipped":
-            rows.append([name, f"SKIPPED: {why.get(name, '')}", "", "", "", ""])
+            rows.append([name, f"SKIPPED: {why.get(name, '').removeprefix('skipped: ')}", "", "", "", ""])
             continue
         if status.get(name) != "ok" or not fresh:
             rows.append([name, "FAILED: no results from this run", "", "", "", "see its output above"])
