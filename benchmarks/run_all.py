@@ -118,7 +118,7 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                         *_args(args, ["--sizes", "1000"], ["--sizes", "200", "--no-full-all"])],
                        "index_peer.json"),
         "images": ([py, str(HERE / "bench_images.py"),
-                    *_args(args, warm, warm)], "images.json"),
+                    *_args(args, warm, [*warm, "--no-rebuild"])], "images.json"),
         "masking": ([py, str(HERE / "bench_masking.py"),
                      *_args(args, ["--mb", "50", "--runs", "3"], ["--mb", "2", "--runs", "1"])],
                     "masking.json"),
