@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import format_table, machine_info, write_results  # noqa: E402
+from common import SKIPPED, format_table, machine_info, write_results  # noqa: E402
 
 CUDA_HOME = Path("/usr/local/cuda-13.0")
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
@@ -266,7 +266,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = ap.parse_args()
     if not (CUDA_HOME / "bin" / "nvcc").exists():
-        raise SystemExit(f"no nvcc at {CUDA_HOME}: the benchmark compiles CUDA 13.0 kernels")
+        print(f"skipped: needs CUDA 13.0's nvcc at {CUDA_HOME} (it compiles CUDA kernels)", flush=True)
+        return SKIPPED
     scratch = Path(tempfile.mkdtemp(prefix="nightly-bench-cache-"))
     try:
         src = scratch / "src"

@@ -35,7 +35,8 @@ from nightly.executors.base import Job  # noqa: E402
 from nightly.executors.container import ContainerExecutor, ContainerSettings  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "container-engine.sh"
-RESULTS = REPO / "benchmarks" / "results" / "container.json"
+RESULTS = Path(os.environ.get("NIGHTLY_BENCH_RESULTS")
+               or REPO / "benchmarks" / "results") / "container.json"
 IMAGE = os.environ.get("NIGHTLY_BUILDER_IMAGE", "nightly-builder:bookworm")
 LABEL = "nightly.benchmark"
 

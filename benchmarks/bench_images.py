@@ -1,7 +1,7 @@
 """Builder images: cold and warm build time per image, image sizes, and the demo CUDA night's
 wall time against the sum of its build times (the parallel speed-up).
 
-    .venv/bin/python benchmarks/bench_images.py [--warm-only] [--no-night]
+    .venv/bin/python benchmarks/bench_images.py [--warm-only] [--no-night] [--no-rebuild]
                                                 [--config configs/demo-cuda.toml]
 
 Images are those of the config's builders (configs/demo-cuda.toml: cpu, CUDA 11.8, 12.4,
@@ -102,7 +102,8 @@ def _tag(spec: BuilderSpec, layer: str) -> str:
     return spec.base_tag() if layer == "base" else spec.tag_for(layer)
 
 
-def build_times(client: Any, spec: BuilderSpec, cache: Path, cold: bool) -> dict[str, Any]:
+def build_times(client: Any, spec: BuilderSpec, cache: Path, cold: bool,
+                rebuild: bool = True) -> dict[str, Any]:
     # The runtime image nightly makes (not a site's runtime_image; none on a base_image).
     made = bool(runtime.tag(spec)) and not spec.runtime_image
     layers = ["base", *spec.cudas, *(["runtime"] if made else [])]
@@ -122,7 +123,7 @@ def build_times(client: Any, spec: BuilderSpec, cache: Path, cold: bool) -> dict
             _ensure(client, spec, layer, cache)
     # Rebuild the CUDA layers from warm caches (the base is an import of the cached rootfs;
     # the cpu layer would take every CUDA image with it).
-    for layer in spec.cudas:
+    for layer in spec.cudas if rebuild else ():
         if layer == "cpu":
             continue
         _rm(client, _tag(spec, layer))
@@ -189,6 +190,8 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=REPO / "configs" / "demo-cuda.toml")
     ap.add_argument("--warm-only", action="store_true", help="skip the cold builds")
     ap.add_argument("--no-night", action="store_true", help="skip the night of the matrix")
+    ap.add_argument("--no-rebuild", action="store_true",
+                    help="skip the CUDA layers' rebuilds from caches (no image is removed)")
     args = ap.parse_args()
     base_url = start_engine()
     client = engine.connect(base_url)
@@ -197,7 +200,7 @@ def main() -> None:
     result: dict[str, Any] = {"config": str(args.config.relative_to(REPO)), "builders": {}}
     rows = []
     for name, spec in config.builders.items():
-        times = build_times(client, spec, cache, cold=not args.warm_only)
+        times = build_times(client, spec, cache, cold=not args.warm_only, rebuild=not args.no_rebuild)
         sz = sizes(client, spec)
         result["builders"][name] = {"times": times, "sizes": sz}
         for layer in times:

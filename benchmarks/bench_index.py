@@ -33,7 +33,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results" / "index.json"
+RESULTS = Path(os.environ.get("NIGHTLY_BENCH_RESULTS")
+               or Path(__file__).resolve().parent / "results") / "index.json"
 CUDAS = ["cpu", "cu118", "cu121", "cu124", "cu126", "cu128", "rocm6.2", "xpu"]
 PROJECTS = [("torch", "2.6.0"), ("torchvision", "0.21.0"), ("torchaudio", "2.6.0")]
 PYTHONS = ["cp39", "cp310", "cp311", "cp312", "cp313"]

@@ -1,9 +1,11 @@
 """nightly's index pages against PyTorch's production generator, on the same S3 bucket.
 
 The peer is pytorch/test-infra's `s3_management/manage_v2.py`, run unmodified from a checkout
-of it (`$NIGHTLY_PEER_TEST_INFRA`, by default `peers/test-infra` in the folder beside this
-repository's, where the workplace keeps it) in its own virtual environment (its pinned requirements.txt,
-cached under ~/.cache/nightly/), with `AWS_ENDPOINT_URL` pointing at a local moto server.
+of it that you give (`--peer DIR` or `$NIGHTLY_PEER_TEST_INFRA`: a clone of
+https://github.com/pytorch/test-infra; none is part of this project, and without one the
+benchmark says so in one line and exits 77, which run_all.py reports as skipped) in its own
+virtual environment (its pinned requirements.txt, cached under ~/.cache/nightly/), with
+`AWS_ENDPOINT_URL` pointing at a local moto server.
 Both tools index one bucket named `pytorch` in PyTorch's layout: `whl/nightly/<accelerator>/`
 folders of torch, torchvision and torchaudio wheels and `pytorch-triton` in the channel root
 `whl/nightly/`, every wheel with its `<wheel>.metadata` (PEP 658) beside it, sha256 as
@@ -28,7 +30,7 @@ local HTTP server over the bucket; the peer's absolute links to download-r2.pyto
 pointed at it), counting what they GET. Populating the bucket is not measured (objects go
 straight into moto's in-process backend).
 
-    .venv/bin/python benchmarks/bench_index_peer.py [--sizes 5000 20000] [--no-full-all]
+    .venv/bin/python benchmarks/bench_index_peer.py --peer DIR [--sizes 5000 20000] [--no-full-all]
 """
 
 from __future__ import annotations
@@ -57,12 +59,12 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from common import format_table, write_results  # noqa: E402
+from common import SKIPPED, format_table, write_results  # noqa: E402
 
 from tests.support.net import free_port  # noqa: E402
 
-PEER = Path(os.environ.get("NIGHTLY_PEER_TEST_INFRA")
-            or Path(__file__).resolve().parents[2] / "shared" / "peers" / "test-infra")
+PEER = Path()  # the checkout of pytorch/test-infra (--peer), set by main
+PEER_SCRIPT = Path("s3_management") / "manage_v2.py"
 BUCKET = "pytorch"
 ACCELERATORS = ["cpu", "cu126", "cu128", "rocm6.4", "xpu"]
 PROJECTS = [("torch", "2.10.0"), ("torchvision", "0.25.0"), ("torchaudio", "2.10.0")]
@@ -365,7 +367,7 @@ def bench_size(
 
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "R2_"))}, **CREDENTIALS,
            "AWS_ENDPOINT_URL": endpoint}
-    peer = [str(peer_python()), str(PEER / "s3_management" / "manage_v2.py"), "whl/nightly"]
+    peer = [str(peer_python()), str(PEER / PEER_SCRIPT), "whl/nightly"]
     nightly_bin = Path(sys.executable).parent / "nightly"
     ours = [str(nightly_bin), "index", "--full", "--config", str(nightly_config(work, endpoint))]
     peer_cwd = work / "peer-cwd"  # the peer also writes its pages below its working folder
@@ -429,7 +431,20 @@ def main() -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[5000, 20000])
     ap.add_argument("--no-full-all", action="store_true",
                     help="skip nightly's first run without a version cap")
+    ap.add_argument("--peer", type=Path, default=os.environ.get("NIGHTLY_PEER_TEST_INFRA") or None,
+                    metavar="DIR", help="a checkout of pytorch/test-infra (default: "
+                    "$NIGHTLY_PEER_TEST_INFRA)")
     args = ap.parse_args()
+    global PEER
+    if args.peer is None:
+        print("skipped: needs a checkout of pytorch/test-infra (its "
+              f"{PEER_SCRIPT}): pass --peer DIR or set NIGHTLY_PEER_TEST_INFRA=DIR", flush=True)
+        return SKIPPED
+    if not (args.peer / PEER_SCRIPT).is_file():
+        print(f"bench_index_peer: error: {args.peer} has no {PEER_SCRIPT}: give --peer a checkout "
+              "of pytorch/test-infra", file=sys.stderr)
+        return 2
+    PEER = args.peer.resolve()
     os.environ.update(CREDENTIALS)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = free_port()

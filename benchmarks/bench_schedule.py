@@ -46,7 +46,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from common import median, print_table, timed, write_results  # noqa: E402
+from common import DELIVER_WHEEL, median, print_table, stand_in_wheel, timed, write_results  # noqa: E402
 
 from nightly import config as cfg  # noqa: E402
 from nightly.builds.jobs import RunContext  # noqa: E402
@@ -70,10 +70,9 @@ case "$PACKAGE_TYPE" in
 esac
 ms=$(( min * @MS@ / 60 ))
 sleep "$(( ms / 1000 )).$(printf '%03d' $(( ms % 1000 )))"
-echo built > "$OUTPUT_DIR/${PACKAGE_TYPE}-${DESIRED_PYTHON}-${LIBTORCH_VARIANT}-${DESIRED_CUDA}.pkg"
-"""
+""" + DELIVER_WHEEL  # the project's package, under the build's own name, as a real recipe's
 
-NOOP_RECIPE = 'echo built > "$OUTPUT_DIR/noop.pkg"\n'
+NOOP_RECIPE = DELIVER_WHEEL
 
 SCENARIOS = [
     ("2019 explicit", REPO / "configs" / "pytorch-2019.toml", "explicit"),
@@ -88,11 +87,16 @@ def recipe_minutes(b: Build) -> int:
     return MINUTES["cuda"] if b.is_cuda else MINUTES["cpu"]
 
 
-def write_recipes(recipes: Path, text: str) -> None:
+def write_recipes(recipes: Path, text: str, projects: tuple[str, ...] = ("torch",)) -> None:
+    """The recipe of every package type, and beside the recipes the wheel of each project
+    that it delivers."""
+    wheels = recipes.parent / "wheels"
+    for name in projects:
+        stand_in_wheel(wheels / f"{name}.whl", name)
     for pkg in ("conda", "manywheel", "wheel", "libtorch"):
         r = recipes / pkg / "build.sh"
         r.parent.mkdir(parents=True, exist_ok=True)
-        r.write_text(text)
+        r.write_text(text.replace("@WHEELS@", str(wheels)))
         r.chmod(0o755)
 
 
@@ -138,7 +142,8 @@ def prepare_work(work: Path, ms_per_hour: int) -> None:
     for key, name in (("libtorch_all", "@ALL@"), ("libtorch_variant", "@VARIANT@"),
                       ("cpu", "@CPU@"), ("cuda", "@CUDA@")):
         text = text.replace(name, str(MINUTES[key]))
-    write_recipes(work / "recipes", text)
+    projects = {tomllib.loads(src.read_text(encoding="utf-8"))["project"]["name"] for _, src, _ in SCENARIOS}
+    write_recipes(work / "recipes", text, tuple(sorted(projects)))
 
 
 def optimal_makespan_s(estimates: list[float], queues: int, upper: float) -> float:
@@ -280,7 +285,7 @@ def bench_overhead(n: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         work = Path(tmp)
         (work / "src").mkdir()
-        write_recipes(work / "recipes", NOOP_RECIPE)
+        write_recipes(work / "recipes", NOOP_RECIPE, ("noop",))
         config = cfg.parse(
             {
                 "root": str(work / "root"),
@@ -310,7 +315,8 @@ def bench_overhead(n: int) -> dict[str, Any]:
             for i in indices:
                 d = outs / str(i)
                 d.mkdir(parents=True)
-                subprocess.run(["bash", str(script)], env={"OUTPUT_DIR": str(d), "PATH": "/usr/bin:/bin"},
+                subprocess.run(["bash", str(script)], env={"OUTPUT_DIR": str(d), "PATH": "/usr/bin:/bin",
+                                                               "PROJECT_NAME": "noop"},
                                check=True, stdin=subprocess.DEVNULL)
 
         def direct() -> None:
@@ -398,7 +404,7 @@ def main() -> None:
         "overhead": overhead,
         "seconds": round(time.perf_counter() - started, 1),
     })
-    print(f"\nwritten: {path.relative_to(REPO)} ({time.perf_counter() - started:.0f} s)")
+    print(f"\nwritten: {path} ({time.perf_counter() - started:.0f} s)")
 
 
 if __name__ == "__main__":

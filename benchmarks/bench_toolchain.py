@@ -4,7 +4,7 @@ the same builds with the host's plain gcc (no policy), through `nightly build` w
 local executor.
 
     .venv/bin/python benchmarks/bench_toolchain.py [--pythons 3.10,3.11,3.12] [--repeat 1]
-                                                   [--corpus markupsafe,mapbox-earcut]
+                                                   [--corpus markupsafe,mapbox-earcut] [--smoke]
 
 Measured in one run, the nights of each project interleaved (plain, sysroot, zig), the
 compiler cache off, one queue (the builds do not compete: the time is their sum):
@@ -50,7 +50,8 @@ def demo_config(root: Path, pythons: list[str], kind: str) -> str:
     text = (REPO / "nightly.toml").read_text()
     policy = re.search(r'^manylinux = "2_28"\n', text, re.M)
     assert policy, "nightly.toml declares no manylinux policy"
-    text = text.replace(policy.group(0), POLICY[kind])
+    # The manywheels' policy only (the first); libtorch's stays as it is: it has no toolchain key.
+    text = text.replace(policy.group(0), POLICY[kind], 1)
     text = text.replace('root = "nightlies"', f'root = "{root}"')
     text = text.replace('source = "examples/demo"', f'source = "{REPO / "examples" / "demo"}"')
     text = text.replace('pythons = ["3.10", "3.11", "3.12"]', f"pythons = {json.dumps(pythons)}")
@@ -111,9 +112,10 @@ def cold_toolchains(scratch: Path) -> dict[str, Any]:
     return out
 
 
-def projects(pythons: list[str], corpus: list[str]) -> list[tuple[str, Maker, dict[str, list[str]]]]:
+def projects(pythons: list[str], corpus: list[str],
+             cuda: bool = True) -> list[tuple[str, Maker, dict[str, list[str]]]]:
     """(project, config maker, build arguments per toolchain)."""
-    demo_args = {k: ["manywheel", ",".join(pythons), "cpu" if k == "zig" else "cpu,cu130"]
+    demo_args = {k: ["manywheel", ",".join(pythons), "cpu" if k == "zig" or not cuda else "cpu,cu130"]
                  for k in KINDS}
 
     def demo(root: Path, kind: str) -> str:
@@ -138,6 +140,8 @@ def main() -> None:
     ap.add_argument("--corpus", default="markupsafe,mapbox-earcut",
                     help="corpus projects (configs/corpus/KEY.toml); empty: the demo only")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--smoke", action="store_true",
+                    help="does it still run: no cold assembly, no warm-up, the cpu builds only")
     args = ap.parse_args()
     pythons = [p.strip() for p in args.pythons.split(",") if p.strip()]
     keys = [k.strip() for k in args.corpus.split(",") if k.strip()]
@@ -148,13 +152,15 @@ def main() -> None:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="nightly-bench-toolchain-") as t:
         scratch = Path(t)
-        print("assembling the toolchains cold (empty caches):", flush=True)
-        cold = cold_toolchains(scratch)
+        cold: dict[str, Any] = {}
+        if not args.smoke:
+            print("assembling the toolchains cold (empty caches):", flush=True)
+            cold = cold_toolchains(scratch)
         day = 1
-        for name, make, build_args in projects(pythons, keys):
+        for name, make, build_args in projects(pythons, keys, cuda=not args.smoke):
             runs[name] = {k: [] for k in KINDS}
             # Warm: nightly's own cache of each toolchain, and zig's builds of libc++ etc.
-            for kind in ("sysroot", "zig"):
+            for kind in () if args.smoke else ("sysroot", "zig"):
                 warm = [*build_args[kind][:1], pythons[0], *build_args[kind][2:]]
                 night(scratch, f"{name}-warm-{kind}", make, kind, warm, f"2026_02_{day:02d}")
                 day += 1
@@ -172,7 +178,8 @@ def main() -> None:
               "plain_wall_s": summary["demo"]["plain_wall_s"],
               "portable_wall_s": summary["demo"]["sysroot_wall_s"],
               "ratio_portable_to_plain": summary["demo"]["sysroot_over_plain"],
-              "builds_per_night": 2 * len(pythons), "toolchain": cold["sysroot"]}
+              "builds_per_night": (1 if args.smoke else 2) * len(pythons),
+              "toolchain": cold.get("sysroot")}
     rows = []
     for name, s in summary.items():
         rows.append([name, s["plain_builds_s"], s["sysroot_builds_s"], s["sysroot_over_plain"],

@@ -7,18 +7,24 @@ sits beside it and is imported as `common` (the script puts its own folder on sy
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
 import statistics
 import sys
 import time
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# NIGHTLY_BENCH_RESULTS: another folder for the JSON (the test suite's runs write there, so
+# that a test never overwrites the figures of a real run).
+RESULTS_DIR = Path(os.environ.get("NIGHTLY_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
+SKIPPED = 77  # a benchmark's exit status when something it needs is absent (it says what, in one line)
 T = TypeVar("T")
 
 
@@ -90,3 +96,37 @@ def _cell(v: object) -> str:
     if isinstance(v, float):
         return f"{v:.3f}" if abs(v) < 1000 else f"{v:.0f}"
     return str(v)
+
+
+def stand_in_wheel(path: Path, dist: str, version: str = "1.0") -> Path:
+    """A small valid wheel of `dist` (METADATA naming it, WHEEL, RECORD) at `path`: what a
+    stand-in recipe copies into OUTPUT_DIR under its build's own file name, so that the
+    night files it as the project's package, as it files a real recipe's."""
+    key = dist.replace("-", "_")
+    di = f"{key}-{version}.dist-info"
+    files = {
+        f"{key}/__init__.py": b"",
+        f"{di}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
+        f"{di}/WHEEL": b"Wheel-Version: 1.0\nGenerator: nightly-benchmarks\nRoot-Is-Purelib: true\n"
+                       b"Tag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},"
+        f"{len(d)}\n" for n, d in files.items()) + f"{di}/RECORD,,\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        for n, d in files.items():
+            z.writestr(n, d)
+        z.writestr(f"{di}/RECORD", record)
+    return path
+
+
+# The shell lines of a stand-in recipe that deliver the project's wheel (from `@WHEELS@/
+# $PROJECT_NAME.whl`, made by stand_in_wheel) under a file name of the build's own: the
+# package type, Python, variant and CUDA as the local version, a manylinux platform tag of the
+# build's architecture (one every policy accepts).
+DELIVER_WHEEL = r"""tag=$(printf '%s.%s.%s.%s' "${PACKAGE_TYPE:-noop}" "${DESIRED_PYTHON:-0}" \
+  "${LIBTORCH_VARIANT:-none}" "${DESIRED_CUDA:-cpu}" | tr -cs 'a-zA-Z0-9.' _)
+cp "@WHEELS@/$PROJECT_NAME.whl" \
+  "$OUTPUT_DIR/${PROJECT_NAME}-1.0+${tag}-py3-none-manylinux_2_17_${NIGHTLY_ARCH:-x86_64}.whl"
+"""

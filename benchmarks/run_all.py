@@ -1,7 +1,11 @@
 """Every benchmark of the project in one run, and one table of ratios.
 
-    .venv/bin/python benchmarks/run_all.py [--index-objects 10000] [--quick]
-                                           [--only NAME]... [--skip NAME]...
+    .venv/bin/python benchmarks/run_all.py [--index-objects 10000] [--quick | --smoke]
+                                           [--peer DIR] [--only NAME]... [--skip NAME]...
+
+--smoke runs each at its smallest (seconds each; the test suite's check that every benchmark
+still runs: its figures mean nothing). It exits 1 naming the benchmarks that failed; one
+that needs something absent (index_peer without --peer) is reported as skipped, with why.
 
 Runs one after another (so they do not compete for the machine), each in its own process:
 
@@ -20,8 +24,10 @@ Runs one after another (so they do not compete for the machine), each in its own
   staging_store bench_staging_store.py: the folder staging store read without following
               symlinks (package fetch, listing, a 32 MiB log read back and scrubbed) against
               plain copyfile / os.walk / read of the same files
-  index_peer  bench_index_peer.py: index pages against PyTorch's test-infra manage_v2.py on
-              one moto bucket of 5,000 and 20,000 wheels (--quick: 1,000)
+  index_peer  bench_index_peer.py --peer DIR: index pages against PyTorch's test-infra
+              manage_v2.py (DIR: a checkout of pytorch/test-infra, from --peer or
+              $NIGHTLY_PEER_TEST_INFRA; skipped without one) on one moto bucket of 5,000 and
+              20,000 wheels (--quick: 1,000)
   images      bench_images.py: builder images cold/warm per CUDA, sizes, and the demo CUDA
               night's wall time against the sum of its builds (--quick: warm only, no night)
   cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
@@ -36,6 +42,12 @@ Runs one after another (so they do not compete for the machine), each in its own
               (--quick: Python 3.12 only, the demo only)
   provenance  bench_provenance.py: a night of 8 builds of 32 MB wheels published to a file://
               mirror, with `[provenance] key` against without (--quick: 4 builds, 1 run)
+  procs       bench_procs.py: a package taken back from OUTPUT_DIR as nightly's own file and
+              hashed again before filing, signing and upload, against hash-and-rename; a
+              trivial recipe in its own cgroup against without
+  history_year bench_history_year.py: a year of nights in the build history (kept whole, and
+              pruned to 90 days): open, estimates, failure facts at night 30 and at the end;
+              a record with a held connection against one per call
   progress    bench_progress.py: the live progress display's cost per build on a night of
               98 stand-in builds (none / plain lines / live view on a pty; --quick: 1 round)
   cli         measured here: `nightly --help` start-up against `cibuildwheel --help` (a
@@ -57,7 +69,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +76,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import RESULTS_DIR, format_table, write_results  # noqa: E402
-
-Row = list[object]
+from common import RESULTS_DIR, SKIPPED, format_table, write_results  # noqa: E402
+from table_rows import ROWS, Row  # noqa: E402
 
 
 def _venv_bin(name: str) -> str | None:
@@ -78,56 +88,93 @@ def _venv_bin(name: str) -> str | None:
 # ---------------------------------------------------------------------------- the runs
 
 
+def _args(args: argparse.Namespace, quick: list[str], smoke: list[str]) -> list[str]:
+    return smoke if args.smoke else quick if args.quick else []
+
+
 def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
     """name -> (command, results file name)."""
     py = sys.executable
-    quick = args.quick
+    objects = (300 if args.smoke else 2000 if args.quick else 10_000)
+    peer = ["--peer", str(args.peer)] if args.peer else []
+    warm, demo = ["--warm-only", "--no-night"], ["--pythons", "3.12", "--corpus", ""]
     return {
         "schedule": ([py, str(HERE / "bench_schedule.py"),
-                      *(["--repeat", "1", "--noop", "100"] if quick else [])], "schedule.json"),
-        "container": ([py, str(HERE / "bench_container.py"),
-                       *(["--runs", "5"] if quick else [])], "container.json"),
-        "index": ([py, str(HERE / "bench_index.py"), "--objects",
-                   str(2000 if quick and args.index_objects is None else args.index_objects or 10_000)],
-                  "index.json"),
-        "cluster": ([py, str(HERE / "bench_cluster.py"), *(["--no-baseline"] if quick else [])],
+                      *_args(args, ["--repeat", "1", "--noop", "100"],
+                             ["--repeat", "1", "--noop", "10", "--ms-per-hour", "100"])],
+                     "schedule.json"),
+        "container": ([py, str(HERE / "bench_container.py"), *_args(args, ["--runs", "5"], ["--runs", "1"])],
+                      "container.json"),
+        "index": ([py, str(HERE / "bench_index.py"), "--objects", str(args.index_objects or objects),
+                   *_args(args, [], ["--new", "10", "--http-sample", "50"])], "index.json"),
+        "cluster": ([py, str(HERE / "bench_cluster.py"),
+                     *_args(args, ["--no-baseline"],
+                            ["--no-baseline", "--smoke"])],
                     "cluster.json"),
-        "gpu_tests": ([py, str(HERE / "bench_gpu_tests.py")], "gpu_tests.json"),
+        "gpu_tests": ([py, str(HERE / "bench_gpu_tests.py"),
+                       *_args(args, [], ["--smoke", "--gpu-task-ms", "200", "--only", "stage"])],
+                      "gpu_tests.json"),
         "cluster_tls": ([py, str(HERE / "bench_cluster_tls.py"),
-                         *(["--runs", "3", "--tasks", "200", "--package-mb", "64"] if quick else [])],
+                         *_args(args, ["--runs", "3", "--tasks", "200", "--package-mb", "64"],
+                                ["--runs", "1", "--tasks", "20", "--package-mb", "4"])],
                         "cluster_tls.json"),
         "staging_store": ([py, str(HERE / "bench_staging_store.py"),
-                           *(["--runs", "3", "--package-mb", "64"] if quick else [])],
+                           *_args(args, ["--runs", "3", "--package-mb", "64"],
+                                  ["--runs", "1", "--package-mb", "4", "--attempts", "20"])],
                           "staging_store.json"),
-        "index_peer": ([py, str(HERE / "bench_index_peer.py"),
-                        *(["--sizes", "1000"] if quick else [])], "index_peer.json"),
-        "images": ([py, str(HERE / "bench_images.py"), *(["--warm-only", "--no-night"] if quick else [])],
-                   "images.json"),
-        "masking": ([py, str(HERE / "bench_masking.py"), *(["--mb", "50", "--runs", "3"] if quick else [])],
+        "index_peer": ([py, str(HERE / "bench_index_peer.py"), *peer,
+                        *_args(args, ["--sizes", "1000"], ["--sizes", "200", "--no-full-all"])],
+                       "index_peer.json"),
+        "images": ([py, str(HERE / "bench_images.py"),
+                    *_args(args, warm, [*warm, "--no-rebuild"])], "images.json"),
+        "masking": ([py, str(HERE / "bench_masking.py"),
+                     *_args(args, ["--mb", "50", "--runs", "3"], ["--mb", "2", "--runs", "1"])],
                     "masking.json"),
         "cache": ([py, str(HERE / "bench_cache.py"),
-                   *(["--cpp", "4", "--cuda", "2", "--templates", "4"] if quick else [])],
-                  "cache.json"),
-        "bisect": ([py, str(HERE / "bench_bisect.py"), *(["--gen", "8"] if quick else [])],
+                   *_args(args, ["--cpp", "4", "--cuda", "2", "--templates", "4"],
+                          ["--cpp", "1", "--cuda", "1", "--templates", "1"])], "cache.json"),
+        "bisect": ([py, str(HERE / "bench_bisect.py"), *_args(args, ["--gen", "8"], ["--gen", "1"])],
                    "bisect.json"),
         "toolchain": ([py, str(HERE / "bench_toolchain.py"),
-                       *(["--pythons", "3.12", "--corpus", ""] if quick else [])], "toolchain.json"),
+                       *_args(args, demo, [*demo, "--smoke"])],
+                      "toolchain.json"),
         "provenance": ([py, str(HERE / "bench_provenance.py"),
-                        *(["--runs", "1", "--builds", "4"] if quick else [])], "provenance.json"),
-        "progress": ([py, str(HERE / "bench_progress.py"), *(["--rounds", "1"] if quick else [])],
+                        *_args(args, ["--runs", "1", "--builds", "4"], ["--runs", "1", "--builds", "2",
+                                                                         "--size-mb", "1"])],
+                       "provenance.json"),
+        "procs": ([py, str(HERE / "bench_procs.py"),
+                   *_args(args, ["--mb", "128", "--builds", "10"], ["--mb", "16", "--builds", "3"])],
+                  "procs.json"),
+        "history_year": ([py, str(HERE / "bench_history_year.py"),
+                          *_args(args, ["--quick"], ["--nights", "40", "--builds", "10"])],
+                         "history_year.json"),
+        "progress": ([py, str(HERE / "bench_progress.py"),
+                      *_args(args, ["--rounds", "1"], ["--rounds", "1"])],
                      "progress.json"),
     }  # fmt: skip
 
 
-def run_one(name: str, cmd: list[str]) -> tuple[bool, float]:
+def run_one(name: str, cmd: list[str]) -> tuple[str, float, str]:
+    """Run one benchmark, its output shown as it comes: (ok / failed / skipped, seconds, the
+    last line it printed: a skipped benchmark's reason)."""
     print(f"\n{'=' * 78}\n== {name}: {' '.join(Path(c).name if c.startswith('/') else c for c in cmd)}\n"
           f"{'=' * 78}", flush=True)
     started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, check=False)
+    last = ""
+    with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            last = line.strip() or last
     took = time.monotonic() - started
+    if proc.returncode == SKIPPED:
+        print(f"-- {name} skipped after {took:.0f} s", flush=True)
+        return "skipped", took, last
     if proc.returncode != 0:
         print(f"!! {name} failed (exit {proc.returncode}) after {took:.0f} s", flush=True)
-    return proc.returncode == 0, took
+        return "failed", took, last
+    return "ok", took, last
 
 
 def cli_startup(runs: int) -> dict[str, Any]:
@@ -164,255 +211,19 @@ def cli_startup(runs: int) -> dict[str, Any]:
     return result
 
 
-# ---------------------------------------------------------------------------- the table
-
-
-def _get(data: Any, *path: Any) -> Any:
-    for k in path:
-        if isinstance(data, dict):
-            data = data.get(k)
-        elif isinstance(data, list) and isinstance(k, int) and k < len(data):
-            data = data[k]
-        else:
-            return None
-    return data
-
-
-def _find(items: Any, key: str, value: str) -> Any:
-    for item in items or []:
-        if isinstance(item, dict) and item.get(key) == value:
-            return item
-    return None
-
-
-def _num(v: Any, digits: int = 3) -> object:
-    return round(v, digits) if isinstance(v, (int, float)) and not isinstance(v, bool) else "n/a"
-
-
-def rows_schedule(d: dict[str, Any]) -> list[Row]:
-    out: list[Row] = []
-    for config, label in (("2019 auto", "2019 matrix, automatic schedule"),
-                          ("2019 explicit", "2019 matrix, queues as written in 2019"),
-                          ("modern auto", "modern matrix, automatic schedule")):
-        s = _find(d.get("schedules"), "config", config)
-        out.append(["schedule", f"{label}: measured makespan (h) / lower bound (h)",
-                    _num(_get(s, "measured_makespan_h")), _num(_get(s, "lower_bound_h")),
-                    _num(_get(s, "measured_ratio")), "lower is better; 1.0 is optimal"])
-    out.append(["schedule", "2019: automatic / as written (measured makespan)", "", "",
-                _num(_get(d, "auto_over_explicit_2019", "measured")), "lower is better"])
-    o = d.get("overhead") or {}
-    out.append(["schedule", f"{o.get('builds', '?')} no-op builds: runner (s) / bash spawned directly (s)",
-                _num(o.get("runner_s")), _num(o.get("direct_s")), _num(o.get("runner_time_over_direct")),
-                f"{_num(o.get('overhead_ms_per_build'), 1)} ms per build of orchestration"])
-    return out
-
-
-def rows_container(d: dict[str, Any]) -> list[Row]:
-    ex = _get(d, "results", "executor", "median_s")
-    pr = _get(d, "results", "podman_run", "median_s")
-    dk = _get(d, "results", "docker_cli_run", "median_s")
-    out: list[Row] = [["container", "no-op build: ContainerExecutor (s) / podman run --rm (s)", _num(ex),
-                       _num(pr), _num(d.get("ratio_executor_to_podman_run")), "lower is better; medians"]]
-    if isinstance(ex, (int, float)) and isinstance(dk, (int, float)) and dk:
-        out.append(["container", "no-op build: ContainerExecutor (s) / docker run --rm (s)", _num(ex),
-                    _num(dk), _num(ex / dk), "same API socket"])
-    return out
-
-
-def rows_index(d: dict[str, Any]) -> list[Row]:
-    out: list[Row] = []
-    naive = _get(d, "phases", "naive", "seconds")
-    for phase in ("full/cold", "full/warm", "incremental"):
-        secs = _get(d, "phases", phase, "seconds")
-        out.append(["index", f"{d.get('objects', '?')} objects, `nightly index` {phase} (s) against list + "
-                    "HEAD each (s): speed-up", _num(secs), _num(naive),
-                    _num(_get(d, "ratios_vs_naive", phase, "speed"), 2),
-                    f"higher is better; {_get(d, 'ratios_vs_naive', phase, 'requests')}x fewer requests"])
-    return out
-
-
-def rows_index_peer(d: dict[str, Any]) -> list[Row]:
-    out: list[Row] = []
-    for row in d.get("table") or []:
-        out.append(["index_peer", f"{row.get('wheels')} wheels, {row.get('run')}: nightly (s) / "
-                    "test-infra manage_v2.py (s)", _num(row.get("nightly s")), _num(row.get("peer s")),
-                    _num(row.get("s ratio")),
-                    f"lower is better; requests {row.get('nightly req')} / {row.get('peer req')} = "
-                    f"{row.get('req ratio')}"])
-    for r in d.get("results") or []:
-        for pages, per in (r.get("clients") or {}).items():
-            for client, res in per.items():
-                out.append(["index_peer", f"{r.get('wheels')} wheels: {client} resolves torch from "
-                            f"{pages}'s pages (s)", _num(res.get("seconds")), "", "",
-                            f"ok={res.get('ok')}, {(res.get('gets') or {}).get('metadata', 0)} metadata "
-                            f"GETs, {(res.get('gets') or {}).get('wheel', 0)} wheel GETs"])
-    return out
-
-
-def rows_cluster(d: dict[str, Any]) -> list[Row]:
-    out: list[Row] = []
-    for run in d.get("runs") or []:
-        out.append(["cluster", f"{run.get('builds')} builds on {run.get('workers')} workers, "
-                    f"{run.get('scenario')}: measured (h) / lower bound (h)",
-                    _num(run.get("measured_makespan_h")), _num(run.get("lower_bound_h")),
-                    _num(run.get("measured_over_lower_bound")),
-                    "lower is better"])
-    plan = d.get("plan") or {}
-    out.append(["cluster", "make_plan of 1,000 builds (ms)", _num(plan.get("make_plan_ms"), 1), "", "",
-                "planning time"])
-    return out
-
-
-def rows_gpu_tests(d: dict[str, Any]) -> list[Row]:
-    out: list[Row] = []
-    for run in d.get("runs") or []:
-        out.append(["gpu_tests", f"{run.get('scenario')}: makespan (h) / lower bound (h)",
-                    _num(run.get("makespan_h")), _num(run.get("lower_bound_h")),
-                    _num(run.get("makespan_over_bound")), "goal <= 1.05"])
-    runs = d.get("runs") or [{}, {}]
-    out.append(["gpu_tests", "GPU-host seconds: old gpu_smoke / test stage",
-                _num(runs[0].get("gpu_host_s"), 0), _num(runs[-1].get("gpu_host_s"), 0),
-                _num(d.get("gpu_host_s_today_over_test_stage"), 2), "goal >= 5"])
-    return out
-
-
-def rows_cluster_tls(d: dict[str, Any]) -> list[Row]:
-    med, st = d.get("median_s") or {}, d.get("staging") or {}
-    return [
-        ["cluster_tls", "client connect: tls:// (s) / tcp:// (s)", _num(_get(med, "tls", "connect")),
-         _num(_get(med, "tcp", "connect")), _num(_get(d, "ratio_tls_to_tcp", "connect")),
-         "lower is better; once per night"],
-        ["cluster_tls", f"{d.get('tasks', '?')} task round trips: tls:// (s) / tcp:// (s)",
-         _num(_get(med, "tls", "trips")), _num(_get(med, "tcp", "trips")),
-         _num(_get(d, "ratio_tls_to_tcp", "trips")), "lower is better"],
-        ["cluster_tls", f"{d.get('package_mb', '?')} MB package: sha256 (s) / copy (s)",
-         _num(st.get("sha256_s")), _num(st.get("copy_s")), _num(st.get("ratio_hash_to_copy")),
-         "the hash state.json records, checked against the worker's"],
-    ]
-
-
-def rows_staging_store(d: dict[str, Any]) -> list[Row]:
-    med, r = d.get("median_s") or {}, d.get("ratio") or {}
-    return [
-        ["staging_store", f"{d.get('package_mb', '?')} MB package: get(max_bytes) / copyfile (s)",
-         _num(med.get("get")), _num(med.get("copyfile")), _num(r.get("get_to_copyfile")),
-         "lower is better; no symlink followed, capped"],
-        ["staging_store", f"list {d.get('files_listed', '?')} files: store / os.walk (s)",
-         _num(med.get("list")), _num(med.get("os_walk")), _num(r.get("list_to_os_walk")),
-         "lower is better"],
-        ["staging_store", f"{d.get('log_mb', '?')} MiB log: read back, scrubbed / read (s)",
-         _num(med.get("staged_log")), _num(med.get("read_log")), _num(r.get("staged_log_to_read")),
-         "once per build, at most this size"],
-    ]
-
-
-def rows_cli(d: dict[str, Any]) -> list[Row]:
-    med = d.get("median_s") or {}
-    base = d.get("baseline", "?")
-    return [["cli", f"start-up: nightly --help (s) / {base} (s)", _num(med.get("nightly --help"), 4),
-             _num(med.get(base), 4), _num(d.get("ratio_nightly_to_baseline")),
-             f"lower is better; python -c pass {_num(med.get('python -c pass'), 4)} s"]]
-
-
-def rows_images(d: dict[str, Any]) -> list[Row]:
-    out: list[Row] = []
-    for name, b in (d.get("builders") or {}).items():
-        for layer, t in (b.get("times") or {}).items():
-            size = _get(b, "sizes", layer, "image_mb")
-            layer_mb = _get(b, "sizes", layer, "layer_mb")
-            out.append(["images", f"{name}:{layer} image: cold build (s) / warm (present) (s)",
-                        _num(t.get("cold_s"), 1), _num(t.get("warm_s")),
-                        _num(t["cold_s"] / t["warm_s"], 0) if t.get("cold_s") and t.get("warm_s")
-                        else "n/a",
-                        f"{size} MB image, {layer_mb} MB layer; rebuild from caches "
-                        f"{_num(t.get('rebuild_s'), 1)} s"])
-        out.append(["images", f"{name}: stored once (MB) / sum of image sizes (MB)",
-                    _get(b, "sizes", "stored_once_mb"), _get(b, "sizes", "sum_of_images_mb"),
-                    _num((_get(b, "sizes", "stored_once_mb") or 0)
-                         / (_get(b, "sizes", "sum_of_images_mb") or 1)),
-                    "layers shared over one base"])
-    n = d.get("night")
-    if n:
-        out.append(["images", f"demo CUDA night, {n.get('builds')} builds: sum of build times (s) / "
-                    "wall time (s)", _num(n.get("sum_of_builds_s"), 1), _num(n.get("wall_s"), 1),
-                    _num(n.get("speedup"), 2), f"parallel speed-up; {n.get('succeeded')} succeeded"])
-    return out
-
-
-def rows_cache(d: dict[str, Any]) -> list[Row]:
-    a, four = d.get("night_a") or {}, d.get("four_pythons") or {}
-    return [
-        ["cache", "night, next day after a one-file commit / cold (s)",
-         _num(_get(a, "warm", "wall_s"), 1), _num(_get(a, "cold", "wall_s"), 1),
-         _num(a.get("warm_over_cold")),
-         f"goal <= 0.3; hit rates {_num(_get(a, 'cold', 'hit_rate'), 2)} / "
-         f"{_num(_get(a, 'warm', 'hit_rate'), 2)}"],
-        ["cache", "four Pythons sharing a C++/CUDA core: cache / no cache (s)",
-         _num(_get(four, "cache", "wall_s"), 1), _num(_get(four, "no_cache", "wall_s"), 1),
-         _num(four.get("cache_over_no_cache")),
-         f"goal <= 0.5; hit rate {_num(_get(four, 'cache', 'hit_rate'), 2)}"],
-    ]
-
-
-def rows_masking(d: dict[str, Any]) -> list[Row]:
-    return [["masking", f"{d.get('mb', '?')} MB of build output into its log: masked for "
-             f"{d.get('secrets', '?')} secrets (s) / unmasked (s)", _num(d.get("masked_s")),
-             _num(d.get("plain_s")), _num(d.get("ratio_masked_to_plain")),
-             f"lower is better; {d.get('masked_mb_s', '?')} MB/s masked"]]
-def rows_provenance(d: dict[str, Any]) -> list[Row]:
-    med = d.get("median_s") or {}
-    return [["provenance", f"night of {d.get('builds')} builds x {d.get('size_mb')} MB: with signed "
-             "provenance (s) / without (s)", _num(med.get("with"), 2), _num(med.get("without"), 2),
-             _num(d.get("ratio_with_to_without")), f"lower is better; medians of {d.get('runs')}"]]
-
-
-def rows_progress(d: dict[str, Any]) -> list[Row]:
-    med, ratio = d.get("median_ms_per_build") or {}, d.get("ratio_to_none") or {}
-    return [["progress", f"night of {d.get('builds')} stand-in builds: {mode} / no display "
-             "(ms a build)", _num(med.get(mode), 1), _num(med.get("none"), 1),
-             _num(ratio.get(mode)), f"lower is better; medians of {d.get('rounds')}"]
-            for mode in ("plain", "live")]
-
-
-def rows_bisect(d: dict[str, Any]) -> list[Row]:
-    return [["bisect", "bisect of 64 commits: with cache / without (s)",
-             _num(_get(d, "cache", "wall_s"), 1), _num(_get(d, "no_cache", "wall_s"), 1),
-             _num(d.get("cache_over_no_cache")),
-             f"lower is better; {_get(d, 'cache', 'builds')} builds, hit rate "
-             f"{_num(_get(d, 'cache', 'hit_rate'), 2)}"]]
-def rows_toolchain(d: dict[str, Any]) -> list[Row]:
-    rows: list[Row] = []
-    for name, p in (d.get("projects") or {}).items():
-        rows.append(["toolchain", f"{name} manywheels: sysroot toolchain / plain gcc, sum of "
-                     "builds (s)", _num(p.get("sysroot_builds_s"), 1),
-                     _num(p.get("plain_builds_s"), 1), _num(p.get("sysroot_over_plain")),
-                     "lower is better; compiler cache off"])
-        rows.append(["toolchain", f"{name} CPU manywheels: zig / plain gcc, sum of builds (s)",
-                     _num(p.get("zig_builds_s"), 1), "", _num(p.get("zig_over_plain_cpu")),
-                     "lower is better; zig's cache warm"])
-    for name, t in (d.get("toolchains") or {}).items():
-        rows.append(["toolchain", f"{name} toolchain assembled cold (s), size (MB)",
-                     _num(t.get("cold_s"), 1), _num(t.get("size_mb"), 1), "", "once per cache"])
-    return rows
-
-
-ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
-    "schedule": rows_schedule, "container": rows_container, "index": rows_index,
-    "cluster": rows_cluster, "gpu_tests": rows_gpu_tests, "cache": rows_cache, "cli": rows_cli,
-    "images": rows_images,
-    "index_peer": rows_index_peer, "cluster_tls": rows_cluster_tls,
-    "staging_store": rows_staging_store, "bisect": rows_bisect,
-    "masking": rows_masking,
-    "toolchain": rows_toolchain, "provenance": rows_provenance, "progress": rows_progress,
-}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--index-objects", type=int, default=None,
                     help="objects in the index benchmark's bucket (default 10000; 2000 with --quick)")
-    ap.add_argument("--cli-runs", type=int, default=20, help="start-up measurements of each command")
-    ap.add_argument("--quick", action="store_true", help="smaller runs of everything (a smoke test)")
+    ap.add_argument("--cli-runs", type=int, default=None,
+                    help="start-up measurements of each command (default 20; --smoke: 2)")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller runs of everything")
+    size.add_argument("--smoke", action="store_true",
+                      help="each at its smallest: does every benchmark still run (no figure to read)")
+    ap.add_argument("--peer", type=Path, default=None, metavar="DIR",
+                    help="a checkout of pytorch/test-infra for index_peer (default: "
+                    "$NIGHTLY_PEER_TEST_INFRA; without one index_peer is skipped)")
     ap.add_argument("--only", action="append", default=[], metavar="NAME", choices=[*ROWS],
                     help="run only these benchmarks (repeatable)")
     ap.add_argument("--skip", action="append", default=[], metavar="NAME", choices=[*ROWS],
@@ -422,34 +233,52 @@ def main() -> int:
 
     started_at = time.time()
     status: dict[str, str] = {}
+    why: dict[str, str] = {}
     took: dict[str, float] = {}
     for name, (cmd, _) in benchmarks(args).items():
         if name in chosen:
-            ok, took[name] = run_one(name, cmd)
-            status[name] = "ok" if ok else "failed"
+            status[name], took[name], why[name] = run_one(name, cmd)
     if "cli" in chosen:
         print(f"\n{'=' * 78}\n== cli: start-up of nightly --help against a baseline\n{'=' * 78}", flush=True)
         t0 = time.monotonic()
         try:
-            cli_startup(args.cli_runs)
+            cli_startup(args.cli_runs or (2 if args.smoke else 20))
             status["cli"] = "ok"
         except (subprocess.CalledProcessError, AssertionError, OSError) as e:
             print(f"!! cli failed: {e}")
             status["cli"] = "failed"
         took["cli"] = time.monotonic() - t0
+    print_summary(args, chosen, status, why, took, started_at)
+    failed = [n for n in chosen if status.get(n) == "failed"]
+    skipped = [n for n in chosen if status.get(n) == "skipped"]
+    for name in skipped:
+        print(f"skipped: {name}: {why[name].removeprefix('skipped: ')}")
+    if failed:
+        print(f"failed: {', '.join(failed)} (see each one's output above)")
+        return 1
+    return 0
 
+
+def print_summary(args: argparse.Namespace, chosen: list[str], status: dict[str, str],
+                  why: dict[str, str], took: dict[str, float], started_at: float) -> None:
+    """The one table: each benchmark's rows from the results this run wrote."""
     rows: list[Row] = []
     files = {**{n: f for n, (_, f) in benchmarks(args).items()}, "cli": "cli.json"}
     for name in chosen:
         path = RESULTS_DIR / files[name]
         fresh = path.exists() and path.stat().st_mtime >= started_at - 1
+        if status.get(name) == "skipped":
+            rows.append([name, f"SKIPPED: {why.get(name, '').removeprefix('skipped: ')}", "", "", "", ""])
+            continue
         if status.get(name) != "ok" or not fresh:
             rows.append([name, "FAILED: no results from this run", "", "", "", "see its output above"])
+            status[name] = "failed"
             continue
         try:
             rows += ROWS[name](json.loads(path.read_text()))
         except (ValueError, OSError) as e:
             rows.append([name, f"unreadable results: {e}", "", "", "", ""])
+            status[name] = "failed"
 
     print(f"\n{'=' * 78}\nAll benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
           f"load {', '.join(f'{x:.1f}' for x in os.getloadavg())}; "
@@ -457,7 +286,6 @@ def main() -> int:
     print(format_table(["benchmark", "measure (value / baseline)", "value", "baseline", "ratio", "reading"],
                        rows))
     print(f"\nresults: {RESULTS_DIR}/")
-    return 0 if all(s == "ok" for s in status.values()) else 1
 
 
 if __name__ == "__main__":

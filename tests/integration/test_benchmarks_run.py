@@ -1,0 +1,125 @@
+"""Every benchmark of benchmarks/run_all.py still runs on today's code (issue 52).
+
+Each is run through `run_all.py --smoke --only NAME` (its smallest sizes: seconds, not
+minutes), its JSON written to a folder of the test's own (NIGHTLY_BENCH_RESULTS, so a real
+run's figures are never overwritten). Asserted: run_all exits 0, the benchmark wrote its
+results and the table shows its rows, not FAILED. No figure is asserted: the figures are the
+benchmarks' to report, on a machine quiet enough to mean something.
+
+Marked by what each needs: the Dask ones `cluster`, the moto one `s3`, the ones that build
+real packages `slow`, the ones that need the container engine take the `engine` fixture.
+The peer benchmark needs a checkout of pytorch/test-infra, which is no part of this project:
+without one it must say so in one line and run_all must report it skipped, with why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.engine import Engine
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_ALL = REPO / "benchmarks" / "run_all.py"
+TIMEOUT_S = 600
+PEER_ENV = "NIGHTLY_PEER_TEST_INFRA"
+
+
+def run_all(results: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in (env or os.environ).items() if k != PEER_ENV}
+    return subprocess.run(
+        [sys.executable, str(RUN_ALL), "--smoke", *args],
+        env={**environ, "NIGHTLY_BENCH_RESULTS": str(results)},
+        capture_output=True, text=True, timeout=TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+
+
+NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
+
+
+def absent(name: str) -> str | None:
+    """What a benchmark needs that this machine lacks (it must then say so), or None."""
+    if name == "cache" and not NVCC.exists():
+        return f"needs CUDA 13.0's nvcc at {NVCC.parents[1]}"
+    return None
+
+
+def check_ran(name: str, results: Path, proc: subprocess.CompletedProcess[str]) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"run_all --smoke --only {name}: exit {proc.returncode}\n{out[-6000:]}"
+    missing = absent(name)
+    if missing is not None:  # not run here: it must say why (one line, no traceback)
+        assert "Traceback" not in out, out[-6000:]
+        assert f"skipped: {name}: {missing}" in out, out[-4000:]
+        return
+    data = json.loads((results / f"{name}.json").read_text(encoding="utf-8"))
+    assert isinstance(data, dict), data
+    assert data, data
+    table = out[out.index("All benchmarks,"):]
+    assert "FAILED" not in table, table
+    assert "unreadable" not in table, table
+    assert any(line.startswith(f"{name} ") for line in table.splitlines()), table
+
+
+@pytest.mark.parametrize("name", [
+    "schedule",
+    "staging_store",
+    "masking",
+    "provenance",
+    "cli",
+    "progress",
+    "history_year",
+    "procs",
+    pytest.param("index", marks=pytest.mark.s3),
+    pytest.param("cluster", marks=pytest.mark.cluster),
+    pytest.param("gpu_tests", marks=pytest.mark.cluster),
+    pytest.param("cluster_tls", marks=pytest.mark.cluster),
+    pytest.param("cache", marks=pytest.mark.slow),
+    pytest.param("bisect", marks=pytest.mark.slow),
+    pytest.param("toolchain", marks=pytest.mark.slow),
+])
+def test_benchmark_runs(name: str, tmp_path: Path) -> None:
+    check_ran(name, tmp_path, run_all(tmp_path, "--only", name))
+
+
+@pytest.mark.parametrize("name", ["container", "images"])
+def test_engine_benchmark_runs(name: str, engine: Engine, tmp_path: Path) -> None:
+    check_ran(name, tmp_path, run_all(tmp_path, "--only", name, env=engine.env()))
+
+
+def test_index_peer_without_checkout_says_what_it_needs(tmp_path: Path) -> None:
+    proc = run_all(tmp_path, "--only", "index_peer")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "Traceback" not in out, out
+    need = "needs a checkout of pytorch/test-infra"
+    assert f"skipped: index_peer: {need}" in out, out
+    assert "--peer DIR" in out, out
+    assert f"SKIPPED: {need}" in out, out
+    assert not (tmp_path / "index_peer.json").exists()
+
+
+def test_run_all_fails_naming_the_failed_benchmark(tmp_path: Path) -> None:
+    """A peer folder that is no checkout is bad input: that benchmark fails (one line, exit
+    2) and run_all exits 1 naming it."""
+    proc = run_all(tmp_path, "--only", "index_peer", "--only", "masking", "--peer", str(tmp_path))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    assert "Traceback" not in out, out
+    assert f"{tmp_path} has no s3_management/manage_v2.py" in out, out
+    assert "failed: index_peer (see each one's output above)" in out, out
+    assert (tmp_path / "masking.json").exists()  # the other still ran
+
+
+@pytest.mark.s3
+def test_index_peer_with_checkout(tmp_path: Path) -> None:
+    """With a checkout of pytorch/test-infra given ($NIGHTLY_PEER_TEST_INFRA), its smallest run."""
+    peer = os.environ.get(PEER_ENV)
+    if not peer:
+        pytest.skip(f"{PEER_ENV} names no checkout of pytorch/test-infra (the peer is no part of "
+                    "this project); test_index_peer_without_checkout_says_what_it_needs covers its absence")
+    check_ran("index_peer", tmp_path, run_all(tmp_path, "--only", "index_peer", "--peer", peer))
