@@ -8,6 +8,8 @@ benchmarks' to report, on a machine quiet enough to mean something.
 
 Marked by what each needs: the Dask ones `cluster`, the moto one `s3`, the ones that build
 real packages `slow`, the ones that need the container engine take the `engine` fixture.
+Two are not run here yet (NOT_RUN says why); a test checks that every benchmark of run_all.py
+is either run or listed there.
 The peer benchmark needs a checkout of pytorch/test-infra, which is no part of this project:
 without one it must say so in one line and run_all must report it skipped, with why.
 """
@@ -38,24 +40,9 @@ def run_all(results: Path, *args: str, env: dict[str, str] | None = None) -> sub
         capture_output=True, text=True, timeout=TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
 
 
-NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
-
-
-def absent(name: str) -> str | None:
-    """What a benchmark needs that this machine lacks (it must then say so), or None."""
-    if name == "cache" and not NVCC.exists():
-        return f"needs CUDA 13.0's nvcc at {NVCC.parents[1]}"
-    return None
-
-
 def check_ran(name: str, results: Path, proc: subprocess.CompletedProcess[str]) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"run_all --smoke --only {name}: exit {proc.returncode}\n{out[-6000:]}"
-    missing = absent(name)
-    if missing is not None:  # not run here: it must say why (one line, no traceback)
-        assert "Traceback" not in out, out[-6000:]
-        assert f"skipped: {name}: {missing}" in out, out[-4000:]
-        return
     data = json.loads((results / f"{name}.json").read_text(encoding="utf-8"))
     assert isinstance(data, dict), data
     assert data, data
@@ -65,7 +52,7 @@ def check_ran(name: str, results: Path, proc: subprocess.CompletedProcess[str]) 
     assert any(line.startswith(f"{name} ") for line in table.splitlines()), table
 
 
-@pytest.mark.parametrize("name", [
+RUN = [
     "schedule",
     "staging_store",
     "masking",
@@ -78,17 +65,40 @@ def check_ran(name: str, results: Path, proc: subprocess.CompletedProcess[str]) 
     pytest.param("cluster", marks=pytest.mark.cluster),
     pytest.param("gpu_tests", marks=pytest.mark.cluster),
     pytest.param("cluster_tls", marks=pytest.mark.cluster),
-    pytest.param("cache", marks=pytest.mark.slow),
     pytest.param("bisect", marks=pytest.mark.slow),
     pytest.param("toolchain", marks=pytest.mark.slow),
-])
+]
+
+
+@pytest.mark.parametrize("name", RUN)
 def test_benchmark_runs(name: str, tmp_path: Path) -> None:
     check_ran(name, tmp_path, run_all(tmp_path, "--only", name))
 
 
-@pytest.mark.parametrize("name", ["container", "images"])
+@pytest.mark.parametrize("name", ["container"])
 def test_engine_benchmark_runs(name: str, engine: Engine, tmp_path: Path) -> None:
     check_ran(name, tmp_path, run_all(tmp_path, "--only", name, env=engine.env()))
+
+
+# Not run by this suite yet, and why: their smallest run still takes more than the suite's
+# time for one test (600 s) on a loaded 2-core machine. Listed so that nothing is left out
+# silently: every other benchmark of run_all.py must be run above.
+NOT_RUN = {
+    "cache": "four nvcc nights through `nightly run` (CUDA 13.0): over 600 s at --smoke sizes",
+    "images": "builds the demo-cuda builder images (cpu, CUDA 11.8, 12.4, 13.0) when absent: "
+              "minutes of downloads",
+}
+
+
+def test_every_benchmark_is_run_or_said_why() -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from table_rows import ROWS
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    run_here = {p.values[0] if hasattr(p, "values") else p for p in RUN}
+    covered = run_here | {"container", "index_peer"} | set(NOT_RUN)
+    assert covered == set(ROWS), sorted(set(ROWS) ^ covered)
 
 
 def test_index_peer_without_checkout_says_what_it_needs(tmp_path: Path) -> None:
