@@ -59,10 +59,15 @@ class LogWatch:
 
 
 def estimate_words(source: str) -> str:
+    """Where the night's estimates come from (the same words as `nightly plan`'s)."""
     if source == "history":
-        return "estimates from this project's past nights"
-    return ("estimates are a guess ([estimates] in the config): later nights use the "
-            "times the history records")
+        return ("estimates from this project's past nights (the median of each build's last "
+                "5 successful runs)")
+    if source == "fixed":
+        return ("estimates from [estimates] in the config (history_estimates does not use "
+                "the history on this setup)")
+    return ("estimates are a guess ([estimates] in the config): no history yet; each night "
+            "records its builds' times in the history, and later nights estimate from them")
 
 
 def finish_time(state: LiveState, now: float) -> str:

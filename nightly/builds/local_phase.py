@@ -173,15 +173,17 @@ class LocalPhase:
 
 def build_estimates(night: NightContext, todo: Sequence[Build]) -> tuple[dict[str, float], str]:
     """Each build's estimate (history's where it has one and the config allows it, else the
-    configured guess) and where they came from: "history" or "config"."""
+    configured guess) and where they came from: "history", "config" (a guess: no history
+    yet) or "fixed" (the config's, the history not used)."""
     known: dict[str, float] = {}
-    if night.config.uses_history_estimates():
+    used = night.config.uses_history_estimates()
+    if used:
         try:
             known = night.history.estimates(b.id for b in todo)
         except (sqlite3.Error, OSError):
             known = {}
     return ({b.id: known.get(b.id) or night.config.estimate_for(b) for b in todo},
-            "history" if known else "config")
+            "history" if known else "config" if used else "fixed")
 
 
 def stable_slot(night: NightContext, ctx: RunContext, base: Path, source: Path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,7 @@ def images() -> None:
 def build_command(cudas: str | None,
                   package: str | None) -> int:
     """Build the images the matrix needs (those present are kept). Cached, resumable."""
-    from nightly.images import commands
+    from nightly.images import commands, transfer
 
     config = _load()
     t0 = time.monotonic()
@@ -40,8 +41,10 @@ def build_command(cudas: str | None,
     def log(line: str) -> None:
         click.echo(f"[images {time.monotonic() - t0:6.1f}s] {line}", err=True)
 
-    tags = commands.build_images(config, cudas=commands.parse_cudas(cudas), package=package,
-                                 log=log)
+    # Downloads and image builds: a bar on a terminal, timestamped lines through a pipe.
+    with transfer.on_terminal(sys.stderr):
+        tags = commands.build_images(config, cudas=commands.parse_cudas(cudas), package=package,
+                                     log=log)
     for tag in tags:
         click.echo(tag)
     return 0

@@ -54,7 +54,7 @@ def plan(
     selects: tuple[str, ...],
 ) -> None:
     """The night's builds, their machines and queues, estimates and lower bound."""
-    from nightly.history.feeds import planning_estimator
+    from nightly.history.feeds import estimates_note, planning_estimator
     from nightly.plan.matrix import nightly_version
     from nightly.plan.schedule import plan_night
 
@@ -66,14 +66,17 @@ def plan(
         ctx.config.project.base_version, ctx.date, ctx.config.project.version_from
     )
     strategy, why = _version_strategy(ctx.config)
+    note, from_history = estimates_note(ctx.config, [pb.build.id for pb in result.builds])
     if as_json:
         data = result.to_json(date=f"{ctx.date:%Y_%m_%d}", version=version)
         data["version_from"] = {"strategy": strategy, "reason": why}
+        data["estimates"] = {"from_history": from_history, "note": note}
         click.echo(json.dumps(data, indent=2))
     else:
         from nightly.report import terminal as display
 
         display.print_plan(result, date=ctx.date, version=version)
+        click.echo(note)
         click.echo(f"version strategy: {strategy} ({why})")
 
 

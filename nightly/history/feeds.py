@@ -5,7 +5,7 @@ each attempt as it ends."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from nightly.history.db import History, history_path
@@ -69,4 +69,30 @@ def planning_estimator(config: Config) -> Callable[[Build], float]:
     return estimator(config, History(path))
 
 
-__all__ = ["estimator", "planning_estimator", "recorder"]
+def estimates_note(config: Config, build_ids: Sequence[str]) -> tuple[str, int]:
+    """Where a plan's estimates come from, in words, and how many builds have one from the
+    history. The first nights have none: their estimates are a guess from [estimates], and
+    the words say so and that each night's times teach the later ones."""
+    ids = sorted(set(build_ids))
+    if not config.uses_history_estimates():
+        return ("estimates from [estimates] in the config (history_estimates does not use "
+                "the history on this setup)", 0)
+    path = history_path(config.root)
+    try:
+        known = History(path).estimates(ids) if path.exists() else {}
+    except (sqlite3.Error, OSError):
+        known = {}
+    learn = ("each night records its builds' times in the history, and later nights "
+             "estimate from them (the median of a build's last 5 successful runs)")
+    if not known:
+        return (f"estimates are a guess ([estimates] in the config): no history yet; {learn}",
+                0)
+    if len(known) < len(ids):
+        return (f"estimates: {len(known)} of {len(ids)} builds from this project's past nights, "
+                f"the other {len(ids) - len(known)} a guess from [estimates] (no successful "
+                f"run recorded yet); {learn}", len(known))
+    return ("estimates from this project's past nights (the median of each build's last 5 "
+            "successful runs)", len(known))
+
+
+__all__ = ["estimates_note", "estimator", "planning_estimator", "recorder"]

@@ -20,13 +20,13 @@ import functools
 import os
 import shutil
 import stat
-import sys
 import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 from nightly.errors import NightlyError
+from nightly.images import transfer
 from nightly.images.suites import DEBIAN_NVCC
 from nightly.procs import run
 
@@ -57,9 +57,12 @@ def download_wheels(version: str, cache: Path, log: Log) -> Path:
     partial.mkdir(parents=True)
     log(f"CUDA {version}: pip download cuda-toolkit[{extras}]=={version}.*")
     # Wheels only, for the image's platform whatever interpreter runs nightly.
-    _run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-          "--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--python-version", "3.11",
-          "-d", str(partial), f"cuda-toolkit[{extras}]=={version}.*"], "pip download")
+    code, tail = transfer.pip_download(
+        ["--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--python-version", "3.11",
+         "-d", str(partial), f"cuda-toolkit[{extras}]=={version}.*"],
+        f"CUDA {version}: wheels download", log)
+    if code != 0:
+        raise ToolkitError(f"pip download cuda-toolkit[{extras}]=={version}.* failed:\n{tail}")
     (partial / MARKER).write_text(version + "\n")
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
@@ -134,8 +137,11 @@ def fetch_debian_nvcc(version: str, nvcc_wheel_version: str, cache: Path, mirror
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     log(f"CUDA {version}: apt-get download nvidia-cuda-toolkit={match[0]} (~85 MB)")
-    _run(["apt-get", "-q", "download", f"nvidia-cuda-toolkit={match[0]}"], "apt-get download",
-         env=env, cwd=partial)
+    code, tail = transfer.apt_download([f"nvidia-cuda-toolkit={match[0]}"], partial,
+                                       f"CUDA {version}: nvcc .deb download", log, env=env)
+    if code != 0:
+        raise ToolkitError(f"apt-get download nvidia-cuda-toolkit={match[0]} failed "
+                           f"(exit {code}):\n{tail}")
     shutil.rmtree(debs, ignore_errors=True)
     partial.rename(debs)
     return sorted(debs.glob("nvidia-cuda-toolkit_*.deb"))[0]

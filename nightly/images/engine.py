@@ -14,6 +14,7 @@ import datetime as dt
 import fcntl
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from nightly.errors import NightlyError, require
 from nightly.executors.container_engine import NVCC_LABEL
-from nightly.images import context, cuda, rootfs
+from nightly.images import context, cuda, rootfs, transfer
 from nightly.images.spec import BuilderSpec
 from nightly.plan.matrix import cuda_version
 
@@ -117,13 +118,19 @@ def _split(tag: str) -> tuple[str, str]:
     return repo, name
 
 
+# A build step's line: podman's "STEP 3/12: RUN ..." or Docker's "Step 3/12 : RUN ...".
+_STEP = re.compile(r"^(?:STEP|Step) (\d+)/(\d+)\s?:")
+
+
 def _build(client: DockerClient, ctx: Path, tag: str, logfile: Path, log: Log) -> None:
     """POST /build from the context tar; output to the log, STEP lines to the console."""
     from docker.errors import APIError
 
     t0 = time.monotonic()
+    label = f"{tag}: image build (context {transfer.size(ctx.stat().st_size)})"
     try:
-        with ctx.open("rb") as f, logfile.open("a") as out:
+        with ctx.open("rb") as f, logfile.open("a") as out, \
+                transfer.Meter(label, None, log, unit="steps") as meter:
             stream = client.api.build(fileobj=f, custom_context=True, tag=tag, rm=True,
                                       forcerm=True, decode=True, pull=False)
             for chunk in stream:
@@ -134,8 +141,11 @@ def _build(client: DockerClient, ctx: Path, tag: str, logfile: Path, log: Log) -
                 text = str(chunk.get("stream", ""))
                 out.write(text)
                 out.flush()
-                if text.startswith("STEP "):
+                step = _STEP.match(text)
+                if step:
                     log(f"{tag}: {text.strip()[:110]}")
+                    meter.update(int(step.group(1)) - 1, int(step.group(2)))
+            meter.update(meter.total)
     except APIError as e:
         raise ImageBuildError(f"building {tag} failed: {e.explanation} (log: {logfile})") from e
     if inspect(client, tag) is None:

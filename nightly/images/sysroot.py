@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nightly.errors import NightlyError
+from nightly.images import transfer
 from nightly.images.spec import SYSROOT_GLIBC, TOOLCHAIN_REVISION
 from nightly.procs import run
 
@@ -156,7 +157,10 @@ def fetch_debs(cache: Path, mirror: str, log: Log) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     log(f"toolchain: apt-get download {' '.join(DEBS)} (~7 MB)")
-    _run(["apt-get", "-q", "download", *DEBS], "apt-get download", env=env, cwd=partial)
+    code, tail = transfer.apt_download(DEBS, partial, f"toolchain: glibc {SUITE} .debs download",
+                                       log, env=env)
+    if code != 0:
+        raise ToolchainError(f"apt-get download failed (exit {code}): {' '.join(DEBS)}\n{tail}")
     (partial / MARKER).write_text(" ".join(DEBS) + "\n")
     shutil.rmtree(debs, ignore_errors=True)
     partial.rename(debs)

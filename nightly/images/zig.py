@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nightly.errors import NightlyError
+from nightly.images import transfer
 from nightly.images.spec import ZIG_GLIBC, ZIG_REVISION, ZIG_VERSION
 
 Log = Callable[[str], None]
@@ -113,15 +112,12 @@ def fetch_wheel(cache: Path, log: Log) -> Path:
         return found[0]
     dest.mkdir(parents=True, exist_ok=True)
     log(f"toolchain: pip download ziglang=={ZIG_VERSION} (~100 MB)")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-         "--no-deps", "--only-binary=:all:", "--platform", "manylinux_2_12_x86_64",
+    code, tail = transfer.pip_download(
+        ["--no-deps", "--only-binary=:all:", "--platform", "manylinux_2_12_x86_64",
          "-d", str(dest), f"ziglang=={ZIG_VERSION}"],
-        capture_output=True, text=True,
-    )
+        f"toolchain: ziglang {ZIG_VERSION} download", log)
     found = sorted(dest.glob("ziglang-*.whl"))
-    if proc.returncode != 0 or not found:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
+    if code != 0 or not found:
         raise ZigError(f"pip download ziglang=={ZIG_VERSION} failed:\n{tail}")
     (dest / MARKER).write_text(found[0].name + "\n")
     return found[0]

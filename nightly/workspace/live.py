@@ -40,7 +40,7 @@ class LiveState:
     done: int
     failed: int
     estimate_s: float  # the night's estimated makespan (0: none)
-    estimate_source: str  # "history" or "config" (the first nights: a guess)
+    estimate_source: str  # "history", "config" (the first nights: a guess) or "fixed"
     builds: tuple[LiveBuild, ...] = field(default=())
     step: str = "building"  # the night's step: building, then publishing ...
 
@@ -119,7 +119,8 @@ def read(path: Path) -> LiveState | None:
         updated=_num(raw.get("updated")), total=int(_num(raw.get("total"))),
         done=int(_num(raw.get("done"))), failed=int(_num(raw.get("failed"))),
         estimate_s=_num(raw.get("estimate_s")),
-        estimate_source="history" if raw.get("estimate_source") == "history" else "config",
+        estimate_source=(str(raw["estimate_source"])
+                         if raw.get("estimate_source") in ("history", "fixed") else "config"),
         builds=builds, step=step if isinstance(step, str) and step.isprintable() else "building",
     )
 
