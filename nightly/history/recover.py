@@ -40,7 +40,7 @@ def check(conn: sqlite3.Connection, path: Path | None = None) -> None:
     reports a damaged page where a query meets it). Where the header's count is not valid
     (a file written by an old SQLite) every page is read instead (`PRAGMA quick_check`)."""
     if path is not None:
-        verdict = _header_verdict(path)
+        verdict = header_verdict(path)
         if verdict == "ok":
             return
         if verdict != "unknown":
@@ -50,7 +50,7 @@ def check(conn: sqlite3.Connection, path: Path | None = None) -> None:
         raise sqlite3.DatabaseError(f"database disk image is malformed ({rows[0][0] if rows else '?'})")
 
 
-def _header_verdict(path: Path) -> str:
+def header_verdict(path: Path) -> str:
     """"ok", "unknown", or what is wrong, from the database header (sqlite.org/fileformat2)."""
     try:
         with open(path, "rb") as f:
@@ -158,5 +158,5 @@ def inode_of(path: Path) -> int | None:
         return None
 
 
-__all__ = ["check", "check_kind", "check_schema", "inode_of", "is_corruption", "set_aside",
+__all__ = ["check", "check_kind", "check_schema", "header_verdict", "inode_of", "is_corruption", "set_aside",
            "warn_stderr"]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from nightly.config import Config
 from nightly.errors import NightlyError
+from nightly.history import recover
 from nightly.history.db import History, history_path
 from nightly.history.retention import prune_history
 from nightly.workspace import apply_local_prune, is_locked, plan_local_prune
@@ -39,6 +40,11 @@ def prune_history_step(config: Config, today: dt.date, log: Callable[[str], None
     days = config.retention.history_days
     path = history_path(config.root)
     if days <= 0 or (history is None and not path.exists()):
+        return 0
+    if history is None and recover.header_verdict(path) not in ("ok", "unknown"):
+        # Retention is clean-up: a file that is no history is left for the commands that use
+        # the history to set aside (history/recover.py), never changed here.
+        log(f"prune: {path} is not a history database: not pruned")
         return 0
     try:
         gone = prune_history(history or History(path), today, days)

@@ -20,12 +20,14 @@ from nightly.stores import Store
 from nightly.workspace import State
 
 CHUNK = 1 << 20
+SEND_PREFIX = ".nightly-send-"
 
 
 def put_checked(store: Store, key: str, path: Path, recorded: str) -> None:
     """Upload `path` to `key` from a private copy hashed while it was made; PublishError
     (nothing sent) when that copy's bytes are not the `recorded` sha256."""
-    with tempfile.TemporaryDirectory(prefix=".nightly-send-", dir=path.parent) as tmp:
+    _drop_stale_copies(path.parent)
+    with tempfile.TemporaryDirectory(prefix=SEND_PREFIX, dir=path.parent) as tmp:
         copy = Path(tmp) / path.name
         digest = _copy_hashing(path, copy)
         if digest != recorded:
@@ -34,6 +36,27 @@ def put_checked(store: Store, key: str, path: Path, recorded: str) -> None:
                 f"{digest[:16]}..., the build recorded {recorded[:16]}...; not uploaded "
                 "(build it again: `nightly build` or `nightly run --rebuild <build id>`)")
         store.put(key, copy, digest)
+
+
+def _drop_stale_copies(folder: Path) -> None:
+    """The private copies an upload killed mid-way (kill -9) left beside the packages: one
+    upload at a time per day (the day's lock), so any found now is stale. Only real folders
+    of that name go, never through a link."""
+    import shutil
+    import stat
+
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(SEND_PREFIX):
+            continue
+        try:
+            if stat.S_ISDIR(os.lstat(folder / name).st_mode):
+                shutil.rmtree(folder / name)
+        except OSError:
+            continue
 
 
 def _copy_hashing(src: Path, dest: Path) -> str:

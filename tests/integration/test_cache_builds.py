@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -43,8 +44,27 @@ cp "$SOURCE_DIR"/*.c "$SOURCE_DIR"/*.cpp .
 for f in *.c; do ${CC:-cc} -O1 -c "$f" -o "${f%.c}.o"; done
 for f in *.cpp; do ${CMAKE_CXX_COMPILER_LAUNCHER:-} c++ -O1 -c "$f" -o "${f%.cpp}.o"; done
 env > "$OUTPUT_DIR/../recipe.env"
-tar czf "$OUTPUT_DIR/objs-$BUILD_VERSION.tar.gz" *.o
+# Packed reproducibly: builds of one night deliver one file name, so its bytes must be one set
+# (identical objects give identical archives: one package recorded for each build).
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - *.o \
+  | gzip -n > "$OUTPUT_DIR/objs-$BUILD_VERSION.tar.gz"
 """
+
+
+# The cache's store is per project and toolchain: <base>/<project>-<hash of name and root>/<toolchain>
+# (nightly/builds/cache_store.py, namespace).
+_NS = r"[a-z0-9._-]+-[0-9a-f]{10}"
+
+
+def store_of(base: str, toolchain: str) -> re.Pattern[str]:
+    """The `where` of a build's cache: BASE/<project namespace>/TOOLCHAIN."""
+    return re.compile(re.escape(base) + "/" + _NS + "/" + re.escape(toolchain))
+
+
+def store_dir(base: Path, toolchain: str) -> Path:
+    """The one store folder of `toolchain` under `base` (one project per test)."""
+    (found,) = [d for d in base.iterdir() if re.fullmatch(_NS, d.name) and (d / toolchain).is_dir()]
+    return found / toolchain
 
 
 def write_sources(src: Path, n: int = 3) -> None:
@@ -133,8 +153,8 @@ dir = "{cache_dir}"
     day1 = night(run_cli, write(5), "2024_05_01")
     first = cache_entries(day1)["manywheel_3.11_cu130"]["cache"]
     assert (first["hits"], first["misses"]) == (0, 2), first  # native.c, kernel.cu
-    assert first["where"] == f"local disk {cache_dir / 'host-cu130'}"
-    assert any((cache_dir / "host-cu130").rglob("*"))
+    assert store_of(f"local disk {cache_dir}", "host-cu130").fullmatch(first["where"]), first
+    assert any(store_dir(cache_dir, "host-cu130").rglob("*"))
 
     native = src / "src" / "native.c"
     native.write_text(native.read_text().replace("PyLong_FromLong(a + b)", "PyLong_FromLong(a + b + 1000)"))
@@ -240,7 +260,7 @@ dir = "{cache_dir}"
         # night (the stable build folder, docs/cache.md), so even the C compile, whose flags
         # name its work folder (-ffile-prefix-map, for reproducible packages), hits.
         assert (e["cache"]["hits"], e["cache"]["misses"]) == (2, 0), (cuda, e["cache"])
-        assert e["cache"]["where"] == f"local disk {cache_dir / ('host-' + cuda)}"
+        assert store_of(f"local disk {cache_dir}", "host-" + cuda).fullmatch(e["cache"]["where"]), e
         (wheel,) = (day2 / "packages" / "manywheel" / cuda).glob("*.whl")
         unpacked = tmp_path / f"unpacked-{cuda}"
         with zipfile.ZipFile(wheel) as z:
@@ -311,7 +331,7 @@ endpoint_url = "http://127.0.0.1:9"
     e = cache_entries(day)["manywheel_3.11_cpu"]
     assert e["status"] == "succeeded"
     assert "sccache server did not start" in e["cache"]["off"]
-    assert e["cache"]["where"] == "s3://nowhere/cache/host-cpu"
+    assert store_of("s3://nowhere/cache", "host-cpu").fullmatch(e["cache"]["where"]), e
     log = (day / e["log"]).read_text()
     assert "[nightly] compiler cache unavailable, building without it" in log
     assert "note:        compiler cache: off (sccache server did not start" in log
@@ -412,7 +432,7 @@ dir = "{cache_dir}"
     day1 = night(run_cli, config, "2024_05_01")
     first = cache_entries(day1)["manywheel_3.11_cpu"]["cache"]
     assert (first["hits"], first["misses"], first["requests"]) == (0, 4, 4), first
-    assert first["where"] == f"local disk {cache_dir / key}"
+    assert store_of(f"local disk {cache_dir}", key).fullmatch(first["where"]), first
     day2 = night(run_cli, config, "2024_05_02")
     e = cache_entries(day2)["manywheel_3.11_cpu"]
     assert (e["cache"]["hits"], e["cache"]["misses"]) == (4, 0), e["cache"]
@@ -420,7 +440,9 @@ dir = "{cache_dir}"
     assert "[nightly] compiler cache: sccache" in log
     assert "SCCACHE_DIR=/nightly/sccache-dir" in log
     # Only this toolchain's folder exists: a host build would get its own.
-    assert [p.name for p in cache_dir.iterdir()] == [key]
+    (project,) = list(cache_dir.iterdir())  # one project's store, one toolchain in it
+    assert re.fullmatch(_NS, project.name), project
+    assert [p.name for p in project.iterdir()] == [key]
 
 
 # ---------------------------------------------------------------------------- S3 (moto)
@@ -473,8 +495,10 @@ url = "s3://{bucket}/sccache"
     # Same sources, same toolchain, two Pythons: the second build is served by the first.
     stats = sorted((e["cache"]["hits"], e["cache"]["misses"]) for e in entries.values())
     assert stats == [(0, 4), (4, 0)], entries
-    assert {e["cache"]["where"] for e in entries.values()} == {f"s3://{bucket}/sccache/host-cpu"}
-    assert any(k.startswith("sccache/host-cpu/") for k in s3_keys(endpoint, bucket))
+    wheres = {e["cache"]["where"] for e in entries.values()}
+    assert len(wheres) == 1, wheres
+    assert store_of(f"s3://{bucket}/sccache", "host-cpu").fullmatch(*wheres), wheres
+    assert any(re.match(f"sccache/{_NS}/host-cpu/", k) for k in s3_keys(endpoint, bucket))
     log_text = "".join(p.read_text() for p in (day / "logs").rglob("*.log"))
     assert SECRET_KEY not in log_text
 
@@ -572,13 +596,13 @@ endpoint_url = "{endpoint}"
         workers.add(e["worker_name"])
         # The next night, whichever worker builds it, every object comes from the shared store.
         assert (e["cache"]["hits"], e["cache"]["misses"]) == (4, 0), e["cache"]
-        assert e["cache"]["where"] == f"s3://{bucket}/sccache/host-cpu"
+        assert store_of(f"s3://{bucket}/sccache", "host-cpu").fullmatch(e["cache"]["where"]), e
         log = (day / e["log"]).read_text()
         assert "[nightly] cluster attempt " in log
         assert "compiler cache: 4 hits, 0 misses" in log
         assert SECRET_KEY not in log
     assert workers <= {"w1", "w2"}
-    assert any(k.startswith("sccache/host-cpu/") for k in s3_keys(endpoint, bucket))
+    assert any(re.match(f"sccache/{_NS}/host-cpu/", k) for k in s3_keys(endpoint, bucket))
 
 
 def test_a_killed_build_takes_its_cache_server_along(tmp_path: Path, run_cli: RunCli) -> None:

@@ -628,7 +628,7 @@ def config(tmp_path: Path) -> Path:
         (["prune", "--date", "0000_01_01"], "not a real date"),
         (["build", "manywhel", "3.7", "cpu"], "did you mean 'manywheel'"),
         (["build", "pip", "3.7", "cpu"], "unknown package type 'pip'"),
-        (["build", "wheel", "3.7", "cpu"], "wheel builds are macOS builds"),
+        (["build", "wheel", "3.7", "cpu"], "wheel builds are macOS and Windows builds"),
         (["build", "manywheel", "3.7x", "cpu"], "'3.7x' is not a Python version"),
         (["build", "manywheel", "37", "cpu"], "'37' is not a Python version"),
         (["build", "manywheel", "3.7,py3.8", "cpu"], "'py3.8' is not a Python version"),

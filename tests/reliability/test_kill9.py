@@ -237,11 +237,13 @@ MOMENTS: dict[str, Moment] = {
         at_kill=lambda n: None,
     ),
     # Mid-upload: the 4 MB package copied into the mirror's temporary file, not yet moved
-    # into place: held in the copy_file_range(2) (sendfile(2) where the kernel copies that
-    # way) that copied it.
+    # into place.
     "mid-upload-copied-not-installed": Moment(
-        strace=lambda n: ["-P", str(_package(n, BIG)), "-e", "trace=sendfile,copy_file_range",
-                          "-e", f"inject=sendfile,copy_file_range:delay_exit={DELAY_US}:when=1"],
+        # The store writes the bytes it hashes (read/write, no sendfile): held on entering the
+        # rename that would install the copy, the first one into the cpu folder (BIG's).
+        strace=lambda n: ["-P", str((n.store / key_of(BIG)).parent),
+                          "-e", "trace=rename,renameat,renameat2",
+                          "-e", f"inject=rename,renameat,renameat2:delay_enter={DELAY_US}:when=1"],
         ready=lambda n: bool(n.tmp_files())
         and n.tmp_files()[0].stat().st_size == _package(n, BIG).stat().st_size,
         at_kill=_copied_not_installed,

@@ -152,8 +152,11 @@ local_days = 5
     assert "Traceback" not in err
     after = snapshot(root)
     gone = {p for p in before if p not in after}
-    assert {p.split("/")[0] for p in gone} == set(DOOMED), sorted(gone)
-    assert all(after[p] == v for p, v in before.items() if p.split("/")[0] not in DOOMED)
+    # A pruned day's lock file goes with it (2024_01_12's stale one); no other lock.
+    assert {p.split("/")[0].removesuffix(".lock") for p in gone} == set(DOOMED), sorted(gone)
+    assert not os.path.lexists(root / "2024_01_12.lock")
+    assert all(after[p] == v for p, v in before.items()
+               if p.split("/")[0].removesuffix(".lock") not in DOOMED)
     for name in DOOMED:
         assert not os.path.lexists(root / name)
     for name in KEPT_DIRS:

@@ -382,13 +382,13 @@ def test_a_truncated_history_is_found_from_its_header_alone(tmp_path: Path) -> N
     h.close()
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    assert recover._header_verdict(path) == "ok"
+    assert recover.header_verdict(path) == "ok"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    verdict = recover._header_verdict(path)
+    verdict = recover.header_verdict(path)
     assert "where the header declares" in verdict
     (tmp_path / "garbage").write_bytes(b"not a database" * 10)
-    assert recover._header_verdict(tmp_path / "garbage") == "not a database"
+    assert recover.header_verdict(tmp_path / "garbage") == "not a database"
 
 
 def test_one_connection_per_thread_for_the_historys_life(tmp_path: Path) -> None:
