@@ -94,6 +94,11 @@ def process_alive(owner: Mapping[str, Any]) -> bool:
         return owner.get("start") in (None, start)
     if Path("/proc").is_dir():
         return False
+    return pid_exists(pid)
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether a process numbered `pid` exists (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -23,6 +23,7 @@ import hashlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -220,24 +221,35 @@ def kill_strays(uid: int, confinement: Confinement) -> list[Process]:
     the account's running builds could not be told from leftovers."""
     if confinement.base is None:
         return []
+    def still_a_stray(pid: int) -> bool:
+        again = describe_process(pid)
+        return again is not None and again.uid == uid and not confinement.holds(pid)
+
+    found = strays(uid, confinement)
+    killed = set(kill_checked([p.pid for p in found], still_a_stray))
+    return [p for p in found if p.pid in killed]
+
+
+def kill_checked(pids: list[int], still_ours: Callable[[int], bool]) -> list[int]:
+    """SIGKILL each of `pids` through a pidfd, and only when `still_ours(pid)` holds once the
+    pidfd pins the process (a number reused meanwhile is never hit); then wait up to 5 s for
+    them to be gone. The pids killed."""
     killed = []
-    for p in strays(uid, confinement):
+    for pid in pids:
         try:
-            fd = os.pidfd_open(p.pid)
+            fd = os.pidfd_open(pid)
         except OSError:
             continue
         try:
-            again = describe_process(p.pid)
-            if again is None or again.uid != uid or confinement.holds(p.pid):
-                continue
-            signal.pidfd_send_signal(fd, signal.SIGKILL)
-            killed.append(p)
+            if still_ours(pid):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+                killed.append(pid)
         except OSError:
             continue
         finally:
             os.close(fd)
     end = time.monotonic() + _KILL_WAIT_S
-    while time.monotonic() < end and any(proc_stat(p.pid) is not None for p in killed):
+    while time.monotonic() < end and any(proc_stat(p) is not None for p in killed):
         time.sleep(0.01)
     return killed
 
@@ -253,5 +265,5 @@ def shared() -> Confinement:
     return _SHARED
 
 
-__all__ = ["Box", "Confinement", "Process", "describe_process", "kill_strays", "shared",
+__all__ = ["Box", "Confinement", "Process", "describe_process", "kill_checked", "kill_strays", "shared",
            "strays"]

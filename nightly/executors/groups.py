@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
-import time
 from pathlib import Path
 
 from nightly.executors import confine
 from nightly.executors.base import Job
 from nightly.files import boot_id, proc_stat
 from nightly.hardening import BuildUser
-
-_KILL_WAIT_S = 5.0
 
 
 def _ours(path: Path) -> bool:
@@ -86,24 +82,7 @@ def group_members(pgid: int, start: int, uids: set[int] | None = None) -> list[i
 def kill_members(members: list[int], pgid: int, start: int, uids: set[int] | None) -> int:
     """SIGKILL each member through a pidfd, checked again once the pidfd holds it; wait up
     to 5 s for them to be gone. How many were killed."""
-    killed = []
-    for pid in members:
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        try:
-            if _member(pid, pgid, start, uids):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-                killed.append(pid)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    end = time.monotonic() + _KILL_WAIT_S
-    while any(proc_stat(p) is not None for p in killed) and time.monotonic() < end:
-        time.sleep(0.02)
-    return len(killed)
+    return len(confine.kill_checked(members, lambda pid: _member(pid, pgid, start, uids)))
 
 
 def reap_recorded(job: Job) -> list[str]:

@@ -14,6 +14,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from nightly.files import pid_exists
+
 NAME = "live.json"
 MAX_BYTES = 256 * 1024  # a night of hundreds of queues fits; more is not a live state
 _ANSI = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|.)")
@@ -140,12 +142,4 @@ def no_escapes(text: str) -> str:
 
 def alive(pid: int) -> bool:
     """Whether process `pid` exists (the night that wrote the file is still running)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid > 0 and pid_exists(pid)

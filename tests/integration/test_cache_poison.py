@@ -9,18 +9,15 @@ rewritten entry is never served (builds/cache_store.py).
 from __future__ import annotations
 
 import json
-import os
 import pwd
-import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.integration import test_build_user as build_user
 from tests.support.staged import Staged, staged_nightly
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -85,29 +82,8 @@ for path in objects:
 """
 
 
-@pytest.fixture
-def account() -> Iterator[pwd.struct_passwd]:
-    """A fresh unprivileged build account, removed afterwards (with its build area)."""
-    if os.geteuid() != 0:
-        pytest.fail("run as root: this test is about root building as another account")
-    name = f"nb{secrets.token_hex(4)}"
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                   check=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", name], check=False)
-        shutil.rmtree(f"/var/tmp/nightly-{name}", ignore_errors=True)
-
-
-@pytest.fixture
-def home() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="nightly-roothome-", dir="/tmp"))
-    path.chmod(0o700)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+account = build_user.account  # the fixtures: a fresh build account, root's 0700 home
+home = build_user.home
 
 
 def _nightly(st: Staged, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
