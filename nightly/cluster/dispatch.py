@@ -350,18 +350,25 @@ class Dispatcher:
     ) -> None:
         if fut is None or fut.status == "cancelled":
             on_error(item, None)
-        elif fut.status == "finished":
+            return
+        outcome: tuple[bool, object]
+        if fut.status == "finished":
             try:
-                result = fut.result()
+                outcome = (True, fut.result())
             except Exception as e:  # lost between finishing and fetching
-                on_error(item, e)
-            else:
-                on_result(item, result)
+                outcome = (False, e)
         else:
-            on_error(item, fut.exception())
-        if fut is not None:
-            with contextlib.suppress(Exception):
-                fut.release()
+            outcome = (False, fut.exception())
+        # Released before the result is filed (which takes a while: packages fetched from
+        # staging): while the client holds a finished key, the scheduler computes it again
+        # when the worker holding it dies, and the build would run a second time.
+        with contextlib.suppress(Exception):
+            fut.release()
+        ok, value = outcome
+        if ok:
+            on_result(item, value)
+        else:
+            on_error(item, value if isinstance(value, BaseException) else None)
 
 
 def connect(address: str, timeout_s: float, security: Any = None) -> Any:

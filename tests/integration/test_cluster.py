@@ -129,6 +129,10 @@ def test_a_worker_killed_mid_build_is_rerun_elsewhere(
         return all(builds.get(b, {}).get("status") == "succeeded" for b in others)
 
     wait_until(others_collected, timeout=60, what="every other build to succeed")
+    # A collected build's task is released; until the scheduler has heard so, a dead worker
+    # holding its result would have it computed again (a second start that proves nothing).
+    wait_until(lambda: not any(f"-{b}-" in k for k in cluster.task_keys() for b in others),
+               timeout=30, what="the scheduler to forget the collected builds' tasks")
     names = cluster.workers()  # the killed host's included: builds ran there
     os.kill(worker_pid, signal.SIGKILL)
     wait_until(lambda: not is_alive(worker_pid), timeout=10)

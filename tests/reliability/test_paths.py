@@ -66,7 +66,9 @@ dir = {json.dumps(str(cache_dir))}
     # The extension was compiled through the cache (its folder is under the odd path too).
     assert "off" not in entry["cache"], entry["cache"]
     assert entry["cache"]["requests"] >= 1, entry["cache"]
-    assert any((cache_dir / "host-cpu").rglob("*"))
+    # The store is <dir>/<project>-<hash of the root>/<toolchain>/ (builds/cache_store.py).
+    (store,) = cache_dir.glob("nightlydemo-*/host-cpu")
+    assert any(store.rglob("*"))
     assert list((day / "packages" / "manywheel" / "cpu").glob("nightlydemo-*.whl"))
     # The link the wrappers were reached through is gone with the build.
     assert not [p for p in Path("/tmp").glob("nightly-cache-*") if p.is_symlink()

@@ -12,6 +12,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.support.net import free_port
 
@@ -129,6 +130,16 @@ class DaskCluster:
 
         with Client(self.address, timeout=20, set_as_default=False, security=self.security()) as c:
             return {str(w["name"]): a for a, w in c.scheduler_info(n_workers=-1)["workers"].items()}
+
+    def task_keys(self) -> list[str]:
+        """The keys of every task the scheduler still holds (wanted by a client, or running)."""
+        from distributed import Client
+
+        def keys(dask_scheduler: Any) -> list[str]:
+            return [str(k) for k in dask_scheduler.tasks]
+
+        with Client(self.address, timeout=20, set_as_default=False, security=self.security()) as c:
+            return list(c.run_on_scheduler(keys))
 
     def wait_for(self, names: set[str], timeout: float = 60) -> None:
         end = time.monotonic() + timeout
