@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.fixture_types import MakeProject, MakeRecipe
 from tests.support.net import free_port
+from tests.support.projects import Project
 
 REPO = Path(__file__).resolve().parents[2]
 DASK = REPO / ".venv" / "bin" / "dask"
@@ -94,8 +96,9 @@ class DaskCluster:
         from distributed.security import Security
 
         c = self.certs
-        return Security(tls_ca_file=str(c / "ca.pem"), tls_client_cert=str(c / "orchestrator.pem"),
-                        tls_client_key=str(c / "orchestrator-key.pem"), require_encryption=True)
+        return Security(  # type: ignore[no-untyped-call]
+            tls_ca_file=str(c / "ca.pem"), tls_client_cert=str(c / "orchestrator.pem"),
+            tls_client_key=str(c / "orchestrator-key.pem"), require_encryption=True)
 
     def start(self) -> None:
         port = self.address.rsplit(":", 1)[1]
@@ -128,7 +131,9 @@ class DaskCluster:
         """name -> address of the workers the scheduler knows."""
         from distributed import Client
 
-        with Client(self.address, timeout=20, set_as_default=False, security=self.security()) as c:
+        with Client(  # type: ignore[no-untyped-call]
+            self.address, timeout=20, set_as_default=False, security=self.security()
+        ) as c:
             return {str(w["name"]): a for a, w in c.scheduler_info(n_workers=-1)["workers"].items()}
 
     def task_keys(self) -> list[str]:
@@ -138,7 +143,9 @@ class DaskCluster:
         def keys(dask_scheduler: Any) -> list[str]:
             return [str(k) for k in dask_scheduler.tasks]
 
-        with Client(self.address, timeout=20, set_as_default=False, security=self.security()) as c:
+        with Client(  # type: ignore[no-untyped-call]
+            self.address, timeout=20, set_as_default=False, security=self.security()
+        ) as c:
             return list(c.run_on_scheduler(keys))
 
     def wait_for(self, names: set[str], timeout: float = 60) -> None:
@@ -173,7 +180,7 @@ class DaskCluster:
 # ---------------------------------------------------------------------------- projects
 
 
-def cluster_recipe(make_recipe, signals: Path, behaviours: dict[str, str], default: str) -> str:
+def cluster_recipe(make_recipe: MakeRecipe, signals: Path, behaviours: dict[str, str], default: str) -> str:
     """projects.recipe_text's recipe, plus: the pid of the process that started it (the worker) in
     <id>.ppid, and a file named like a wheel (so it is published) instead of a tarball."""
     text = make_recipe(signals, behaviours, default=default)
@@ -193,10 +200,11 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
     )
 
 
-def make_project(night_project, make_recipe, cluster: DaskCluster, *, name: str = "p",
+def make_project(night_project: MakeProject, make_recipe: MakeRecipe, cluster: DaskCluster, *,
+                 name: str = "p",
                  behaviours: dict[str, str] | None = None, default: str = "sleep:0.3",
                  matrix: str = MATRIX, extra: str = "", worker_wait: str = "30s",
-                 smoke: bool = False, package: str = "-py3-none-any.whl"):
+                 smoke: bool = False, package: str = "-py3-none-any.whl") -> Project:
     p = night_project(name=name, matrix=matrix, recipes={}, extra=f"""
 [[machines]]
 name = "mac"
@@ -233,28 +241,28 @@ connect_timeout = "20s"
     return p
 
 
-def run_args(p, *extra: str) -> list[str]:
+def run_args(p: Project, *extra: str) -> list[str]:
     return ["run", "--config", str(p.config), "--date", "2024_05_01", *extra]
 
 
-def staged_files(p) -> list[Path]:
+def staged_files(p: Project) -> list[Path]:
     root = p.path / "staging"
     if not root.exists():
         return []
     return [f for f in root.rglob("*") if f.is_file() and ".nightly-store" not in f.parts]
 
 
-def mirror_files(p) -> list[Path]:
+def mirror_files(p: Project) -> list[Path]:
     root = p.path / "mirror"
     return sorted(f for f in root.rglob("*.whl") if ".nightly-store" not in f.parts)
 
 
-def ppid(p, build_id: str) -> list[int]:
+def ppid(p: Project, build_id: str) -> list[int]:
     f = p.signals / f"{build_id}.ppid"
     return [int(x) for x in f.read_text().split()] if f.exists() else []
 
 
-def check_night(p, cluster: DaskCluster, builds: list[str],
+def check_night(p: Project, cluster: DaskCluster, builds: list[str],
                 names: dict[str, str] | None = None) -> dict:  # type: ignore[type-arg]
     """Every build succeeded once, on a worker of its platform, its packages and log filed.
     `names`: the workers' addresses by name (default: the workers the scheduler knows now)."""

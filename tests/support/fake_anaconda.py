@@ -113,7 +113,7 @@ class FakeAnaconda:
     def url(self) -> str:
         assert self._server is not None
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     # -- test helpers ----------------------------------------------------------------------------
     def fail(self, method: str, path_prefix: str) -> None:

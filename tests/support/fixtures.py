@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,16 +23,14 @@ from tests.support.cli import (
     wait_for,
 )
 from tests.support.engine import engine
-from tests.support.projects import MakeProject, Project, recipe_text, write_project
+from tests.support.fixture_types import IsAlive, MakeProject, MakeRecipe, RunCli, StartCli, WaitUntil
+from tests.support.projects import Project, recipe_text, write_project
 from tests.support.s3 import Moto, moto_server
 from tests.support.servers import PypiServer, Serve, http_servers, pypi_server
 
 # The S3 credentials of the `moto` fixture's server (tests check that they are never printed).
 MOTO_ACCESS_KEY = "AKIANIGHTLYTESTKEY42"
 MOTO_SECRET_KEY = "nightly-test-secret-DO-NOT-PRINT"
-
-RunCli = Callable[..., "tuple[int, str, str]"]
-StartCli = Callable[..., Started]
 
 __all__ = [
     "bucket",
@@ -59,8 +58,8 @@ def night_project(tmp_path: Path) -> Iterator[MakeProject]:
     process a recipe recorded is killed (the test's own assertions come first)."""
     made: list[Project] = []
 
-    def make(name: str = "p", **kwargs: object) -> Project:
-        p = write_project(tmp_path / name, **kwargs)  # type: ignore[arg-type]
+    def make(name: str = "p", **kwargs: Any) -> Project:
+        p = write_project(tmp_path / name, **kwargs)
         made.append(p)
         return p
 
@@ -73,7 +72,7 @@ def night_project(tmp_path: Path) -> Iterator[MakeProject]:
 
 
 @pytest.fixture
-def make_recipe() -> Callable[..., str]:
+def make_recipe() -> MakeRecipe:
     """make_recipe(signals, behaviours, default="ok") -> the text of a configurable recipe."""
     return recipe_text
 
@@ -107,13 +106,13 @@ def start_cli(tmp_path: Path) -> Iterator[StartCli]:
 
 
 @pytest.fixture
-def wait_until() -> Callable[..., None]:
+def wait_until() -> WaitUntil:
     """wait_until(pred, timeout=30, what="") polls pred until true, else fails."""
     return wait_for
 
 
 @pytest.fixture
-def is_alive() -> Callable[[int], bool]:
+def is_alive() -> IsAlive:
     return alive
 
 

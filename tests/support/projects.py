@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,9 +143,6 @@ class Project:
         import json
 
         return json.loads((self.day / "summary.json").read_text())  # type: ignore[no-any-return]
-
-
-MakeProject = Callable[..., Project]
 
 
 def write_project(

@@ -121,7 +121,7 @@ class StoppableS3:
                 return []
             path = environ.get("PATH_INFO", "")
             is_upload = environ["REQUEST_METHOD"] == "PUT" and is_package(path.rpartition("/")[2])
-            body = moto_app(environ, start_response)
+            body: Iterable[bytes] = moto_app(environ, start_response)
             if not is_upload:
                 return body
             with this._lock:

@@ -43,15 +43,15 @@ def make_wheel(
         ),
     }
     record = []
-    for name, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(data)}")
+    for name, content in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(content)}")
     record.append(f"{dist_info}/RECORD,,")
     files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
     path = out / (filename or f"{re.sub(r'[-.]+', '_', dist)}-{version}-py3-none-any.whl")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
+        for name, content in files.items():
+            zf.writestr(name, content)
     return path
 
 
