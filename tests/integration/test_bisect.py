@@ -36,6 +36,8 @@ from tests.integration.bisect_history import (
     make_history,
     write_recipes,
 )
+from tests.support.fixture_types import MakeProject, RunCli, StartCli, WaitUntil
+from tests.support.projects import Project
 
 MATRIX = '[matrix.linux.manywheel]\npythons = ["3.12"]\ncudas = ["cpu", "cu130"]\n'
 EXTRA = '[cache]\nenabled = false\n[retries]\nrecipe = 0\ninfra = 0\n'
@@ -43,14 +45,14 @@ CUDA, CPU = "manywheel_3.12_cu130", "manywheel_3.12_cpu"
 MOST_BUILDS = 7  # ceil(log2(64)) + 1
 
 
-def project(night_project, name: str = "p"):
+def project(night_project: MakeProject, name: str = "p"):
     p = night_project(name=name, matrix=MATRIX, queues=1, extra=EXTRA, recipes={})
     shutil.rmtree(p.path / "src")
     write_recipes(p.path)
     return p, make_history(p.path)
 
 
-def night(run_cli, p, date: str, *, upload: bool = False) -> tuple[int, dict]:
+def night(run_cli: RunCli, p: Project, date: str, *, upload: bool = False) -> tuple[int, dict]:
     code, out, err = run_cli(["run", "--config", str(p.config), "--date", date,
                               *([] if upload else ["--no-upload"])], timeout=300)
     assert code in (0, 1), (out, err)
@@ -58,11 +60,13 @@ def night(run_cli, p, date: str, *, upload: bool = False) -> tuple[int, dict]:
     return code, json.loads((day / "summary.json").read_text())
 
 
-def bisect_args(p, date: str, *extra: str) -> list[str]:
+def bisect_args(p: Project, date: str, *extra: str) -> list[str]:
     return ["bisect", CUDA, "--config", str(p.config), "--date", date, *extra]
 
 
-def test_three_nights_give_the_facts_and_bisect_names_the_commit(night_project, run_cli):
+def test_three_nights_give_the_facts_and_bisect_names_the_commit(
+    night_project: MakeProject, run_cli: RunCli
+) -> None:
     p, h = project(night_project)
     assert night(run_cli, p, DAY1)[0] == 0
     code, s2 = night(run_cli, p, DAY2)
@@ -133,8 +137,9 @@ def test_three_nights_give_the_facts_and_bisect_names_the_commit(night_project, 
     assert f"still failing since {DAY2} (2 nights)" in out
 
 
-def test_bisect_resumes_after_kill9_without_repeating_a_step(night_project, run_cli, start_cli,
-                                                             wait_until):
+def test_bisect_resumes_after_kill9_without_repeating_a_step(
+    night_project: MakeProject, run_cli: RunCli, start_cli: StartCli, wait_until: WaitUntil
+) -> None:
     p, h = project(night_project)
     night(run_cli, p, DAY1)
     night(run_cli, p, DAY2)
@@ -169,7 +174,7 @@ def test_bisect_resumes_after_kill9_without_repeating_a_step(night_project, run_
     assert f"first bad commit {h.commits[SKIP][:12]}" in out
 
 
-def test_bad_input_exits_2_with_one_line(night_project, run_cli):
+def test_bad_input_exits_2_with_one_line(night_project: MakeProject, run_cli: RunCli) -> None:
     p, h = project(night_project)
     night(run_cli, p, DAY1)
     night(run_cli, p, DAY2)
@@ -266,7 +271,7 @@ def static_server(folder: Path) -> Iterator[str]:
 
 
 def test_report_shows_groups_and_bisect_and_published_log_links_answer(
-        night_project, run_cli, chromium, tmp_path):
+        night_project: MakeProject, run_cli: RunCli, chromium, tmp_path: Path) -> None:
     p, h = project(night_project)
     with (p.config).open("a") as f:
         f.write('\n[publish]\nurl = "mirror"\n')
@@ -315,7 +320,9 @@ class Dom(HTMLParser):
         return [a for a in self.elements if attr in a]
 
 
-def test_notify_bisect_bisects_new_failures_before_notifying(night_project, run_cli):
+def test_notify_bisect_bisects_new_failures_before_notifying(
+    night_project: MakeProject, run_cli: RunCli
+) -> None:
     p, h = project(night_project)
     sent = p.path / "notification.json"
     with (p.config).open("a") as f:
@@ -335,7 +342,7 @@ def test_notify_bisect_bisects_new_failures_before_notifying(night_project, run_
 
 
 def test_bisect_with_the_compiler_cache_is_not_fooled_by_the_nights_entries(
-        night_project, run_cli):
+        night_project: MakeProject, run_cli: RunCli) -> None:
     """Night 1 fills the compiler cache from its source folder; the bisect's steps must not
     be served those objects for commits whose header changed (see nightly.bisect.run.step_config)."""
     p, h = project(night_project)

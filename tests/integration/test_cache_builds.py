@@ -274,9 +274,10 @@ dir = "{cache_dir}"
     # sccache itself, one folder for both toolkits: the second nvcc misses, and its object is
     # its own (the runtime version compiled in differs).
     from nightly.builds import cache as cc
+    from nightly.builds.cache_scripts import write_tools
 
     tools = tmp_path / "tools"
-    cc.write_tools(tools)
+    write_tools(tools)
     (tmp_path / "v.cu").write_text("#include <cuda_runtime.h>\nint v() { return CUDART_VERSION; }\n")
     sock = f"/tmp/nightly-sccache-test-{uuid.uuid4().hex[:8]}.sock"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SCCACHE_DIR": str(tmp_path / "one"),

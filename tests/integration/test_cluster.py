@@ -16,6 +16,7 @@ import re
 import signal
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +34,7 @@ from tests.support.cluster import (
     run_args,
     staged_files,
 )
+from tests.support.fixture_types import IsAlive, MakeProject, MakeRecipe, RunCli, StartCli, WaitUntil
 from tests.support.net import free_port
 
 
@@ -53,7 +55,9 @@ def cluster(dask_cluster: DaskCluster) -> DaskCluster:
 # ---------------------------------------------------------------------------- tests
 
 
-def test_a_night_across_workers_respects_resources(night_project, make_recipe, run_cli, cluster):
+def test_a_night_across_workers_respects_resources(
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: DaskCluster
+) -> None:
     p = make_project(night_project, make_recipe, cluster, default="sleep:0.6")
     code, out, err = run_cli(run_args(p, "--cluster", cluster.address), timeout=120)
     assert code == 0, (out, err)
@@ -102,8 +106,9 @@ def test_a_night_across_workers_respects_resources(night_project, make_recipe, r
 
 
 def test_a_worker_killed_mid_build_is_rerun_elsewhere(
-    night_project, make_recipe, start_cli, run_cli, wait_until, cluster, is_alive
-):
+    night_project: MakeProject, make_recipe: MakeRecipe, start_cli: StartCli, run_cli: RunCli,
+    wait_until: WaitUntil, cluster: DaskCluster, is_alive: IsAlive
+) -> None:
     victim = "manywheel_3.7m_cu100"
     p = make_project(night_project, make_recipe, cluster, behaviours={victim: "go:60"})
     night = start_cli(run_args(p, "--cluster", cluster.address))
@@ -193,8 +198,9 @@ def test_a_worker_killed_mid_build_is_rerun_elsewhere(
 
 
 def test_kill9_of_the_orchestrator_then_rerun_completes(
-    night_project, make_recipe, start_cli, run_cli, wait_until, cluster, is_alive
-):
+    night_project: MakeProject, make_recipe: MakeRecipe, start_cli: StartCli, run_cli: RunCli,
+    wait_until: WaitUntil, cluster: DaskCluster, is_alive: IsAlive
+) -> None:
     p = make_project(night_project, make_recipe, cluster, default="bgsleep:1.5",
                      behaviours={"manywheel_3.6m_cpu": "sleep:0.2", "wheel_3.8_cpu": "sleep:0.2"})
     night = start_cli(run_args(p, "--cluster", cluster.address))
@@ -239,8 +245,10 @@ def test_kill9_of_the_orchestrator_then_rerun_completes(
     assert staged_files(p) == []
 
 
-def test_builds_no_worker_can_run_are_given_up(night_project, make_recipe, run_cli, cluster,
-                                                wait_until):
+def test_builds_no_worker_can_run_are_given_up(
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: DaskCluster,
+    wait_until: WaitUntil
+) -> None:
     """The macOS host is down: its builds wait worker_wait for a worker of their platform,
     then are reported not run; the Linux builds go on. (The next test's `ensure` restarts it.)"""
     matrix = """
@@ -273,7 +281,9 @@ cudas = ["cpu"]
     assert res["manywheel_3.7m_cu100"] == {"slots": 1.0, "platform-linux": 0.0}
 
 
-def test_cluster_usage_errors(night_project, make_recipe, run_cli, cluster):
+def test_cluster_usage_errors(
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: DaskCluster
+) -> None:
     p = make_project(night_project, make_recipe, cluster)
     code, _, err = run_cli(run_args(p, "--cluster", cluster.address, "--machine", "m"))
     assert code == 2
@@ -297,7 +307,9 @@ def test_cluster_usage_errors(night_project, make_recipe, run_cli, cluster):
 
 
 def test_provenance_is_signed_by_the_orchestrator_and_no_worker_holds_the_key(
-        night_project, make_recipe, run_cli, cluster, tmp_path):
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: DaskCluster,
+    tmp_path: Path
+) -> None:
     """Workers build; the orchestrator signs, after staging verification. The tasks carry a
     config without the key's path, and nothing a worker wrote or saw holds the key."""
     import pickle

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import DaskCluster, make_project, mirror_files, run_args, staged_files
+from tests.support.fixture_types import MakeProject, MakeRecipe, RunCli, StartCli, WaitUntil
 from tests.support.wheels import hand_wheel_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,8 +72,8 @@ def _under(path: Path, folder: Path) -> bool:
 
 @pytest.mark.slow
 def test_cuda_builds_build_on_cpu_workers_and_only_their_gpu_part_runs_on_the_gpu_worker(
-    tmp_path, start_cli, wait_until, cluster
-):
+    tmp_path: Path, start_cli: StartCli, wait_until: WaitUntil, cluster: DaskCluster
+) -> None:
     """The demo's CUDA 13.0 manywheels (real builds, the host's nvcc) for 3.11 and 3.12: built
     on lin-a/lin-b, GPU part on gpu. 3.12's GPU tests fail: not published, failed with their
     output in its log. 3.11's GPU part is held until the GPU worker is killed (-9) under it;
@@ -216,8 +217,10 @@ WHEEL_RECIPE = hand_wheel_recipe(
 )
 
 
-def _wheel_project(night_project, make_recipe, cluster, name: str, gpu_command: str,
-                   *, worker_wait: str = "30s", smoke: str = ""):
+def _wheel_project(
+    night_project: MakeProject, make_recipe: MakeRecipe, cluster: DaskCluster, name: str,
+    gpu_command: str, *, worker_wait: str = "30s", smoke: str = ""
+):
     p = make_project(night_project, make_recipe, cluster, name=name, matrix=MATRIX, smoke=True,
                      extra=_test_stage_toml(cluster), worker_wait=worker_wait)
     text = p.config.read_text().replace(
@@ -230,8 +233,9 @@ def _wheel_project(night_project, make_recipe, cluster, name: str, gpu_command: 
 
 
 def test_a_gpu_worker_killed_mid_test_with_no_other_records_not_run(
-    night_project, make_recipe, start_cli, wait_until, cluster
-):
+    night_project: MakeProject, make_recipe: MakeRecipe, start_cli: StartCli, wait_until: WaitUntil,
+    cluster: DaskCluster
+) -> None:
     """The GPU worker dies (-9) under a GPU test and no other joins: after worker_wait the
     test is recorded not run (why: the worker was lost), a failure under require_gpu, so
     nothing of that build is published; the CPU build is, and the night completes."""
@@ -268,8 +272,8 @@ def test_a_gpu_worker_killed_mid_test_with_no_other_records_not_run(
 
 
 def test_a_failing_gpu_test_is_grouped_by_its_own_error_line(
-    night_project, make_recipe, run_cli, cluster
-):
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: DaskCluster
+) -> None:
     """A GPU test that fails with a Python exception (issue 41.12): the night's failure group
     (summary.json, the report) is named by the exception line of the test's own section of
     the build's log, never "no error line in the log"; the report names the workers."""
@@ -293,8 +297,9 @@ def test_a_failing_gpu_test_is_grouped_by_its_own_error_line(
 
 
 def test_a_gpu_test_refuses_a_package_changed_in_staging(
-    night_project, make_recipe, wait_until, start_cli, cluster
-):
+    night_project: MakeProject, make_recipe: MakeRecipe, wait_until: WaitUntil, start_cli: StartCli,
+    cluster: DaskCluster
+) -> None:
     """No GPU worker is up when the build ends; meanwhile someone with write access to staging
     replaces the wheel. The GPU worker that then joins checks it against the sha256 the
     build's worker reported, refuses to test it, and the build fails: nothing published."""
@@ -337,8 +342,9 @@ def test_a_gpu_test_refuses_a_package_changed_in_staging(
 
 
 def test_the_orchestrator_killed_while_a_build_is_tested_then_rerun_tests_it_again(
-    night_project, make_recipe, start_cli, run_cli, wait_until, cluster
-):
+    night_project: MakeProject, make_recipe: MakeRecipe, start_cli: StartCli, run_cli: RunCli,
+    wait_until: WaitUntil, cluster: DaskCluster
+) -> None:
     """kill -9 of `nightly run` while a CUDA build's GPU test runs: the test is stopped on its
     worker (its task was released); the rerun adopts the build from staging (not built
     again), tests it again, and publishes it."""

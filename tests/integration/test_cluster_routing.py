@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.cluster import DaskCluster, make_project, run_args
+from tests.support.fixture_types import MakeProject, MakeRecipe, RunCli
 
 WORKERS = {
     "x86": "slots=2,platform-linux=1,arch-x86_64=1,accel-rocm=1",
@@ -63,8 +64,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskCluster]:
 
 
 def test_each_build_runs_on_a_worker_of_its_architecture_and_accelerator(
-    night_project, make_recipe, run_cli, cluster
-):
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: DaskCluster
+) -> None:
     # Each wheel tagged with the architecture its recipe was told to build for.
     p = make_project(night_project, make_recipe, cluster, matrix=MATRIX, extra=MACHINES,
                      default="sleep:0.2", package="-py3-none-linux_${TARGET_ARCH}.whl")

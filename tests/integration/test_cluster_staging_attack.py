@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from nightly.cluster.stagedlog import STAGED_LOG_MAX
+from tests.support.fixture_types import MakeProject, MakeRecipe, RunCli, StartCli, WaitUntil
 
 
 def _tls_helpers() -> Any:
@@ -113,8 +114,10 @@ def _finished(p: Any, start_cli: Any, wait_until: Any) -> tuple[Any, dict[str, P
     return night, attempts()
 
 
-def test_an_attacker_writing_staging_gets_nothing(night_project, make_recipe, start_cli,
-                                                  wait_until, cluster):
+def test_an_attacker_writing_staging_gets_nothing(
+    night_project: MakeProject, make_recipe: MakeRecipe, start_cli: StartCli, wait_until: WaitUntil,
+    cluster: Any
+) -> None:
     """(a) log.txt a symlink to the orchestrator's key, (c) a package that is a FIFO or a
     symlink to /dev/zero, (d) a log larger than the limit: one night."""
     certs = cluster.certs
@@ -193,8 +196,9 @@ with open({str(attempts[BIG] / "log.txt")!r}, "wb") as f:
     assert scanned > 20
 
 
-def test_a_symlinked_day_folder_in_staging_reaches_nothing(night_project, make_recipe, run_cli,
-                                                           cluster, tmp_path):
+def test_a_symlinked_day_folder_in_staging_reaches_nothing(
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: Any, tmp_path: Path
+) -> None:
     """(b) staging/<day> is a symlink to another folder before the night: nothing there is
     read, written or deleted (the end-of-night clean-up included)."""
     p = make_project(night_project, make_recipe, cluster, extra=_t._tls_toml(cluster.certs),
@@ -230,8 +234,8 @@ os.symlink({str(outside)!r}, {str(p.path / "staging" / "2024_05_01")!r})
 @pytest.mark.parametrize("address", ["tcp://192.0.2.2@127.0.0.1:8786",
                                      "tcp://127.0.0.1#@192.0.2.2:8786"])
 def test_addresses_a_url_parser_reads_differently_are_refused(
-    night_project, make_recipe, run_cli, cluster, address
-):
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: Any, address: str
+) -> None:
     """The host Dask would connect to is not loopback: refused before anything, exit 2."""
     p = make_project(night_project, make_recipe, cluster)
     code, out, err = run_cli(run_args(p, "--cluster", address), timeout=60)
@@ -260,7 +264,7 @@ def _listening(pid: int) -> list[str]:
     return out
 
 
-def test_the_documented_commands_listen_on_loopback_only(cluster):
+def test_the_documented_commands_listen_on_loopback_only(cluster: Any) -> None:
     """The scheduler and the workers, started with the flags docs/cluster.md gives for one
     machine (--host 127.0.0.1, --dashboard-address 127.0.0.1:...): every port they listen
     on, Dask's and the HTTP server's (which runs even with --no-dashboard), is on loopback."""

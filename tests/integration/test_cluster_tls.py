@@ -33,6 +33,8 @@ from tests.support.cluster import (
     run_args,
     staged_files,
 )
+from tests.support.fixture_types import MakeProject, MakeRecipe, RunCli, StartCli, WaitUntil
+from tests.support.projects import Project
 
 HOSTS = "scheduler,lin-a,lin-b,mac"
 
@@ -92,7 +94,9 @@ def cluster(tls_cluster: DaskCluster) -> DaskCluster:
     return tls_cluster
 
 
-def test_a_night_on_a_tls_cluster(night_project, make_recipe, run_cli, cluster):
+def test_a_night_on_a_tls_cluster(
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: DaskCluster
+) -> None:
     assert cluster.certs is not None
     assert cluster.address.startswith("tls://127.0.0.1:")
     p = make_project(night_project, make_recipe, cluster, extra=_tls_toml(cluster.certs)
@@ -114,7 +118,7 @@ def test_a_night_on_a_tls_cluster(night_project, make_recipe, run_cli, cluster):
     assert scanned > 20
 
 
-def test_strangers_cannot_connect_or_submit(tmp_path, cluster):
+def test_strangers_cannot_connect_or_submit(tmp_path: Path, cluster: DaskCluster) -> None:
     from distributed import Client
     from distributed.security import Security
 
@@ -189,8 +193,8 @@ def test_strangers_cannot_connect_or_submit(tmp_path, cluster):
 
 
 def test_nightly_with_a_foreign_certificate_cannot_reach_the_scheduler(
-    night_project, make_recipe, run_cli, cluster, tmp_path
-):
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: DaskCluster, tmp_path: Path
+) -> None:
     other = _certs(tmp_path / "other", "x")
     p = make_project(night_project, make_recipe, cluster,
                      extra=_tls_toml(other, "x").replace('connect_timeout = "20s"', ""))
@@ -204,7 +208,10 @@ def test_nightly_with_a_foreign_certificate_cannot_reach_the_scheduler(
     _assert_no_key_material(_key_bodies(other), p.path, texts=(out, err))
 
 
-def test_addresses_the_night_refuses(night_project, make_recipe, run_cli, cluster, tmp_path):
+def test_addresses_the_night_refuses(
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: DaskCluster,
+    tmp_path: Path
+) -> None:
     assert cluster.certs is not None
     p = make_project(night_project, make_recipe, cluster)
     text = p.config.read_text().replace('connect_timeout = "20s"', "connect_timeout = 1")
@@ -245,7 +252,9 @@ def test_addresses_the_night_refuses(night_project, make_recipe, run_cli, cluste
     assert "require_encryption" in err
 
 
-def test_a_worker_through_nightly_names_a_tls_mix_up_then_joins(tmp_path, run_cli, cluster):
+def test_a_worker_through_nightly_names_a_tls_mix_up_then_joins(
+    tmp_path: Path, run_cli: RunCli, cluster: DaskCluster
+) -> None:
     """`nightly cluster worker` (docs/cluster.md): `dask worker`'s arguments, the TLS ones
     checked first. Without them at tls:// (where `dask worker` prints some 80 lines of
     traceback), or with them at tcp://: one line naming the fix, exit 2; with them, it
@@ -288,7 +297,9 @@ def test_a_worker_through_nightly_names_a_tls_mix_up_then_joins(tmp_path, run_cl
 VICTIM = "manywheel_3.7m_cu100"
 
 
-def _finished_in_staging(p, start_cli, wait_until, cluster) -> tuple[object, Path]:
+def _finished_in_staging(
+    p: Project, start_cli: StartCli, wait_until: WaitUntil, cluster: DaskCluster
+) -> tuple[object, Path]:
     """Start the night, freeze the orchestrator while VICTIM runs, let VICTIM finish on its
     worker (packages and result.json in staging, not yet collected): (the night, its attempt)."""
     night = start_cli(run_args(p))
@@ -301,7 +312,7 @@ def _finished_in_staging(p, start_cli, wait_until, cluster) -> tuple[object, Pat
     return night, results()[0].parent
 
 
-def _tamper_package(p, attempt: Path) -> tuple[str, bytes]:
+def _tamper_package(p: Project, attempt: Path) -> tuple[str, bytes]:
     """What a host of the build network with write access to staging can do: replace the
     package through the store, metadata and all."""
     import hashlib
@@ -320,8 +331,9 @@ def _tamper_package(p, attempt: Path) -> tuple[str, bytes]:
 
 
 def test_a_package_changed_in_staging_is_caught_and_not_published(
-    night_project, make_recipe, start_cli, wait_until, cluster
-):
+    night_project: MakeProject, make_recipe: MakeRecipe, start_cli: StartCli, wait_until: WaitUntil,
+    cluster: DaskCluster
+) -> None:
     assert cluster.certs is not None
     p = make_project(night_project, make_recipe, cluster, extra=_tls_toml(cluster.certs),
                      behaviours={VICTIM: "go:60"}, default="sleep:0.2")
@@ -364,8 +376,9 @@ def test_a_package_changed_in_staging_is_caught_and_not_published(
 
 
 def test_a_forged_result_in_staging_is_not_adopted(
-    night_project, make_recipe, start_cli, run_cli, wait_until, cluster
-):
+    night_project: MakeProject, make_recipe: MakeRecipe, start_cli: StartCli, run_cli: RunCli,
+    wait_until: WaitUntil, cluster: DaskCluster
+) -> None:
     """The orchestrator was killed; meanwhile someone rewrote a finished attempt in staging,
     package and result.json alike. The rerun does not adopt it: it builds that one again."""
     assert cluster.certs is not None
@@ -411,7 +424,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_the_demo_night_on_a_tls_cluster(tmp_path, run_cli, cluster):
+def test_the_demo_night_on_a_tls_cluster(tmp_path: Path, run_cli: RunCli, cluster: DaskCluster) -> None:
     """The shipped demo configuration (nightly.toml: the demo project, its real recipes and
     smoke test), one real build, run by the TLS cluster's workers and published."""
     import hashlib
@@ -452,7 +465,10 @@ require_encryption = true
     _assert_no_key_material(_key_bodies(cluster.certs), tmp_path, cluster.base, texts=(out, err))
 
 
-def test_a_rogue_scheduler_gets_nothing(night_project, make_recipe, run_cli, cluster, tmp_path):
+def test_a_rogue_scheduler_gets_nothing(
+    night_project: MakeProject, make_recipe: MakeRecipe, run_cli: RunCli, cluster: DaskCluster,
+    tmp_path: Path
+) -> None:
     """Someone on the network poses as the scheduler (with a CA of their own): the night's
     orchestrator refuses it before sending anything (the tasks would carry the config and the
     night's seal key)."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nightly.images import spec, transfer, zig
+from tests.support.servers import Serve
 from tests.support.wheels import make_wheel
 
 LINE = re.compile(r"^\d\d:\d\d:\d\d ")
@@ -36,7 +37,9 @@ def isolated_pip(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def test_the_zig_wheel_download_reports_bytes(tmp_path, http_server, isolated_pip, monkeypatch):
+def test_the_zig_wheel_download_reports_bytes(
+    tmp_path: Path, http_server: Serve, isolated_pip: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not transfer.raw_progress_pip():
         pytest.skip("this pip has no --progress-bar raw (pip < 24.1)")
     name = f"ziglang-{spec.ZIG_VERSION}-py3-none-manylinux_2_12_x86_64.whl"
@@ -55,7 +58,9 @@ def test_the_zig_wheel_download_reports_bytes(tmp_path, http_server, isolated_pi
     assert not any("\x1b" in line or "\r" in line for line in lines)
 
 
-def test_a_pip_download_of_several_files_counts_them_all(tmp_path, http_server, isolated_pip):
+def test_a_pip_download_of_several_files_counts_them_all(
+    tmp_path: Path, http_server: Serve, isolated_pip: None
+) -> None:
     if not transfer.raw_progress_pip():
         pytest.skip("this pip has no --progress-bar raw (pip < 24.1)")
     dep = _index(tmp_path / "srv", "bigdep", "1.0", 2)
@@ -75,7 +80,7 @@ def test_a_pip_download_of_several_files_counts_them_all(tmp_path, http_server, 
                               f"{lines[-1].rsplit(' in ', 1)[1]}")
 
 
-def test_a_failed_pip_download_says_why(tmp_path, http_server, isolated_pip):
+def test_a_failed_pip_download_says_why(tmp_path: Path, http_server: Serve, isolated_pip: None) -> None:
     (tmp_path / "srv" / "simple").mkdir(parents=True)
     index = http_server(tmp_path / "srv") + "simple/"
     lines: list[str] = []

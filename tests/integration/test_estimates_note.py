@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from tests.support.projects import run_args
+from tests.support.fixture_types import MakeProject, RunCli
+from tests.support.projects import Project, run_args
 
 MATRIX = """
 [matrix.linux.manywheel]
@@ -19,14 +20,14 @@ LEARN = "later nights estimate from them"
 PAST = "estimates from this project's past nights"
 
 
-def _plan(run_cli, p, *extra: str) -> tuple[int, str]:
+def _plan(run_cli: RunCli, p: Project, *extra: str) -> tuple[int, str]:
     code, out, err = run_cli(run_args(p.config, *extra, command="plan"), cwd=p.path)
     assert code == 0, (out, err)
     return code, out
 
 
-def test_the_first_night_says_its_estimates_are_a_guess_and_later_ones_learn(night_project,
-                                                                             run_cli):
+def test_the_first_night_says_its_estimates_are_a_guess_and_later_ones_learn(night_project: MakeProject,
+                                                                             run_cli: RunCli) -> None:
     p = night_project(matrix=MATRIX, queues=1)
     _, out = _plan(run_cli, p)
     assert GUESS in out, out
@@ -54,7 +55,9 @@ def test_the_first_night_says_its_estimates_are_a_guess_and_later_ones_learn(nig
     assert GUESS not in out
 
 
-def test_a_build_new_to_the_history_is_counted_as_a_guess(night_project, run_cli):
+def test_a_build_new_to_the_history_is_counted_as_a_guess(
+    night_project: MakeProject, run_cli: RunCli
+) -> None:
     p = night_project(matrix=MATRIX, queues=1)
     code, out, err = run_cli(run_args(p.config), cwd=p.path)
     assert code == 0, (out, err)
@@ -64,7 +67,9 @@ def test_a_build_new_to_the_history_is_counted_as_a_guess(night_project, run_cli
            "from [estimates]" in " ".join(out.split()), out
 
 
-def test_estimates_that_never_use_the_history_promise_no_learning(night_project, run_cli):
+def test_estimates_that_never_use_the_history_promise_no_learning(
+    night_project: MakeProject, run_cli: RunCli
+) -> None:
     p = night_project(matrix=MATRIX, queues=1, extra='[schedule]\nhistory_estimates = "never"\n')
     _, out = _plan(run_cli, p)
     assert "estimates from [estimates] in the config (history_estimates" in out, out

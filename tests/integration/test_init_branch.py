@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from tests.support.day import find_day
+from tests.support.fixture_types import RunCli
 
 PYPROJECT = """\
 [build-system]
@@ -33,7 +34,7 @@ def _git_project(base: Path) -> Path:
     return proj
 
 
-def test_init_and_run_of_a_git_folder_on_master(tmp_path: Path, run_cli) -> None:
+def test_init_and_run_of_a_git_folder_on_master(tmp_path: Path, run_cli: RunCli) -> None:
     _git_project(tmp_path)
     code, out, err = run_cli(["init", "proj"], cwd=tmp_path)
     assert code == 0, (out, err)
@@ -49,7 +50,7 @@ def test_init_and_run_of_a_git_folder_on_master(tmp_path: Path, run_cli) -> None
     assert "install tonight's tinymaster" in out
 
 
-def test_a_branch_the_source_lacks_is_one_line_naming_its_branches(tmp_path: Path, run_cli) -> None:
+def test_a_branch_the_source_lacks_is_one_line_naming_its_branches(tmp_path: Path, run_cli: RunCli) -> None:
     _git_project(tmp_path)
     code, out, err = run_cli(["init", "proj"], cwd=tmp_path)
     assert code == 0, (out, err)

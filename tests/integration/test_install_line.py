@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.recipe_env import pyenv_python
+from tests.support.fixture_types import MakeProject, RunCli
 from tests.support.projects import HOST_PYTHON, VERSION, run_args
 from tests.support.wheels import hand_wheel_recipe, make_wheel
 
@@ -61,7 +62,9 @@ def _install_in_fresh_venv(exe: Path, cmd: str, folder: Path) -> str:
     return r.stdout.strip() + r.stderr
 
 
-def test_the_night_ends_with_an_install_command_that_works(night_project, run_cli, tmp_path):
+def test_the_night_ends_with_an_install_command_that_works(
+    night_project: MakeProject, run_cli: RunCli, tmp_path: Path
+) -> None:
     assert "Requires-Dist: valdep" in RECIPE
     assert "-cp{tag}-none-any.whl" in RECIPE
     assert "Tag: cp{tag}-none-any" in RECIPE

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from nightly.images import sysroot
+from tests.support.fixture_types import RunCli
 
 pytestmark = [
     pytest.mark.slow,
@@ -67,7 +68,7 @@ def _needs(path: Path) -> tuple[tuple[int, int], list[str]]:
     return max(glibc, default=(0, 0)), re.findall(r"Name: (GLIBCXX_[\d.]+)", out)
 
 
-def test_the_demo_libtorch_zip_meets_glibc_2_28(tmp_path: Path, run_cli) -> None:
+def test_the_demo_libtorch_zip_meets_glibc_2_28(tmp_path: Path, run_cli: RunCli) -> None:
     config = _config(tmp_path)
     code, out, err = run_cli(["run", "--config", str(config), "--date", "2026_01_05"],
                              timeout=900)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from tests.support.cli import child_env, nightly_cmd
 from tests.support.day import find_day
-from tests.support.projects import DATE, run_args
+from tests.support.fixture_types import MakeProject, RunCli, StartCli, WaitUntil
+from tests.support.projects import DATE, Project, run_args
 
 MATRIX = """
 [matrix.linux.manywheel]
@@ -26,7 +27,7 @@ HELD = "manywheel_3.6m_cpu"
 SAYS = "compiling the held module"
 
 
-def _recipe_says(p) -> None:
+def _recipe_says(p: Project) -> None:
     r = p.path / "recipes" / "manywheel" / "build.sh"
     r.write_text(r.read_text().replace("go_wait() {", f'echo "{SAYS} $ID"\ngo_wait() {{', 1))
 
@@ -45,7 +46,7 @@ def _read_pty(fd: int, out: bytearray, until: float) -> None:
         out += chunk
 
 
-def test_a_night_in_a_terminal_shows_the_count_and_a_running_builds_phase(night_project):
+def test_a_night_in_a_terminal_shows_the_count_and_a_running_builds_phase(night_project: MakeProject) -> None:
     p = night_project(matrix=MATRIX, behaviours={HELD: "go:60"}, queues=2)
     _recipe_says(p)
     master, slave = pty.openpty()
@@ -81,7 +82,9 @@ def test_a_night_in_a_terminal_shows_the_count_and_a_running_builds_phase(night_
     assert proc.returncode == 0, bytes(out)[-3000:]
 
 
-def test_a_night_through_a_pipe_is_plain_timestamped_lines(night_project, run_cli):
+def test_a_night_through_a_pipe_is_plain_timestamped_lines(
+    night_project: MakeProject, run_cli: RunCli
+) -> None:
     p = night_project(matrix=MATRIX, queues=2)
     code, out, err = run_cli(run_args(p.config), env={"TERM": "xterm-256color"})
     assert code == 0, (out, err)
@@ -95,8 +98,9 @@ def test_a_night_through_a_pipe_is_plain_timestamped_lines(night_project, run_cl
     assert "estimates are a guess" in out  # the first night: no history yet
 
 
-def test_status_from_another_shell_shows_the_running_night(night_project, run_cli, start_cli,
-                                                          wait_until):
+def test_status_from_another_shell_shows_the_running_night(
+    night_project: MakeProject, run_cli: RunCli, start_cli: StartCli, wait_until: WaitUntil
+) -> None:
     p = night_project(matrix=MATRIX, behaviours={HELD: "go:60"}, queues=2)
     _recipe_says(p)
     night = start_cli(run_args(p.config))
@@ -119,7 +123,7 @@ def test_status_from_another_shell_shows_the_running_night(night_project, run_cl
     assert "running now" not in out, out
 
 
-def test_a_symlinked_live_file_is_not_read(night_project, tmp_path: Path):
+def test_a_symlinked_live_file_is_not_read(night_project: MakeProject, tmp_path: Path) -> None:
     from nightly.workspace import live
 
     target = tmp_path / "elsewhere.json"

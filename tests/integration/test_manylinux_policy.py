@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.fixture_types import RunCli
+
 try:
     from tests.integration import recipe_env as renv
 except ImportError:
@@ -141,7 +143,7 @@ executor = "local"
 
 
 def test_a_wheel_that_cannot_meet_the_policy_fails_its_build_and_is_never_published(
-    tmp_path: Path, run_cli
+    tmp_path: Path, run_cli: RunCli
 ) -> None:
     pythons = {}
     for xy in ("3.10", "3.11", "3.12"):

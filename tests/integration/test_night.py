@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.fixture_types import IsAlive, MakeProject, RunCli, StartCli, WaitUntil
+from tests.support.projects import Project
+
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d ")
 SUCCEEDED_FOOTER = "result:      SUCCEEDED"
 PACKAGE_LINE = re.compile(r"^  (\S+)  (\d+) bytes  sha256 ([0-9a-f]{64})$", re.M)
@@ -47,7 +50,7 @@ FULL_OK = ["manywheel_3.6m_cu100", "conda_3.7_cpu", "libtorch_shared-with-deps_c
 FULL_FAILED = ["manywheel_3.5m_cpu", "manywheel_3.5m_cu100", *FULL_BEHAVIOURS]
 
 
-def run_args(project, *extra: str) -> list[str]:
+def run_args(project: Project, *extra: str) -> list[str]:
     return ["run", "--config", str(project.config), "--date", "2024_05_01", *extra]
 
 
@@ -88,7 +91,9 @@ def all_files(root: Path) -> list[Path]:
 # ---------------------------------------------------------------------------- a full night
 
 
-def test_full_night(night_project, run_cli, caller_secret, is_alive):
+def test_full_night(
+    night_project: MakeProject, run_cli: RunCli, caller_secret: tuple[str, str], is_alive: IsAlive
+) -> None:
     p = night_project(
         matrix=FULL_MATRIX,
         behaviours=FULL_BEHAVIOURS,
@@ -240,7 +245,7 @@ IDS_5 = ["manywheel_3.6m_cpu", "manywheel_3.7m_cpu", "manywheel_3.8_cpu", "manyw
          "manywheel_3.10_cpu"]
 
 
-def test_second_run_skips_everything_and_rebuild_forces(night_project, run_cli):
+def test_second_run_skips_everything_and_rebuild_forces(night_project: MakeProject, run_cli: RunCli) -> None:
     p = night_project(matrix=MATRIX_5)
     code, out, err = run_cli(run_args(p))
     assert code == 0, (out, err)
@@ -267,7 +272,7 @@ def test_second_run_skips_everything_and_rebuild_forces(night_project, run_cli):
         assert footers(p.day / "logs/succeeded" / f"{bid}.log") == n, bid
 
 
-def test_a_night_started_by_the_previous_version_resumes(night_project, run_cli):
+def test_a_night_started_by_the_previous_version_resumes(night_project: MakeProject, run_cli: RunCli) -> None:
     """state.json as the previous version wrote it (a dict per build, compact, sorted keys,
     with a key this version does not know): an upgrade between two runs of one night keeps
     what succeeded, rebuilds what failed, and keeps the unknown keys."""
@@ -303,15 +308,15 @@ def test_a_night_started_by_the_previous_version_resumes(night_project, run_cli)
 
 
 # Where to kill -9 the night: a predicate on the project, polled every 20 ms.
-def _started_any(p) -> bool:
+def _started_any(p: Project) -> bool:
     return any(p.starts(b) for b in IDS_5)
 
 
-def _half_succeeded(p) -> bool:
+def _half_succeeded(p: Project) -> bool:
     return sum(e.get("status") == "succeeded" for e in p.state()["builds"].values()) >= 3
 
 
-def _last_running(p) -> bool:
+def _last_running(p: Project) -> bool:
     builds = p.state()["builds"]
     done = sum(e.get("status") == "succeeded" for e in builds.values())
     running = [b for b, e in builds.items() if e.get("status") == "running"]
@@ -326,7 +331,7 @@ KILL_POINTS = {
 }
 
 
-def check_completed_once(p, before_kill: dict, is_alive) -> None:
+def check_completed_once(p: Project, before_kill: dict, is_alive: IsAlive) -> None:
     """After the rerun: every build succeeded exactly once, nothing left behind."""
     state = p.state()["builds"]
     assert sorted(state) == sorted(IDS_5)
@@ -353,11 +358,9 @@ def check_completed_once(p, before_kill: dict, is_alive) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", list(KILL_POINTS))
 def test_kill9_then_rerun_completes_each_build_once(
-    moment, night_project, run_cli, start_cli, wait_until, is_alive
-):
-    # Each build: 0.5 s of work, and a child left running that only a kill of the recipe's
-    # process group ends (at the end of the build, or by the rerun after kill -9); 5 builds
-    # on 2 queues, so the last build runs alone for a while.
+    moment, night_project: MakeProject, run_cli: RunCli, start_cli: StartCli, wait_until: WaitUntil,
+    is_alive: IsAlive
+) -> None:
     p = night_project(matrix=MATRIX_5, behaviours=dict.fromkeys(IDS_5, "child+bgsleep:0.5"))
     run = start_cli(run_args(p))
     wait_until(lambda: KILL_POINTS[moment](p), timeout=30, what=moment)
@@ -378,9 +381,9 @@ def test_kill9_then_rerun_completes_each_build_once(
 
 
 @pytest.mark.slow
-def test_kill9_repeatedly_at_random_moments(night_project, run_cli, start_cli, is_alive):
-    # One build waits for the test's go, so no run can end before it is killed: each of the
-    # four kills lands on a live run (a run that had ended would make this a weaker test).
+def test_kill9_repeatedly_at_random_moments(
+    night_project: MakeProject, run_cli: RunCli, start_cli: StartCli, is_alive: IsAlive
+) -> None:
     held = "manywheel_3.8_cpu"
     behaviours = dict.fromkeys(IDS_5, "child+bgsleep:0.4")
     behaviours[held] = "go:60+child+bgsleep:0.4"
@@ -407,7 +410,9 @@ def test_kill9_repeatedly_at_random_moments(night_project, run_cli, start_cli, i
 # ---------------------------------------------------------------------------- the lock
 
 
-def test_a_live_run_holds_the_lock(night_project, run_cli, start_cli, wait_until):
+def test_a_live_run_holds_the_lock(
+    night_project: MakeProject, run_cli: RunCli, start_cli: StartCli, wait_until: WaitUntil
+) -> None:
     p = night_project(matrix=MATRIX_5, behaviours={"manywheel_3.6m_cpu": "go:60"})
     first = start_cli(run_args(p))
     wait_until(lambda: p.starts("manywheel_3.6m_cpu") == 1, what="the first run's build")
@@ -426,7 +431,7 @@ def test_a_live_run_holds_the_lock(night_project, run_cli, start_cli, wait_until
     assert p.starts("manywheel_3.6m_cpu") == 1  # the refused run built nothing
 
 
-def test_a_stale_lock_is_taken_over(night_project, run_cli):
+def test_a_stale_lock_is_taken_over(night_project: MakeProject, run_cli: RunCli) -> None:
     p = night_project(matrix=MATRIX_5)
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -448,7 +453,9 @@ def test_a_stale_lock_is_taken_over(night_project, run_cli):
 # ---------------------------------------------------------------------------- retries
 
 
-def test_infra_failures_are_retried_recipe_failures_not(night_project, run_cli, is_alive):
+def test_infra_failures_are_retried_recipe_failures_not(
+    night_project: MakeProject, run_cli: RunCli, is_alive: IsAlive
+) -> None:
     p = night_project(
         matrix=MATRIX_5,
         behaviours={"manywheel_3.6m_cpu": "hang", "manywheel_3.7m_cpu": "fail"},
@@ -469,7 +476,7 @@ def test_infra_failures_are_retried_recipe_failures_not(night_project, run_cli, 
         assert not is_alive(pid)
 
 
-def test_recipe_failures_are_retried_when_configured(night_project, run_cli):
+def test_recipe_failures_are_retried_when_configured(night_project: MakeProject, run_cli: RunCli) -> None:
     p = night_project(
         matrix=MATRIX_5,
         behaviours={"manywheel_3.6m_cpu": "flaky:1", "manywheel_3.7m_cpu": "flaky:5"},
@@ -491,8 +498,8 @@ def test_recipe_failures_are_retried_when_configured(night_project, run_cli):
 
 
 def test_ctrl_c_interrupts_and_a_rerun_completes(
-    night_project, run_cli, start_cli, wait_until, is_alive
-):
+    night_project: MakeProject, run_cli: RunCli, start_cli: StartCli, wait_until: WaitUntil, is_alive: IsAlive
+) -> None:
     # Every build leaves a child in the background and waits for the test's go.
     p = night_project(matrix=MATRIX_5, behaviours=dict.fromkeys(IDS_5, "child+go:60"))
     run = start_cli(run_args(p))
@@ -538,8 +545,8 @@ def test_ctrl_c_interrupts_and_a_rerun_completes(
 
 
 def test_sigusr1_prints_every_threads_stack_and_the_night_goes_on(
-    night_project, start_cli, wait_until
-):
+    night_project: MakeProject, start_cli: StartCli, wait_until: WaitUntil
+) -> None:
     """A night that seems stuck says where it waits on `kill -USR1`, and is not stopped."""
     p = night_project(matrix=MATRIX_5, behaviours=dict.fromkeys(IDS_5, "child+go:60"))
     run = start_cli(run_args(p))
@@ -564,7 +571,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_demo_night_one_real_build(tmp_path, run_cli):
+def test_demo_night_one_real_build(tmp_path: Path, run_cli: RunCli) -> None:
     """The shipped demo configuration, one real build (a wheel of the demo project)."""
     bid = "manywheel_3.11_cpu"
     code, out, err = run_cli(

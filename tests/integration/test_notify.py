@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 import pytest
 from aiosmtpd.controller import Controller
 
+from tests.support.fixture_types import MakeProject, RunCli
 from tests.support.net import free_port
+from tests.support.projects import Project
 
 MATRIX = """
 [matrix.linux.manywheel]
@@ -50,11 +52,11 @@ def smtp_server() -> Iterator[Inbox]:
         controller.stop()
 
 
-def run_args(project) -> list[str]:
+def run_args(project: Project) -> list[str]:
     return ["run", "--config", str(project.config), "--date", "2024_05_01"]
 
 
-def test_command_receives_summary_on_stdin(night_project, run_cli):
+def test_command_receives_summary_on_stdin(night_project: MakeProject, run_cli: RunCli) -> None:
     p = night_project(matrix=MATRIX, behaviours=FAILING)
     got = p.path / "notified.json"
     p.config.write_text(p.config.read_text() + f"""
@@ -68,7 +70,9 @@ command = "sh -c 'cat > {got}'"
 
 
 @pytest.mark.parametrize("always", [False, True])
-def test_command_on_success_only_when_always(night_project, run_cli, always):
+def test_command_on_success_only_when_always(
+    night_project: MakeProject, run_cli: RunCli, always: bool
+) -> None:
     p = night_project(matrix=MATRIX)
     got = p.path / "notified.json"
     p.config.write_text(p.config.read_text() + f"""
@@ -83,7 +87,9 @@ always = {str(always).lower()}
         assert json.loads(got.read_text())["exit_code"] == 0
 
 
-def test_email_through_a_real_smtp_server(night_project, run_cli, smtp_server, caller_secret):
+def test_email_through_a_real_smtp_server(
+    night_project: MakeProject, run_cli: RunCli, smtp_server: Inbox, caller_secret: tuple[str, str]
+) -> None:
     p = night_project(matrix=MATRIX, behaviours=FAILING)
     p.config.write_text(p.config.read_text() + f"""
 [notify]
@@ -119,7 +125,9 @@ smtp_to = ["release@example.com", "oncall@example.com"]
 
 
 @pytest.mark.parametrize("fails", [True, False])
-def test_failed_notifications_do_not_change_the_outcome(night_project, run_cli, fails):
+def test_failed_notifications_do_not_change_the_outcome(
+    night_project: MakeProject, run_cli: RunCli, fails: bool
+) -> None:
     p = night_project(matrix=MATRIX, behaviours=FAILING if fails else None)
     dead = free_port()  # nothing listens there
     p.config.write_text(p.config.read_text() + f"""

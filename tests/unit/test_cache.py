@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from nightly.builds import cache as cc
+from nightly.builds.cache_scripts import write_tools
 from nightly.config import load
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
@@ -87,7 +88,7 @@ def test_local_cache_on_the_host_and_in_a_container(tmp_path: Path) -> None:
     settings = cc.CacheSettings(dir=tmp_path / "cache", size="2G")
     j, note = cc.attach(settings, job(tmp_path))
     assert note is None
-    assert j.cache is not None
+    assert isinstance(j.cache, cc.BuildCache)
     c = j.cache
     # The build's view (in its own folder) of the store, which is nightly's alone.
     assert c.storage == j.work_dir.parent / "sccache"
@@ -110,7 +111,7 @@ def test_local_cache_on_the_host_and_in_a_container(tmp_path: Path) -> None:
     assert (str(c.sccache), cc.SCCACHE_MOUNT, True) in c.mounts()
     # Another attempt gets its own socket (a killed attempt's server can linger).
     again, _ = cc.attach(settings, job(tmp_path / "again"))
-    assert again.cache is not None
+    assert isinstance(again.cache, cc.BuildCache)
     assert again.cache.socket != c.socket
 
 
@@ -125,7 +126,7 @@ def test_s3_cache_settings_and_credentials_for_the_server(
                                 region="eu-west-1")
     j, note = cc.attach(settings, job(tmp_path, image="img:1"))
     assert note is None
-    assert j.cache is not None
+    assert isinstance(j.cache, cc.BuildCache)
     env = j.cache.env(container=True)
     assert env["SCCACHE_BUCKET"] == "bucket"
     assert env["SCCACHE_S3_KEY_PREFIX"] == "team/cache/img_1-cu130"
@@ -175,7 +176,7 @@ def test_no_sccache_binary_turns_the_cache_off(tmp_path: Path, monkeypatch: pyte
 
 def test_read_stats_says_why_a_build_had_no_cache(tmp_path: Path) -> None:
     j, _ = cc.attach(cc.CacheSettings(dir=tmp_path / "c"), job(tmp_path))
-    assert j.cache is not None
+    assert isinstance(j.cache, cc.BuildCache)
     assert cc.read_stats(j) == cc.CacheStats(where=j.cache.where,
                                              off="the build ended before its cache started")
     (j.cache.tools / "status").write_text("off: sccache server did not start: refused\n")
@@ -199,7 +200,7 @@ def test_read_stats_says_why_a_build_had_no_cache(tmp_path: Path) -> None:
 def test_wrappers_run_the_compiler_directly_when_the_cache_is_off(tmp_path: Path) -> None:
     """No server (off, or gone mid-build): cc/c++/launch call the compiler itself, so the
     compile still happens and its own exit status is the answer."""
-    cc.write_tools(tmp_path / "t")
+    write_tools(tmp_path / "t")
     src = tmp_path / "a.c"
     src.write_text("int f(void) { return 1; }\n")
     bad = tmp_path / "b.c"
