@@ -25,6 +25,7 @@ import urllib.request
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "corpus"
@@ -177,7 +178,8 @@ def corpus_runtime_image() -> str:
     from nightly.images import runtime
     from nightly.images.spec import parse_spec
 
-    table = read_toml(BUILDER_EXAMPLE)[0]["builders"]["corpus"]
+    example: dict[str, Any] = read_toml(BUILDER_EXAMPLE)[0]
+    table = example["builders"]["corpus"]
     return runtime.tag(parse_spec("corpus", table))
 
 

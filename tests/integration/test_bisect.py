@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +34,7 @@ from tests.integration.bisect_history import (
     N_DAY2,
     SKIP,
     UNRELATED,
+    History,
     make_history,
     write_recipes,
 )
@@ -45,14 +47,14 @@ CUDA, CPU = "manywheel_3.12_cu130", "manywheel_3.12_cpu"
 MOST_BUILDS = 7  # ceil(log2(64)) + 1
 
 
-def project(night_project: MakeProject, name: str = "p"):
+def project(night_project: MakeProject, name: str = "p") -> tuple[Project, History]:
     p = night_project(name=name, matrix=MATRIX, queues=1, extra=EXTRA, recipes={})
     shutil.rmtree(p.path / "src")
     write_recipes(p.path)
     return p, make_history(p.path)
 
 
-def night(run_cli: RunCli, p: Project, date: str, *, upload: bool = False) -> tuple[int, dict]:
+def night(run_cli: RunCli, p: Project, date: str, *, upload: bool = False) -> tuple[int, dict[str, Any]]:
     code, out, err = run_cli(["run", "--config", str(p.config), "--date", date,
                               *([] if upload else ["--no-upload"])], timeout=300)
     assert code in (0, 1), (out, err)
@@ -271,7 +273,7 @@ def static_server(folder: Path) -> Iterator[str]:
 
 
 def test_report_shows_groups_and_bisect_and_published_log_links_answer(
-        night_project: MakeProject, run_cli: RunCli, chromium, tmp_path: Path) -> None:
+        night_project: MakeProject, run_cli: RunCli, chromium: Path, tmp_path: Path) -> None:
     p, h = project(night_project)
     with (p.config).open("a") as f:
         f.write('\n[publish]\nurl = "mirror"\n')

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,7 +145,7 @@ def test_a_cache_entry_rewritten_by_a_build_is_never_served(
     recipe.write_text(RECIPE)
     build = f"manywheel_{PY}_cpu"
     with staged_nightly(parent=home) as st:
-        def night(date: str, value: int, expect: int, hook: str = "") -> tuple[dict[str, object], str]:
+        def night(date: str, value: int, expect: int, hook: str = "") -> tuple[dict[str, Any], str]:
             _source(project / "src", value, hook=hook)
             config = _config(project, name, expect)
             proc = _nightly(st, home, "run", "--config", str(config), "--date", date,

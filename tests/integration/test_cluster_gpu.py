@@ -14,11 +14,13 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.cluster import DaskCluster, make_project, mirror_files, run_args, staged_files
 from tests.support.fixture_types import MakeProject, MakeRecipe, RunCli, StartCli, WaitUntil
+from tests.support.projects import Project
 from tests.support.wheels import hand_wheel_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +82,7 @@ def test_cuda_builds_build_on_cpu_workers_and_only_their_gpu_part_runs_on_the_gp
     a new GPU worker joins and the scheduler runs the test again there; the night completes."""
     from nightly.config.reader import read_defaults  # (a TOML file as a table)
 
-    demo = read_defaults(REPO / "nightly.toml")
+    demo: dict[str, Any] = read_defaults(REPO / "nightly.toml")
     sig = tmp_path / "signals"
     sig.mkdir()
     gpu_command = (
@@ -220,7 +222,7 @@ WHEEL_RECIPE = hand_wheel_recipe(
 def _wheel_project(
     night_project: MakeProject, make_recipe: MakeRecipe, cluster: DaskCluster, name: str,
     gpu_command: str, *, worker_wait: str = "30s", smoke: str = ""
-):
+) -> Project:
     p = make_project(night_project, make_recipe, cluster, name=name, matrix=MATRIX, smoke=True,
                      extra=_test_stage_toml(cluster), worker_wait=worker_wait)
     text = p.config.read_text().replace(

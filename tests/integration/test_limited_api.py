@@ -21,6 +21,7 @@ import subprocess
 import sys
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,7 +100,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _night_of(target: Path, work: Path, floor: str) -> tuple[dict[str, object], list[str]]:
+def _night_of(target: Path, work: Path, floor: str) -> tuple[dict[str, Any], list[str]]:
     """`nightly init TARGET` then `nightly run` in `work`: the config written and the
     Pythons of its matrix; the night exits 0."""
     code, out, err = run_nightly(["init", str(target)], cwd=work, timeout=300)

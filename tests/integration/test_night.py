@@ -17,6 +17,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -313,7 +314,7 @@ def _started_any(p: Project) -> bool:
 
 
 def _half_succeeded(p: Project) -> bool:
-    return sum(e.get("status") == "succeeded" for e in p.state()["builds"].values()) >= 3
+    return bool(sum(e.get("status") == "succeeded" for e in p.state()["builds"].values()) >= 3)
 
 
 def _last_running(p: Project) -> bool:
@@ -331,7 +332,7 @@ KILL_POINTS = {
 }
 
 
-def check_completed_once(p: Project, before_kill: dict, is_alive: IsAlive) -> None:
+def check_completed_once(p: Project, before_kill: dict[str, Any], is_alive: IsAlive) -> None:
     """After the rerun: every build succeeded exactly once, nothing left behind."""
     state = p.state()["builds"]
     assert sorted(state) == sorted(IDS_5)
@@ -358,7 +359,7 @@ def check_completed_once(p: Project, before_kill: dict, is_alive: IsAlive) -> No
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", list(KILL_POINTS))
 def test_kill9_then_rerun_completes_each_build_once(
-    moment, night_project: MakeProject, run_cli: RunCli, start_cli: StartCli, wait_until: WaitUntil,
+    moment: str, night_project: MakeProject, run_cli: RunCli, start_cli: StartCli, wait_until: WaitUntil,
     is_alive: IsAlive
 ) -> None:
     p = night_project(matrix=MATRIX_5, behaviours=dict.fromkeys(IDS_5, "child+bgsleep:0.5"))
@@ -389,7 +390,7 @@ def test_kill9_repeatedly_at_random_moments(
     behaviours[held] = "go:60+child+bgsleep:0.4"
     p = night_project(matrix=MATRIX_5, behaviours=behaviours)
     rng = random.Random(5)
-    before: dict = {}
+    before: dict[str, Any] = {}
     for i in range(4):
         run = start_cli(run_args(p))
         time.sleep(rng.uniform(0.2, 0.9))

@@ -10,6 +10,7 @@ import email.policy
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -33,9 +34,9 @@ class Inbox:
     messages: list[email.message.EmailMessage] = field(default_factory=list)
     envelopes: list[tuple[str, list[str]]] = field(default_factory=list)
 
-    async def handle_DATA(self, server, session, envelope):  # aiosmtpd's handler hook
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # aiosmtpd's handler hook
         msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        self.messages.append(msg)  # type: ignore[arg-type]
+        self.messages.append(msg)
         self.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos)))
         return "250 Message accepted for delivery"
 
@@ -111,7 +112,9 @@ smtp_to = ["release@example.com", "oncall@example.com"]
     for bid in FAILING:
         assert bid in subject
     assert "manywheel_3.6m_cu100" not in subject  # the one that succeeded
-    body = msg.get_body(preferencelist=("plain",)).get_content()
+    plain = msg.get_body(preferencelist=("plain",))
+    assert plain is not None
+    body = plain.get_content()
     assert "manywheel_3.6m_cpu: recipe failed with exit status 3" in body
     assert "produced no package" in body
     (attachment,) = list(msg.iter_attachments())

@@ -12,7 +12,7 @@ import hashlib
 import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -90,7 +90,7 @@ def test_with_the_test_stage_the_build_worker_runs_the_cpu_part_only(
         CUDA, [wheel], _job(tmp_path), lambda _: None, threading.Event())
     assert [j.package for j in inline.jobs] == ["wheel", "gputest"]
     assert r.tested is not None
-    assert r.tested["gpu"]["result"] == PASSED
+    assert cast(Any, r.tested)["gpu"]["result"] == PASSED
 
 
 # ---------------------------------------------------------------------------- the verdict
@@ -101,6 +101,7 @@ def test_a_gpu_test_decides_the_build_and_is_recorded_in_tested() -> None:
     built = {"result": PASSED, "seconds": 1.0, "cpu": cpu}
     passed = GpuTestResult(build="b", token="t", result=PASSED,
                            part={**stage_part(PASSED, "tls://gpu-1", 2.0), "worker_name": "gpu-1"})
+    tested: Any
     tested, why = with_gpu_test(built, passed, require_gpu=True)
     assert why is None
     assert tested["cpu"] == cpu
@@ -307,7 +308,8 @@ class FakeStaging:
 
 
 def _stage(config: cfg.Config, staging: Any = None) -> tuple[GpuStage, FakeCollector, list[Any]]:
-    collector, submitted, notes = FakeCollector(), [], []
+    notes: list[str] = []
+    collector, submitted = FakeCollector(), []
     dispatcher = SimpleNamespace(submit=lambda fn, items: submitted.extend(items))
     stage = GpuStage(config, collector, staging or FakeStaging({}), dispatcher,  # type: ignore[arg-type]
                      spec_for=lambda b, r, sub: SimpleNamespace(submission=sub),  # type: ignore[arg-type,return-value]

@@ -58,7 +58,7 @@ def test_keygen_private_key_is_0600_and_never_overwritten(tmp_path: Path) -> Non
 
 
 def test_statement_is_in_toto_v1_with_slsa_v1_and_no_credential() -> None:
-    stmt = provenance.statement(facts())
+    stmt: dict[str, Any] = provenance.statement(facts())
     assert stmt["_type"] == "https://in-toto.io/Statement/v1"
     assert stmt["predicateType"] == "https://slsa.dev/provenance/v1"
     assert stmt["subject"] == [{"name": facts().name, "digest": {"sha256": SHA}}]

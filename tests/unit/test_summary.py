@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,7 +40,7 @@ def test_refresh_updates_publication_and_keeps_the_nights_record(tmp_path: Path)
                                                 "command": "nightly build x"})
     refreshed = summary.refresh(day, state, by="nightly upload")
     assert refreshed is not None
-    new = refreshed.to_json()
+    new: dict[str, Any] = refreshed.to_json()
     on_disk = json.loads(day.summary_path.read_text())
     assert on_disk == new
     assert new["failed_uploads"] == []
@@ -63,7 +64,7 @@ def test_a_night_build_rebuilt_by_hand_keeps_its_night_record(tmp_path: Path) ->
                  packages=rebuilt, published={"file:///m/whl/b2.whl": "11"})
     refreshed = summary.refresh(day, state, by="nightly build")
     assert refreshed is not None
-    new = refreshed.to_json()
+    new: dict[str, Any] = refreshed.to_json()
     assert new["builds"]["b"]["published"] == {}  # the night's b was never published
     assert new["failed_uploads"] == []  # b's upload error, if any, is the one-off build's now
     assert [m["id"] for m in new["manual"]] == ["b"]

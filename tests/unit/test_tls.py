@@ -257,7 +257,7 @@ def test_a_readable_or_wrong_key_is_refused(pair: tls.TlsFiles, tmp_path: Path) 
 
 def test_security_of_the_client(pair: tls.TlsFiles) -> None:
     assert tls.security(tls.TlsFiles(), require_encryption=False) is None
-    sec = tls.security(pair, require_encryption=True)
+    sec: Any = tls.security(pair, require_encryption=True)  # distributed's Security
     assert sec.require_encryption is True
     assert sec.tls_ca_file == str(pair.ca_file)
     assert sec.tls_client_cert == str(pair.cert)

@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -138,7 +139,8 @@ def test_atomic_holds_back_by_folder_or_night_and_force_partial_publishes(
     report = publish_day(night, day, state, channel="nightly", log=lambda _: None)
     assert report.uploaded == []
     assert len(report.held_back) == 2
-    assert sorted(state.meta["held_back"]) == ["manywheel_3.7m_cpu", "manywheel_3.7m_cu126"]
+    assert sorted(cast("dict[str, str]", state.meta["held_back"])) == [
+        "manywheel_3.7m_cpu", "manywheel_3.7m_cu126"]
     report = publish_day(night, day, state, channel="nightly", log=lambda _: None,
                          force_partial=True)
     assert len(report.uploaded) == 2
