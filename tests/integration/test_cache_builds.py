@@ -538,7 +538,7 @@ def s3_cluster(moto_s3: tuple[str, str], tmp_path: Path) -> Iterator[str]:
         deadline = time.monotonic() + 60
         while True:
             try:
-                with Client(address, timeout=10, set_as_default=False) as c:
+                with Client(address, timeout=10, set_as_default=False) as c:  # type: ignore[no-untyped-call]
                     if len(c.scheduler_info(n_workers=-1)["workers"]) == 2:
                         break
             except OSError:

@@ -17,11 +17,12 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import Started
 from tests.support.cluster import (
     ALL_BUILDS,
     DASK,
@@ -132,11 +133,11 @@ def test_strangers_cannot_connect_or_submit(tmp_path: Path, cluster: DaskCluster
         ran.write_text("x")
 
     def connect_and_submit(address: str, security: Security | None) -> None:
-        c = Client(address, timeout=5, set_as_default=False, security=security)
+        c = Client(address, timeout=5, set_as_default=False, security=security)  # type: ignore[no-untyped-call]
         try:
             c.submit(touch).result(timeout=10)
         finally:
-            c.close()
+            c.close()  # type: ignore[no-untyped-call]
 
     def attempt(address: str, security: Security | None) -> BaseException:
         with pytest.raises((OSError, TimeoutError)) as e:
@@ -144,6 +145,7 @@ def test_strangers_cannot_connect_or_submit(tmp_path: Path, cluster: DaskCluster
         return e.value
 
     def handshake_without_certificate() -> None:
+        assert cluster.certs is not None
         ctx = ssl.create_default_context(cafile=str(cluster.certs / "ca.pem"))
         ctx.check_hostname = False
         with socket.create_connection((host, port), timeout=10) as raw, \
@@ -160,13 +162,15 @@ def test_strangers_cannot_connect_or_submit(tmp_path: Path, cluster: DaskCluster
     # 3. A Dask client with a certificate of another CA (and that CA), 4. or with our CA
     # file but a foreign certificate.
     other = _certs(tmp_path / "other", "intruder")
-    foreign = Security(tls_ca_file=str(other / "ca.pem"), tls_client_cert=str(other / "intruder.pem"),
-                       tls_client_key=str(other / "intruder-key.pem"), require_encryption=True)
+    foreign = Security(  # type: ignore[no-untyped-call]
+        tls_ca_file=str(other / "ca.pem"), tls_client_cert=str(other / "intruder.pem"),
+        tls_client_key=str(other / "intruder-key.pem"), require_encryption=True)
     err = attempt(cluster.address, foreign)
     assert "TLS certificate does not match" in str(err) or "CERTIFICATE_VERIFY_FAILED" in str(err)
-    mixed = Security(tls_ca_file=str(cluster.certs / "ca.pem"),
-                     tls_client_cert=str(other / "intruder.pem"),
-                     tls_client_key=str(other / "intruder-key.pem"), require_encryption=True)
+    mixed = Security(  # type: ignore[no-untyped-call]
+        tls_ca_file=str(cluster.certs / "ca.pem"),
+        tls_client_cert=str(other / "intruder.pem"),
+        tls_client_key=str(other / "intruder-key.pem"), require_encryption=True)
     attempt(cluster.address, mixed)  # (the client sees an alert or an EOF: the log says why)
     # 5. A worker with a foreign certificate cannot join (it would be given builds).
     log = tmp_path / "intruder-worker.log"
@@ -183,9 +187,9 @@ def test_strangers_cannot_connect_or_submit(tmp_path: Path, cluster: DaskCluster
     assert "intruder" not in cluster.workers()
     assert not ran.exists()
     # The scheduler refused each at the handshake, and logged why.
-    with sched_log.open("rb") as f:
-        f.seek(seen)
-        refusals = f.read().decode()
+    with sched_log.open("rb") as logged:
+        logged.seek(seen)
+        refusals = logged.read().decode()
     assert "WRONG_VERSION_NUMBER" in refusals  # 1.
     assert "PEER_DID_NOT_RETURN_A_CERTIFICATE" in refusals  # 2.
     assert refusals.count("CERTIFICATE_VERIFY_FAILED") + refusals.count("UNKNOWN_CA") >= 3  # 3-5.
@@ -299,14 +303,14 @@ VICTIM = "manywheel_3.7m_cu100"
 
 def _finished_in_staging(
     p: Project, start_cli: StartCli, wait_until: WaitUntil, cluster: DaskCluster
-) -> tuple[object, Path]:
+) -> tuple[Started, Path]:
     """Start the night, freeze the orchestrator while VICTIM runs, let VICTIM finish on its
     worker (packages and result.json in staging, not yet collected): (the night, its attempt)."""
     night = start_cli(run_args(p))
     wait_until(lambda: p.starts(VICTIM) == 1, timeout=60, what="the victim build to start")
     os.kill(night.pid, signal.SIGSTOP)
     p.go(VICTIM)
-    results = lambda: [f for f in staged_files(p)  # noqa: E731
+    results: Callable[[], list[Path]] = lambda: [f for f in staged_files(p)  # noqa: E731
                        if f.name == "result.json" and f"/builds/{VICTIM}/" in str(f)]
     wait_until(results, timeout=60, what="the victim's result in staging")
     return night, results()[0].parent

@@ -127,9 +127,9 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
 
 
 @pytest.fixture
-def server() -> FakeAnaconda:
+def server() -> Iterator[FakeAnaconda]:
     with FakeAnaconda(token=TOKEN, users=(OWNER, "release-owner")) as srv:
-        yield srv  # type: ignore[misc]
+        yield srv
 
 
 def test_anaconda_upload_reaches_the_server_with_the_token_in_the_header_only(
@@ -207,7 +207,7 @@ def test_anaconda_errors_never_contain_the_token(server: FakeAnaconda, packages:
             return 500, {"error": f"refused {headers['Authorization']}"}  # type: ignore[index]
         return orig_handle(method, path_, headers, raw)
 
-    server.handle = echo  # type: ignore[method-assign]
+    server.handle = echo  # type: ignore[method-assign,assignment]
     with pytest.raises(PublishError) as info:
         anaconda_upload(path, user=OWNER, label="test", site=server.url, token=TOKEN)
     assert "refused token ***" in str(info.value)

@@ -119,7 +119,7 @@ class Box:
 
     def containers(self) -> list[Any]:
         # Filtered by this test's label, so only its own containers are listed (and inspected).
-        return self.engine.client.containers.list(  # type: ignore[no-any-return]
+        return self.engine.client.containers.list(
             all=True, filters={"label": f"{TEST_LABEL}={self.label}"}
         )
 
@@ -425,7 +425,7 @@ def test_reap_removes_what_a_killed_run_left(box: Box) -> None:
     ex = box.executor()
     job, other = box.job(), box.job()
     client = ex.client()
-    left = []
+    left: list[Any] = []  # docker's Container
     for j in (job, other):
         kwargs = ex.create_kwargs(j)
         kwargs["name"] = f"{kwargs['name']}-{uuid.uuid4().hex[:6]}"

@@ -21,7 +21,7 @@ import threading
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -35,6 +35,9 @@ from nightly.publish.upload import publish_day
 from nightly.stores import FileStore, S3Store, file_sha256, open_store
 from nightly.workspace import SUCCEEDED, Day, State
 from tests.support.wheels import make_wheel
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.type_defs import CompletedMultipartUploadTypeDef
 
 VENV_BIN = Path(sys.executable).parent
 TORCH = "torchlike-2.6.0.dev20261121+cpu-py3-none-any.whl"
@@ -280,7 +283,7 @@ def test_adopting_reads_metadata_with_the_same_bytes_once_on_s3(moto_endpoint: s
             upload = client.create_multipart_upload(Bucket=bucket, Key=f"{key}.metadata")["UploadId"]
             part = client.upload_part(Bucket=bucket, Key=f"{key}.metadata", UploadId=upload, PartNumber=1,
                                       Body=body)
-            parts = {"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]}
+            parts: CompletedMultipartUploadTypeDef = {"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]}
             client.complete_multipart_upload(Bucket=bucket, Key=f"{key}.metadata", UploadId=upload,
                                              MultipartUpload=parts)
     assert client.head_object(Bucket=bucket, Key=f"whl/cpu/{names[-1]}.metadata")["ETag"].endswith('-1"')

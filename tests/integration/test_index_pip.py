@@ -111,7 +111,7 @@ def test_pip_installs_newest_nightly_from_s3_tree(
     s3_store: Store,
     wheels: list[Path],
     tmp_path: Path,
-    http_server: callable[[Path], str],  # type: ignore[valid-type]
+    http_server: Serve,
 ) -> None:
     known = publish(s3_store, wheels)
     mirror = tmp_path / "tree"
@@ -136,7 +136,7 @@ def test_pip_installs_newest_nightly_from_s3_tree(
 def test_pip_installs_from_file_mirror(
     wheels: list[Path],
     tmp_path: Path,
-    http_server: callable[[Path], str],  # type: ignore[valid-type]
+    http_server: Serve,
 ) -> None:
     root = tmp_path / "mirror"
     store = open_store(root.as_uri())

@@ -32,8 +32,8 @@ try:  # run from the repository root (python -m pytest): a namespace package
     from tests.integration import corpus
     from tests.integration import recipe_env as renv
 except ImportError:  # run from elsewhere: pytest put this folder on sys.path
-    import corpus  # type: ignore[no-redef]
-    import recipe_env as renv  # type: ignore[no-redef]
+    import corpus  # type: ignore[no-redef,import-not-found]
+    import recipe_env as renv  # type: ignore[no-redef,import-not-found]
 
 if sys.version_info >= (3, 11):
     import tomllib

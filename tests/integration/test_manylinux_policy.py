@@ -24,7 +24,7 @@ from tests.support.fixture_types import RunCli
 try:
     from tests.integration import recipe_env as renv
 except ImportError:
-    import recipe_env as renv  # type: ignore[no-redef]
+    import recipe_env as renv  # type: ignore[no-redef,import-not-found]
 
 pytestmark = [
     pytest.mark.slow,

@@ -17,7 +17,9 @@ import shutil
 import stat
 import subprocess
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,7 +53,7 @@ def need_python(xy: str) -> Path:
     return python
 
 
-def probe(python: Path, pythonpath: Path | None = None) -> dict:
+def probe(python: Path, pythonpath: Path | None = None) -> dict[str, Any]:
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
@@ -59,11 +61,12 @@ def probe(python: Path, pythonpath: Path | None = None) -> dict:
     out = subprocess.run(
         [str(python), "-c", PROBE], env=env, cwd="/", capture_output=True, text=True, check=True
     ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    found: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return found
 
 
 @pytest.fixture(scope="module")
-def source_dir(tmp_path_factory: pytest.TempPathFactory):
+def source_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A read-only copy of examples/demo, as the day folder's source/ is to a recipe."""
     root = tmp_path_factory.mktemp("source")
     src = renv.readonly_copy_of_demo(root / "demo")
@@ -192,8 +195,8 @@ def test_conda_package_installs_from_local_channel(source_dir: Path, tmp_path: P
     repodata = json.loads((channel / "linux-64" / "repodata.json").read_text())
     assert package.name in repodata.get("packages.conda", {})
 
-    async def solve_and_install(prefix: Path) -> list:
-        records = await rattler.solve(
+    async def solve_and_install(prefix: Path) -> list[Any]:
+        records: list[Any] = await rattler.solve(
             sources=[rattler.Channel(channel.as_uri())],
             specs=["nightlydemo"],
             platforms=["linux-64", "noarch"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import boto3
 import pytest
@@ -14,6 +14,9 @@ import pytest
 from nightly.errors import ObjectTooLarge
 from nightly.stores import S3Store, open_store
 from tests.support.s3 import Moto
+
+if TYPE_CHECKING:
+    from botocore.compat import HTTPHeaders
 
 # '+' and a space must be quoted as botocore quotes them, or the signature does not match.
 WHEEL = "whl/nightly/cpu/torch-2.10.0.dev20261121+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -88,7 +91,7 @@ class Refusing:
                 def close(self) -> None:
                     pass
 
-            return AWSResponse(request.url, 503, {"Retry-After": "0"}, Raw())
+            return AWSResponse(request.url, 503, cast("HTTPHeaders", {"Retry-After": "0"}), Raw())
         return self.http.send(request)
 
 

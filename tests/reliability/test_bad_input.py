@@ -352,10 +352,11 @@ TABLES: dict[tuple[Any, ...], tuple[str, ...]] = {
     ("smoke",): tuple(DEFAULTS["smoke"]),
     ("cluster",): tuple(DEFAULTS["cluster"]),
 }
-REQUIRED = [("project", "name"), ("project", "source"), ("project", "base_version"), ("matrix",),
-            ("machines",), ("machines", 0, "name"), ("machines", 0, "platform"),
-            ("machines", 0, "queues"), ("matrix", "linux", "manywheel", "pythons"),
-            ("matrix", "linux", "manywheel", "cudas"), ("matrix", "linux", "libtorch", "cudas")]
+REQUIRED: list[tuple[Any, ...]] = [
+    ("project", "name"), ("project", "source"), ("project", "base_version"), ("matrix",),
+    ("machines",), ("machines", 0, "name"), ("machines", 0, "platform"),
+    ("machines", 0, "queues"), ("matrix", "linux", "manywheel", "pythons"),
+    ("matrix", "linux", "manywheel", "cudas"), ("matrix", "linux", "libtorch", "cudas")]
 
 
 def _get(d: Any, path: tuple[Any, ...]) -> Any:
@@ -487,11 +488,11 @@ def structural(draw: st.DrawFn) -> Mutation:
 
         return "a python listed twice", apply
 
-    def apply(d: dict[str, Any]) -> None:
+    def apply_cuda_alias(d: dict[str, Any]) -> None:
         d.setdefault("matrix", {}).setdefault("linux", {})["manywheel"] = {
             "pythons": ["3.8"], "cudas": ["cu100", "10.0"]}
 
-    return "a CUDA version listed twice (cu100 and 10.0)", apply
+    return "a CUDA version listed twice (cu100 and 10.0)", apply_cuda_alias
 
 
 SYNTAX_LINES = ['= 1', 'x = ', '[[[', 'name = "unterminated', 'k = 1 2', 'k = [1, 2', "k = {a = 1",

@@ -28,7 +28,7 @@ import pytest
 
 from nightly.workspace import is_locked
 from tests.support.cli import alive
-from tests.support.projects import run_args
+from tests.support.projects import Project, run_args
 from tests.support.published import check_published, expected_objects, sha256_of
 from tests.support.traced import start_traced
 from tests.support.wheels import publish_toml, wheel_name, wheel_recipe
@@ -61,13 +61,13 @@ def stripe(key: str) -> str:
 
 @dataclass
 class Night:
-    p: Any  # tests.support.projects.Project
+    p: Project
     store: Path
     tmp: Path
 
     @property
     def state(self) -> dict[str, Any]:
-        return self.p.state()  # type: ignore[no-any-return]
+        return self.p.state()
 
     def status(self, bid: str) -> str:
         return str(self.state["builds"].get(bid, {}).get("status", "pending"))

@@ -100,7 +100,8 @@ class _Named:
 
 
 def test_the_runner_gives_each_build_its_architectures_executor(tmp_path: Path) -> None:
-    container, local = _Named("container"), _Named("local")
+    container: Any = _Named("container")  # executors, as far as the runner can tell
+    local: Any = _Named("local")
     runner = Runner(None, container, by_arch={"aarch64": (local, None)})  # type: ignore[arg-type]
     arm = Build(package="manywheel", python="3.12", cuda="cpu", arch="aarch64")
     x86 = Build(package="manywheel", python="3.12", cuda="rocm7.2")

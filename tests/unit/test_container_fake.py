@@ -21,7 +21,6 @@ from nightly.errors import ExecutorError
 from nightly.executors import container as container_module
 from nightly.executors.base import Job
 from nightly.executors.container import (
-    CA_MOUNT,
     CUDA_MOUNT,
     HOME_DIR,
     LABEL_BUILD_ID,
@@ -34,6 +33,7 @@ from nightly.executors.container import (
     ContainerExecutor,
     ContainerSettings,
 )
+from nightly.executors.container_engine import CA_MOUNT
 
 IMAGE = "nightly-builder:bookworm"
 

@@ -136,11 +136,11 @@ class FaultyStore(FileStore):
             self._note(key)
         return super().head(key)
 
-    def get_bytes(self, key: str) -> tuple[bytes, str] | None:
+    def get_bytes(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, str] | None:
         if key.endswith(".metadata"):
             self._fault(key)
             self._note(key)
-        return super().get_bytes(key)
+        return super().get_bytes(key, max_bytes=max_bytes)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         for n, obj in enumerate(super().list(prefix)):

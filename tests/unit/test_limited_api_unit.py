@@ -284,10 +284,10 @@ def test_each_python_is_tested_even_after_one_fails(tmp_path: Path) -> None:
     build = next(b for b in config.builds if b.limited_api)
     seen: list[tuple[str, str, str, str | None]] = []
 
-    def scripted(kind: str, b: Build, files: list[Path], job: Job, out: object,
+    def scripted(kind: str, build: Build, files: list[Path], job: Job, out: object,
                  cancel: threading.Event) -> _Ran:
-        seen.append((b.python, job.python, job.env["DESIRED_PYTHON"], job.env.get("PYTHON")))
-        return _Ran(ok=b.python != "3.11", reason="smoke test: exit status 1: no module")
+        seen.append((build.python, job.python, job.env["DESIRED_PYTHON"], job.env.get("PYTHON")))
+        return _Ran(ok=build.python != "3.11", reason="smoke test: exit status 1: no module")
 
     wheel = tmp_path / "lim-1.0-cp310-abi3-manylinux_2_28_x86_64.whl"
     logged: list[bytes] = []

@@ -4,6 +4,7 @@ another one (nightly.builds.policy); untested builds never shown as plain succee
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from nightly import manylinux
@@ -19,7 +20,7 @@ CPU = Build(package="manywheel", python="3.11", cuda="cpu")
 CUDA = Build(package="manywheel", python="3.11", cuda="11.8")
 
 
-def _state(tmp_path: Path, **records: dict[str, str]) -> State:
+def _state(tmp_path: Path, **records: Mapping[str, object]) -> State:
     state = State(tmp_path / "state.json")
     for bid, record in records.items():
         state.update(bid, status="succeeded", manylinux=record)

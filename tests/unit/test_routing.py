@@ -19,7 +19,7 @@ from nightly.manylinux import plat, platform_env
 from nightly.plan import routing
 from nightly.plan.matrix import Build
 from nightly.plan.schedule import make_plan
-from tests.unit.conftest import MINIMAL_CONFIG, CliResult, WriteConfig
+from tests.unit.conftest import MINIMAL_CONFIG, CliResult, RunCli, WriteConfig
 
 HEAD = """\
 [project]
@@ -114,7 +114,7 @@ def test_the_plan_puts_each_build_only_where_it_can_run(write_config: WriteConfi
     assert plan.makespan_s == 7 * 3600
 
 
-def test_the_plan_shows_the_routing(write_config: WriteConfig, nightly) -> None:
+def test_the_plan_shows_the_routing(write_config: WriteConfig, nightly: RunCli) -> None:
     path = write_config(HEAD + MACHINES)
     r: CliResult = nightly("plan", "--config", str(path), "--json")
     assert r.code == 0, r.err
@@ -133,7 +133,7 @@ def test_the_plan_shows_the_routing(write_config: WriteConfig, nightly) -> None:
 
 
 def test_a_build_no_machine_can_take_is_exit_2_naming_it_and_the_machines(
-    write_config: WriteConfig, nightly
+    write_config: WriteConfig, nightly: RunCli
 ) -> None:
     no_arm = MACHINES[:MACHINES.index('\n[[machines]]\nname = "arm"')]
     path = write_config(HEAD + no_arm)
@@ -259,7 +259,7 @@ def test_one_off_builds_nobody_can_take_are_refused(write_config: WriteConfig) -
         make_plan(c, [b])
 
 
-def test_a_one_off_build_may_name_its_architecture(write_config: WriteConfig, nightly) -> None:
+def test_a_one_off_build_may_name_its_architecture(write_config: WriteConfig, nightly: RunCli) -> None:
     path = write_config(HEAD + MACHINES)
     r = nightly("build", "manywheel", "3.12", "cu130", "--arch", "arm64", "--config", str(path),
                 "--dry-run", "--executor", "container")

@@ -15,13 +15,15 @@ import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nightly import config as cfg
 from nightly.builds.jobs import RunContext, make_job, recipe_env
 from nightly.builds.runner import Runner, _Dispatcher
-from nightly.executors.local import LocalExecutor, NotFound, _record_group
+from nightly.executors.groups import record_group as _record_group
+from nightly.executors.local import LocalExecutor, NotFound
 from nightly.plan.matrix import Build
 from nightly.redact import mask_env
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State
@@ -113,7 +115,7 @@ class Env:
         self.state = State(self.day.state_path)
         self.ctx = RunContext(config=self.config, day=self.day, state=self.state,
                               source_dir=tmp_path / "src", version=VERSION, machine="m")
-        self.events: list[tuple[str, dict]] = []
+        self.events: list[tuple[str, dict[str, Any]]] = []
         self.executor = LocalExecutor(pythons=self.config.local.pythons,
                                       cuda=self.config.local.cuda,
                                       base_env={"LANG": "C.UTF-8", "GITHUB_TOKEN": "t0ken"})

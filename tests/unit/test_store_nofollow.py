@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def store(tmp_path: Path) -> FileStore:
 def test_a_symlinked_file_is_never_read(store: FileStore, secret: Path, tmp_path: Path) -> None:
     (store.root / "day" / "a" / "key.txt").symlink_to(secret)
     key = "day/a/key.txt"
-    reads = [lambda: store.get_bytes(key), lambda: store.read_range(key, 0, 100),
+    reads: list[Callable[[], object]] = [lambda: store.get_bytes(key), lambda: store.read_range(key, 0, 100),
              lambda: store.read_prefix(key, 100), lambda: store.head(key),
              lambda: store.get(key, tmp_path / "got"), lambda: store.copy(key, "day/b")]
     for read in reads:

@@ -18,7 +18,7 @@ from nightly.config import Config, load
 from nightly.errors import ConfigError, UsageError
 from nightly.plan.matrix import Build, parse_spec
 from nightly.plan.schedule import make_plan
-from tests.unit.conftest import CliResult, WriteConfig
+from tests.unit.conftest import CliResult, RunCli, WriteConfig
 
 HEAD = """\
 [project]
@@ -162,7 +162,7 @@ def test_a_windows_build_is_refused_on_any_other_host() -> None:
 
 
 def test_nightly_build_of_a_windows_wheel_here_is_one_line_exit_2(
-    write_config: WriteConfig, nightly, tmp_path: Path
+    write_config: WriteConfig, nightly: RunCli, tmp_path: Path
 ) -> None:
     path = write_config(HEAD + LINUX + WINDOWS)
     r: CliResult = nightly("build", "wheel", "3.12", "cu126", "--platform", "windows",
@@ -232,7 +232,7 @@ cudas = ["cpu"]
 
 
 def test_nightly_build_of_3_14t_here_is_one_line_exit_2(
-    write_config: WriteConfig, nightly, monkeypatch: pytest.MonkeyPatch
+    write_config: WriteConfig, nightly: RunCli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if os.access("/opt/python/cp314-cp314t/bin/python", os.X_OK):
         pytest.skip("this host has a manylinux cp314t interpreter")
@@ -248,7 +248,7 @@ def test_nightly_build_of_3_14t_here_is_one_line_exit_2(
 
 
 def test_a_recipe_folder_needs_no_linux_recipe_for_windows_builds(
-    write_config: WriteConfig, nightly, tmp_path: Path
+    write_config: WriteConfig, nightly: RunCli, tmp_path: Path
 ) -> None:
     recipes = tmp_path / "own-recipes"
     (recipes / "manywheel").mkdir(parents=True)

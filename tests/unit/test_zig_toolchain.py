@@ -13,7 +13,7 @@ import pytest
 from nightly.builds.jobs import manylinux_env
 from nightly.errors import ConfigError
 from nightly.images import context, sysroot, zig
-from nightly.images.spec import ZIG_VERSION, parse_spec
+from nightly.images.spec import ZIG_REVISION, ZIG_VERSION, parse_spec
 from tests.support.policy_config import load_config
 
 
@@ -77,7 +77,7 @@ def test_the_matrix_chooses_for_builders_that_do_not_and_for_host_builds(tmp_pat
     cuda = next(b for b in c.builds if b.id == "manywheel_3.11_cu118")
     local = manylinux_env(c, cpu, "local")
     if sysroot.host_glibc() > (2, 28):
-        assert local["CC"].endswith(f"/toolchains/zig-{ZIG_VERSION}-{zig.ZIG_REVISION}/bin/cc")
+        assert local["CC"].endswith(f"/toolchains/zig-{ZIG_VERSION}-{ZIG_REVISION}/bin/cc")
         assert local["NIGHTLY_ZIG_GLIBC"] == "2.17"
         assert zig.ENV_CACHE in local
         assert sysroot.ENV_CACHE not in local
