@@ -2,7 +2,8 @@
 # The whole test suite on a fresh machine: creates .venv, installs nightly with its test
 # dependencies, starts the real servers the tests need (Podman's API through
 # scripts/container-engine.sh; moto, pypiserver, SMTP and Dask are started by the tests
-# themselves), then runs ruff, shellcheck, mypy --strict and pytest (test files on
+# themselves), then runs ruff, shellcheck, mypy --strict (over nightly/ and tests/, as
+# pyproject's [tool.mypy] says) and pytest (test files on
 # NIGHTLY_TEST_WORKERS parallel workers, default 2). Extra arguments go to pytest.
 #
 # `--fast` (first argument): the tier a developer runs while working, in a few minutes: ruff,
@@ -42,7 +43,7 @@ if [ -n "$FAST" ]; then
     log "shellcheck"
     git ls-files -z -- '*.sh' .ci/run | xargs -0 shellcheck -x
   fi
-  log "mypy --strict"
+  log "mypy --strict (nightly, tests)"
   .venv/bin/mypy
   log "pytest tests/unit"
   exec .venv/bin/python -m pytest tests/unit "$@"
@@ -91,7 +92,7 @@ fi
 
 log "shellcheck"
 git ls-files -z -- '*.sh' .ci/run | xargs -0 shellcheck -x
-log "mypy --strict"
+log "mypy --strict (nightly, tests)"
 .venv/bin/mypy
 
 if [ -n "$ENGINE_OUT" ]; then
