@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gzip
-import json
 import os
 import shutil
 import tarfile
@@ -40,6 +39,7 @@ from nightly.cluster.stagedlog import LOG_CHUNKS, LOG_TXT, log_check, read_stage
 from nightly.cluster.stagingclean import prune_empty
 from nightly.errors import NightlyError, ObjectTooLarge, PublishError, UnsafeEntry
 from nightly.files import sha256_file
+from nightly.jsonvalues import json_object
 from nightly.stores import FileStore, Store, open_store
 from nightly.workspace import INTERRUPTED, Day, atomic_write
 
@@ -122,11 +122,7 @@ def read_json(store: Store, key: str) -> dict[str, Any] | None:
         return None  # not a worker's: a worker writes a small regular file
     if got is None:
         return None
-    try:
-        data = json.loads(got[0])
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
+    return json_object(got[0])
 
 
 # ---------------------------------------------------------------------------- inputs

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from nightly.config import Config
 from nightly.errors import ConfigError, NightlyError
+from nightly.jsonvalues import read_json_object
 from nightly.procs import run
 from nightly.publish import linkcheck
 from nightly.stores.layout import kind_of
@@ -274,12 +275,10 @@ def _check_conda(config: Config, bid: str, entry: BuildEntry, name: str, sha256:
 
 def read_checks(day: Day) -> list[Check]:
     """The day's last validation (for the report), [] when there was none."""
-    try:
-        data = json.loads((day.master / RESULT_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+    data = read_json_object(day.master / RESULT_NAME, 256 << 20)
     out = []
-    for c in data.get("checks") or [] if isinstance(data, dict) else []:
+    checks = data.get("checks")
+    for c in checks if isinstance(checks, list) else []:
         if isinstance(c, dict):
             out.append(Check(build=str(c.get("build")), package=str(c.get("package")),
                              ok=bool(c.get("ok")), reason=str(c.get("reason") or ""),
