@@ -58,8 +58,8 @@ def download_wheels(version: str, cache: Path, log: Log) -> Path:
     log(f"CUDA {version}: pip download cuda-toolkit[{extras}]=={version}.*")
     # Wheels only, for the image's platform whatever interpreter runs nightly.
     code, tail = transfer.pip_download(
-        ["--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--python-version", "3.11",
-         "-d", str(partial), f"cuda-toolkit[{extras}]=={version}.*"],
+        partial, ["--platform", "manylinux2014_x86_64", "--python-version", "3.11",
+                  f"cuda-toolkit[{extras}]=={version}.*"],
         f"CUDA {version}: wheels download", log)
     if code != 0:
         raise ToolkitError(f"pip download cuda-toolkit[{extras}]=={version}.* failed:\n{tail}")

@@ -113,8 +113,7 @@ def fetch_wheel(cache: Path, log: Log) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     log(f"toolchain: pip download ziglang=={ZIG_VERSION} (~100 MB)")
     code, tail = transfer.pip_download(
-        ["--no-deps", "--only-binary=:all:", "--platform", "manylinux_2_12_x86_64",
-         "-d", str(dest), f"ziglang=={ZIG_VERSION}"],
+        dest, ["--no-deps", "--platform", "manylinux_2_12_x86_64", f"ziglang=={ZIG_VERSION}"],
         f"toolchain: ziglang {ZIG_VERSION} download", log)
     found = sorted(dest.glob("ziglang-*.whl"))
     if code != 0 or not found:

@@ -139,11 +139,16 @@ def test_true_stays_true_through_state_json(tmp_path: Path) -> None:
     state = State(path)
     a, b = state.get("a"), state.get("b")
     assert a.infra is True
-    assert a.exit_status is None and a.queue is None and a.started is None
+    assert a.exit_status is None
+    assert a.queue is None
+    assert a.started is None
     assert a.attempts == 0
-    assert a.tested == {"ok": True} and a.tested["ok"] is True
+    assert a.tested == {"ok": True}
+    assert a.tested["ok"] is True
     assert a.packages[0].size == 0
-    assert b.infra is False and b.exit_status == 2 and b.attempts == 3
+    assert b.infra is False
+    assert b.exit_status == 2
+    assert b.attempts == 3
     state.update("a", reason="x")  # written back: the boolean is still a boolean
     assert json.loads(path.read_text())["builds"]["a"]["infra"] is True
     assert json.loads(path.read_text())["builds"]["a"]["tested"]["ok"] is True
