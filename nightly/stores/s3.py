@@ -10,13 +10,12 @@ import builtins
 import hashlib
 import mimetypes
 import os
-import random
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from nightly.config.retry import policy
 from nightly.errors import ConfigError, ObjectTooLarge, PublishError, require
 from nightly.stores.base import (
     SHA256_RE,
@@ -48,8 +47,8 @@ class S3Store(Store):
         multipart_threshold: int = 64 * 1024 * 1024,
         multipart_chunksize: int = 16 * 1024 * 1024,
         max_concurrency: int = 8,
-        attempts: int = 4,
-        backoff: float = 0.5,
+        attempts: int | None = None,
+        backoff: float | None = None,
         botocore_attempts: int = 3,
         checksum: bool = True,
         connect_timeout: float = 10.0,
@@ -65,7 +64,9 @@ class S3Store(Store):
         from botocore.config import Config
 
         self.bucket, self.prefix, self.acl = bucket, prefix.strip("/"), acl
-        self.attempts, self.backoff, self.checksum = max(1, attempts), backoff, checksum
+        # Connection-level retries: [backoff.s3] (config/retry.py) unless the caller says.
+        self.retry = policy("s3").replace(attempts=attempts, first_s=backoff)
+        self.checksum = checksum
         self.multipart_threshold = multipart_threshold
         try:
             self._session = boto3.session.Session(profile_name=profile, region_name=region)
@@ -146,7 +147,7 @@ class S3Store(Store):
         return str(response.get("Error", {}).get("Code", ""))
 
     def _call(self, action: str, key: str, fn: Callable[[], T]) -> T:
-        """Run `fn`, retrying connection-level failures with bounded exponential backoff.
+        """Run `fn`, retrying connection-level failures with nightly's retry policy.
 
         botocore's standard mode already retries throttling and 5xx answers; this outer loop
         covers a server that is unreachable for a little while (restart, network blip).
@@ -154,14 +155,12 @@ class S3Store(Store):
         import botocore.exceptions as bex
 
         transient = (bex.ConnectionError, bex.HTTPClientError)
-        for attempt in range(self.attempts):
+        for attempt in self.retry.tries():
             try:
                 return fn()
             except transient as exc:
-                if attempt + 1 == self.attempts:
+                if attempt == self.retry.attempts:
                     raise self._error(action, key, exc) from None
-                delay = min(self.backoff * 2**attempt, 10.0)
-                time.sleep(delay * (0.5 + random.random() / 2))
             except bex.ClientError as exc:
                 if self._code(exc) in ("404", "NoSuchKey", "NotFound"):
                     raise ObjectNotFound(f"{self.url}/{key}: no such object") from None
