@@ -31,7 +31,6 @@ import fcntl
 import functools
 import re
 import shutil
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from nightly.errors import NightlyError
 from nightly.images import sysroot, zig
 from nightly.images.spec import ZIG_VERSION
 from nightly.images.suites import SUITE_OTHER_PYTHONS, SUITE_PYTHON
+from nightly.workspace.archive import WHEEL_LIMITS, unpack_into
 
 Log = Callable[[str], None]
 
@@ -210,13 +210,7 @@ def qemu_command(cache: Path, arch: str, python: str, *args: str) -> list[str]:
 
 def unpack_wheel(wheel: Path, dest: Path) -> Path:
     """A wheel's files in `dest` (what pip would install; importable with PYTHONPATH)."""
-    with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            target_path = (dest / info.filename).resolve()
-            if not target_path.is_relative_to(dest.resolve()):
-                raise CrossError(f"{wheel.name}: {info.filename} points outside the wheel")
-            zf.extract(info, dest)
-    return dest
+    return unpack_into(wheel, dest, error=CrossError, limits=WHEEL_LIMITS)
 
 
 def run_against(wheels: Sequence[Path], cache: Path, arch: str, python: str,

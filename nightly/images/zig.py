@@ -32,6 +32,7 @@ from pathlib import Path
 from nightly.errors import NightlyError
 from nightly.images import transfer
 from nightly.images.spec import ZIG_GLIBC, ZIG_REVISION, ZIG_VERSION
+from nightly.workspace import archive
 
 Log = Callable[[str], None]
 
@@ -133,19 +134,18 @@ def _kept(name: str, keep_include: tuple[str, ...] = KEEP_INCLUDE) -> bool:
 
 
 def unpack(wheel: Path, dest: Path, keep_include: tuple[str, ...] = KEEP_INCLUDE) -> int:
-    """The wheel's ziglang/ folder as dest/zig (executable bits kept); returns bytes kept."""
-    total = 0
+    """The wheel's ziglang/ folder as dest/zig (executables 0755, the rest 0644; through the
+    one unpacker, nightly.workspace.archive); returns the bytes kept."""
+    def kept(rel: tuple[str, ...]) -> bool:
+        return _kept("/".join(rel), keep_include)
+
     with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            if info.is_dir() or not _kept(info.filename, keep_include):
-                continue
-            target = dest / "zig" / info.filename.split("/", 1)[1]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, target.open("wb") as out:
-                shutil.copyfileobj(src, out)
-            mode = (info.external_attr >> 16) & 0o777
-            target.chmod(mode or 0o644)
-            total += info.file_size
+        total = sum(i.file_size for i in zf.infolist() if not i.is_dir() and kept(
+            tuple(i.filename.split("/"))))
+    dest.mkdir(parents=True, exist_ok=True)
+    archive.unpack(wheel, dest / "wheel", error=ZigError, limits=archive.WHEEL_LIMITS, keep=kept)
+    (dest / "wheel" / "ziglang").rename(dest / "zig")
+    shutil.rmtree(dest / "wheel")
     (dest / "zig" / "zig").chmod(0o755)
     return total
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nightly.config.retry import policy
 from nightly.errors import PublishError
-from nightly.files import sha256_file
+from nightly.files import confined, sha256_file
 
 file_sha256 = sha256_file  # the stores' name for nightly.files.sha256_file
 
@@ -54,8 +54,7 @@ class PreconditionFailed(PublishError):
 
 def check_key(key: str) -> str:
     """Reject keys that would mean different things on S3 and on a file system."""
-    parts = key.split("/")
-    if not key or any(p in ("", ".", "..") for p in parts) or any(ord(c) < 32 or c == "\\" for c in key):
+    if confined(key) is None:
         raise PublishError(f"invalid object key {key!r}")
     return key
 
