@@ -1,8 +1,9 @@
 """Small file and process helpers every layer uses (nothing of nightly's own below them).
 
-One definition each: the sha256 of a file, a time-stamped line appended to a log, the tail of
-a child's output, this boot's identity, and a process's identity (pid, start time, boot) to
-tell the process that wrote a record from a later one that reused its pid.
+One definition each: the confinement of a name to a folder, the sha256 of a file, a
+time-stamped line appended to a log, the tail of a child's output, this boot's identity, and
+a process's identity (pid, start time, boot) to tell the process that wrote a record from a
+later one that reused its pid.
 """
 
 from __future__ import annotations
@@ -13,8 +14,30 @@ import os
 import socket
 import stat
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+
+def confined(name: str, folder: Path | None = None) -> PurePosixPath | None:
+    """`name` (a path written with "/") when it stays inside what it is relative to, else
+    None: the one confinement check for names that come from outside (an object key, an
+    archive member, a path recorded in a day folder's JSON, a staged package's name).
+
+    It must be relative and plain: not empty, no empty, `.` or `..` part, no backslash, no
+    control character. With `folder`, `folder/name` must also stay under `folder` once
+    links are resolved (a link that points outside, or a link loop, is None)."""
+    parts = name.split("/")
+    if (not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts)
+            or any(ord(c) < 32 or c == "\\" for c in name)):
+        return None
+    rel = PurePosixPath(name)
+    if folder is not None:
+        try:
+            if not (folder / rel).resolve().is_relative_to(folder.resolve()):
+                return None
+        except (OSError, RuntimeError):  # a link loop
+            return None
+    return rel
 
 
 def sha256_file(path: Path) -> str:

@@ -169,6 +169,39 @@ def read_json_file(path: Path, max_bytes: int, *, max_depth: int = MAX_DEPTH) ->
     return loads_bounded(read_bounded(path, max_bytes), max_depth=max_depth)
 
 
+# A small record nightly writes (a marker, an owner.json, a statistics file): far below this.
+SMALL_FILE_BYTES = 4 << 20
+
+
+def json_object(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> dict[str, object] | None:
+    """The JSON object in `text`, parsed with `loads_bounded`; None when it is not JSON, not
+    an object, or crosses a bound (the lenient form, for a record that may be damaged)."""
+    try:
+        data = loads_bounded(text, max_depth=max_depth)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_json_object(path: Path, max_bytes: int = SMALL_FILE_BYTES, *,
+                     max_depth: int = MAX_DEPTH) -> dict[str, object]:
+    """The JSON object in the file at `path`, read the lenient way: {} when the file is
+    missing, unreadable, not a regular file (a link, a FIFO), larger than `max_bytes`, not
+    JSON or not an object. The one reader of nightly's own JSON files when a damaged one
+    counts as empty; `read_json_file` when the caller must say what is wrong. Booleans stay
+    booleans and every number is bounded."""
+    try:
+        data = read_json_file(path, max_bytes, max_depth=max_depth)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def opt_bool(v: object) -> bool | None:
+    """A JSON boolean as it is; None for anything else (the text "false" is no True)."""
+    return v if isinstance(v, bool) else None
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nightly.jsonvalues import json_object
+
 GOOD, BAD, SKIP = "good", "bad", "skip"
 STEPS_FILE = "steps.jsonl"
 
@@ -136,7 +138,7 @@ def read_steps(folder: Path) -> list[Step]:
     steps = []
     for line in text.splitlines():
         try:
-            steps.append(Step.from_json(json.loads(line)))
+            steps.append(Step.from_json(json_object(line) or {}))
         except (ValueError, KeyError, TypeError):
             continue
     return steps

@@ -29,7 +29,6 @@ wrappers through a link without whitespace or quotes (setuptools and CMake split
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -45,6 +44,7 @@ from urllib.parse import urlsplit
 
 from nightly.builds import cache_store
 from nightly.builds.cache_scripts import write_tools
+from nightly.jsonvalues import read_json_object
 
 if TYPE_CHECKING:
     from nightly.executors.base import Job
@@ -377,9 +377,8 @@ def read_stats(job: Job) -> CacheStats | None:
         return CacheStats(where=cache.where, off="the build ended before its cache started")
     if status.startswith("off"):
         return CacheStats(where=cache.where, off=status.partition(":")[2].strip() or "off")
-    try:
-        data = json.loads((cache.tools / STATS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    data = read_json_object(cache.tools / STATS_FILE)
+    if not data:
         return CacheStats(where=cache.where, off="its statistics were not written (killed?)")
     return parse_stats(data, where=cache.where)
 

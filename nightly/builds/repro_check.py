@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from nightly import procs
 from nightly.builds.ownership import outputs
 from nightly.builds.reproducible import normalise_packages
 from nightly.executors.base import Executor, Job
@@ -56,8 +57,8 @@ def diffoscope_report(a: Path, b: Path, out: Path) -> str:
                 f"sha256 {sha256_file(a)} vs {sha256_file(b)}\n")
     else:
         try:
-            proc = subprocess.run([*cmd, "--text", str(out), "--exclude-directory-metadata=yes",
-                                   str(a), str(b)], capture_output=True, text=True, timeout=900)
+            proc = procs.call([*cmd, "--text", str(out), "--exclude-directory-metadata=yes",
+                               str(a), str(b)], timeout=900)
             text = out.read_text(errors="replace") if out.exists() else proc.stderr
         except (OSError, subprocess.SubprocessError) as e:
             text = f"diffoscope failed: {e}\n"

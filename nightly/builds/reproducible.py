@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from nightly import procs
+
 # A zip cannot hold a time before 1980.
 ZIP_EPOCH_MIN = 315532800
 SOURCE_MARKER = ".nightly-source.json"
@@ -54,11 +56,10 @@ def source_epoch(source_dir: Path) -> SourceEpoch:
     found = None
     if (source_dir / ".git").exists():
         try:
-            out = subprocess.run(
-                ["git", "log", "-1", "--format=%ct", "HEAD"], cwd=source_dir, check=True,
-                capture_output=True, text=True, timeout=60,
-            ).stdout.strip()
-            found = SourceEpoch(epoch=int(out), origin="commit")
+            got = procs.call(["git", "log", "-1", "--format=%ct", "HEAD"], cwd=source_dir,
+                             timeout=60)
+            if got.ok:
+                found = SourceEpoch(epoch=int(got.stdout.strip()), origin="commit")
         except (OSError, subprocess.SubprocessError, ValueError):
             found = None
     if found is None:

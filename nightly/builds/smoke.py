@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any, Protocol
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from nightly import procs
 from nightly.builds import abi3test, userarea
 from nightly.builds.buildlog import ErrorLine
 from nightly.builds.ownership import owned_names
@@ -344,12 +344,12 @@ class SmokeTester:
             if user is not None:
                 give_to(Path(t), user)
                 prefix_cmd = user.setpriv()
-            proc = subprocess.run(
+            proc = procs.call(
                 [*prefix_cmd, py, "-c", code, self.config.smoke.import_name,
                  job.env["BUILD_VERSION"], strategy],
-                cwd=t, env=env, capture_output=True, timeout=self.config.smoke.timeout_s,
+                cwd=t, env=env, timeout=self.config.smoke.timeout_s,
             )
-            out(proc.stdout + proc.stderr)
+            out(proc.stdout_bytes + proc.stderr_bytes)
             if proc.returncode != 0:
                 return SmokeResult(ok=False, reason="smoke test: the conda package does not import")
             if build.python != "3" and f"python{python_number(build.python)}" not in str(site[0]):

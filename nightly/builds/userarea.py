@@ -28,12 +28,12 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from nightly import procs
 from nightly.builds.cache import CacheSettings
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
@@ -325,8 +325,7 @@ def _cache_needs(job: Job, user: BuildUser, cache: CacheSettings, fix: str) -> I
 def _confirmed(user: BuildUser, path: Path, access: str) -> bool:
     """A real test as the user, for a path whose ACL the mode bits do not tell."""
     tests = [a for c in access for a in ("-a", f"-{c}", str(path))][1:]
-    return subprocess.run([*user.setpriv(), "test", *tests], check=False,
-                          capture_output=True).returncode == 0
+    return procs.call([*user.setpriv(), "test", *tests]).returncode == 0
 
 
 def first_denied(wanted: Iterable[Need], user: BuildUser) -> tuple[Need, Denied] | None:

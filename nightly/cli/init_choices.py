@@ -156,11 +156,13 @@ def current_branch(source: Path) -> str:
     no git): what its nights build ([project] branch), not git's default name."""
     import subprocess
 
+    from nightly import procs
+
     if not (source / ".git").exists():
         return ""
     try:
-        p = subprocess.run(["git", "-C", str(source), "symbolic-ref", "--quiet", "--short", "HEAD"],
-                           capture_output=True, text=True, timeout=30, check=False)
+        p = procs.call(["git", "-C", str(source), "symbolic-ref", "--quiet", "--short", "HEAD"],
+                       timeout=30)
     except (OSError, subprocess.SubprocessError):
         return ""
     name = p.stdout.strip()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import re
 import shutil
@@ -32,6 +31,7 @@ from nightly.config import Config
 from nightly.executors import make_executor
 from nightly.executors.base import Job
 from nightly.files import process_alive
+from nightly.jsonvalues import as_float, read_json_object
 
 # Worker resources (docs/cluster.md). A build takes one slot and a GPU test one gpu; a
 # capability (a platform; the gpu a build never uses up) is required in amount 0: only
@@ -160,12 +160,11 @@ def reap_orphans(folder: Path, config: Config, executor: str, emit: Emit) -> Non
     now = time.time()
     for owner_path in sorted(root.glob("*/owner.json")):
         attempt = owner_path.parent
-        try:
-            owner = json.loads(owner_path.read_text())
-        except (OSError, ValueError):
+        owner = read_json_object(owner_path)
+        if not owner:
             continue
         if owner.get("finished"):
-            if now - float(owner.get("finished") or now) > KEEP_FAILED_S:
+            if now - as_float(owner.get("finished"), now) > KEEP_FAILED_S:
                 shutil.rmtree(attempt, ignore_errors=True)
             continue
         if process_alive(owner):

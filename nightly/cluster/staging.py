@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gzip
-import json
 import os
 import shutil
 import tarfile
@@ -40,8 +39,10 @@ from nightly.cluster.stagedlog import LOG_CHUNKS, LOG_TXT, log_check, read_stage
 from nightly.cluster.stagingclean import prune_empty
 from nightly.errors import NightlyError, ObjectTooLarge, PublishError, UnsafeEntry
 from nightly.files import sha256_file
+from nightly.jsonvalues import json_object
 from nightly.stores import FileStore, Store, open_store
 from nightly.workspace import INTERRUPTED, Day, atomic_write
+from nightly.workspace.archive import Limits, unpack
 
 # Staging layout (keys relative to the staging store's root).
 ATTEMPT_JSON = "attempt.json"
@@ -122,11 +123,7 @@ def read_json(store: Store, key: str) -> dict[str, Any] | None:
         return None  # not a worker's: a worker writes a small regular file
     if got is None:
         return None
-    try:
-        data = json.loads(got[0])
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
+    return json_object(got[0])
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -168,12 +165,8 @@ def _walk(root: Path) -> Iterator[Path]:
         dirnames[:] = [n for n in dirnames if not (d / n).is_symlink()]
 
 
-def _extract(archive: Path, dest: Path) -> None:
-    with tarfile.open(archive, "r:gz") as tar:
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(dest, filter="tar")
-        else:  # pragma: no cover - Python without extraction filters
-            tar.extractall(dest)
+# A staged source (a whole checkout with its submodules) is far larger than an sdist.
+INPUT_LIMITS = Limits(members=5_000_000, total_bytes=256 << 30, ratio=1000)
 
 
 def ensure_input(
@@ -196,14 +189,9 @@ def ensure_input(
         got = sha256_file(archive)
         if got != sha256:
             raise NightlyError(f"staging {key}: sha256 {got} is not the expected {sha256}")
-        tmp = folder / f"{name}.partial"
-        if tmp.exists():
-            shutil.rmtree(tmp)
         if dest.exists():
             shutil.rmtree(dest)
-        tmp.mkdir()
-        _extract(archive, tmp)
-        os.replace(tmp, dest)
+        unpack(archive, dest, links=True, limits=INPUT_LIMITS)
         archive.unlink()
         done.touch()
         return dest

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from nightly.cluster.messages import StagedPackage
+from nightly.files import confined
 
 SEAL = "seal"
 KEY_BYTES = 32
@@ -81,7 +82,7 @@ def check_packages(packages: object, prefix: str) -> list[StagedPackage]:
         if not isinstance(p, Mapping):
             raise ValueError(f"a package record is not a table: {p!r}")
         name, key, sha = str(p.get("name", "")), str(p.get("key", "")), str(p.get("sha256", ""))
-        if "/" in name or "\\" in name or name in ("", ".", ".."):
+        if "/" in name or confined(name) is None:
             raise ValueError(f"bad package name {name!r}")
         if key != f"{prefix}packages/{name}":
             raise ValueError(f"{name}: its staging key {key!r} is not under its attempt "

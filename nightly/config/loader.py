@@ -23,6 +23,7 @@ from nightly.config.project import (
 )
 from nightly.config.publish import parse_publish
 from nightly.config.reader import Ctx, Table, merge, read_defaults, read_toml
+from nightly.config.retry import parse_backoff
 from nightly.config.runtime import (
     parse_cache,
     parse_cluster,
@@ -87,6 +88,7 @@ def parse(
     estimates = parse_estimates(top)
     retries_infra, retries_recipe = parse_retries(top)
     retention = parse_retention(top)
+    parse_backoff(top)  # installed as the retry loops' policies (config/retry.py)
     local, container = parse_executors(top)
     notify = parse_notify(top)
     min_free_gb = parse_min_free_gb(top)

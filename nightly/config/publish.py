@@ -7,6 +7,7 @@ from pathlib import Path
 
 from nightly.config.reader import Ctx, Table, placeholders, resolve_path, store_url
 from nightly.config.schema import Publish
+from nightly.files import confined
 
 FIND_LINKS_FIELDS = ("project", "channel")
 ATOMIC = ("build", "folder", "night")  # [publish] atomic
@@ -15,8 +16,7 @@ ATOMIC = ("build", "folder", "night")  # [publish] atomic
 def _folder(folder: str, ctx: Ctx) -> str:
     """A folder of the bucket layout (whl/nightly), without slashes at either end."""
     clean = folder.strip("/")
-    parts = clean.split("/")
-    if not clean or any(p in ("", ".", "..") for p in parts) or parts[0] not in ("whl", "libtorch"):
+    if confined(clean) is None or clean.split("/")[0] not in ("whl", "libtorch"):
         ctx.fail(f"'{folder}' is not a folder of the bucket layout", "publish.index_shared",
                  hint="write a channel's folder such as \"whl/nightly\", \"whl/test\" or \"whl\"")
     return clean

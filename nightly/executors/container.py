@@ -32,12 +32,12 @@ import os
 import shlex
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nightly.config.retry import policy
 from nightly.errors import ExecutorError
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.executors.container_engine import (
@@ -408,7 +408,7 @@ class ContainerExecutor(Executor):
         else:
             note = None
             last: BaseException | None = None
-            for attempt in range(3):
+            for _ in policy("engine").tries():
                 try:
                     container.remove(force=True, v=True)
                     last = None
@@ -420,7 +420,6 @@ class ContainerExecutor(Executor):
                         last = None
                         break
                     last = e
-                    time.sleep(0.5 * (attempt + 1))
             if last is not None:
                 note = (
                     f"could not remove container {cid}: {first_line(last)}; "

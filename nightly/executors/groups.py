@@ -21,6 +21,7 @@ from nightly.executors import confine
 from nightly.executors.base import Job
 from nightly.files import boot_id, proc_stat
 from nightly.hardening import BuildUser
+from nightly.jsonvalues import as_int, opt_int, read_json_object
 
 
 def _ours(path: Path) -> bool:
@@ -99,10 +100,15 @@ def reap_recorded(job: Job) -> list[str]:
     try:
         if not _ours(record):  # only a record nightly wrote is ever acted on
             return notes
-        info = json.loads(record.read_text())
-        pgid, start = int(info["pgid"]), int(info["start"])
+        info = read_json_object(record)
+        pgid_, start_ = opt_int(info.get("pgid")), opt_int(info.get("start"))
+        if pgid_ is None or start_ is None:  # `true` is no pid: never a process group 1
+            return notes
+        pgid, start = pgid_, start_
         boot = str(info.get("boot", ""))
-        uids = {int(u) for u in info["uids"]} if "uids" in info else None
+        uids_ = info.get("uids")
+        uids = {as_int(u) for u in uids_ if opt_int(u) is not None} if isinstance(
+            uids_, list) else None
     except (OSError, ValueError, KeyError, TypeError):
         return notes
     if boot == boot_id() and pgid > 1:

@@ -265,6 +265,8 @@ class LocalExecutor(Executor):
         its box before it runs. (process, its record) or the executor's error."""
         gate_r, gate_w = os.pipe()
         try:
+            # Direct: a build runs in its own session and cgroup, streamed to its log, and is
+            # killed with its process group (_kill_group); procs.call runs helpers, not builds.
             proc = subprocess.Popen(
                 _gated(_command(job, self.user), gate_r),
                 cwd=job.work_dir,

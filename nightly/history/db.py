@@ -48,6 +48,7 @@ from nightly.history.schema import (
     files_by_key,
     record_from_row,
 )
+from nightly.jsonvalues import json_object
 from nightly.workspace import BuildEntry
 
 if TYPE_CHECKING:
@@ -417,8 +418,9 @@ class History:
             ).fetchall()
         out: dict[str, dict[str, object]] = {}
         for bid, text in rows:
-            with contextlib.suppress(ValueError):
-                out[str(bid)] = dict(json.loads(text))
+            got = json_object(text)
+            if got is not None:
+                out[str(bid)] = got
         return out
 
     def sizes_json(self, day_name: str) -> dict[str, object]:

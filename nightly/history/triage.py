@@ -12,10 +12,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nightly.errors import NightlyError
-from nightly.jsonvalues import read_json_file
+from nightly.jsonvalues import read_json_object
 from nightly.procs import git
 
 if TYPE_CHECKING:
@@ -228,9 +228,10 @@ def commit_range(source: Path, good: str | None, bad: str) -> tuple[tuple[str, .
 def facts_for_day(day: Day, history: History | None) -> dict[str, FailureFacts]:
     """Every failed build of the day folder (state.json) with its facts: earlier nights from
     the history, the signature from its log, the range from the day's source checkout."""
-    state = _read_json(day.state_path)
-    builds = state.get("builds") if isinstance(state.get("builds"), Mapping) else {}
-    commit = str((state.get("meta") or {}).get("commit") or "")
+    state = read_json_object(day.state_path, 256 << 20)
+    listed, meta = state.get("builds"), state.get("meta")
+    builds: Mapping[str, object] = listed if isinstance(listed, Mapping) else {}
+    commit = str(meta.get("commit") or "") if isinstance(meta, Mapping) else ""
     bisects = _bisects(history, day.name)
     out: dict[str, FailureFacts] = {}
     for bid, entry in sorted((builds or {}).items()):
@@ -307,13 +308,6 @@ def _bisects(history: History | None, day_name: str) -> dict[str, dict[str, obje
     except sqlite3.Error:
         return {}
 
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = read_json_file(path, 256 << 20)  # bounded: never a FIFO's wait
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _read_text(path: Path, limit: int = 4 * 1024 * 1024) -> str:

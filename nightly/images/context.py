@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
-import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
+from nightly import procs
 from nightly.errors import NightlyError
 from nightly.images import sysroot, zig
 from nightly.images.spec import BuilderSpec, PythonSource
@@ -103,16 +102,10 @@ def download(requirements: list[str], python: str, dest: Path, log: Log) -> Path
         return dest
     dest.mkdir(parents=True, exist_ok=True)
     log(f"pip download {' '.join(requirements)} for Python {python}")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-         "--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--platform",
-         "manylinux_2_28_x86_64", "--python-version", python, "--implementation", "cp",
-         "-d", str(dest), *requirements],
-        capture_output=True, text=True,
-    )
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
-        raise ContextError(f"pip download {' '.join(requirements)} failed:\n{tail}")
+    procs.run(procs.pip_download(
+        dest, "--quiet", "--platform", "manylinux2014_x86_64", "--platform",
+        "manylinux_2_28_x86_64", "--python-version", python, "--implementation", "cp",
+        *requirements), f"pip download {' '.join(requirements)}", error=ContextError, tail=10)
     marker.write_text(want)
     return dest
 

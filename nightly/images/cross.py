@@ -28,18 +28,19 @@ the target (numpy's headers...) needs crossenv or a native aarch64 machine.
 from __future__ import annotations
 
 import fcntl
+import functools
 import re
 import shutil
-import subprocess
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nightly import procs
 from nightly.errors import NightlyError
 from nightly.images import sysroot, zig
 from nightly.images.spec import ZIG_VERSION
 from nightly.images.suites import SUITE_OTHER_PYTHONS, SUITE_PYTHON
+from nightly.workspace.archive import WHEEL_LIMITS, unpack_into
 
 Log = Callable[[str], None]
 
@@ -69,12 +70,7 @@ class CrossError(NightlyError):
     """A cross build's parts could not be made (an architecture or Python not had here)."""
 
 
-def _run(cmd: list[str], what: str, **kw: object) -> str:
-    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
-        raise CrossError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
-    return str(proc.stdout)
+_run = functools.partial(procs.run, error=CrossError, tail=10)
 
 
 def target(arch: str) -> Target:
@@ -214,18 +210,12 @@ def qemu_command(cache: Path, arch: str, python: str, *args: str) -> list[str]:
 
 def unpack_wheel(wheel: Path, dest: Path) -> Path:
     """A wheel's files in `dest` (what pip would install; importable with PYTHONPATH)."""
-    with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            target_path = (dest / info.filename).resolve()
-            if not target_path.is_relative_to(dest.resolve()):
-                raise CrossError(f"{wheel.name}: {info.filename} points outside the wheel")
-            zf.extract(info, dest)
-    return dest
+    return unpack_into(wheel, dest, error=CrossError, limits=WHEEL_LIMITS)
 
 
 def run_against(wheels: Sequence[Path], cache: Path, arch: str, python: str,
                 args: Sequence[str], workdir: Path,
-                timeout: float = 900) -> subprocess.CompletedProcess[str]:
+                timeout: float = 900) -> procs.Finished:
     """The target's Python run under qemu-user with `args` (["-c", CODE], ["-m", "pytest"...])
     in `workdir`, the wheels' files importable (unpacked as pip would install them)."""
     site = workdir / "site"
@@ -233,5 +223,5 @@ def run_against(wheels: Sequence[Path], cache: Path, arch: str, python: str,
         unpack_wheel(wheel, site)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1",
            "HOME": str(workdir), "LANG": "C.UTF-8"}
-    return subprocess.run(qemu_command(cache, arch, python, *args), env=env, cwd=workdir,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return procs.call(qemu_command(cache, arch, python, *args), env=env, cwd=workdir,
+                      timeout=timeout)

@@ -21,7 +21,6 @@ import os
 import shutil
 import stat
 import tempfile
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from nightly.errors import NightlyError
 from nightly.images import transfer
 from nightly.images.suites import DEBIAN_NVCC
 from nightly.procs import run
+from nightly.workspace.archive import WHEEL_LIMITS, unpack_into
 
 Log = Callable[[str], None]
 
@@ -58,8 +58,8 @@ def download_wheels(version: str, cache: Path, log: Log) -> Path:
     log(f"CUDA {version}: pip download cuda-toolkit[{extras}]=={version}.*")
     # Wheels only, for the image's platform whatever interpreter runs nightly.
     code, tail = transfer.pip_download(
-        ["--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--python-version", "3.11",
-         "-d", str(partial), f"cuda-toolkit[{extras}]=={version}.*"],
+        partial, ["--platform", "manylinux2014_x86_64", "--python-version", "3.11",
+                  f"cuda-toolkit[{extras}]=={version}.*"],
         f"CUDA {version}: wheels download", log)
     if code != 0:
         raise ToolkitError(f"pip download cuda-toolkit[{extras}]=={version}.* failed:\n{tail}")
@@ -70,13 +70,8 @@ def download_wheels(version: str, cache: Path, log: Log) -> Path:
 
 
 def unzip_wheel(wheel: Path, dest: Path) -> None:
-    """Unpack a wheel keeping the executable bits (zipfile alone drops them)."""
-    with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            target = zf.extract(info, dest)
-            mode = (info.external_attr >> 16) & 0o777
-            if mode and not info.is_dir():
-                os.chmod(target, mode)
+    """Unpack a wheel beside the others, executables 0755 (zipfile alone drops the bits)."""
+    unpack_into(wheel, dest, error=ToolkitError, limits=WHEEL_LIMITS)
 
 
 def _merge(src: Path, dst: Path) -> None:

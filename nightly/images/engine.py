@@ -15,7 +15,6 @@ import fcntl
 import json
 import os
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nightly import procs
 from nightly.errors import NightlyError, require
 from nightly.executors.container_engine import NVCC_LABEL
 from nightly.images import context, cuda, rootfs, transfer
@@ -258,8 +258,7 @@ def ensure_cpu(client: DockerClient, spec: BuilderSpec, cache: Path, log: Log) -
 
 
 def nvcc_version(prefix: Path) -> str:
-    proc = subprocess.run([str(prefix / "bin" / "nvcc"), "--version"], capture_output=True,
-                          text=True)
+    proc = procs.call([str(prefix / "bin" / "nvcc"), "--version"])
     return proc.stdout.strip() if proc.returncode == 0 else f"(nvcc failed: {proc.stderr})"
 
 

@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from nightly import procs
 from nightly.errors import NightlyError
 
 Log = Callable[[str], None]
@@ -39,8 +40,8 @@ def remove_rootfs(path: Path) -> None:
     except OSError:
         mounts = []
     for mnt in sorted((m for m in mounts if m.startswith(prefix)), reverse=True):
-        subprocess.run(["umount", "-l", mnt], capture_output=True)
-    subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=False)
+        procs.call(["umount", "-l", mnt])
+    procs.call(["rm", "-rf", "--one-file-system", str(path)])
 
 
 def bootstrap(*, suite: str, packages: tuple[str, ...], key: str, mirror: str, cache: Path,
@@ -67,7 +68,7 @@ def bootstrap(*, suite: str, packages: tuple[str, ...], key: str, mirror: str, c
         f"packages: {include}")
     logfile = cache / "logs" / f"debootstrap-{suite}-{key}.log"
     logfile.parent.mkdir(parents=True, exist_ok=True)
-    with logfile.open("wb") as f:
+    with logfile.open("wb") as f:  # direct: the log fills as debootstrap runs (minutes)
         proc = subprocess.run(
             ["debootstrap", "--variant=minbase", f"--include={include}",
              f"--cache-dir={debs}", suite, str(partial), mirror],
@@ -95,10 +96,9 @@ def tar_rootfs(rootfs: Path, dest: Path) -> Path:
     """An uncompressed tar of the rootfs for the engine's image import (GNU tar keeps device
     nodes, hard links and permissions exactly)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
+    proc = procs.call(
         ["tar", "--numeric-owner", "--one-file-system", f"--exclude=./{MARKER}",
          "-C", str(rootfs), "-cf", str(dest), "."],
-        capture_output=True, text=True,
     )
     if proc.returncode != 0:
         dest.unlink(missing_ok=True)

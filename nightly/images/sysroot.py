@@ -29,10 +29,10 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from nightly import procs
 from nightly.errors import NightlyError
 from nightly.images import transfer
 from nightly.images.spec import SYSROOT_GLIBC, TOOLCHAIN_REVISION
@@ -210,7 +210,7 @@ def write_wrappers(toolchain: Path, gccs: Mapping[str, str] | None = None) -> No
 def older_gccs() -> dict[str, str]:
     """gcc-N/g++-N pairs on this machine (e.g. gcc-11 for CUDA 11's nvcc)."""
     out: dict[str, str] = {}
-    default = subprocess.run(["gcc", "-dumpversion"], capture_output=True, text=True).stdout
+    default = procs.call(["gcc", "-dumpversion"]).stdout
     for n in range(7, 15):
         if str(n) == default.strip().split(".")[0]:
             continue

@@ -18,7 +18,6 @@ import datetime as dt
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +25,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
+
+from nightly import procs
 
 Log = Callable[[str], None]
 EVERY_S = 10.0  # a plain line at least this often while bytes move
@@ -161,17 +162,17 @@ def raw_progress_pip() -> bool:
     return parts >= RAW_PIP
 
 
-def pip_download(args: Sequence[str], label: str, log: Log, *,
+def pip_download(dest: Path, args: Sequence[str], label: str, log: Log, *,
                  env: dict[str, str] | None = None) -> tuple[int, str]:
-    """`python -m pip download ARGS` (no --quiet in ARGS) with a meter: the bytes of every
-    file pip fetches, the total growing as pip names each file's size. Returns pip's exit
-    status and the last lines it printed (for the caller's error)."""
+    """`python -m pip download ARGS` of wheels into `dest` (no --quiet in ARGS) with a meter:
+    the bytes of every file pip fetches, the total growing as pip names each file's size.
+    Returns pip's exit status and the last lines it printed (for the caller's error)."""
     raw = raw_progress_pip()
-    argv = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check",
-            *(["--progress-bar", "raw"] if raw else ["--quiet"]), *args]
+    argv = procs.pip_download(dest, *(["--progress-bar", "raw"] if raw else ["--quiet"]), *args)
     tail: list[str] = []
     before = 0  # the bytes of the files already finished
     with Meter(label, None, log) as meter:
+        # Direct: pip's output is read line by line as it comes, for the meter.
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace", env=env)
         assert proc.stdout is not None
@@ -212,6 +213,7 @@ def run_filling(argv: Sequence[str], folder: Path, total: int | None, label: str
     """Run a download that writes into `folder` (apt-get download in its cwd), the meter
     following the folder's bytes. Returns the exit status and the output's last lines."""
     with Meter(label, total, log) as meter:
+        # Direct: the meter follows the folder while the download runs (procs.call waits).
         proc = subprocess.Popen(list(argv), cwd=folder, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, errors="replace")
         stop = threading.Event()
@@ -238,9 +240,8 @@ def apt_download(packages: Sequence[str], folder: Path, label: str, log: Log, *,
     folder as it fills."""
     total = 0
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        listing = subprocess.run(["apt-get", "-q", "--print-uris", "download", *packages],
-                                 capture_output=True, text=True, env=env, cwd=folder,
-                                 timeout=120, check=False).stdout
+        listing = procs.call(["apt-get", "-q", "--print-uris", "download", *packages],
+                             env=env, cwd=folder, timeout=120).stdout
         for line in listing.splitlines():
             fields = line.split()
             if len(fields) >= 3 and fields[0].startswith("'") and fields[2].isdigit():

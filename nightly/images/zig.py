@@ -32,6 +32,7 @@ from pathlib import Path
 from nightly.errors import NightlyError
 from nightly.images import transfer
 from nightly.images.spec import ZIG_GLIBC, ZIG_REVISION, ZIG_VERSION
+from nightly.workspace import archive
 
 Log = Callable[[str], None]
 
@@ -113,8 +114,7 @@ def fetch_wheel(cache: Path, log: Log) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     log(f"toolchain: pip download ziglang=={ZIG_VERSION} (~100 MB)")
     code, tail = transfer.pip_download(
-        ["--no-deps", "--only-binary=:all:", "--platform", "manylinux_2_12_x86_64",
-         "-d", str(dest), f"ziglang=={ZIG_VERSION}"],
+        dest, ["--no-deps", "--platform", "manylinux_2_12_x86_64", f"ziglang=={ZIG_VERSION}"],
         f"toolchain: ziglang {ZIG_VERSION} download", log)
     found = sorted(dest.glob("ziglang-*.whl"))
     if code != 0 or not found:
@@ -134,19 +134,18 @@ def _kept(name: str, keep_include: tuple[str, ...] = KEEP_INCLUDE) -> bool:
 
 
 def unpack(wheel: Path, dest: Path, keep_include: tuple[str, ...] = KEEP_INCLUDE) -> int:
-    """The wheel's ziglang/ folder as dest/zig (executable bits kept); returns bytes kept."""
-    total = 0
+    """The wheel's ziglang/ folder as dest/zig (executables 0755, the rest 0644; through the
+    one unpacker, nightly.workspace.archive); returns the bytes kept."""
+    def kept(rel: tuple[str, ...]) -> bool:
+        return _kept("/".join(rel), keep_include)
+
     with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            if info.is_dir() or not _kept(info.filename, keep_include):
-                continue
-            target = dest / "zig" / info.filename.split("/", 1)[1]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, target.open("wb") as out:
-                shutil.copyfileobj(src, out)
-            mode = (info.external_attr >> 16) & 0o777
-            target.chmod(mode or 0o644)
-            total += info.file_size
+        total = sum(i.file_size for i in zf.infolist() if not i.is_dir() and kept(
+            tuple(i.filename.split("/"))))
+    dest.mkdir(parents=True, exist_ok=True)
+    archive.unpack(wheel, dest / "wheel", error=ZigError, limits=archive.WHEEL_LIMITS, keep=kept)
+    (dest / "wheel" / "ziglang").rename(dest / "zig")
+    shutil.rmtree(dest / "wheel")
     (dest / "zig" / "zig").chmod(0o755)
     return total
 

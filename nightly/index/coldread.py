@@ -31,7 +31,6 @@ import contextlib
 import json
 import logging
 import queue
-import random
 import signal
 import sys
 import threading
@@ -42,6 +41,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TextIO, TypeVar
 
+from nightly.config.retry import policy
 from nightly.errors import PublishError
 from nightly.index import etags
 from nightly.index.manifest import FileRecord, Records
@@ -55,8 +55,6 @@ Log = Callable[[str], None]
 
 CHECKPOINT_NAME = ".index-progress.json"
 DEFAULT_WORKERS = 32  # S3 serves many requests at once; what a full run waits on is latency
-ATTEMPTS = 4  # per request, after the store's own retries
-BACKOFF_S = 0.2  # first pause before a retry; doubles, jittered
 CHECKPOINT_EVERY_S = 60.0
 PROGRESS_EVERY_S = 30.0  # between log lines when not on a terminal
 READ_KINDS = ("sha256", "metadata")
@@ -143,10 +141,12 @@ class ReadPool:
 
     def __init__(
         self, store: Store, *, workers: int = DEFAULT_WORKERS, log_line: Log | None = None,
-        attempts: int = ATTEMPTS, backoff: float = BACKOFF_S, stream: TextIO | None = None,
+        attempts: int | None = None, backoff: float | None = None,
+        stream: TextIO | None = None,
     ) -> None:
         self.store, self.workers, self.log_line = store, max(1, workers), log_line
-        self.attempts, self.backoff, self.stream = max(1, attempts), backoff, stream
+        self.retry = policy("index").replace(attempts=attempts, first_s=backoff)
+        self.stream = stream
         self._learned: dict[str, dict[str, dict[str, object]]] = {}  # folder -> name -> entry
         self._dirty: set[str] = set()
         self._kept: set[str] = set()  # folders with a checkpoint object in the store
@@ -240,7 +240,7 @@ class ReadPool:
             self.reads[(folder, kind)] += 1
 
     def _retry(self, what: str, key: str, fn: Callable[[], T]) -> T:
-        for attempt in range(1, self.attempts + 1):
+        for attempt in self.retry.tries():
             with self._lock:
                 self.requests += 1
             try:
@@ -248,13 +248,12 @@ class ReadPool:
             except PreconditionFailed:
                 raise
             except (PublishError, OSError) as e:
-                if attempt == self.attempts:
+                if attempt == self.retry.attempts:
                     raise PublishError(
                         f"index of {self.store.url}: {what} {key} failed {attempt} times ({e}); "
                         "no page was written; run `nightly index --full` again: what was read "
                         "so far is kept"
                     ) from e
-                time.sleep(min(self.backoff * 2 ** (attempt - 1), 5.0) * random.uniform(0.5, 1.5))
         raise AssertionError("unreachable")
 
     # -- the checkpoint

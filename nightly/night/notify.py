@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
+from nightly import procs
 from nightly.config import Notify
 from nightly.redact import SECRET_RE, mask, safe_url
 
@@ -86,10 +87,8 @@ def send(cfg: Notify, summary: dict[str, object], secrets: tuple[str, ...] = ())
     payload = json.dumps(summary, indent=2, sort_keys=True)
     if cfg.command:
         try:
-            proc = subprocess.run(
-                shlex.split(cfg.command), input=payload, text=True, capture_output=True,
-                timeout=120, env=command_env(),
-            )
+            proc = procs.call(shlex.split(cfg.command), input=payload, timeout=120,
+                              env=command_env())
             if proc.returncode == 0:
                 out.append(f"notified: {cfg.command}")
             else:

@@ -8,7 +8,6 @@ or a tree without git) is copied; its commit is recorded as unknown.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from nightly.config import Project
 from nightly.errors import NightlyError, UsageError
+from nightly.jsonvalues import as_str, read_json_object
 from nightly.procs import git
 from nightly.workspace import remove_tree, write_json
 
@@ -41,8 +41,9 @@ def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) ->
     """Check out (once) the project's source for `date` into `dest`; reuse it if present."""
     marker = dest / MARKER
     if marker.exists():
-        info = json.loads(marker.read_text())
-        return Checkout(path=dest, commit=info.get("commit", ""), describe=info.get("describe", ""))
+        info = read_json_object(marker)
+        return Checkout(path=dest, commit=as_str(info.get("commit")),
+                        describe=as_str(info.get("describe")))
 
     source = project.source
     src_path = None if _is_url(source) else (config_dir / os.path.expanduser(source)).resolve()

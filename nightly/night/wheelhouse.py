@@ -20,7 +20,7 @@ from pathlib import Path
 from nightly.config import Config
 from nightly.config.pyproject import pyproject_problem
 from nightly.errors import NightlyError
-from nightly.procs import run
+from nightly.procs import pip_download, run
 
 MARKER = ".complete"
 
@@ -49,8 +49,7 @@ def requirements_for(source: Path, python: str, wheelhouse: Path, config: Config
     from pyproject_hooks import quiet_subprocess_runner
 
     static = sorted(ProjectBuilder(source).build_system_requires)
-    download = [python, "-m", "pip", "download", "--disable-pip-version-check",
-                "--only-binary", ":all:", "-d", str(wheelhouse), *pip_source_args(config)]
+    download = pip_download(wheelhouse, *pip_source_args(config), python=python)
     _run([*download, *static], f"pip download {' '.join(static)} for {python}", log)
     with tempfile.TemporaryDirectory(prefix="nightly-wheelhouse-") as t:
         venv = Path(t) / "venv"

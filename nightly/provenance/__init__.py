@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly.errors import ConfigError, UsageError
+from nightly.jsonvalues import loads_bounded
 from nightly.redact import SECRET_RE, safe_url
 
 SUFFIX = ".provenance.json"
@@ -254,7 +255,10 @@ def _envelopes(bundle: bytes) -> list[Any]:
     out = []
     for line in bundle.decode("utf-8", "replace").splitlines():
         if line.strip():
-            out.append(Envelope.from_dict(json.loads(line)))
+            data = loads_bounded(line)  # a ValueError when it is no JSON (or past a bound)
+            if not isinstance(data, dict):
+                raise ValueError("a provenance line that is not a JSON object")
+            out.append(Envelope.from_dict(data))
     if not out:
         raise ValueError("the provenance file holds no envelope")
     return out

@@ -19,8 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -28,8 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nightly import procs
 from nightly.config import Config
 from nightly.errors import ConfigError, NightlyError
+from nightly.jsonvalues import read_json_object
 from nightly.procs import run
 from nightly.publish import linkcheck
 from nightly.stores.layout import kind_of
@@ -170,8 +170,8 @@ def _check_wheel(
     run([python, "-m", "venv", "--without-pip", str(venv)], "making a venv", timeout=300)
     vpy = str(venv / "bin" / "python")
     got = work / "got"
-    out = _pip(vpy, ["download", "--no-deps", "--pre", "--only-binary", ":all:",
-                     "--index-url", index, "--dest", str(got), f"{project}=={version}"])
+    out = _pip(vpy, procs.pip_download(got, "--no-deps", "--pre", "--index-url", index,
+                                       f"{project}=={version}", target=vpy))
     if out is not None:
         return Check(build=bid, package=name, ok=False, url=index,
                      reason=f"{_why(out)}: pip cannot get {project}=={version} from {index}: {out}")
@@ -187,8 +187,7 @@ def _check_wheel(
     if out is not None:
         return Check(build=bid, package=name, ok=False, url=url, reason=f"pip install: {out}")
     module = config.smoke.import_name or project.replace("-", "_")
-    p = subprocess.run([vpy, "-c", f"import {module}"], capture_output=True, text=True,
-                       timeout=300, check=False)
+    p = procs.call([vpy, "-c", f"import {module}"], timeout=300)
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["?"])[-1]
         return Check(build=bid, package=name, ok=False, url=url,
@@ -214,19 +213,22 @@ def _install(config: Config, python: str, wheel: Path) -> str | None:
     dependencies from [smoke]'s indexes, else [build]'s, else this machine's pip configuration
     ([smoke] dependencies = "index")."""
     if config.smoke.dependencies != "index":
-        return _pip(python, ["install", "--no-deps", "--no-index", str(wheel)])
+        return _pip(python, procs.pip_command("install", "--no-deps", "--no-index", str(wheel),
+                                              target=python))
     sm, b = config.smoke, config.build
     index, extra = ((sm.index_url, sm.extra_index_urls) if sm.index_url or sm.extra_index_urls
                     else (b.index_url, b.extra_index_urls))
     args = [*(["--index-url", index] if index else []),
             *(a for url in extra for a in ("--extra-index-url", url))]
     # Only the indexes name where dependencies come from; none set: pip's own configuration.
-    return _pip(python, ["install", *args, str(wheel)], own_config=not (index or extra))
+    return _pip(python, procs.pip_command("install", *args, str(wheel), target=python),
+                own_config=not (index or extra))
 
 
-def _pip(python: str, args: Sequence[str], *, own_config: bool = False) -> str | None:
-    """Run this machine's pip for `python` (pip --python); None on success, else its first
-    error line. `own_config`: with this machine's pip configuration (its index), else none."""
+def _pip(python: str, argv: Sequence[str], *, own_config: bool = False) -> str | None:
+    """Run `argv`, this machine's pip for `python` (pip --python); None on success, else its
+    first error line. `own_config`: with this machine's pip configuration (its index), else
+    none."""
     env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1",
            "PATH": "/usr/bin:/bin", "HOME": str(Path(python).parents[2])}
     if not own_config:
@@ -235,8 +237,7 @@ def _pip(python: str, args: Sequence[str], *, own_config: bool = False) -> str |
         import os
 
         env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_") or k == "HOME"})
-    p = subprocess.run([sys.executable, "-m", "pip", "--python", python, *args],
-                       capture_output=True, text=True, timeout=600, check=False, env=env)
+    p = procs.call(argv, timeout=600, env=env)
     if p.returncode == 0:
         return None
     lines = [line.strip() for line in (p.stderr + p.stdout).splitlines() if line.strip()]
@@ -274,12 +275,10 @@ def _check_conda(config: Config, bid: str, entry: BuildEntry, name: str, sha256:
 
 def read_checks(day: Day) -> list[Check]:
     """The day's last validation (for the report), [] when there was none."""
-    try:
-        data = json.loads((day.master / RESULT_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+    data = read_json_object(day.master / RESULT_NAME, 256 << 20)
     out = []
-    for c in data.get("checks") or [] if isinstance(data, dict) else []:
+    checks = data.get("checks")
+    for c in checks if isinstance(checks, list) else []:
         if isinstance(c, dict):
             out.append(Check(build=str(c.get("build")), package=str(c.get("package")),
                              ok=bool(c.get("ok")), reason=str(c.get("reason") or ""),

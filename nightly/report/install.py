@@ -18,6 +18,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from nightly import procs
 from nightly.config import Config
 from nightly.workspace import SUCCEEDED, Day, State
 
@@ -106,8 +107,8 @@ def metadata_name(wheel: Path) -> str:
 def bundled_pip(python: str) -> Version | None:
     """The pip a fresh venv of `python` gets (its ensurepip's), None when not known."""
     try:
-        p = subprocess.run([python, "-I", "-c", "import ensurepip; print(ensurepip.version())"],
-                           capture_output=True, text=True, timeout=30, check=False)
+        p = procs.call([python, "-I", "-c", "import ensurepip; print(ensurepip.version())"],
+                       timeout=30)
         return Version(p.stdout.strip()) if p.returncode == 0 else None
     except (OSError, subprocess.SubprocessError, InvalidVersion):
         return None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.errors import UsageError
-from nightly.jsonvalues import opt_float, opt_int, read_json_file
+from nightly.jsonvalues import opt_float, opt_int, read_json_object
 from nightly.workspace import (
     FAILED,
     INTERRUPTED,
@@ -213,10 +213,12 @@ def load_night(
     state = State(day.state_path)
     summary = read_summary(day.summary_path) or Summary(date=day.name)
     if plan is None:
-        plan = _read_json(day.master / "plan.json")
+        plan = read_json_object(day.master / "plan.json", 256 << 20)
     entries = state.builds
+    listed = (plan or {}).get("builds")
     planned = {
-        str(b.get("id")): b for b in (plan or {}).get("builds", []) if isinstance(b, Mapping)
+        str(b.get("id")): b for b in (listed if isinstance(listed, list) else [])
+        if isinstance(b, Mapping)
     }
     # The night's builds: what state.json knows, plus what summary.json lists (never started).
     ids = list(entries)
@@ -410,15 +412,3 @@ def manual_text(b: BuildView) -> str:
 def outcome_text(b: BuildView) -> str:
     return (shown_status(b.status, b.tested)
             + (f": {b.reason}" if b.reason and b.status != SUCCEEDED else ""))
-
-
-
-# ---------------------------------------------------------------------------- reading JSON
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = read_json_file(path, 256 << 20)  # bounded: never a FIFO's wait
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

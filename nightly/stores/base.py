@@ -8,10 +8,8 @@ PublishError with a message that never contains credentials.
 from __future__ import annotations
 
 import builtins
-import random
 import re
 import threading
-import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -19,26 +17,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from nightly.config.retry import policy
 from nightly.errors import PublishError
-from nightly.files import sha256_file
+from nightly.files import confined, sha256_file
 
 file_sha256 = sha256_file  # the stores' name for nightly.files.sha256_file
 
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
-CAS_ROUNDS = 12  # read-change-write rounds before a writer gives up on a busy object
-CAS_BACKOFF_S = 0.05  # first pause between rounds; doubles, capped at 2 s, with jitter
-
-
-def cas_rounds(what: str, *, rounds: int = CAS_ROUNDS, retry: str = "run the command again") -> Iterator[int]:
+def cas_rounds(what: str, *, rounds: int | None = None,
+               retry: str = "run the command again") -> Iterator[int]:
     """Rounds 1..N of a compare-and-swap (or write-then-check) loop, pausing before each
-    retry with one backoff for all of nightly's writers. Exhausted, it raises PublishError
-    naming `what` and what to do."""
-    for n in range(1, rounds + 1):
-        if n > 1:
-            time.sleep(min(CAS_BACKOFF_S * 2 ** (n - 2), 2.0) * random.uniform(0.5, 1.5))
-        yield n
-    raise PublishError(f"{what}: it kept changing during {rounds} rounds; {retry}")
+    retry with nightly's one retry policy (config/retry.py, [backoff.store]: N rounds unless
+    `rounds` says). Exhausted, it raises PublishError naming `what` and what to do."""
+    backoff = policy("store").replace(attempts=rounds)
+    yield from backoff.tries()
+    raise PublishError(f"{what}: it kept changing during {backoff.attempts} rounds; {retry}")
 
 
 @dataclass(frozen=True)
@@ -60,8 +54,7 @@ class PreconditionFailed(PublishError):
 
 def check_key(key: str) -> str:
     """Reject keys that would mean different things on S3 and on a file system."""
-    parts = key.split("/")
-    if not key or any(p in ("", ".", "..") for p in parts) or any(ord(c) < 32 or c == "\\" for c in key):
+    if confined(key) is None:
         raise PublishError(f"invalid object key {key!r}")
     return key
 
@@ -166,7 +159,7 @@ class Store(ABC):
         content_type: str,
         *,
         what: str,
-        rounds: int = CAS_ROUNDS,
+        rounds: int | None = None,
     ) -> str | None:
         """Read-change-write a small object by compare-and-swap: `change` gets its current
         content (None: it does not exist) and returns the new content, or None when nothing

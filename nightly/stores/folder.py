@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nightly.errors import PublishError
+from nightly.jsonvalues import json_object
 from nightly.stores.base import ObjectInfo, PreconditionFailed, Store, check_key
 from nightly.stores.nofollow import Tree, read_fd, write_all
 
@@ -104,8 +105,8 @@ class FileStore(Store):
 
     def _read_meta(self, key: str, st: os.stat_result) -> dict[str, Any]:
         try:
-            meta: dict[str, object] = json.loads(self.tree.read(self._meta_key(key), _META_MAX))
-        except (OSError, ValueError, PublishError):
+            meta = json_object(self.tree.read(self._meta_key(key), _META_MAX)) or {}
+        except (OSError, PublishError):
             return {}
         # A crash between the data and the metadata rename leaves stale metadata: ignore it.
         return meta if meta.get("stamp") == self._stamp(st) else {}

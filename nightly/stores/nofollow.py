@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from nightly.errors import ObjectTooLarge, UnsafeEntry
+from nightly.files import confined
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: were a FIFO swapped in after the lstat, opening it must not wait for a writer.
@@ -97,7 +98,7 @@ class Tree:
         fd = self._open_root(create)
         try:
             for i, part in enumerate(parts):
-                if part in ("", ".", "..") or "/" in part:
+                if "/" in part or confined(part) is None:
                     raise UnsafeEntry(f"invalid path {'/'.join(parts)!r} in {self.label}")
                 if create:
                     with contextlib.suppress(FileExistsError):

@@ -6,21 +6,16 @@ boto3 is imported inside the constructor so that `nightly --help` never pays for
 from __future__ import annotations
 
 import base64
-import binascii
 import builtins
-import email.utils
 import hashlib
 import mimetypes
 import os
-import random
-import re
 import tempfile
-import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from nightly.config.retry import policy
 from nightly.errors import ConfigError, ObjectTooLarge, PublishError, require
 from nightly.stores.base import (
     SHA256_RE,
@@ -30,6 +25,7 @@ from nightly.stores.base import (
     Store,
     check_key,
 )
+from nightly.stores.s3answers import SECRET_IN_URL, as_head_object, head_info, timestamp
 from nightly.stores.s3reads import SignedReads
 
 if TYPE_CHECKING:
@@ -37,10 +33,6 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CopySourceTypeDef
 
 T = TypeVar("T")
-
-# user:password@ in URLs, and the signature parts of presigned URLs.
-_SECRET_IN_URL = re.compile(r"(?i)(//)[^/@\s]+@|((?:X-Amz-)?(?:Signature|Credential|Security-Token)=)[^&\s]+")
-
 
 class S3Store(Store):
     def __init__(
@@ -55,8 +47,8 @@ class S3Store(Store):
         multipart_threshold: int = 64 * 1024 * 1024,
         multipart_chunksize: int = 16 * 1024 * 1024,
         max_concurrency: int = 8,
-        attempts: int = 4,
-        backoff: float = 0.5,
+        attempts: int | None = None,
+        backoff: float | None = None,
         botocore_attempts: int = 3,
         checksum: bool = True,
         connect_timeout: float = 10.0,
@@ -72,7 +64,9 @@ class S3Store(Store):
         from botocore.config import Config
 
         self.bucket, self.prefix, self.acl = bucket, prefix.strip("/"), acl
-        self.attempts, self.backoff, self.checksum = max(1, attempts), backoff, checksum
+        # Connection-level retries: [backoff.s3] (config/retry.py) unless the caller says.
+        self.retry = policy("s3").replace(attempts=attempts, first_s=backoff)
+        self.checksum = checksum
         self.multipart_threshold = multipart_threshold
         try:
             self._session = boto3.session.Session(profile_name=profile, region_name=region)
@@ -101,7 +95,7 @@ class S3Store(Store):
         # botocore parses every LastModified of a listing with dateutil, most of the client's
         # time on a 1,000-key page; S3 writes ISO 8601, which datetime reads directly.
         self._session._session.get_component("response_parser_factory").set_parser_defaults(
-            timestamp_parser=_timestamp
+            timestamp_parser=timestamp
         )
         self._client: S3Client = self._session.client("s3", endpoint_url=endpoint_url, config=config)
         self._client.meta.events.register("before-send.s3", self._on_send)
@@ -131,7 +125,7 @@ class S3Store(Store):
     # -- errors and retries
 
     def _mask(self, text: str) -> str:
-        text = _SECRET_IN_URL.sub(lambda m: (m.group(1) or m.group(2) or "") + "***", text)
+        text = SECRET_IN_URL.sub(lambda m: (m.group(1) or m.group(2) or "") + "***", text)
         try:
             creds = self._session.get_credentials()
             frozen = creds.get_frozen_credentials() if creds is not None else None
@@ -153,7 +147,7 @@ class S3Store(Store):
         return str(response.get("Error", {}).get("Code", ""))
 
     def _call(self, action: str, key: str, fn: Callable[[], T]) -> T:
-        """Run `fn`, retrying connection-level failures with bounded exponential backoff.
+        """Run `fn`, retrying connection-level failures with nightly's retry policy.
 
         botocore's standard mode already retries throttling and 5xx answers; this outer loop
         covers a server that is unreachable for a little while (restart, network blip).
@@ -161,14 +155,12 @@ class S3Store(Store):
         import botocore.exceptions as bex
 
         transient = (bex.ConnectionError, bex.HTTPClientError)
-        for attempt in range(self.attempts):
+        for attempt in self.retry.tries():
             try:
                 return fn()
             except transient as exc:
-                if attempt + 1 == self.attempts:
+                if attempt == self.retry.attempts:
                     raise self._error(action, key, exc) from None
-                delay = min(self.backoff * 2**attempt, 10.0)
-                time.sleep(delay * (0.5 + random.random() / 2))
             except bex.ClientError as exc:
                 if self._code(exc) in ("404", "NoSuchKey", "NotFound"):
                     raise ObjectNotFound(f"{self.url}/{key}: no such object") from None
@@ -211,7 +203,7 @@ class S3Store(Store):
         reply = self._reads.head(full) if self._reads is not None else None
         if reply is not None:
             self._count("HeadObject")
-            return None if reply.status == 404 else _head_info(key, _as_head_object(reply.headers))
+            return None if reply.status == 404 else head_info(key, as_head_object(reply.headers))
         try:
             r = self._call(
                 "head",
@@ -220,7 +212,7 @@ class S3Store(Store):
             )
         except ObjectNotFound:
             return None
-        return _head_info(key, r)
+        return head_info(key, r)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         full = f"{self.prefix}/{prefix}" if self.prefix else prefix
@@ -409,81 +401,3 @@ class S3Store(Store):
     def delete(self, key: str) -> None:
         full = self._full(key)
         self._call("delete", key, lambda: self._client.delete_object(Bucket=self.bucket, Key=full))
-
-
-# Where other tools record a file's sha256 in the object's user metadata (x-amz-meta-…):
-# nightly writes `sha256`; PyTorch's upload jobs and manage_v2.py write `checksum-sha256`.
-METADATA_SHA256_KEYS = ("sha256", "checksum-sha256", "x-amz-meta-checksum-sha256")
-
-
-def _recorded_sha256(metadata: dict[str, str]) -> str | None:
-    """The sha256 a writer recorded in the user metadata, as lowercase hex (hex or base64)."""
-    for name in METADATA_SHA256_KEYS:
-        value = (metadata.get(name) or "").strip()
-        if SHA256_RE.fullmatch(value.lower()):
-            return value.lower()
-        if len(value) == 44:
-            try:
-                raw = base64.b64decode(value, validate=True)
-            except (binascii.Error, ValueError):
-                continue
-            if len(raw) == 32:
-                return raw.hex()
-    return None
-
-
-def _head_info(key: str, r: Any) -> ObjectInfo:
-    """head_object's answer as an ObjectInfo."""
-    sha = _recorded_sha256(r.get("Metadata") or {}) or _native_sha256(r)
-    return ObjectInfo(
-        key=key,
-        size=int(r["ContentLength"]),
-        sha256=sha.lower() if sha else None,
-        etag=r.get("ETag"),
-        last_modified=r.get("LastModified"),
-    )
-
-
-def _as_head_object(headers: dict[str, str]) -> dict[str, object]:
-    """A HEAD's headers (lowercase names) as boto3's head_object would give them."""
-    modified = headers.get("last-modified")
-    return {
-        "ContentLength": headers.get("content-length", "0"),
-        "Metadata": {k[len("x-amz-meta-"):]: v for k, v in headers.items() if k.startswith("x-amz-meta-")},
-        "ChecksumSHA256": headers.get("x-amz-checksum-sha256"),
-        "ChecksumType": headers.get("x-amz-checksum-type"),
-        "ETag": headers.get("etag"),
-        "LastModified": _timestamp(modified) if modified else None,
-    }
-
-
-def _native_sha256(head: Any) -> str | None:
-    """The object's S3 SHA256 checksum as hex, when it covers the whole object."""
-    value = head.get("ChecksumSHA256")
-    if not value or "-" in value or head.get("ChecksumType") == "COMPOSITE":
-        return None  # multipart uploads get a checksum of checksums, not the file's sha256
-    try:
-        return base64.b64decode(value).hex()
-    except (binascii.Error, ValueError):
-        return None
-
-
-
-def _timestamp(value: Any) -> datetime:
-    """A response's timestamp: ISO 8601 (listings) read by datetime, HTTP dates (HEAD's and
-    GET's Last-Modified) by email.utils, anything else (epoch numbers) by botocore's own
-    parser; dateutil, botocore's default, costs more than the rest of a HEAD's parsing."""
-    if isinstance(value, str) and "T" in value:
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            pass
-    if isinstance(value, str) and value.endswith("GMT"):
-        try:
-            return email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            pass
-    from botocore.utils import parse_timestamp
-
-    parsed: datetime = parse_timestamp(value)
-    return parsed

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nightly.errors import UsageError
+from nightly.files import confined
 
 
 def day_name(date: dt.date) -> str:
@@ -90,18 +91,10 @@ class Day:
         folder), or None when it would lead out of the day folder: absolute, through `..`, or
         through a link that points outside. Those files are rewritten by whoever can write
         the day folder; what they name is never read from anywhere else."""
-        if not isinstance(recorded, str) or not recorded or "\0" in recorded:
+        if not isinstance(recorded, str):
             return None
-        rel = Path(recorded)
-        if rel.is_absolute() or ".." in rel.parts:
-            return None
-        path = self.path / rel
-        try:
-            if not path.resolve().is_relative_to(self.path.resolve()):
-                return None
-        except (OSError, RuntimeError):  # a link loop
-            return None
-        return path
+        rel = confined(recorded, self.path)
+        return None if rel is None else self.path / rel
 
     @property
     def state_path(self) -> Path:

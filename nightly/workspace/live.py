@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nightly.files import pid_exists
+from nightly.jsonvalues import json_object
 
 NAME = "live.json"
 MAX_BYTES = 256 * 1024  # a night of hundreds of queues fits; more is not a live state
@@ -108,13 +109,11 @@ def read(path: Path) -> LiveState | None:
     data = read_bytes(path, MAX_BYTES)
     if data is None:
         return None
-    try:
-        raw = json.loads(data)
-    except ValueError:
+    raw = json_object(data)
+    listed = None if raw is None else raw.get("builds")
+    if raw is None or not isinstance(listed, list):
         return None
-    if not isinstance(raw, dict) or not isinstance(raw.get("builds"), list):
-        return None
-    builds = tuple(b for b in (_build(x) for x in raw["builds"]) if b is not None)
+    builds = tuple(b for b in (_build(x) for x in listed) if b is not None)
     step = raw.get("step")
     return LiveState(
         pid=int(_num(raw.get("pid"))), started=_num(raw.get("started")),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightly.errors import LockHeld, UsageError
+from nightly.jsonvalues import json_object
 
 
 @dataclass
@@ -84,10 +85,9 @@ class DayLock:
 def _read_holder(fd: int) -> dict[str, object]:
     try:
         raw = os.pread(fd, 4096, 0)
-        data = json.loads(raw.decode() or "{}")
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except OSError:
         return {}
+    return json_object(raw or b"{}") or {}
 
 
 def is_locked(day_path: Path) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly.errors import StateError
-from nightly.jsonvalues import JSONInputError, opt_float, read_json_file
+from nightly.jsonvalues import JSONInputError, as_int, opt_float, read_json_file
 from nightly.workspace.day import atomic_write
 from nightly.workspace.pythontests import PythonTest, python_tests
 
@@ -53,7 +53,7 @@ class PackageFile:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PackageFile:
         return cls(name=str(data.get("name") or ""), path=str(data.get("path") or ""),
-                   size=int(data.get("size") or 0), sha256=str(data.get("sha256") or ""))
+                   size=as_int(data.get("size")), sha256=str(data.get("sha256") or ""))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,10 +131,30 @@ class BuildEntry:
         return dataclasses.replace(self, **fields)
 
 
+def _int(v: object) -> int:
+    """A JSON integer (or its text); `true` is no 1 (TypeError: the field reads as unset)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TypeError(f"not a number: {type(v).__name__}")
+    return int(v)
+
+
+def _float(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TypeError(f"not a number: {type(v).__name__}")
+    return float(v)
+
+
+def _bool(v: object) -> bool:
+    """A JSON boolean; the text "false" or a number is no boolean (reads as unset)."""
+    if not isinstance(v, bool):
+        raise TypeError(f"not a boolean: {type(v).__name__}")
+    return v
+
+
 _READ: dict[str, Any] = {
-    "status": str, "attempts": int, "reason": str, "exit_status": int, "infra": bool,
-    "started": float, "ended": float, "duration_s": float, "updated": float, "machine": str,
-    "queue": int, "executor": str, "package": str, "python": str, "cuda": str,
+    "status": str, "attempts": _int, "reason": str, "exit_status": _int, "infra": _bool,
+    "started": _float, "ended": _float, "duration_s": _float, "updated": _float, "machine": str,
+    "queue": _int, "executor": str, "package": str, "python": str, "cuda": str,
     "variant": str, "log": str, "upload_error": str, "worker_name": str, "host": str,
     "token": str,
     "packages": lambda v: tuple(PackageFile.from_json(p) for p in v if isinstance(p, Mapping)),

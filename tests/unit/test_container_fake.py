@@ -567,7 +567,7 @@ def test_unreachable_engine_at_run_is_an_infra_result(make_job: Any) -> None:
 
 
 def test_removal_failure_is_noted(client: FakeClient, make_job: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("nightly.executors.container.time.sleep", lambda s: None)
+    monkeypatch.setattr("nightly.config.retry.time.sleep", lambda s: None)
     client.remove_error = APIError("device busy")
     result, sink = run(executor(client), make_job())
     assert result.exit_status == 0

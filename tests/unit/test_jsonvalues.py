@@ -98,3 +98,57 @@ def test_read_json_file_never_waits_on_a_fifo_nor_follows_a_link(tmp_path: Path)
         read_json_file(tmp_path, 100)
     with pytest.raises(FileNotFoundError):
         read_json_file(tmp_path / "missing.json", 100)
+
+
+# ---------------------------------------------------------------------------- the one reader
+
+
+def test_read_json_object_is_lenient_and_bounded(tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    good.write_text('{"ok": true, "n": 3}')
+    assert jv.read_json_object(good) == {"ok": True, "n": 3}
+    assert jv.read_json_object(good)["ok"] is True
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "big.json").write_text('{"x": "' + "a" * 200 + '"}')
+    os.symlink(good, tmp_path / "link.json")
+    for name in ("list.json", "bad.json", "missing.json", "link.json"):
+        assert jv.read_json_object(tmp_path / name) == {}, name
+    assert jv.read_json_object(tmp_path / "big.json", 100) == {}
+    assert jv.json_object(b'{"a": false}') == {"a": False}
+    assert jv.json_object(b"[]") is None
+    assert jv.json_object(b'{"a": 1e999}') is None  # out of range: never infinity
+
+
+def test_true_stays_true_through_state_json(tmp_path: Path) -> None:
+    """A boolean in state.json stays a boolean and is never read as the number 1: an
+    `exit_status`, `attempts` or `queue` written as `true` reads as unset (the old reader
+    took `true` as 1 through int()), and `infra` is set only by a JSON boolean (the text
+    "false" was True through bool())."""
+    import json
+
+    from nightly.workspace.state import State
+
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps({"builds": {
+        "a": {"status": "failed", "infra": True, "exit_status": True, "attempts": True,
+              "queue": True, "started": True, "tested": {"ok": True},
+              "packages": [{"name": "p.whl", "path": "p", "size": True, "sha256": "x"}]},
+        "b": {"status": "failed", "infra": "false", "exit_status": 2, "attempts": 3},
+    }, "meta": {}}))
+    state = State(path)
+    a, b = state.get("a"), state.get("b")
+    assert a.infra is True
+    assert a.exit_status is None
+    assert a.queue is None
+    assert a.started is None
+    assert a.attempts == 0
+    assert a.tested == {"ok": True}
+    assert a.tested["ok"] is True
+    assert a.packages[0].size == 0
+    assert b.infra is False
+    assert b.exit_status == 2
+    assert b.attempts == 3
+    state.update("a", reason="x")  # written back: the boolean is still a boolean
+    assert json.loads(path.read_text())["builds"]["a"]["infra"] is True
+    assert json.loads(path.read_text())["builds"]["a"]["tested"]["ok"] is True

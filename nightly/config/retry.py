@@ -1,0 +1,98 @@
+"""How nightly waits before trying again: one policy, `Backoff`, used by every retry loop.
+
+Each use has its numbers in `[backoff.<use>]` of nightly/defaults.toml (tries in all, the
+first pause, the longest pause), read as data like every other default; a project's
+nightly.toml may set them too. Every pause is `first * 2**(retry - 1)`, capped at `cap`,
+times a random factor in [0.5, 1.5) so that writers that lost the same round do not retry
+in step.
+
+The uses:
+  store   a compare-and-swap round of a writer that lost to another (stores.base.cas_rounds)
+  s3      a request to S3 that failed at the connection (stores.s3, beside botocore's own)
+  index   an index reader's request (index.coldread)
+  engine  removing a build's container (executors.container)
+
+`policy(use)` is the policy now: the defaults, or those of the configuration loaded last
+(`parse_backoff` installs them when a configuration is read).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from nightly.config.reader import Table, read_defaults
+
+USES = ("store", "s3", "index", "engine")
+DEFAULTS_PATH = Path(__file__).resolve().parent.parent / "defaults.toml"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Tries in all (the first and its retries) and the pauses between them."""
+
+    attempts: int
+    first_s: float
+    cap_s: float
+
+    def delay(self, retry: int) -> float:
+        """The pause before retry number `retry` (1: the first retry), jittered."""
+        base: float = min(self.first_s * 2.0 ** (retry - 1), self.cap_s)
+        return base * random.uniform(0.5, 1.5)
+
+    def pause(self, retry: int) -> None:
+        time.sleep(self.delay(retry))
+
+    def tries(self) -> Iterator[int]:
+        """Tries 1..attempts, pausing before each one after the first."""
+        for n in range(1, self.attempts + 1):
+            if n > 1:
+                self.pause(n - 1)
+            yield n
+
+    def replace(self, *, attempts: int | None = None, first_s: float | None = None) -> Backoff:
+        return dataclasses.replace(
+            self, attempts=self.attempts if attempts is None else max(1, attempts),
+            first_s=self.first_s if first_s is None else first_s)
+
+
+_configured: dict[str, Backoff] = {}
+_lock = threading.Lock()
+
+
+@functools.cache
+def _defaults() -> dict[str, Backoff]:
+    data = read_defaults(DEFAULTS_PATH)["backoff"]
+    assert isinstance(data, dict)
+    return {use: Backoff(attempts=int(data[use]["attempts"]), first_s=float(data[use]["first"]),
+                         cap_s=float(data[use]["cap"])) for use in USES}
+
+
+def policy(use: str) -> Backoff:
+    """The retry policy of `use` (one of USES): the configuration's, else defaults.toml's."""
+    with _lock:
+        got = _configured.get(use)
+    return got if got is not None else _defaults()[use]
+
+
+def parse_backoff(top: Table) -> dict[str, Backoff]:
+    """[backoff.<use>] of a configuration (laid over the defaults), checked, and installed as
+    the policies `policy` gives from now on."""
+    section = top.table("backoff")
+    out: dict[str, Backoff] = {}
+    for use in USES:
+        t = section.table(use)
+        out[use] = Backoff(attempts=t.int("attempts", minimum=1), first_s=t.number(
+            "first", minimum=0.0), cap_s=t.number("cap", minimum=0.0))
+        t.finish()
+    section.finish()
+    with _lock:
+        _configured.clear()
+        _configured.update(out)
+    return out
