@@ -71,8 +71,8 @@ def test_a_pip_download_of_several_files_counts_them_all(
     (main / "index.html").write_text(f'<a href="{top.name}">{top.name}</a>\n')
     index = http_server(tmp_path / "srv") + "simple/"
     lines: list[str] = []
-    code, tail = transfer.pip_download(["--index-url", index, "-d", str(tmp_path / "out"),
-                                        "bigmain"], "deps download", lines.append)
+    code, tail = transfer.pip_download(tmp_path / "out", ["--index-url", index, "bigmain"],
+                                       "deps download", lines.append)
     assert code == 0, tail
     both = top.stat().st_size + dep.stat().st_size
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([dep.name, top.name])
@@ -84,8 +84,8 @@ def test_a_failed_pip_download_says_why(tmp_path: Path, http_server: Serve, isol
     (tmp_path / "srv" / "simple").mkdir(parents=True)
     index = http_server(tmp_path / "srv") + "simple/"
     lines: list[str] = []
-    code, tail = transfer.pip_download(["--index-url", index, "-d", str(tmp_path / "out"),
-                                        "nosuchthing==1.0"], "x download", lines.append)
+    code, tail = transfer.pip_download(tmp_path / "out", ["--index-url", index,
+                                       "nosuchthing==1.0"], "x download", lines.append)
     assert code != 0
     assert "nosuchthing" in tail
     assert lines[-1].endswith("x download: failed, 0 B in " + lines[-1].rsplit(" in ", 1)[1])

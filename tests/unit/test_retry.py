@@ -4,6 +4,7 @@ from defaults.toml's [backoff.<use>] tables and a configuration's own, used by t
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def test_pauses_double_up_to_the_cap_jittered(monkeypatch: pytest.MonkeyPatch) -
 
 def test_tries_pause_between_tries_only(monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
-    monkeypatch.setattr(retry.time, "sleep", slept.append)
+    monkeypatch.setattr(time, "sleep", slept.append)
     monkeypatch.setattr(random, "uniform", lambda lo, hi: 1.0)
     assert list(retry.Backoff(attempts=3, first_s=0.1, cap_s=1.0).tries()) == [1, 2, 3]
     assert slept == [0.1, 0.2]
@@ -57,7 +58,7 @@ def test_a_configuration_sets_the_policy_every_loop_uses(
 ) -> None:
     """[backoff.store] attempts = 3: a writer gives up after 3 rounds (it was 12 rounds
     hard-coded in stores/base.py, whatever the configuration)."""
-    monkeypatch.setattr(retry.time, "sleep", lambda s: None)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
     load(write_config(minimal_config_text + "\n[backoff.store]\nattempts = 3\n"))
     assert retry.policy("store").attempts == 3
     seen: list[int] = []
