@@ -137,7 +137,8 @@ def test_publishing_is_each_builds_last_phase_with_packages_done_of_the_total(
     done of the total (no control codes); live.json's last step is the one after it."""
     from tests.support.wheels import wheel_recipe
 
-    p = night_project(matrix=MATRIX, queues=2, extra='[publish]\nurl = "mirror"\n\n[smoke]\nenabled = false\n')
+    p = night_project(matrix=MATRIX, queues=2,
+                      extra='[publish]\nurl = "mirror"\n\n[smoke]\nenabled = false\n')
     (p.path / "recipes" / "manywheel" / "build.sh").write_text(wheel_recipe(p.signals))
     code, out, err = run_cli(run_args(p.config), env={"TERM": "xterm-256color"})
     assert code == 0, (out, err)
