@@ -2,11 +2,12 @@
 nightly.images.transfer's Meter shows a download (a bar on a terminal; otherwise plain
 timestamped lines at the start, each tenth or every ~10 s, and the end, no control codes).
 
-The total comes from debootstrap itself (`--print-debs`: the packages it resolved, printed
-before anything is unpacked; into the same target folder, whose Packages index the real run
-validates and reuses); each package counts once it is retrieved, or validated in the .deb
-cache (`I: Retrieving NAME VERSION`, `I: Validating NAME VERSION`). Its whole output goes to
-the log file, as before."""
+The total comes from debootstrap itself (`--print-debs`: the packages it resolves, printed
+before anything is fetched), run into the same target folder and kept there
+(`--keep-debootstrap-dir`), so the real run validates the Packages index it fetched rather
+than fetching it again. Each package counts once it is retrieved, or validated in the .deb
+cache (`I: Retrieving NAME VERSION`, `I: Validating NAME VERSION`; the indexes' lines have no
+version). Its whole output goes to the log file, as before."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def package_total(argv: Sequence[str], logfile: Path) -> int:
     """How many packages `debootstrap ARGV` will fetch (its --print-debs), 0 when it cannot
     say (its output then goes to the log file: the real run says why it fails)."""
     try:
-        proc = subprocess.run([argv[0], "--print-debs", *argv[1:]], capture_output=True,
+        proc = subprocess.run([argv[0], "--print-debs", "--keep-debootstrap-dir", *argv[1:]],
+                              capture_output=True,
                               text=True, errors="replace", timeout=PRINT_DEBS_TIMEOUT_S,
                               check=False)
     except (OSError, subprocess.SubprocessError):

@@ -16,6 +16,7 @@ import re
 import signal
 import sqlite3
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -344,8 +345,9 @@ def test_provenance_is_signed_by_the_orchestrator_and_no_worker_holds_the_key(
 
 
 def test_live_json_names_a_running_build_and_its_phase(
-    night_project, make_recipe, start_cli, run_cli, wait_until, cluster
-):
+    night_project: Any, make_recipe: Any, start_cli: Any, run_cli: Any, wait_until: Any,
+    cluster: DaskCluster
+) -> None:
     """A cluster night writes logs/master/live.json like a local one (issue 50): while a
     build is held on its worker, the file names it, the phase its worker's Runner said, and
     the night's count; `nightly status` from another shell shows the same."""
@@ -354,13 +356,14 @@ def test_live_json_names_a_running_build_and_its_phase(
     night = start_cli(run_args(p, "--cluster", cluster.address))
     path = p.day / "logs" / "master" / "live.json"
 
-    def held_building() -> dict | None:  # type: ignore[type-arg]
+    def held_building() -> dict[str, Any] | None:
         try:
             state = json.loads(path.read_text())
         except (OSError, ValueError):
             return None
         running = {b["build"]: b for b in state["builds"]}
-        return state if running.get(held, {}).get("phase") == "building" else None
+        return state if isinstance(state, dict) and running.get(held, {}).get(
+            "phase") == "building" else None
 
     wait_until(lambda: ppid(p, held) and held_building(), timeout=60,
                what="live.json to show the held build building")

@@ -12,6 +12,7 @@ import select
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.support.cli import child_env, nightly_cmd
 from tests.support.day import find_day
@@ -132,7 +133,7 @@ def test_a_symlinked_live_file_is_not_read(night_project, tmp_path: Path):
 
 
 def test_publishing_is_each_builds_last_phase_with_packages_done_of_the_total(
-        night_project, run_cli):
+        night_project: Any, run_cli: Any) -> None:
     """The upload after the builds, through a pipe: one plain line per package, per build,
     done of the total (no control codes); live.json's last step is the one after it."""
     from tests.support.wheels import wheel_recipe
