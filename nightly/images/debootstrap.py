@@ -37,8 +37,9 @@ def package_total(argv: Sequence[str], logfile: Path) -> int:
             f.write(f"[nightly] debootstrap --print-debs failed (exit {proc.returncode}):\n"
                     f"{proc.stdout}{proc.stderr}")
         return 0
-    lines = [line for line in proc.stdout.splitlines() if line and not line.startswith(("I:", "W:"))]
-    return len(set(lines[-1].split())) if lines else 0
+    # The required packages one a line, then the base ones on one line (debootstrap 1.0.128).
+    return len({name for line in proc.stdout.splitlines()
+                if not line.startswith(("I:", "W:", "E:")) for name in line.split()})
 
 
 def run(argv: Sequence[str], logfile: Path, label: str, log: Log) -> int:

@@ -15,17 +15,20 @@ from nightly.images import cross, debootstrap, rootfs
 LINE = re.compile(r"^\d\d:\d\d:\d\d ")
 PACKAGES = ("base-files", "bash", "libc6", "patchelf", "python3")
 
-# debootstrap's own lines: --print-debs resolves and prints the package list last; a run
+# debootstrap's own lines: --print-debs resolves and prints the packages (the required ones a
+# line each, then the base ones on one line; its I: lines go to stderr); a run
 # retrieves the indexes (no version: not a package), then each package (a cached .deb is
 # validated, not retrieved), then extracts. The target folder is the last-but-one argument.
 FAKE_DEBOOTSTRAP = f"""#!/bin/sh
 for a in "$@"; do prev="$target"; target="$a"; done
 target="$prev"
 if [ "$1" = --print-debs ]; then
-  echo "I: Retrieving InRelease"
-  echo "I: Validating Packages"
-  echo "I: Resolving dependencies of required packages..."
-  echo "{' '.join(PACKAGES)} bash"
+  echo "I: Retrieving InRelease" >&2
+  echo "I: Validating Packages" >&2
+  echo "I: Resolving dependencies of required packages..." >&2
+  echo
+  for p in {' '.join(PACKAGES[:3])}; do echo "$p"; done
+  echo "{' '.join(PACKAGES[3:])} bash"
   exit 0
 fi
 echo "I: Retrieving InRelease"
