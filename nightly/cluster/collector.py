@@ -28,6 +28,7 @@ from nightly.cluster.verify import check_packages, sealed
 from nightly.errors import ObjectTooLarge, PublishError
 from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, INTERRUPTED, LOST_BUILD, RUNNING, SUCCEEDED, BuildEntry
+from nightly.workspace.live import PHASES
 from nightly.workspace.pythontests import python_tests
 
 UNCOLLECTED = ("verifying staging: a package is not the one its worker built (it was changed in "
@@ -162,10 +163,19 @@ class Collector:
                     "duration_s": ev.duration_s, "attempts": ev.attempt}), bid)
         elif ev.kind == "retry":
             self.note(f"retry  {bid} on {who(ev)}: {ev.reason}")
+        elif ev.kind == "phase":  # the worker's Runner said it: the live view shows it
+            self._phase(bid, ev.extra.get("phase"))
         elif ev.kind == "test-start" and self.tests is not None:
             self.tests.on_event(ev)
+            self._phase(bid, "GPU test")
         else:
             self.note(f"{ev.kind} {bid} on {who(ev)}: {ev.note}")
+
+    def _phase(self, build_id: str, phase: object) -> None:
+        """A running build's phase, for the live view and live.json. The worker's log path is
+        on its own host: never followed here (its lines reach staging, not this view)."""
+        if isinstance(phase, str) and phase in PHASES:
+            self._progress("phase", {"build": build_id, "phase": phase})
 
     def _lost(self, build: Build, cur: WorkerEvent, new: WorkerEvent) -> None:
         reason = (f"attempt on {who(cur)} ended without a result (its worker was lost); "

@@ -24,7 +24,6 @@ the scheduler; their workers notice and stop the recipes.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import fnmatch
 import hashlib
@@ -32,7 +31,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from nightly.builds.phase import NightContext
@@ -54,76 +53,27 @@ from nightly.cluster.dispatch import (
     task_key,
 )
 from nightly.cluster.gpustage import GpuStage, spec_packages
-from nightly.cluster.host import GPU, SLOTS, running_attempts
+from nightly.cluster.host import GPU, SLOTS
+from nightly.cluster.inputs import stage_inputs, wait_for_leftovers
 from nightly.cluster.messages import AttemptResult, GpuTestSpec
-from nightly.cluster.staging import (
-    StagingDay,
-    StagingSpec,
-    attempt_prefix,
-    inputs_key,
-    make_tarball,
+from nightly.cluster.options import (
+    ClusterOptions,
+    check_options,
+    config_for_workers,
+    estimate_source,
+    estimator,
 )
+from nightly.cluster.staging import StagingDay, StagingSpec, attempt_prefix, inputs_key
 from nightly.cluster.tls import client_security
 from nightly.cluster.verify import night_key
 from nightly.cluster.worker import TaskSpec, run_build_task
 from nightly.config import Config, Machine
-from nightly.config.schema import ProvenanceConfig
-from nightly.errors import ConfigError, NightlyError, NothingSelected, PublishError, UsageError
-from nightly.history.db import History, history_path
-from nightly.history.feeds import estimator as history_estimator
+from nightly.errors import NothingSelected
 from nightly.plan.matrix import Build, nightly_version
 from nightly.plan.schedule import make_plan, select_cli
 from nightly.redact import environment_secrets
 from nightly.workspace import INTERRUPTED, PENDING, RUNNING, Day, write_json
-
-LEFTOVER_WAIT_S = 60.0  # how long a rerun waits for a killed run's attempts to stop
-
-
-@dataclasses.dataclass(kw_only=True)
-class ClusterOptions:
-    address: str = ""  # --cluster; "" = [cluster] address
-    machine: str | None = None  # --machine (an error together with a cluster)
-    dry_run: bool = False
-    no_upload: bool = False
-    rebuild: tuple[str, ...] = ()
-    selects: tuple[str, ...] = ()
-    keep_container: bool = False
-    live: bool | None = None
-    notify: bool = True
-
-
-def estimator(config: Config) -> Callable[[Build], float]:
-    """One process plans the whole cluster, so the history's estimates are always
-    consistent here (unless history_estimates = "never")."""
-    path = history_path(config.root)
-    if config.history_estimates == "never" or not path.exists():
-        return config.estimate_for
-    return history_estimator(config, History(path))
-
-
-def check_options(config: Config, opts: ClusterOptions) -> str:
-    """The scheduler's address, once the options make sense for a cluster night."""
-    if opts.machine is not None:
-        raise UsageError(
-            "--machine and a cluster exclude each other: a cluster night runs every machine's "
-            "builds (drop --machine, or run without --cluster and [cluster] address)"
-        )
-    address = opts.address or config.cluster.address
-    if not address:
-        raise UsageError("no cluster: pass --cluster ADDRESS or set [cluster] address")
-    if not config.cluster.staging:
-        raise ConfigError(
-            "is required in cluster mode: where workers put packages and logs",
-            file=str(config.path), key="cluster.staging",
-            hint="a folder every host mounts, or s3://BUCKET/PREFIX (docs/cluster.md)",
-        )
-    return address
-
-
-def config_for_workers(config: Config) -> Config:
-    """The config a task carries: without the expanded matrix (size), and without the
-    provenance key's path: signing is the orchestrator's alone (nightly.provenance.attest)."""
-    return dataclasses.replace(config, builds=(), provenance=ProvenanceConfig())
+from nightly.workspace import live as live_state
 
 
 class ClusterPhase:
@@ -282,9 +232,14 @@ class ClusterPhase:
                             "resources": resources[b.id]} for b in todo],
             }
             write_json(self.day.master / "plan.json", self.plan_json)
+            estimates = {b.id: self.estimates[b.id] for b in todo}
+            # The same live view as a local night's: each running build's phase (the
+            # workers' events), and logs/master/live.json for `nightly status`.
             self.progress = self.collector.progress = progress = Progress(
                 total=len(todo), master_log=self.day.master / "run.log",
-                estimate_s=bounds.makespan_s, live=self.opts.live,
+                estimate_s=bounds.makespan_s, live=self.opts.live, estimates=estimates,
+                estimate_source=estimate_source(self.config, estimates),
+                live_path=live_state.path_of(self.day.master),
             )
             with progress:
                 progress.log(
@@ -297,7 +252,8 @@ class ClusterPhase:
                     self._warn_no_worker(bid, resources[bid])
                 if cc.gpu_smoke:
                     self._start_test_stage(dispatcher, workers)
-                self.wait_for_leftovers(client, todo)
+                wait_for_leftovers(client, todo, day_name=self.day.name, topic=self.topic,
+                                   note=self.note)
                 adopted = self.collector.adopt(todo)
                 items = [
                     self._task(b, resources[b.id], prio[b.id], source_sha, recipes_sha)
@@ -396,57 +352,9 @@ class ClusterPhase:
             return 0  # not capped
 
     def stage_inputs(self) -> tuple[str, str]:
-        """The day's source and the recipes, as tarballs in staging (each host fetches them
-        once). The source tarball is made once per checkout."""
-        night = self.night
-        cache = self.day.work / "cluster"
-        src_tar, meta_path = cache / "source.tar.gz", cache / "source.json"
-        meta: dict[str, object] = {}
-        with contextlib.suppress(OSError, ValueError):
-            meta = json.loads(meta_path.read_text())
-        ident = {"commit": night.commit, "describe": night.source_describe}
-        if src_tar.exists() and {k: meta.get(k) for k in ident} == ident and meta.get("sha256"):
-            source_sha = str(meta["sha256"])
-        else:
-            source_sha = make_tarball(night.source_dir, src_tar)
-            write_json(meta_path, {**ident, "sha256": source_sha})
-        recipes_tar = cache / "recipes.tar.gz"
-        recipes_sha = make_tarball(self.config.recipes, recipes_tar)
-        store = self.staging.store
-        try:
-            store.ensure(inputs_key(self.day.name, "source", source_sha), src_tar, source_sha)
-            store.ensure(inputs_key(self.day.name, "recipes", recipes_sha), recipes_tar,
-                         recipes_sha)
-        except (PublishError, OSError) as e:
-            raise NightlyError(f"cannot write to the staging store {store.url}: {e}") from e
-        return source_sha, recipes_sha
-
-    def wait_for_leftovers(self, client: Any, todo: Sequence[Build]) -> None:
-        """Attempts that a killed run left on the workers stop by themselves within seconds
-        (their task was released) or finish: wait for them, so a finished one is adopted
-        rather than built a second time beside it."""
-        ids = {b.id for b in todo}
-        deadline = time.monotonic() + LEFTOVER_WAIT_S
-        said = False
-        while True:
-            try:
-                per_worker = client.run(running_attempts)
-            except Exception as e:
-                self.note(f"cannot ask the workers what they run: {e}")
-                return
-            left = sorted({a["build"] for attempts in per_worker.values() for a in attempts
-                           if a.get("day") == self.day.name and a.get("topic") != self.topic
-                           and a.get("build") in ids})
-            if not left or time.monotonic() > deadline:
-                if left:
-                    self.note(f"still running after {LEFTOVER_WAIT_S:g} s, built again: "
-                              f"{', '.join(left)}")
-                return
-            if not said:
-                self.note(f"waiting for {len(left)} attempt(s) a previous run left on the "
-                          f"workers to stop or finish: {', '.join(left)}")
-                said = True
-            time.sleep(0.5)
+        """The day's source and the recipes, as tarballs in staging (nightly.cluster.inputs)."""
+        return stage_inputs(self.night, self.config.recipes, self.day.work / "cluster",
+                            self.staging)
 
     def on_tick(self, remaining: set[str]) -> None:
         """Tasks that no live worker can run wait `cluster.worker_wait`, then are given up: a
@@ -492,7 +400,5 @@ class ClusterPhase:
             have = "" if what == "GPU tests" else " and slots"
             self.note(f"warning: no worker has {needs}{have}: its {what} ({build_id}, ...) "
                       f"wait up to {self.config.cluster.worker_wait_s:g} s for one")
-
-
 
 __all__ = ["ClusterOptions", "ClusterPhase", "check_options", "config_for_workers", "estimator"]

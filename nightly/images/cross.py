@@ -37,7 +37,7 @@ from pathlib import Path
 
 from nightly import procs
 from nightly.errors import NightlyError
-from nightly.images import sysroot, zig
+from nightly.images import sysroot, transfer, zig
 from nightly.images.spec import ZIG_VERSION
 from nightly.images.suites import SUITE_OTHER_PYTHONS, SUITE_PYTHON
 from nightly.workspace.archive import WHEEL_LIMITS, unpack_into
@@ -111,8 +111,14 @@ def make_root(cache: Path, arch: str, python: str, mirror: str, log: Log) -> Pat
     debs = Path(env["APT_CONFIG"]).parent / "cache" / "archives"
     want = [f"python{python}", f"libpython{python}-dev", "libc6-dev"]
     log(f"cross: apt-get install --download-only {' '.join(want)} ({t.deb}, ~30 MB)")
-    _run(["apt-get", "-q", "install", "-y", "--download-only", "--no-install-recommends",
-                  *want], "apt-get install --download-only", env=env)
+    args = ["install", "-y", "--download-only", "--no-install-recommends", *want]
+    # The bytes done of apt's total as they arrive (nightly.images.transfer).
+    code, tail = transfer.run_filling(["apt-get", "-q", *args], debs,
+                                      transfer.apt_total(args, debs, env=env) or None,
+                                      f"cross: {t.deb} packages", log, env=env)
+    if code != 0:
+        raise CrossError(f"apt-get install --download-only failed (exit {code}): "
+                         f"apt-get -q {' '.join(args)}\n{tail}")
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     (partial / "root").mkdir(parents=True)

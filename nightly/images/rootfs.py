@@ -8,12 +8,12 @@ looks complete; downloaded .debs are kept in a shared debootstrap cache folder.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from nightly import procs
 from nightly.errors import NightlyError
+from nightly.images import debootstrap
 
 Log = Callable[[str], None]
 
@@ -68,16 +68,14 @@ def bootstrap(*, suite: str, packages: tuple[str, ...], key: str, mirror: str, c
         f"packages: {include}")
     logfile = cache / "logs" / f"debootstrap-{suite}-{key}.log"
     logfile.parent.mkdir(parents=True, exist_ok=True)
-    with logfile.open("wb") as f:  # direct: the log fills as debootstrap runs (minutes)
-        proc = subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={include}",
-             f"--cache-dir={debs}", suite, str(partial), mirror],
-            stdout=f, stderr=subprocess.STDOUT,
-        )
-    if proc.returncode != 0:
+    logfile.write_bytes(b"")
+    code = debootstrap.run(["debootstrap", "--variant=minbase", f"--include={include}",
+                            f"--cache-dir={debs}", suite, str(partial), mirror],
+                           logfile, f"base: debootstrap {suite}", log)  # packages done of the total
+    if code != 0:
         tail = "\n".join(logfile.read_text(errors="replace").splitlines()[-20:])
         remove_rootfs(partial)
-        raise RootfsError(f"debootstrap failed (exit {proc.returncode}; log {logfile}):\n{tail}")
+        raise RootfsError(f"debootstrap failed (exit {code}; log {logfile}):\n{tail}")
     # apt's caches are not needed to build; a smaller layer is faster to import and store.
     for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "tmp/*"):
         for p in partial.glob(pattern):

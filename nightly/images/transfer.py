@@ -212,6 +212,7 @@ def run_filling(argv: Sequence[str], folder: Path, total: int | None, label: str
                 env: dict[str, str] | None = None, poll_s: float = 0.5) -> tuple[int, str]:
     """Run a download that writes into `folder` (apt-get download in its cwd), the meter
     following the folder's bytes. Returns the exit status and the output's last lines."""
+    before = folder_bytes(folder)  # what was there already is not this download's
     with Meter(label, total, log) as meter:
         # Direct: the meter follows the folder while the download runs (procs.call waits).
         proc = subprocess.Popen(list(argv), cwd=folder, env=env, stdout=subprocess.PIPE,
@@ -220,14 +221,14 @@ def run_filling(argv: Sequence[str], folder: Path, total: int | None, label: str
 
         def follow() -> None:
             while not stop.wait(poll_s):
-                meter.update(folder_bytes(folder))
+                meter.update(max(0, folder_bytes(folder) - before))
 
         watcher = threading.Thread(target=follow, daemon=True)
         watcher.start()
         out, _ = proc.communicate()
         stop.set()
         watcher.join()
-        meter.update(folder_bytes(folder))
+        meter.update(max(0, folder_bytes(folder) - before))
         if proc.returncode != 0:
             meter.finish(ok=False)
     return proc.returncode, "\n".join(out.strip().splitlines()[-10:])
@@ -238,13 +239,21 @@ def apt_download(packages: Sequence[str], folder: Path, label: str, log: Log, *,
     """`apt-get download PACKAGES` into `folder` with a meter: the total from apt's own
     listing (`--print-uris`: each file's URI, name, size and hash), the bytes from the
     folder as it fills."""
+    total = apt_total(["download", *packages], folder, env=env)
+    return run_filling(["apt-get", "-q", "download", *packages], folder, total or None,
+                       label, log, env=env)
+
+
+def apt_total(args: Sequence[str], cwd: Path, *, env: dict[str, str] | None = None) -> int:
+    """The bytes `apt-get ARGS` would download, from apt's own listing (`--print-uris`:
+    each file's URI, name, size and hash; what is already downloaded is not listed); 0 when
+    apt cannot say."""
     total = 0
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        listing = procs.call(["apt-get", "-q", "--print-uris", "download", *packages],
-                             env=env, cwd=folder, timeout=120).stdout
+        listing = procs.call(["apt-get", "-q", "--print-uris", *args],
+                             env=env, cwd=cwd, timeout=120).stdout
         for line in listing.splitlines():
             fields = line.split()
             if len(fields) >= 3 and fields[0].startswith("'") and fields[2].isdigit():
                 total += int(fields[2])
-    return run_filling(["apt-get", "-q", "download", *packages], folder, total or None,
-                       label, log, env=env)
+    return total

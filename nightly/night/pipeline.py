@@ -17,7 +17,7 @@ import socket
 import sqlite3
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from nightly.files import append_line
 from nightly.history.db import History, history_path
 from nightly.history.feeds import planning_estimator
 from nightly.history.triage import summary_for_day
-from nightly.night import notify, wheelhouse
+from nightly.night import notify, publishing, wheelhouse
 from nightly.night import source as src
 from nightly.night.retain import prune_step
 from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spec
@@ -195,8 +195,9 @@ def _after_builds(night: NightContext, phase: BuildPhase, opts: NightOptions,
                   date: dt.date) -> None:
     """Sign, publish, record, report, prune, let the phase clean up: each step never fatal."""
     attest.provenance_step(night)
-    if not opts.no_upload:
-        publish_step(night, replace=opts.rebuild)
+    if not opts.no_upload:  # each build's publishing shown (nightly.night.publishing)
+        with publishing.shown(night) as shown:
+            publish_step(night, replace=opts.rebuild, on_package=shown)
     try:
         night.history.record_state(night.day.name, night.state, commit=night.commit,
                                    channel=opts.channel)
@@ -299,7 +300,8 @@ def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> Summary
 # ---------------------------------------------------------------------------- after the builds
 
 
-def publish_step(night: NightContext, *, replace: Sequence[str] = ()) -> None:
+def publish_step(night: NightContext, *, replace: Sequence[str] = (),
+                 on_package: Callable[[str, str, str], None] | None = None) -> None:
     """Upload the day's good packages and refresh the index; failures are recorded per build
     (upload_error) and reported in the summary, never fatal to the night."""
     pub = night.config.publish
@@ -308,7 +310,7 @@ def publish_step(night: NightContext, *, replace: Sequence[str] = ()) -> None:
         return
     try:
         report = publish_day(night.config, night.day, night.state, channel=night.channel,
-                             log=night.log, replace=replace)
+                             log=night.log, replace=replace, on_package=on_package)
     except NightlyError as e:
         night.log(f"publish failed: {e}")
         night.state.set_meta(publish_error=str(e))

@@ -77,6 +77,7 @@ def publish_day(
     config: Config, day: Day, state: State, *, channel: str, log: Log, index: bool = True,
     force_partial: bool = False,
     replace: Sequence[str] = (),
+    on_package: Callable[[str, str, str], None] | None = None,
 ) -> UploadReport:
     """Upload what is not yet published; then refresh the index pages of the day's folders.
     `[publish] atomic` holds back the good builds a failed one gates (nightly.publish.gate),
@@ -85,7 +86,11 @@ def publish_day(
     A package already in the store with another sha256 is replaced only when this build
     published it before (state.json says so: a rebuild of it) or the build matches a
     `replace` glob (`--rebuild`): a lost or reset state never silently replaces what users
-    already installed."""
+    already installed.
+
+    `on_package(build, package, what)`: "queued" for each package to upload (all of them
+    first), "uploading" as its turn comes, then "uploaded", "already there" or "failed"
+    (the night's view of it: nightly.night.publishing)."""
     pub = config.publish
     report = UploadReport()
     store = open_destination(config) if pub.url else None
@@ -99,6 +104,12 @@ def publish_day(
         report.held_back = {}
     keys = {bid: dict(_store_keys(entry, channel)) for bid, entry in sorted(state.builds.items())}
     public_key = attest.public_key_of(config) if store is not None else None
+    said = on_package or (lambda _bid, _name, _what: None)
+    for bid, entry in sorted(state.builds.items()):
+        if store is not None and entry.status == SUCCEEDED and bid not in report.held_back:
+            for p in entry.packages:
+                if keys[bid].get(p.name) is not None:
+                    said(bid, p.name, "queued")
     for bid, entry in sorted(state.builds.items()):
         if entry.status != SUCCEEDED or bid in report.held_back:
             continue
@@ -108,6 +119,8 @@ def publish_day(
                     not attest.signable(pkg["name"], config):
                 # Filed before ownership was checked, or by hand: never published.
                 report.failed[pkg["name"]] = "not the project's package: not published"
+                if key is not None and store is not None:
+                    said(bid, pkg["name"], "failed")
                 log(f"not published: {pkg['name']}: not named for the project "
                     "([project] name, extra_names)")
                 continue
@@ -115,28 +128,8 @@ def publish_day(
                 conda_files.append((bid, pkg))
             if key is None or store is None:
                 continue
-            folder = key.rpartition("/")[0]
-            dest = f"{store.url}/{key}"
-            report.folders.setdefault(folder, {})  # its name listed once it is there
-            try:  # the bytes tested and signed, or nothing (BytesChanged names the file)
-                check_sha256(day.path / pkg["path"], pkg["sha256"], before="uploaded")
-                prov_sha = attest.publish_beside(store, key, day.path / pkg["path"],
-                                                 pkg["sha256"], public_key, log)
-                uploaded = _ensure(store, key, day.path / pkg["path"], pkg["sha256"],
-                                   may_replace=dest in entry.published or _matches(bid, replace),
-                                   state=state, build_id=bid)
-            except (PublishError, OSError, BytesChanged) as e:
-                report.failed[dest] = str(e)
-                state.update(bid, upload_error=f"{dest}: {e}")
-                log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
-                continue
-            record = _publish_metadata(store, key, day.path / pkg["path"], pkg["sha256"], uploaded, log)
-            record = dataclasses.replace(record, provenance_sha256=prov_sha)
-            report.folders[folder][pkg["name"]] = pkg["sha256"]
-            report.records.setdefault(folder, {})[pkg["name"]] = record
-            state.add_published(bid, dest, pkg["sha256"])
-            (report.uploaded if uploaded else report.skipped).append(dest)
-            log(f"{'uploaded' if uploaded else 'already there'}: {dest}")
+            _upload_one(store, day, state, report, bid, pkg, key, public_key=public_key,
+                        may_replace=_matches(bid, replace), log=log, said=said)
     if store is not None:
         current = {f"{store.url}/{k}" for ks in keys.values() for k in ks.values()}
         for bid, entry in sorted(state.builds.items()):
@@ -148,6 +141,38 @@ def publish_day(
     if index and store is not None and pub.index and (report.folders or report.removed):
         regenerate_index(config, store, report, channel=channel, log=log)
     return report
+
+
+def _upload_one(store: Any, day: Day, state: State, report: UploadReport, bid: str,
+                pkg: dict[str, Any], key: str, *, public_key: Any, may_replace: bool, log: Log,
+                said: Callable[[str, str, str], None]) -> None:
+    """One package of a build to the store (with its provenance beside it), recorded in the
+    report and state.json; a failure recorded, never raised."""
+    folder = key.rpartition("/")[0]
+    dest = f"{store.url}/{key}"
+    report.folders.setdefault(folder, {})  # its name listed once it is there
+    said(bid, pkg["name"], "uploading")
+    try:  # the bytes tested and signed, or nothing (BytesChanged names the file)
+        check_sha256(day.path / pkg["path"], pkg["sha256"], before="uploaded")
+        prov_sha = attest.publish_beside(store, key, day.path / pkg["path"],
+                                         pkg["sha256"], public_key, log)
+        uploaded = _ensure(store, key, day.path / pkg["path"], pkg["sha256"],
+                           may_replace=may_replace or dest in state.get(bid).published,
+                           state=state, build_id=bid)
+    except (PublishError, OSError, BytesChanged) as e:
+        report.failed[dest] = str(e)
+        state.update(bid, upload_error=f"{dest}: {e}")
+        log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
+        said(bid, pkg["name"], "failed")
+        return
+    record = _publish_metadata(store, key, day.path / pkg["path"], pkg["sha256"], uploaded, log)
+    record = dataclasses.replace(record, provenance_sha256=prov_sha)
+    report.folders[folder][pkg["name"]] = pkg["sha256"]
+    report.records.setdefault(folder, {})[pkg["name"]] = record
+    state.add_published(bid, dest, pkg["sha256"])
+    (report.uploaded if uploaded else report.skipped).append(dest)
+    log(f"{'uploaded' if uploaded else 'already there'}: {dest}")
+    said(bid, pkg["name"], "uploaded" if uploaded else "already there")
 
 
 def _matches(build_id: str, globs: Sequence[str]) -> bool:

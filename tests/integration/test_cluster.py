@@ -17,6 +17,7 @@ import signal
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -353,3 +354,45 @@ def test_provenance_is_signed_by_the_orchestrator_and_no_worker_holds_the_key(
             assert secret not in data, f
             assert str(key).encode() not in data, f
             assert str(key.parent).encode() not in data, f
+
+
+def test_live_json_names_a_running_build_and_its_phase(
+    night_project: Any, make_recipe: Any, start_cli: Any, run_cli: Any, wait_until: Any,
+    cluster: DaskCluster
+) -> None:
+    """A cluster night writes logs/master/live.json like a local one (issue 50): while a
+    build is held on its worker, the file names it, the phase its worker's Runner said, and
+    the night's count; `nightly status` from another shell shows the same."""
+    held = "manywheel_3.7m_cu100"
+    p = make_project(night_project, make_recipe, cluster, behaviours={held: "go:60"})
+    night = start_cli(run_args(p, "--cluster", cluster.address))
+    path = p.day / "logs" / "master" / "live.json"
+
+    def held_building() -> dict[str, Any] | None:
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        running = {b["build"]: b for b in state["builds"]}
+        return state if isinstance(state, dict) and running.get(held, {}).get(
+            "phase") == "building" else None
+
+    wait_until(lambda: ppid(p, held) and held_building(), timeout=60,
+               what="live.json to show the held build building")
+    state = held_building()
+    assert state is not None
+    assert state["total"] == len(ALL_BUILDS)
+    assert state["pid"] == night.pid
+    (entry,) = [b for b in state["builds"] if b["build"] == held]
+    assert entry["estimate_s"] > 0
+    assert entry["started"] <= state["updated"]
+    code, out, err = run_cli(["status", "--config", str(p.config), "--date", "2024_05_01"])
+    p.go(held)
+    assert "running now" in out, (out, err)
+    assert re.search(rf"queue \d+: {held} building", out), out
+    assert "\x1b" not in out
+    code, out, err = night.wait(timeout=120)
+    assert code == 0, (out, err)
+    assert f"phase  {held}: building" in (p.day / "logs" / "master" / "run.log").read_text()
+    assert "\x1b" not in out  # a pipe: plain lines
+    check_night(p, cluster, ALL_BUILDS)

@@ -5,12 +5,14 @@ log); through a pipe, plain timestamped lines with no control codes; from anothe
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.support.cli import child_env, nightly_cmd
 from tests.support.day import find_day
@@ -132,3 +134,27 @@ def test_a_symlinked_live_file_is_not_read(night_project: MakeProject, tmp_path:
     link.symlink_to(target)
     assert live.read(link) is None
     assert live.read(target) is not None
+
+
+def test_publishing_is_each_builds_last_phase_with_packages_done_of_the_total(
+        night_project: Any, run_cli: Any) -> None:
+    """The upload after the builds, through a pipe: one plain line per package, per build,
+    done of the total (no control codes); live.json's last step is the one after it."""
+    from tests.support.wheels import wheel_recipe
+
+    p = night_project(matrix=MATRIX, queues=2,
+                      extra='[publish]\nurl = "mirror"\n\n[smoke]\nenabled = false\n')
+    (p.path / "recipes" / "manywheel" / "build.sh").write_text(wheel_recipe(p.signals))
+    code, out, err = run_cli(run_args(p.config), env={"TERM": "xterm-256color"})
+    assert code == 0, (out, err)
+    assert "\x1b" not in out
+    builds = sorted(p.state()["builds"])
+    assert len(builds) == 3
+    said = [line.split(" publish  ", 1)[1] for line in out.splitlines() if " publish  " in line]
+    assert [s.split(":", 1)[0] for s in said] == builds, out
+    assert [s.split(": ", 1)[1].split(" (")[0] for s in said] == ["1 of 1 packages"] * 3
+    assert [s.split("(", 1)[1].split(")")[0] for s in said] == [
+        "1 of 3 in all", "2 of 3 in all", "3 of 3 in all"]
+    assert all(s.endswith(" uploaded") for s in said), said
+    state = json.loads((p.day / "logs" / "master" / "live.json").read_text())
+    assert state["step"] == "reporting"
