@@ -68,10 +68,10 @@ from nightly.cluster.verify import night_key
 from nightly.cluster.worker import TaskSpec, run_build_task
 from nightly.config import Config, Machine
 from nightly.config.schema import ProvenanceConfig
+from nightly.core.matrix import Build, nightly_version
 from nightly.errors import ConfigError, NightlyError, NothingSelected, PublishError, UsageError
 from nightly.history.db import History, history_path
 from nightly.history.feeds import estimator as history_estimator
-from nightly.plan.matrix import Build, nightly_version
 from nightly.plan.schedule import make_plan, select_cli
 from nightly.redact import environment_secrets
 from nightly.workspace import INTERRUPTED, PENDING, RUNNING, Day, write_json

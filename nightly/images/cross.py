@@ -36,10 +36,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nightly.core.spec import ZIG_VERSION
+from nightly.core.suites import SUITE_OTHER_PYTHONS, SUITE_PYTHON
 from nightly.errors import NightlyError
 from nightly.images import sysroot, zig
-from nightly.images.spec import ZIG_VERSION
-from nightly.images.suites import SUITE_OTHER_PYTHONS, SUITE_PYTHON
 
 Log = Callable[[str], None]
 

@@ -25,9 +25,9 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from nightly.core.suites import DEBIAN_NVCC
 from nightly.errors import NightlyError
 from nightly.images import transfer
-from nightly.images.suites import DEBIAN_NVCC
 from nightly.procs import run
 
 Log = Callable[[str], None]

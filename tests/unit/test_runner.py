@@ -21,8 +21,8 @@ import pytest
 from nightly import config as cfg
 from nightly.builds.jobs import RunContext, make_job, recipe_env
 from nightly.builds.runner import Runner, _Dispatcher
+from nightly.core.matrix import Build
 from nightly.executors.local import LocalExecutor, NotFound, _record_group
-from nightly.plan.matrix import Build
 from nightly.redact import mask_env
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State
 
