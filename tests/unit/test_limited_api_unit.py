@@ -1,5 +1,5 @@
 """Limited-API (abi3) projects: what `nightly init` reads from a project (never running it),
-the matrix made one build per floor with its wheel tested on each Python (plan/limited.py,
+the matrix made one build per floor with its wheel tested on each Python (core/limited.py,
 pure), `[project] limited_api` in the config, the test of each Python and its typed record in
 state.json and summary.json."""
 
