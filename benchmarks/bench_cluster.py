@@ -49,7 +49,7 @@ from nightly.cluster.dispatch import (  # noqa: E402
     lpt_priorities,
     task_key,
 )
-from nightly.plan.matrix import Build  # noqa: E402
+from nightly.core.matrix import Build  # noqa: E402
 from nightly.plan.schedule import make_plan  # noqa: E402
 
 LINUX_WORKERS, MACOS_WORKERS = 16, 4

@@ -71,7 +71,7 @@ from nightly.cluster.dispatch import (  # noqa: E402
     task_key,
 )
 from nightly.cluster.host import GPU  # noqa: E402
-from nightly.plan.matrix import Build  # noqa: E402
+from nightly.core.matrix import Build  # noqa: E402
 
 CPU_WORKERS, GPU_WORKERS = 20, 2
 TEST_SHARE = 0.1  # a CUDA build's GPU test: a tenth of its build time

@@ -43,9 +43,9 @@ sys.path.insert(0, str(REPO))
 from common import format_table, write_results  # noqa: E402
 
 from nightly.config import load  # noqa: E402
+from nightly.core.matrix import cuda_version  # noqa: E402
+from nightly.core.spec import BuilderSpec  # noqa: E402
 from nightly.images import engine, runtime  # noqa: E402
-from nightly.images.spec import BuilderSpec  # noqa: E402
-from nightly.plan.matrix import cuda_version  # noqa: E402
 from tests.support.day import find_day  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "container-engine.sh"

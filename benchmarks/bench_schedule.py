@@ -51,8 +51,8 @@ from common import DELIVER_WHEEL, median, print_table, stand_in_wheel, timed, wr
 from nightly import config as cfg  # noqa: E402
 from nightly.builds.jobs import RunContext  # noqa: E402
 from nightly.builds.runner import Runner  # noqa: E402
+from nightly.core.matrix import Build, normalize_cuda  # noqa: E402
 from nightly.executors.local import LocalExecutor  # noqa: E402
-from nightly.plan.matrix import Build, normalize_cuda  # noqa: E402
 from nightly.plan.schedule import Plan, make_plan  # noqa: E402
 from nightly.workspace import Day, State  # noqa: E402
 

@@ -32,9 +32,9 @@ from nightly.bisect.search import (
     read_steps,
 )
 from nightly.config import Config
+from nightly.core.matrix import Build
 from nightly.errors import NightlyError, UsageError
 from nightly.history.triage import facts_for_day, normalise, signature
-from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, SUCCEEDED, Day, DayLock, State, remove_tree, write_json
 
 Say = Callable[[str], None]

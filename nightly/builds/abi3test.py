@@ -1,4 +1,4 @@
-"""The test of a limited-API build (nightly.plan.limited): its one wheel, checked to be an
+"""The test of a limited-API build (nightly.core.limited): its one wheel, checked to be an
 abi3 wheel, then smoke-tested on each Python of `build.tests_on` in turn, each in a fresh
 environment with that Python (cibuildwheel's "build once, test on each"). Every Python is
 tested even when one fails; the results are PythonTest records (nightly.workspace.pythontests).
@@ -16,9 +16,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from nightly.builds.jobs import interpreter_env
 from nightly.config import Config
+from nightly.core.axes import python_abi
+from nightly.core.matrix import Build
 from nightly.executors.base import Job, OutputSink
-from nightly.plan.axes import python_abi
-from nightly.plan.matrix import Build
 from nightly.workspace.pythontests import FAILED, NOT_RUN, PASSED, PythonTest
 
 

@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from nightly import manylinux
 from nightly.builds import onename
 from nightly.builds.ownership import NotOurs, check_owned
+from nightly.core import manylinux
+from nightly.core.matrix import Build
 from nightly.files import sha256_file
-from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, SUCCEEDED, BuildEntry, Day, PackageFile, State
 
 # (ok, reason, the filed packages) -> where the build's log now is (in succeeded/ or failed/)

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.runner import EventSink, Runner, SmokeHook
+from nightly.core.matrix import Build
 from nightly.errors import NightlyError
 from nightly.executors import Executor, make_executor
-from nightly.plan.matrix import Build
 
 # (the run's context, the executor, the builds about to run): raises NightlyError when this
 # executor cannot run them here (a missing image, an unreachable engine).

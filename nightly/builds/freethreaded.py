@@ -12,9 +12,9 @@ import os
 from collections.abc import Mapping, Sequence
 
 from nightly.config import Config
+from nightly.core.axes import manylinux_interpreter
+from nightly.core.matrix import Build, python_number
 from nightly.errors import UsageError
-from nightly.plan.axes import manylinux_interpreter
-from nightly.plan.matrix import Build, python_number
 
 DOCS = 'docs/images.md, "Free-threaded Pythons"'
 

@@ -14,10 +14,10 @@ from nightly.builds.reproducible import reproducible_env
 from nightly.builds.userarea import BuildArea
 from nightly.config import Config
 from nightly.config.detect import PyProjectError, VersionChoice, resolve_version_from
+from nightly.core.axes import manylinux_interpreter
+from nightly.core.manylinux import OFF, glibc_of, plat, platform_env
+from nightly.core.matrix import Build, python_number
 from nightly.executors.base import Job
-from nightly.manylinux import OFF, glibc_of, plat, platform_env
-from nightly.plan.axes import manylinux_interpreter
-from nightly.plan.matrix import Build, python_number
 from nightly.workspace import Day, State
 
 

@@ -19,11 +19,11 @@ from nightly.builds.progress import Progress
 from nightly.builds.runner import Runner, SmokeHook
 from nightly.builds.smoke import night_smoke
 from nightly.config import Config, Machine
+from nightly.core.matrix import Build
 from nightly.errors import ExecutorError, UsageError
 from nightly.executors import Executor, make_executor
 from nightly.executors.local import LocalExecutor
 from nightly.history.feeds import recorder
-from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 from nightly.workspace import live as live_state
 

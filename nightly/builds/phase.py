@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Protocol
 
 from nightly.config import Config, Machine
+from nightly.core.matrix import Build
 from nightly.history.db import History
-from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 
 

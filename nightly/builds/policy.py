@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from nightly.config import Config
-from nightly.manylinux import OFF
-from nightly.plan.matrix import Build
+from nightly.core.manylinux import OFF
+from nightly.core.matrix import Build
 from nightly.workspace import SUCCEEDED, State
 
 ENV_TOOLCHAIN = "NIGHTLY_MANYLINUX_TOOLCHAIN"  # the configured choice, for the state record

@@ -22,9 +22,9 @@ from pathlib import Path
 from nightly import procs
 from nightly.builds.ownership import outputs
 from nightly.builds.reproducible import normalise_packages
+from nightly.core.matrix import Build
 from nightly.executors.base import Executor, Job
 from nightly.files import sha256_file
-from nightly.plan.matrix import Build
 from nightly.workspace import Day, remove_tree
 
 MODES = ("none", "sample", "all")

@@ -24,9 +24,9 @@ from nightly.builds.collect import PackageFile, check_policy, collect_build
 from nightly.builds.jobs import RunContext, day_work, make_job, prepare_toolchain
 from nightly.builds.ownership import NotOurs, check_owned, outputs, owned_names
 from nightly.config.pyproject import pyproject_problem
+from nightly.core.matrix import Build
 from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
-from nightly.plan.matrix import Build
 from nightly.redact import Masker, mask, safe_url, secret_values
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, remove_tree
 

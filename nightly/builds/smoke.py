@@ -31,11 +31,11 @@ from nightly.builds.buildlog import ErrorLine
 from nightly.builds.ownership import owned_names
 from nightly.channels import conda as conda_client
 from nightly.config import Config
+from nightly.core.matrix import Build, python_number
 from nightly.executors.base import Executor, Job, OutputSink
 from nightly.executors.local import NotFound, find_python, give_to
 from nightly.hardening import BuildUser
 from nightly.images import runtime
-from nightly.plan.matrix import Build, python_number
 from nightly.workspace.pythontests import KEY as PYTHONS_KEY
 from nightly.workspace.pythontests import PythonTest, tests_json
 

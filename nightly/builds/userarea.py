@@ -35,11 +35,11 @@ from pathlib import Path
 
 from nightly import procs
 from nightly.builds.cache import CacheSettings
+from nightly.core.matrix import python_number
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
 from nightly.executors.local import NotFound, find_cuda, find_python
 from nightly.hardening import USER_KEY, BuildUser
-from nightly.plan.matrix import python_number
 from nightly.reach import Account, Denied, denied
 
 SMOKE_SCRIPTS = ".nightly-smoke-scripts"  # DAY/: nightly's smoke scripts (builds/smoke.py)

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 
 from nightly.builds.jobs import package_version, recipe_env
 from nightly.config import Config
+from nightly.core.axes import libtorch_zip as pytorch_zip
+from nightly.core.matrix import Build
 from nightly.errors import UsageError
-from nightly.plan.axes import libtorch_zip as pytorch_zip
-from nightly.plan.matrix import Build
 
 RECIPE = "build_windows.py"
 # PyTorch's Windows builds are release builds (its build names end in `-release`).

@@ -129,7 +129,7 @@ def tonight(base_version: str, version_from: str) -> str:
     """The version tonight's night gives the project."""
     import datetime as dt
 
-    from nightly.plan.matrix import nightly_version
+    from nightly.core.matrix import nightly_version
 
     return nightly_version(base_version or "0.0.0", dt.date.today(), version_from)
 

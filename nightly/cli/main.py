@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from nightly.config import Config
-    from nightly.plan.matrix import Build
+    from nightly.core.matrix import Build
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -54,8 +54,8 @@ def plan(
     selects: tuple[str, ...],
 ) -> None:
     """The night's builds, their machines and queues, estimates and lower bound."""
+    from nightly.core.matrix import nightly_version
     from nightly.history.feeds import estimates_note, planning_estimator
-    from nightly.plan.matrix import nightly_version
     from nightly.plan.schedule import plan_night
 
     ctx = Ctx(builds=True)

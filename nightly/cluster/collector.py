@@ -25,8 +25,8 @@ from nightly.cluster.dispatch import TaskItem
 from nightly.cluster.messages import AttemptResult, GpuTestResult, WorkerEvent
 from nightly.cluster.staging import RESULT_JSON, StagingDay, attempt_prefix
 from nightly.cluster.verify import check_packages, sealed
+from nightly.core.matrix import Build
 from nightly.errors import ObjectTooLarge, PublishError
-from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, INTERRUPTED, LOST_BUILD, RUNNING, SUCCEEDED, BuildEntry
 from nightly.workspace.live import PHASES
 from nightly.workspace.pythontests import python_tests

@@ -25,8 +25,8 @@ from typing import Any
 
 from nightly.cluster.host import GPU, SLOTS, accel_resource, arch_resource, platform_resource
 from nightly.config import Config
+from nightly.core.matrix import Build
 from nightly.errors import NightlyError
-from nightly.plan.matrix import Build
 
 WORKER_CHECK_S = 5.0  # how often the workers' capacity is looked at while builds wait
 BATCH = 256  # inbox messages handled before tasks go out again

@@ -45,7 +45,7 @@ from nightly.cluster.messages import (
 from nightly.cluster.staging import RESULT_JSON, StagingDay
 from nightly.cluster.verify import check_packages, sealed
 from nightly.config import Config
-from nightly.plan.matrix import Build
+from nightly.core.matrix import Build
 from nightly.workspace import LOST_GPU_TEST, SUCCEEDED, State
 
 # (build, its result, this test's submission) -> the test's task

@@ -37,6 +37,7 @@ from nightly.cluster.host import (
     reap_orphans,
     run_task,
 )
+from nightly.cluster.hostinputs import ensure_input
 from nightly.cluster.messages import GpuTestResult, GpuTestSpec, WorkerEvent
 from nightly.cluster.staging import (
     ATTEMPT_JSON,
@@ -45,7 +46,6 @@ from nightly.cluster.staging import (
     RESULT_JSON,
     LogStreamer,
     attempt_prefix,
-    ensure_input,
     gpu_test_prefix,
 )
 from nightly.cluster.verify import check_packages, seal

@@ -14,8 +14,8 @@ from typing import Any
 from nightly.builds.phase import NightContext
 from nightly.cluster.host import running_attempts
 from nightly.cluster.staging import StagingDay, inputs_key, make_tarball
+from nightly.core.matrix import Build
 from nightly.errors import NightlyError, PublishError
-from nightly.plan.matrix import Build
 from nightly.workspace import write_json
 
 LEFTOVER_WAIT_S = 60.0  # how long a rerun waits for a killed run's attempts to stop

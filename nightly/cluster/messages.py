@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 from nightly.cluster.staging import StagingSpec
 from nightly.config import Config
+from nightly.core.matrix import Build
 from nightly.jsonvalues import as_float, as_int, as_str, opt_int, opt_str
-from nightly.plan.matrix import Build
 from nightly.workspace import FAILED
 
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 from nightly.config import Config
 from nightly.config.schema import ProvenanceConfig
+from nightly.core.matrix import Build
 from nightly.errors import ConfigError, UsageError
 from nightly.history.db import History, history_path
 from nightly.history.feeds import estimator as history_estimator
-from nightly.plan.matrix import Build
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -68,8 +68,8 @@ from nightly.cluster.tls import client_security
 from nightly.cluster.verify import night_key
 from nightly.cluster.worker import TaskSpec, run_build_task
 from nightly.config import Config, Machine
+from nightly.core.matrix import Build, nightly_version
 from nightly.errors import NothingSelected
-from nightly.plan.matrix import Build, nightly_version
 from nightly.plan.schedule import make_plan, select_cli
 from nightly.redact import environment_secrets
 from nightly.workspace import INTERRUPTED, PENDING, RUNNING, Day, write_json

@@ -17,19 +17,17 @@ A GPU test attempt (nightly.cluster.gputest) writes the same files under
 
 The store is a shared folder or an S3 prefix (nightly.stores). `StagingDay` is the
 orchestrator's view of one day in it: the attempts of each build, their logs, and assembling
-them into the build's log in the day folder.
+them into the build's log in the day folder. A worker host's copy of the staged inputs is
+`hostinputs.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gzip
 import os
-import shutil
 import tarfile
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,12 +35,11 @@ from typing import Any, BinaryIO
 
 from nightly.cluster.stagedlog import LOG_CHUNKS, LOG_TXT, log_check, read_staged_log
 from nightly.cluster.stagingclean import prune_empty
-from nightly.errors import NightlyError, ObjectTooLarge, PublishError, UnsafeEntry
+from nightly.errors import ObjectTooLarge, PublishError, UnsafeEntry
 from nightly.files import sha256_file
 from nightly.jsonvalues import json_object
 from nightly.stores import FileStore, Store, open_store
 from nightly.workspace import INTERRUPTED, Day, atomic_write
-from nightly.workspace.archive import Limits, unpack
 
 # Staging layout (keys relative to the staging store's root).
 ATTEMPT_JSON = "attempt.json"
@@ -50,7 +47,6 @@ RESULT_JSON = "result.json"
 PACKAGES = "packages/"
 JSON_MAX = 1024 * 1024  # attempt.json, result.json: a few hundred bytes each
 
-KEEP_INPUTS_S = 2 * 86400  # fetched inputs unused this long are dropped from a host
 
 
 def builds_prefix(day: str) -> str:
@@ -163,66 +159,6 @@ def _walk(root: Path) -> Iterator[Path]:
             if (d / name).is_symlink():
                 yield d / name
         dirnames[:] = [n for n in dirnames if not (d / n).is_symlink()]
-
-
-# A staged source (a whole checkout with its submodules) is far larger than an sdist.
-INPUT_LIMITS = Limits(members=5_000_000, total_bytes=256 << 30, ratio=1000)
-
-
-def ensure_input(
-    store: Store, key: str, sha256: str, folder: Path, kind: str, *, size: int = 0
-) -> Path:
-    """The day's source or recipes on this host: fetched from staging (never more than the
-    `size` the orchestrator staged, when known) and unpacked once per content (several builds
-    of one host share it; an flock makes them wait for one fetch)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    name = f"{kind}-{sha256[:16]}"
-    dest, done = folder / name, folder / f"{name}.ok"
-    fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        if done.exists() and dest.is_dir():
-            done.touch()  # its time of last use, for prune_inputs
-            return dest
-        archive = folder / f"{name}.tar.gz"
-        store.get(key, archive, max_bytes=size or None)
-        got = sha256_file(archive)
-        if got != sha256:
-            raise NightlyError(f"staging {key}: sha256 {got} is not the expected {sha256}")
-        if dest.exists():
-            shutil.rmtree(dest)
-        unpack(archive, dest, links=True, limits=INPUT_LIMITS)
-        archive.unlink()
-        done.touch()
-        return dest
-    finally:
-        os.close(fd)  # releases the flock
-
-
-def prune_inputs(folder: Path, keep_s: float = KEEP_INPUTS_S) -> None:
-    """Drop fetched sources and recipes not used for `keep_s` (one is fetched per day)."""
-    now = time.time()
-    for done in folder.glob("*.ok"):
-        name = done.name[: -len(".ok")]
-        try:
-            if now - done.stat().st_mtime < keep_s:
-                continue
-        except OSError:
-            continue
-        lock = folder / f"{name}.lock"
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue  # being fetched right now: in use
-        try:
-            done.unlink(missing_ok=True)
-            shutil.rmtree(folder / name, ignore_errors=True)
-            lock.unlink(missing_ok=True)
-        finally:
-            os.close(fd)
-
 
 
 # ---------------------------------------------------------------------------- log streaming
@@ -472,11 +408,9 @@ __all__ = [
     "attempt_prefix",
     "build_prefix",
     "builds_prefix",
-    "ensure_input",
     "gpu_test_prefix",
     "gpu_tests_prefix",
     "inputs_key",
     "make_tarball",
-    "prune_inputs",
     "read_json",
 ]

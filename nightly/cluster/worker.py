@@ -40,6 +40,7 @@ from nightly.cluster.host import (
     run_task,
     slots,
 )
+from nightly.cluster.hostinputs import ensure_input, prune_inputs
 from nightly.cluster.messages import AttemptResult, StagedPackage, WorkerEvent
 from nightly.cluster.staging import (
     ATTEMPT_JSON,
@@ -51,15 +52,13 @@ from nightly.cluster.staging import (
     StagingSpec,
     attempt_prefix,
     build_prefix,
-    ensure_input,
-    prune_inputs,
     read_json,
 )
 from nightly.cluster.verify import seal
 from nightly.config import Config
+from nightly.core.matrix import Build
 from nightly.executors import Executor
 from nightly.files import process_identity, sha256_file
-from nightly.plan.matrix import Build
 from nightly.stores import Store
 from nightly.workspace import FAILED, PENDING, Day, State, write_json
 

@@ -1,6 +1,6 @@
 """What a project's source says about CPython's limited API (PEP 384): whether its extension
 uses it, from which floor, and whether its wheel is declared `cp3X-abi3` (`nightly init`
-writes `[project] limited_api` from it: nightly.plan.limited).
+writes `[project] limited_api` from it: nightly.core.limited).
 
 Read, never run: setup.cfg (configparser), pyproject.toml (tomllib, bounded: its [tool]
 tables), setup.py (parsed with `ast`, never executed), meson.build, CMakeLists.txt and the

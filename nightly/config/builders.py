@@ -1,6 +1,6 @@
 """[builders.NAME] (declared builder images) and the `@NAME` references of [images].
 
-The spec itself (fields, validation, content hash) lives in `nightly.images.spec`; this module
+The spec itself (fields, validation, content hash) lives in `nightly.core.spec`; this module
 turns its errors into located configuration errors and checks that every build whose image
 is `@NAME` names a declared builder that has an image for the build's CUDA.
 """
@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 
 from nightly.config.reader import Ctx, Table
 from nightly.config.schema import image_entry
+from nightly.core.matrix import Build, PackageMatrix
+from nightly.core.spec import BuilderSpec, SpecError
+from nightly.core.specparse import parse_spec
 from nightly.errors import did_you_mean
-from nightly.images.spec import BuilderSpec, SpecError, parse_spec
-from nightly.plan.matrix import Build, PackageMatrix
 
 
 def parse_builders(top: Table, ctx: Ctx) -> dict[str, BuilderSpec]:

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from nightly.config.reader import Ctx
-from nightly.errors import did_you_mean
-from nightly.plan.matrix import (
+from nightly.core.matrix import (
     PACKAGES,
     PLATFORMS,
     SpellingError,
@@ -30,6 +29,7 @@ from nightly.plan.matrix import (
     normalize_cuda,
     normalize_python,
 )
+from nightly.errors import did_you_mean
 
 
 @dataclass(frozen=True)

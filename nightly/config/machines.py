@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import nightly.plan.axes as axes
+import nightly.core.axes as axes
 from nightly.config.reader import Ctx, Table, check_template, unique
 from nightly.config.schema import EXECUTORS, ContainerConfig, LocalSettings, Machine
-from nightly.plan.matrix import (
+from nightly.core.matrix import (
     PACKAGES,
     PLATFORMS,
     SpellingError,

@@ -8,11 +8,10 @@ from pathlib import Path
 from nightly.config.reader import Ctx, Table, resolve_path, unique
 from nightly.config.recipes import installed_recipes
 from nightly.config.schema import BuildSettings, Machine, Project
-from nightly.images.spec import SpecError, parse_toolchain
-from nightly.manylinux import parse_policy
-from nightly.plan.axes import AxisError
-from nightly.plan.limited import collapse, normalize_limited_api
-from nightly.plan.matrix import (
+from nightly.core.axes import AxisError
+from nightly.core.limited import collapse, normalize_limited_api
+from nightly.core.manylinux import parse_policy
+from nightly.core.matrix import (
     LIBTORCH_ALL,
     LIBTORCH_VARIANTS,
     PACKAGE_PLATFORMS,
@@ -28,6 +27,8 @@ from nightly.plan.matrix import (
     normalize_python,
     select,
 )
+from nightly.core.spec import SpecError
+from nightly.core.specparse import parse_toolchain
 
 
 def parse_project(top: Table, ctx: Ctx) -> Project:
@@ -238,7 +239,7 @@ def select_builds(
     limited_api: str = "",
 ) -> list[Build]:
     """The matrix after the selectors, a limited-API project's wheel builds made one per
-    floor (nightly.plan.limited); every selector must match and every platform built must
+    floor (nightly.core.limited); every selector must match and every platform built must
     have a machine."""
     all_builds = expand(matrices)
     builds, unmatched = select(all_builds, include, exclude)

@@ -20,8 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nightly.core.matrix import SpellingError
 from nightly.errors import ConfigError, did_you_mean
-from nightly.plan.matrix import SpellingError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from nightly.config.reader import Table
 from nightly.config.schema import SCHEDULE_MODES, Estimate, Retention
-from nightly.plan.matrix import PACKAGES, PLATFORMS
+from nightly.core.matrix import PACKAGES, PLATFORMS
 
 
 def parse_schedule(top: Table) -> tuple[str, str]:

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nightly.plan.axes as axes
+import nightly.core.axes as axes
+from nightly.core.matrix import Build, PackageMatrix
+from nightly.core.spec import BuilderSpec, SpecError
 from nightly.errors import ConfigError, did_you_mean
-from nightly.images.spec import BuilderSpec, SpecError
-from nightly.plan.matrix import Build, PackageMatrix
 
 EXECUTORS = ("local", "container")
 SCHEDULE_MODES = ("explicit", "auto")
@@ -34,7 +34,7 @@ class Project:
     # its normalised name is `name` or one of these: nightly.builds.ownership).
     extra_names: tuple[str, ...] = ()
     # The limited-API floor of the project's wheels ("cp310"; "": none): one build per floor,
-    # its wheel tested on every Python of the range (nightly.plan.limited).
+    # its wheel tested on every Python of the range (nightly.core.limited).
     limited_api: str = ""
 
 

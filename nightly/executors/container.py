@@ -22,7 +22,8 @@ One container per build, from `job.image`:
   (the recipe does not run again) so `docker exec -it ID bash` can enter it.
 
 The engine side (settings, client, constants) is in container_engine.py, the supervision of
-one build's container in container_watch.py. The docker SDK is imported only where it is used,
+one build's container in container_watch.py, the images and toolkits checked before a night
+in container_preflight.py. The docker SDK is imported only where it is used,
 so `nightly --help` stays fast.
 """
 from __future__ import annotations
@@ -49,7 +50,6 @@ from nightly.executors.container_engine import (
     LABEL_BUILD_ID,
     LABEL_JOB,
     LABEL_MANAGED,
-    NVCC_LABEL,
     OUTPUT_MOUNT,
     RECIPES_MOUNT,
     SOURCE_MOUNT,
@@ -66,6 +66,7 @@ from nightly.executors.container_engine import (
     infra,
     kill,
 )
+from nightly.executors.container_preflight import check_images
 from nightly.executors.container_watch import Watch, emit, supervise
 
 if TYPE_CHECKING:
@@ -286,62 +287,8 @@ class ContainerExecutor(Executor):
         except errors as e:
             raise self._unreachable(e) from e
 
-        from docker.errors import ImageNotFound
-
-        problems: list[str] = []
-        no_image = [job.build_id for job in jobs if not job.image]
-        if no_image:
-            problems.append(f"no container image configured for: {', '.join(no_image)}")
-        needed: dict[str, list[str]] = {}
-        for job in jobs:
-            if job.image:
-                needed.setdefault(job.image, []).append(job.build_id)
-        for image, build_ids in needed.items():
-            try:
-                found = client.images.get(image)
-                labels = getattr(found, "labels", None) or {}
-                if labels.get(NVCC_LABEL):
-                    self._toolkits[image] = str(labels[NVCC_LABEL])
-                continue
-            except ImageNotFound:
-                pass
-            except errors as e:
-                raise ExecutorError(
-                    f"could not look up image {image} on {self.engine_address()}: "
-                    f"{first_line(e)}; check that the engine is healthy"
-                ) from e
-            detail = ""
-            if self.settings.pull:
-                try:
-                    client.images.pull(image)
-                    continue
-                except errors as e:
-                    detail = f" (pull failed: {first_line(e)})"
-            problems.append(f"missing image {image}{detail}, needed by: {', '.join(build_ids)}")
-        bad_cuda: dict[str, list[str]] = {}
-        for job in jobs:
-            cuda = self.cuda_dir_for(job)
-            if cuda is not None and not cuda.is_dir():
-                bad_cuda.setdefault(str(cuda), []).append(job.build_id)
-        for path, build_ids in bad_cuda.items():
-            problems.append(
-                f"CUDA toolkit folder {path} (mounted at {CUDA_MOUNT}) does not exist, "
-                f"needed by: {', '.join(build_ids)}"
-            )
-        if problems:
-            hint = (
-                "Build or pull the missing images on this engine "
-                "(scripts/container-engine.sh builds nightly-builder:bookworm; "
-                "with pull enabled, preflight pulls from the registry), "
-                "or point those builds at images that exist."
-                if needed
-                else ""
-            )
-            lines = "\n".join(f"  - {p}" for p in problems)
-            raise ExecutorError(
-                f"container preflight on {self.engine_address()} found "
-                f"{len(problems)} problem(s):\n{lines}" + (f"\n{hint}" if hint else "")
-            )
+        check_images(client, jobs, address=self.engine_address(), pull=self.settings.pull,
+                     cuda_dir_for=self.cuda_dir_for, toolkits=self._toolkits)
 
     # -- one build --------------------------------------------------------------------------
 

@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from nightly.core.axes import family
+from nightly.core.matrix import cuda_version, python_number
 from nightly.executors import confine
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.executors.confine import Box
 from nightly.executors.groups import group_record_path, reap_recorded
 from nightly.executors.groups import record_group as _record_group
 from nightly.hardening import BuildUser
-from nightly.plan.axes import family
-from nightly.plan.matrix import cuda_version, python_number
 from nightly.reach import Account, denied
 
 # Variables passed through from the caller: harmless, and needed for a sane build.

@@ -12,7 +12,7 @@ from nightly.history.db import History, history_path
 
 if TYPE_CHECKING:
     from nightly.config import Config
-    from nightly.plan.matrix import Build
+    from nightly.core.matrix import Build
     from nightly.workspace import State
 
 

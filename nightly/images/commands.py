@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nightly.core.matrix import Build, SpellingError, normalize_cuda
+from nightly.core.spec import BuilderSpec, SpecError
 from nightly.errors import NightlyError, UsageError
 from nightly.images import rocm, runtime
-from nightly.images.spec import BuilderSpec, SpecError
-from nightly.plan.matrix import Build, SpellingError, normalize_cuda
 
 if TYPE_CHECKING:
     from docker import DockerClient

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nightly import procs
+from nightly.core.spec import BuilderSpec, PythonSource
+from nightly.core.suites import SUITE_PYTHON
 from nightly.errors import NightlyError
 from nightly.images import sysroot, zig
-from nightly.images.spec import BuilderSpec, PythonSource
-from nightly.images.suites import SUITE_PYTHON
 
 Log = Callable[[str], None]
 

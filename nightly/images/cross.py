@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightly import procs
+from nightly.core.spec import ZIG_VERSION
+from nightly.core.suites import SUITE_OTHER_PYTHONS, SUITE_PYTHON
 from nightly.errors import NightlyError
 from nightly.images import sysroot, transfer, zig
-from nightly.images.spec import ZIG_VERSION
-from nightly.images.suites import SUITE_OTHER_PYTHONS, SUITE_PYTHON
 from nightly.workspace.archive import WHEEL_LIMITS, unpack_into
 
 Log = Callable[[str], None]

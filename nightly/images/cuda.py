@@ -24,9 +24,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from nightly.core.suites import DEBIAN_NVCC
 from nightly.errors import NightlyError
 from nightly.images import transfer
-from nightly.images.suites import DEBIAN_NVCC
 from nightly.procs import run
 from nightly.workspace.archive import WHEEL_LIMITS, unpack_into
 

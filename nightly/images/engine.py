@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nightly import procs
+from nightly.core.matrix import cuda_version
+from nightly.core.spec import BuilderSpec
 from nightly.errors import NightlyError, require
 from nightly.executors.container_engine import NVCC_LABEL
 from nightly.images import context, cuda, rootfs, transfer
-from nightly.images.spec import BuilderSpec
-from nightly.plan.matrix import cuda_version
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -37,11 +37,11 @@ Log = Callable[[str], None]
 LABEL_SPEC = "org.nightly.builder"
 LABEL_HASH = "org.nightly.spec-hash"
 LABEL_CUDA = "org.nightly.cuda"
-LABEL_MANYLINUX = "org.nightly.manylinux"
+LABEL_MANYLINUX = "org.nightly.core.manylinux"
 LABEL_PYTHONS = "org.nightly.pythons"
 LABEL_NVCC = NVCC_LABEL  # read back by the container executor for each build's log header
 LABEL_TOOLKIT = "org.nightly.cuda-sources"
-LABEL_POLICY = "org.nightly.manylinux-policy"
+LABEL_POLICY = "org.nightly.core.manylinux-policy"
 LABEL_TOOLCHAIN = "org.nightly.toolchain"
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nightly.images.spec import BuilderSpec
+from nightly.core.spec import BuilderSpec
 
 if TYPE_CHECKING:
     from docker import DockerClient

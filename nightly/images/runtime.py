@@ -35,13 +35,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nightly.images.spec import BuilderSpec
+from nightly.core.spec import BuilderSpec
 
 if TYPE_CHECKING:
     from docker import DockerClient
 
     from nightly.config import Config
-    from nightly.plan.matrix import Build
+    from nightly.core.matrix import Build
 
 Log = Callable[[str], None]
 

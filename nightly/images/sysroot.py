@@ -33,9 +33,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nightly import procs
+from nightly.core.spec import SYSROOT_GLIBC, TOOLCHAIN_REVISION
 from nightly.errors import NightlyError
 from nightly.images import transfer
-from nightly.images.spec import SYSROOT_GLIBC, TOOLCHAIN_REVISION
 from nightly.procs import run
 
 Log = Callable[[str], None]

@@ -29,9 +29,9 @@ import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from nightly.core.spec import ZIG_GLIBC, ZIG_REVISION, ZIG_VERSION
 from nightly.errors import NightlyError
 from nightly.images import transfer
-from nightly.images.spec import ZIG_GLIBC, ZIG_REVISION, ZIG_VERSION
 from nightly.workspace import archive
 
 Log = Callable[[str], None]

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 from nightly.index import caching, coldread
 from nightly.index.coldread import CHECKPOINT_NAME, DEFAULT_WORKERS, Learned, ReadPool, Want
+from nightly.index.folders import LIST_WORKERS, discover_folders, list_index_prefixes
 from nightly.index.listing import scan_folder, wants_of
 from nightly.index.manifest import (
     MANIFEST_NAME,
@@ -64,13 +65,14 @@ from nightly.index.names import is_package, parse_package, project_of
 from nightly.index.pages import DEFAULT_FIND_LINKS, HTML_TYPE, Source, render_folder
 from nightly.stores import ObjectInfo, PreconditionFailed, Store
 from nightly.stores.base import cas_rounds
-from nightly.stores.layout import INDEX_PREFIXES, channel_of, channel_root
+from nightly.stores.layout import channel_of, channel_root
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_FIND_LINKS",
     "HTML_TYPE",
+    "LIST_WORKERS",
     "MANIFEST_NAME",
     "FolderReport",
     "IndexOptions",
@@ -84,8 +86,6 @@ __all__ = [
     "render_folder",
 ]
 
-LIST_SPLIT = 2  # levels listed with a delimiter before folders are listed side by side
-LIST_WORKERS = 8
 PAGE_WORKERS = 8  # a folder's project pages written at once
 
 Known = Mapping[str, "str | FileRecord"]
@@ -215,42 +215,6 @@ def _prefetch(
     for folder, got in pool.learned(wants, results).items():
         learned[folder] = {**learned[folder], **got}
     return bases, learned
-
-
-def list_index_prefixes(
-    store: Store, prefixes: Iterable[str] = INDEX_PREFIXES, *, workers: int = LIST_WORKERS
-) -> list[ObjectInfo]:
-    """One listing of everything under the index prefixes (what a full run works from), in
-    key order. A listing is one page of 1,000 keys after another, so a bucket's takes as many
-    round trips as it has pages; instead the first LIST_SPLIT levels (whl/, whl/nightly/)
-    are listed with a delimiter and the folders below them (whl/nightly/cu126/) side by side,
-    `workers` at a time. A failed page raises: nothing is built from part of a listing."""
-    objects: list[ObjectInfo] = []
-    level = list(prefixes)
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="index-list") as pool:
-        for _ in range(LIST_SPLIT):
-            below: list[str] = []
-            for found, subs in pool.map(store.list_level, level):
-                objects += found
-                below += subs
-            level = below
-        for part in pool.map(lambda p: list(store.list(p)), level):
-            objects += part
-    objects.sort(key=lambda o: o.key.encode())  # S3's order: UTF-8 bytes
-    return objects
-
-
-def discover_folders(
-    store: Store, prefixes: Iterable[str] = INDEX_PREFIXES, *, listing: Sequence[ObjectInfo] | None = None
-) -> list[str]:
-    """Every folder under `prefixes` that directly holds a package (one full listing)."""
-    objects = listing if listing is not None else list_index_prefixes(store, prefixes)
-    found: set[str] = set()
-    for obj in objects:
-        folder, _, name = obj.key.rpartition("/")
-        if folder and is_package(name):
-            found.add(folder)
-    return sorted(found)
 
 
 def _below(listing: Sequence[ObjectInfo], folder: str) -> list[ObjectInfo]:

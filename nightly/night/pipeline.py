@@ -26,6 +26,7 @@ from nightly.builds.phase import BuildPhase, NightContext
 from nightly.builds.policy import stale_builds
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config, Machine
+from nightly.core.matrix import Build, SpellingError, nightly_version, parse_spec
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError, require
 from nightly.executors import require_extras
 from nightly.files import append_line
@@ -35,7 +36,6 @@ from nightly.history.triage import summary_for_day
 from nightly.night import notify, publishing, wheelhouse
 from nightly.night import source as src
 from nightly.night.retain import prune_step
-from nightly.plan.matrix import Build, SpellingError, nightly_version, parse_spec
 from nightly.plan.schedule import make_plan, select_cli
 from nightly.provenance import attest
 from nightly.publish.upload import open_destination, publish_day, record_publication

@@ -17,8 +17,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 from nightly.config import Config
+from nightly.core.matrix import Build
 from nightly.errors import ConfigError
-from nightly.plan.matrix import Build
 
 Queue = tuple[int, int]  # (machine index, queue index)
 # Beyond this many distinct machine sets the bound looks at the sets alone, not their unions.

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from nightly.config import Config, Machine
+from nightly.core.matrix import Build, SpellingError, matches, near_misses, parse_spec
 from nightly.errors import ConfigError, NothingSelected, UsageError
 from nightly.plan import routing
-from nightly.plan.matrix import Build, SpellingError, matches, near_misses, parse_spec
 
 
 @dataclass(frozen=True, kw_only=True)

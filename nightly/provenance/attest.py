@@ -22,9 +22,9 @@ from nightly import __version__, provenance
 from nightly.builds.ownership import PUBLISHED_KINDS, owned_by_name, owned_names
 from nightly.builds.reproducible import source_epoch
 from nightly.config import Config
+from nightly.core.matrix import Build
 from nightly.errors import NightlyError
 from nightly.files import BytesChanged, check_sha256, sha256_file
-from nightly.plan.matrix import Build
 from nightly.workspace import FAILED, SUCCEEDED, BuildEntry, Day, State
 
 if TYPE_CHECKING:

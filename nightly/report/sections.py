@@ -12,8 +12,8 @@ import urllib.parse
 from collections.abc import Sequence
 
 from nightly.builds.cache import night_total
+from nightly.core.manylinux import describe
 from nightly.format import clock, human_size, took
-from nightly.manylinux import describe
 from nightly.report.view import (
     TREND_NIGHTS,
     BuildView,

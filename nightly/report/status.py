@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nightly.core.manylinux import describe
 from nightly.format import human_size, took
-from nightly.manylinux import describe
 from nightly.report.view import (
     NightView,
     axes_text,

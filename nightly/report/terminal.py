@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nightly.core.limited import describe as describe_abi3
 from nightly.format import hms, human_size
-from nightly.plan.limited import describe as describe_abi3
 from nightly.plan.schedule import Plan
 from nightly.report.view import attempt_words
 from nightly.workspace import publication

@@ -139,7 +139,7 @@ class BuildView:
     tested: str = ""
     # a limited-API build's test on each Python (nightly.workspace.pythontests)
     python_tests: tuple[PythonTest, ...] = ()
-    # The manylinux record (nightly.manylinux): policy and tags reached, or a zip's glibc.
+    # The manylinux record (nightly.core.manylinux): policy and tags reached, or a zip's glibc.
     manylinux: dict[str, object] | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
     past_durations: list[float] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""A limited-API build's test on each Python (nightly.plan.limited): one typed record per
+"""A limited-API build's test on each Python (nightly.core.limited): one typed record per
 Python, kept in state.json's `tested` under "pythons" and in summary.json's build line under
 "tested_pythons" as a list of {"python", "result", "seconds", "reason"}.
 

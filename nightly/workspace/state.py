@@ -83,7 +83,7 @@ class BuildEntry:
     promoted: Mapping[str, str] = field(default_factory=dict)  # release destination -> sha256
     manual: Mapping[str, str] = field(default_factory=dict)  # a one-off build: by, at, command
     cache: Mapping[str, object] | None = None  # compiler cache statistics (nightly.builds.cache)
-    manylinux: Mapping[str, object] | None = None  # policy, tags reached, glibc (nightly.manylinux)
+    manylinux: Mapping[str, object] | None = None  # policy, tags reached, glibc (nightly.core.manylinux)
     worker_name: str = ""  # cluster mode: the worker's name, host and attempt token
     host: str = ""
     token: str = ""

@@ -101,7 +101,7 @@ def fetch_tools() -> list[Path]:
 def image_tag(client: DockerClient) -> str:
     """The tag: a hash of everything the image is made of (the base image's id, the
     Dockerfile, the build script, the sources, the tools and the zig toolchain's version)."""
-    from nightly.images.spec import ZIG_REVISION, ZIG_VERSION
+    from nightly.core.spec import ZIG_REVISION, ZIG_VERSION
 
     parts = {
         "base": client.images.get(BASE).id, "dockerfile": dockerfile(),

@@ -175,8 +175,8 @@ def corpus_runtime_image() -> str:
     """nightly's runtime image of the corpus builder (the pyenv interpreters on a minbase,
     no compilers, no -dev packages): where a `stack` project's wheels are tested."""
     from nightly.config.reader import read_toml
+    from nightly.core.specparse import parse_spec
     from nightly.images import runtime
-    from nightly.images.spec import parse_spec
 
     example: dict[str, Any] = read_toml(BUILDER_EXAMPLE)[0]
     table = example["builders"]["corpus"]

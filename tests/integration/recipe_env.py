@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nightly.builds.jobs import package_version
-from nightly.plan.matrix import Build
+from nightly.core.matrix import Build
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "recipes"

@@ -33,9 +33,9 @@ from pathlib import Path
 import pytest
 
 from nightly.config import load
+from nightly.core.manylinux import check_packages
 from nightly.images import cross, runtime
 from nightly.images.engine import default_cache
-from nightly.manylinux import check_packages
 from tests.integration import corpus
 from tests.integration import recipe_env as renv
 from tests.support.cli import run_nightly

@@ -197,7 +197,7 @@ def policy_tags(wheels: list[Path]) -> dict[str, tuple[str, str]]:
     """Each wheel's tag and auditwheel's verdict, both checked against the corpus builder's
     policy, manylinux_2_28: a tag no newer than it (never a plain linux_*), and auditwheel
     agreeing."""
-    from nightly.manylinux import tag_glibc, wheel_platforms
+    from nightly.core.manylinux import tag_glibc, wheel_platforms
 
     out = {}
     for w in wheels:

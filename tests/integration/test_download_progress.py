@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nightly.images import spec, transfer, zig
+from nightly.core import spec
+from nightly.images import transfer, zig
 from tests.support.servers import Serve
 from tests.support.wheels import make_wheel
 

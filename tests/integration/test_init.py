@@ -211,7 +211,7 @@ def test_a_project_with_dependencies_from_init_to_tested_manylinux_wheels_over_h
     tests pass."""
     import shlex
 
-    from nightly.manylinux import tag_glibc, wheel_platforms
+    from nightly.core.manylinux import tag_glibc, wheel_platforms
     from tests.support.servers import http_servers
 
     project = corpus.BY_KEY[key]

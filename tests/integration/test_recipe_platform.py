@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly.manylinux import platform_env
+from nightly.core.manylinux import platform_env
 from tests.integration import recipe_env as renv
 
 pytestmark = [

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly.images.spec import ZIG_VERSION
+from nightly.core.spec import ZIG_VERSION
 from tests.integration import corpus
 from tests.integration import recipe_env as renv
 from tests.integration.test_corpus import policy_tags, run_night

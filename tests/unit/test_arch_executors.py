@@ -13,9 +13,9 @@ import pytest
 
 from nightly.builds.runner import Runner
 from nightly.config import Config, load
+from nightly.core.matrix import Build
 from nightly.errors import ConfigError
 from nightly.images import commands
-from nightly.plan.matrix import Build
 from tests.unit.conftest import CliResult, WriteConfig
 
 HEAD = """\

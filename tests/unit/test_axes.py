@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nightly.plan import axes
-from nightly.plan.matrix import (
+from nightly.core import axes
+from nightly.core.matrix import (
     Build,
     PackageMatrix,
     SpellingError,

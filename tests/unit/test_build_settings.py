@@ -12,8 +12,8 @@ import pytest
 
 from nightly.builds.jobs import build_env
 from nightly.config import load
+from nightly.core.matrix import nightly_version
 from nightly.errors import ConfigError
-from nightly.plan.matrix import nightly_version
 
 WriteConfig = Callable[..., Path]
 BUILDREQS = Path(__file__).resolve().parents[2] / "recipes" / "common" / "buildreqs.py"
@@ -152,7 +152,7 @@ def test_a_container_build_in_a_declared_builder_gets_its_interpreter_from_night
     """PYTHON is decided once, by nightly, where nightly made the image: the declared
     spec's interpreter under /opt/python; the local executor finds the host's itself."""
     from nightly.builds.jobs import interpreter_env
-    from nightly.plan.matrix import Build
+    from nightly.core.matrix import Build
 
     path = tmp_path / "nightly.toml"
     path.write_text("""\

@@ -39,9 +39,9 @@ from nightly.cluster.staging import (
     gpu_test_prefix,
 )
 from nightly.cluster.verify import seal
+from nightly.core.matrix import Build
 from nightly.errors import ObjectTooLarge, UnsafeEntry
 from nightly.executors.base import Job
-from nightly.plan.matrix import Build
 from nightly.stores import FileStore
 from nightly.workspace import Day
 from tests.support.executors import RecordingExecutor

@@ -16,7 +16,7 @@ from nightly import config as cfg
 from nightly.builds.progress import Progress
 from nightly.cluster.collector import Collector
 from nightly.cluster.options import estimate_source
-from nightly.plan.matrix import Build
+from nightly.core.matrix import Build
 from nightly.workspace import Day, State, live
 
 CPU = Build(package="manywheel", python="3.11", cuda="cpu")

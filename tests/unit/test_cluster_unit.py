@@ -23,19 +23,19 @@ from nightly.cluster.dispatch import (
     worker_slots,
 )
 from nightly.cluster.host import _Slots, new_token, platform_resource, worker_folder
+from nightly.cluster.hostinputs import ensure_input
 from nightly.cluster.staging import (
     RESULT_JSON,
     LogStreamer,
     StagingDay,
     attempt_prefix,
-    ensure_input,
     inputs_key,
     make_tarball,
     read_json,
 )
 from nightly.cluster.worker import worker_config
+from nightly.core.matrix import Build
 from nightly.errors import PublishError
-from nightly.plan.matrix import Build
 from nightly.stores import FileStore
 from nightly.workspace import Day
 from tests.support.staging import put_attempt

@@ -13,8 +13,8 @@ import pytest
 from nightly.config import DEFAULTS_PATH, Config, load, parse_duration
 from nightly.config.keys import check_keys, shape_of
 from nightly.config.reader import Ctx, read_defaults
+from nightly.core.matrix import LIBTORCH_VARIANTS, Build
 from nightly.errors import ConfigError
-from nightly.plan.matrix import LIBTORCH_VARIANTS, Build
 
 WriteConfig = Callable[..., Path]
 

@@ -70,7 +70,7 @@ def test_a_build_for_another_architecture_gets_the_cross_environment() -> None:
 
     from nightly.builds.jobs import cross_env
     from nightly.config import load
-    from nightly.plan.matrix import Build
+    from nightly.core.matrix import Build
 
     config = load(Path(__file__).resolve().parents[2] / "configs" / "demo-beyond-cuda.toml")
     build = Build(package="manywheel", python="3.13", cuda="cpu")

@@ -12,9 +12,9 @@ from nightly import config as cfg
 from nightly.builds.execute import run_builds
 from nightly.builds.jobs import RunContext
 from nightly.builds.runner import Runner
+from nightly.core.matrix import Build
 from nightly.errors import ExecutorError, NightlyError
 from nightly.executors import Executor
-from nightly.plan.matrix import Build
 from nightly.workspace import Day, State
 
 

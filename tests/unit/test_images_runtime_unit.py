@@ -12,11 +12,12 @@ import pytest
 
 from nightly.builds.smoke import SmokeTester
 from nightly.config import load
+from nightly.core.matrix import Build
+from nightly.core.spec import SpecError
+from nightly.core.specparse import parse_spec
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
 from nightly.images import commands, runtime
-from nightly.images.spec import SpecError, parse_spec
-from nightly.plan.matrix import Build
 from tests.support.executors import RecordingExecutor
 
 CONFIG = """\

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from nightly.config import load
+from nightly.core.spec import RECIPE_REVISION, SpecError
+from nightly.core.specparse import parse_spec
 from nightly.errors import ConfigError
 from nightly.images import commands, context, cuda, runtime
-from nightly.images.spec import RECIPE_REVISION, SpecError, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

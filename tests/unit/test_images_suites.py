@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from nightly.config import load
+from nightly.core.spec import SpecError
+from nightly.core.specparse import parse_spec
 from nightly.images import commands, rocm, runtime
-from nightly.images.spec import SpecError, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nightly.cli.scaffold import allowed_pythons, read_facts
+from nightly.cli.init_facts import allowed_pythons, read_facts
 from nightly.config import load
 from nightly.config.detect import detect_version_strategy, resolve_version_from
 

@@ -1,5 +1,5 @@
-"""No module of nightly imports from a layer above its own, no imports go round in a cycle, and
-every module has a layer.
+"""No module of nightly imports from a layer above its own, no imports go round in a cycle, no
+two folders of nightly need each other, and every module has a layer.
 
 The layer order is written here once, lowest first; docs/architecture.md draws the same table.
 A module belongs to the layer of the longest entry that names it: a package entry
@@ -8,6 +8,15 @@ single modules (the root `nightly` names only `nightly/__init__.py`), so a new t
 belongs to no layer until it is added to BASE. Imports inside functions and under
 TYPE_CHECKING count too: a type-only or deferred upward import is still a dependency upward,
 and a cycle through a function-level import is still a cycle.
+
+The folder check reads no table: it groups modules by their folder of nightly/ (a flat module
+is its own unit), so no entry of LAYERS can hide a circle by naming a folder's modules apart
+(as a "vocabulary" layer of plan.matrix and images.spec once hid config -> images ->
+executors -> config). It counts module-level imports only: those Python runs when the module
+is imported (at the top, in a class body, under a module-level `if` or `try`), not those
+inside a function or under `if TYPE_CHECKING:`. A circle of module-level imports is the one
+that breaks an import and ties folders into one; the deferred ones are held to the layer order
+by the checks above.
 """
 
 from __future__ import annotations
@@ -34,17 +43,15 @@ BASE: tuple[str, ...] = (
     "nightly.reach",
     "nightly.procs",
     "nightly.jsonvalues",
-    "nightly.manylinux",
 )
 
 Layers = Sequence[tuple[str, tuple[str, ...]]]
 
 LAYERS: Layers = [
     ("base", BASE),
-    # Pure data every layer speaks: a build and its identifiers, a builder image's spec.
-    ("vocabulary", ("nightly.plan.matrix", "nightly.plan.axes", "nightly.plan.limited",
-                    "nightly.images.spec",
-                    "nightly.images.suites")),
+    # Pure data every layer speaks: a build and its identifiers, axes, a builder image's spec,
+    # the manylinux policy. A folder of its own, below config, plan, images and executors.
+    ("vocabulary", ("nightly.core",)),
     ("configuration", ("nightly.config",)),
     ("planning", ("nightly.plan",)),
     ("day folder", ("nightly.workspace",)),
@@ -120,13 +127,49 @@ def upward_imports(module: str, source: str, layers: Layers = LAYERS) -> list[st
     return bad
 
 
-def import_graph(sources: Mapping[str, str]) -> dict[str, set[str]]:
-    """module -> the nightly modules it imports (anywhere in it), for the modules of `sources`.
-    An import of a module that is not in `sources` is an edge to the nearest package that is
-    (`nightly.publish.X` of a name defined in its __init__)."""
+def is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def module_level(tree: ast.Module) -> ast.Module:
+    """The imports Python runs when the module is imported: at the top, in class bodies, under
+    module-level `if`/`try`/`with`; not inside a function or under `if TYPE_CHECKING:` (its
+    `else:` runs, so it counts)."""
+    found: list[ast.stmt] = []
+
+    def visit(body: Iterable[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found.append(node)
+            elif isinstance(node, ast.If):
+                if not is_type_checking(node.test):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.ClassDef | ast.With | ast.For | ast.While):
+                visit(node.body)
+                visit(getattr(node, "orelse", []))
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+
+    visit(tree.body)
+    return ast.Module(body=found, type_ignores=[])
+
+
+def import_graph(sources: Mapping[str, str], only_module_level: bool = False) -> dict[str, set[str]]:
+    """module -> the nightly modules it imports (anywhere in it, or `only_module_level`), for
+    the modules of `sources`. An import of a module that is not in `sources` is an edge to the
+    nearest package that is (`nightly.publish.X` of a name defined in its __init__)."""
     graph: dict[str, set[str]] = {m: set() for m in sources}
     for module, source in sources.items():
-        for _, target in imported_modules(module, ast.parse(source), sources):
+        tree = ast.parse(source)
+        if only_module_level:
+            tree = module_level(tree)
+        for _, target in imported_modules(module, tree, sources):
             while target not in sources and "." in target:
                 target = target.rpartition(".")[0]
             if target in sources and target != module:
@@ -145,6 +188,21 @@ def package_graph(graph: Mapping[str, set[str]], layers: Layers = LAYERS) -> dic
     for module, targets in graph.items():
         mine = out.setdefault(unit(module), set())
         mine |= {unit(t) for t in targets} - {unit(module)}
+    return out
+
+
+def folder_of(module: str) -> str:
+    """A module's folder of nightly/ (`nightly.config.schema` -> `nightly.config`); a flat module
+    (`nightly.errors`) and the root are units of their own."""
+    return ".".join(module.split(".")[:2])
+
+
+def folder_graph(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """The imports between nightly's folders (and flat modules), whatever LAYERS says."""
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        mine = out.setdefault(folder_of(module), set())
+        mine |= {folder_of(t) for t in targets} - {folder_of(module)}
     return out
 
 
@@ -200,18 +258,23 @@ def unlayered(modules: Iterable[str], layers: Layers = LAYERS) -> list[str]:
     return [m for m in modules if layer_of(m, layers) is None]
 
 
-def all_modules() -> list[tuple[str, Path]]:
+def all_modules(package: Path = PACKAGE) -> list[tuple[str, Path]]:
     out = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         out.append((".".join(parts), path))
     return out
 
 
-def all_sources() -> dict[str, str]:
-    return {m: path.read_text(encoding="utf-8") for m, path in all_modules()}
+def all_sources(package: Path = PACKAGE) -> dict[str, str]:
+    """module -> source of every module of `package` (another checkout's nightly/ too)."""
+    return {m: path.read_text(encoding="utf-8") for m, path in all_modules(package)}
+
+
+def folder_cycles(package: Path = PACKAGE) -> list[list[str]]:
+    return cycles(folder_graph(import_graph(all_sources(package), only_module_level=True)))
 
 
 # ------------------------------------------------------------------------------ the real tree
@@ -236,6 +299,12 @@ def test_no_import_cycle_between_modules() -> None:
 def test_no_import_cycle_between_packages() -> None:
     found = cycles(package_graph(import_graph(all_sources())))
     assert found == [], "import cycles between packages:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_circle_between_folders_at_module_level() -> None:
+    found = folder_cycles()
+    assert found == [], "folders that import each other at module level:\n" + "\n".join(
+        " <-> ".join(c) for c in found)
 
 
 def test_the_layer_table_names_only_what_exists() -> None:
@@ -289,7 +358,7 @@ def test_a_planted_upward_import_is_found(module: str, source: str) -> None:
 
 def test_imports_downward_and_sideways_pass() -> None:
     assert upward_imports("nightly.night.pipeline", "from nightly.builds import runner\n") == []
-    assert upward_imports("nightly.config.schema", "from nightly.plan.matrix import Build\n") == []
+    assert upward_imports("nightly.config.schema", "from nightly.core.matrix import Build\n") == []
     assert upward_imports("nightly.builds.runner", "from nightly.builds.jobs import make_job\n") == []
     assert upward_imports("nightly.night.pipeline", "def f():\n    from nightly.bisect import auto\n") == []
 
@@ -343,3 +412,45 @@ def test_a_planted_module_of_no_layer_is_found() -> None:
     assert unlayered(["nightly.newhelper"], extended) == []
     with pytest.raises(AssertionError, match="in no layer"):
         upward_imports("nightly.newhelper", "import os\n")
+
+
+def test_a_planted_circle_between_folders_is_found() -> None:
+    """The knot issue 49 found, each edge at module level between modules no cycle joins:
+    config -> images.spec, images.engine -> executors, executors -> config."""
+    sources = {
+        "nightly.config.schema": "from nightly.images.spec import BuilderSpec\n",
+        "nightly.images.spec": "",
+        "nightly.images.engine": "from nightly.executors.container_engine import NVCC_LABEL\n",
+        "nightly.executors": "from nightly.config import Config\n",
+        "nightly.executors.container_engine": "",
+        "nightly.config": "",
+    }
+    assert cycles(import_graph(sources)) == []
+    found = cycles(folder_graph(import_graph(sources, only_module_level=True)))
+    assert found == [["nightly.config", "nightly.executors", "nightly.images"]]
+    # The vocabulary moved below them all: no circle is left.
+    del sources["nightly.images.spec"]
+    sources["nightly.core.spec"] = ""
+    sources["nightly.config.schema"] = "from nightly.core.spec import BuilderSpec\n"
+    assert cycles(folder_graph(import_graph(sources, only_module_level=True))) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "counted"),
+    [
+        ("from nightly.config import Config\n", True),
+        ("import nightly.config.schema\n", True),
+        ("try:\n    from nightly.config import Config\nexcept ImportError:\n    pass\n", True),
+        ("class C:\n    from nightly.config import Config\n", True),
+        ("import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import nightly.config\n", True),
+        ("def f():\n    from nightly.config import Config\n", False),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from nightly.config import Config\n",
+         False),
+        ("class C:\n    def m(self):\n        import nightly.config\n", False),
+    ],
+)
+def test_which_imports_are_module_level(source: str, counted: bool) -> None:
+    sources = {"nightly.executors": source, "nightly.config": "from nightly.executors import x\n",
+               "nightly.config.schema": ""}
+    found = cycles(folder_graph(import_graph(sources, only_module_level=True)))
+    assert found == ([["nightly.config", "nightly.executors"]] if counted else [])

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nightly import manylinux
 from nightly.builds.jobs import manylinux_env
 from nightly.config import load
+from nightly.core import manylinux
 from nightly.errors import ConfigError
 from nightly.images import sysroot
 

@@ -1,5 +1,5 @@
 """Limited-API (abi3) projects: what `nightly init` reads from a project (never running it),
-the matrix made one build per floor with its wheel tested on each Python (plan/limited.py,
+the matrix made one build per floor with its wheel tested on each Python (core/limited.py,
 pure), `[project] limited_api` in the config, the test of each Python and its typed record in
 state.json and summary.json."""
 
@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 
 from nightly.builds import abi3test
-from nightly.cli.scaffold import read_facts, render
+from nightly.cli.init_facts import read_facts
+from nightly.cli.scaffold import render
 from nightly.config import load
 from nightly.config.abi3 import detect_limited_api
 from nightly.config.loader import parse
+from nightly.core.axes import AxisError
+from nightly.core.limited import collapse, describe, normalize_limited_api
+from nightly.core.matrix import Build, PackageMatrix, expand
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
-from nightly.plan.axes import AxisError
-from nightly.plan.limited import collapse, describe, normalize_limited_api
-from nightly.plan.matrix import Build, PackageMatrix, expand
 from nightly.workspace.pythontests import PythonTest, python_tests, read_tests, results_text
 from nightly.workspace.summary import BuildSummary
 

@@ -11,12 +11,12 @@ from typing import Any, cast
 
 import pytest
 
-from nightly import manylinux
 from nightly.builds.jobs import manylinux_env
 from nightly.config import load
+from nightly.core import manylinux
+from nightly.core.specparse import parse_spec
 from nightly.errors import ConfigError
 from nightly.images import context, sysroot
-from nightly.images.spec import parse_spec
 from tests.support import policy_config
 from tests.support.policy_config import load_config
 

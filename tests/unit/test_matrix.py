@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from nightly.plan.matrix import (
+from nightly.core.matrix import (
     LIBTORCH_VARIANTS,
     Build,
     PackageMatrix,

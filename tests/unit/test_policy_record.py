@@ -1,16 +1,16 @@
 """What a build was built under (policy, toolchain) and the rebuild of builds made under
 another one (nightly.builds.policy); untested builds never shown as plain succeeded
-(nightly.workspace.cost); the fix a policy miss names (nightly.manylinux)."""
+(nightly.workspace.cost); the fix a policy miss names (nightly.core.manylinux)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
-from nightly import manylinux
 from nightly.builds.jobs import manylinux_env
 from nightly.builds.policy import built_under, stale_builds
-from nightly.plan.matrix import Build
+from nightly.core import manylinux
+from nightly.core.matrix import Build
 from nightly.workspace import State
 from nightly.workspace.cost import shown_status, verdict_of
 from nightly.workspace.state import BuildEntry

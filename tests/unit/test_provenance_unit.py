@@ -18,8 +18,8 @@ import pytest
 from nightly import provenance
 from nightly.builds import repro_check
 from nightly.builds.reproducible import normalise_conda, normalise_packages, normalise_zip, source_epoch
+from nightly.core.matrix import Build
 from nightly.errors import UsageError
-from nightly.plan.matrix import Build
 
 SHA = "ab" * 32
 

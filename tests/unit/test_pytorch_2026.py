@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from nightly.config import Config, load
-from nightly.plan.axes import libtorch_zip
-from nightly.plan.matrix import Build
+from nightly.core.axes import libtorch_zip
+from nightly.core.matrix import Build
 from nightly.plan.schedule import make_plan
 
 REPO = Path(__file__).resolve().parents[2]

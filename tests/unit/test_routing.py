@@ -14,10 +14,10 @@ import pytest
 from nightly.builds.jobs import axis_env, manylinux_env, package_version, recipe_env
 from nightly.cluster.dispatch import build_resources, gpu_test_resources
 from nightly.config import Config, load
+from nightly.core.manylinux import plat, platform_env
+from nightly.core.matrix import Build
 from nightly.errors import ConfigError
-from nightly.manylinux import plat, platform_env
 from nightly.plan import routing
-from nightly.plan.matrix import Build
 from nightly.plan.schedule import make_plan
 from tests.unit.conftest import MINIMAL_CONFIG, CliResult, RunCli, WriteConfig
 
@@ -298,13 +298,13 @@ def test_the_interpreter_is_chosen_by_abi(tmp_path: Path) -> None:
      ("linux_aarch64", "aarch64"), ("any", ""), ("macosx_11_0_arm64", "")],
 )
 def test_the_architecture_of_a_platform_tag(tag: str, arch: str) -> None:
-    from nightly.manylinux import tag_arch
+    from nightly.core.manylinux import tag_arch
 
     assert tag_arch(tag) == arch
 
 
 def test_a_wheel_of_another_architecture_fails_its_build(tmp_path: Path) -> None:
-    from nightly.manylinux import check_packages
+    from nightly.core.manylinux import check_packages
 
     def wheel(tag: str) -> Path:
         p = tmp_path / f"demo-1.0-cp312-cp312-{tag}.whl"

@@ -22,9 +22,9 @@ import pytest
 from nightly import config as cfg
 from nightly.builds.jobs import RunContext, make_job, recipe_env
 from nightly.builds.runner import Runner, _Dispatcher
+from nightly.core.matrix import Build
 from nightly.executors.groups import record_group as _record_group
 from nightly.executors.local import LocalExecutor, NotFound
-from nightly.plan.matrix import Build
 from nightly.redact import mask_env
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Day, State
 

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nightly.config import Config, Machine, load
+from nightly.core.matrix import Build
 from nightly.errors import ConfigError, NothingSelected, UsageError
-from nightly.plan.matrix import Build
 from nightly.plan.schedule import (
     Plan,
     check_globs,

@@ -1,6 +1,8 @@
 """The package's size limits, checked rather than remembered: a module of nightly/ has at most
-500 lines and a function (or method) at most 80, so that each module keeps one job and each
-function can be read at once. Merges of parallel work are where these slip."""
+450 lines and a function (or method) at most 80, so that each module keeps one job and each
+function can be read at once, with room for the next change before a split; and at most eight
+modules sit flat in nightly/ (besides __init__ and __main__): a new concern gets a folder.
+Merges of parallel work are where these slip."""
 
 from __future__ import annotations
 
@@ -10,8 +12,16 @@ from pathlib import Path
 from tests.support.projects import REPO
 
 PACKAGE = REPO / "nightly"
-MODULE_LINES = 500
+MODULE_LINES = 450
 FUNCTION_LINES = 80
+FLAT_MODULES = 8
+# Issue 49: these three are being split by their owners; allowed up to 500 lines until that
+# work merges, then this exception goes.
+SPLITTING: dict[str, int] = {
+    "nightly/stores/s3.py": 500,
+    "nightly/night/pipeline.py": 500,
+    "nightly/cluster/orchestrator.py": 500,
+}
 
 
 def modules() -> list[Path]:
@@ -32,13 +42,50 @@ def long_functions(path: Path, root: Path = REPO) -> list[str]:
     return out
 
 
-def test_every_module_is_at_most_500_lines() -> None:
-    too_long = [
-        f"{p.relative_to(REPO)}: {n} lines"
-        for p in modules()
-        if (n := len(p.read_text().splitlines())) > MODULE_LINES
-    ]
+def long_modules(paths: list[Path], root: Path = REPO) -> list[str]:
+    out = []
+    for p in paths:
+        name = p.relative_to(root).as_posix()
+        limit = SPLITTING.get(name, MODULE_LINES)
+        if (n := len(p.read_text().splitlines())) > limit:
+            out.append(f"{name}: {n} lines (at most {limit})")
+    return out
+
+
+def flat_modules(package: Path = PACKAGE) -> list[str]:
+    """The modules directly in nightly/, besides __init__.py and __main__.py."""
+    return sorted(p.name for p in package.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+
+
+def test_every_module_is_at_most_450_lines() -> None:
+    too_long = long_modules(modules())
     assert not too_long, "split these modules:\n" + "\n".join(too_long)
+
+
+def test_at_most_eight_flat_modules() -> None:
+    flat = flat_modules()
+    assert len(flat) <= FLAT_MODULES, f"{len(flat)} modules flat in nightly/ (at most " \
+        f"{FLAT_MODULES}): move one into the folder it belongs to: {flat}"
+
+
+def test_the_checks_see_a_long_module_and_a_crowded_package(tmp_path: Path) -> None:
+    (tmp_path / "nightly" / "stores").mkdir(parents=True)
+    at_limit = tmp_path / "nightly" / "ok.py"
+    at_limit.write_text("x = 1\n" * MODULE_LINES)
+    over = tmp_path / "nightly" / "big.py"
+    over.write_text("x = 1\n" * (MODULE_LINES + 1))
+    allowed = tmp_path / "nightly" / "stores" / "s3.py"
+    allowed.write_text("x = 1\n" * 500)
+    assert long_modules([at_limit, over, allowed], tmp_path) == [
+        f"nightly/big.py: {MODULE_LINES + 1} lines (at most {MODULE_LINES})"]
+    allowed.write_text("x = 1\n" * 501)
+    assert long_modules([allowed], tmp_path) == ["nightly/stores/s3.py: 501 lines (at most 500)"]
+    package = tmp_path / "nightly"
+    for name in ("__init__", "__main__", *(f"m{i}" for i in range(FLAT_MODULES - 2))):
+        (package / f"{name}.py").write_text("")
+    assert len(flat_modules(package)) == FLAT_MODULES  # ok, big and the six
+    (package / "one_more.py").write_text("")
+    assert len(flat_modules(package)) == FLAT_MODULES + 1
 
 
 def test_every_function_is_at_most_80_lines() -> None:

@@ -15,8 +15,8 @@ import pytest
 from nightly import config as cfg
 from nightly.builds.jobs import package_version
 from nightly.builds.smoke import SCRIPTS, SmokeTester, _check_zip_layout, _conda_name
+from nightly.core.matrix import Build
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
-from nightly.plan.matrix import Build
 
 CPU = Build(package="manywheel", python="3.7m", cuda="cpu")
 CUDA = Build(package="manywheel", python="3.7m", cuda="cu100")

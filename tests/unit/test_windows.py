@@ -15,8 +15,8 @@ import pytest
 
 from nightly.builds import freethreaded, windows
 from nightly.config import Config, load
+from nightly.core.matrix import Build, parse_spec
 from nightly.errors import ConfigError, UsageError
-from nightly.plan.matrix import Build, parse_spec
 from nightly.plan.schedule import make_plan
 from tests.unit.conftest import CliResult, RunCli, WriteConfig
 

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from nightly.builds.jobs import manylinux_env
+from nightly.core.spec import ZIG_REVISION, ZIG_VERSION
+from nightly.core.specparse import parse_spec
 from nightly.errors import ConfigError
 from nightly.images import context, sysroot, zig
-from nightly.images.spec import ZIG_REVISION, ZIG_VERSION, parse_spec
 from tests.support.policy_config import load_config
 
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import nightly.plan.axes as axes
+import nightly.core.axes as axes
 
 PACKAGES = ("conda", "manywheel", "wheel", "libtorch")
 PLATFORMS = ("linux", "macos", "windows")
@@ -131,7 +131,7 @@ class Build:
     # macOS), which ids leave out. Expansion writes "" for the default, so equal builds
     # compare equal.
     arch: str = ""
-    # A limited-API build (nightly.plan.limited): its wheel's floor (`cp310`) and the Pythons
+    # A limited-API build (nightly.core.limited): its wheel's floor (`cp310`) and the Pythons
     # the one wheel is tested on, lowest (its own) first; "" and () for any other build.
     limited_api: str = ""
     tests_on: tuple[str, ...] = ()

@@ -17,8 +17,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-import nightly.plan.axes as axes
-from nightly.plan.matrix import Build
+import nightly.core.axes as axes
+from nightly.core.matrix import Build
 
 # Package types whose packages are wheels (conda packages pin their Python; libtorch none).
 WHEEL_PACKAGES = ("manywheel", "wheel")
