@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from nightly.builds import cache as compiler_cache
-from nightly.builds import repro_check, slot, userarea
+from nightly.builds import repro_check, slot, toolstage, userarea
 from nightly.builds.execute import preflight_images, run_builds
 from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.phase import NightContext
@@ -226,6 +226,9 @@ def user_area(night: NightContext, ctx: RunContext, ex: LocalExecutor,
             wheelhouse=night.day.path / "wheelhouse" if config.build.wheelhouse else None,
             sccache=compiler_cache.find_sccache() if settings.enabled else None,
             cache=settings, jobs=jobs)
+        # nightly's Python and the tools beside it, where the user reaches them.
+        area = replace(area, python=toolstage.stage_python(area.root / "python"))
+        ctx = replace(ctx, area=area)
     except OSError as e:
         raise ExecutorError(f"cannot prepare the build area {area.root} for {ex.user.name}: "
                             f"{e} (free space there, or set [executor.local] build_dir)") from e
