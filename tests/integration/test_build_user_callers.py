@@ -1,8 +1,9 @@
 """Every way to run a build, as root with `[executor.local] user` and nightly installed the
 README's way (a venv in root's 0700 home): the night, a one-off `nightly build`, its
-`--check-reproducible`, a release candidate and its promotion. Each build runs as the build
-user in its build area (nightly/builds/userarea.py), with nightly's Python and the tools it
-runs (auditwheel, patchelf) staged there (nightly/builds/toolstage.py), and succeeds.
+`--check-reproducible`, a release candidate and its promotion, and `nightly bisect`. Each
+build runs as the build user in its build area (nightly/builds/userarea.py, set up by the
+one build session: nightly/builds/session.py), with nightly's Python and the tools it runs
+(auditwheel, patchelf) staged there (nightly/builds/toolstage.py), and succeeds.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def _project(home: Path, user: str) -> Path:
     (project / "src").mkdir(parents=True)
     for i in range(2):
         (project / "src" / f"f{i}.c").write_text(f"int f{i}(int x) {{ return x * {i + 2}; }}\n")
+    _git(home, "init", "-q", "-b", "main")
+    _git(home, "add", "-A")
+    _git(home, "commit", "-qm", "good")
     recipe = project / "recipes" / "manywheel" / "build.sh"
     recipe.parent.mkdir(parents=True)
     recipe.write_text(RECIPE)
@@ -106,6 +110,17 @@ user = "{user}"
 url = "file://{home / 'mirror'}"
 """)
     return config
+
+
+def _git(home: Path, *args: str, when: str = "2024-04-30T12:00:00+0000") -> str:
+    """git in the project's source; a commit made at `when` (a night builds the commits
+    made before its day ends)."""
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_AUTHOR_DATE": when,
+           "GIT_COMMITTER_DATE": when}
+    return subprocess.run(["git", "-C", str(home / "project" / "src"), *args], env=env,
+                          check=True, capture_output=True, text=True).stdout.strip()
 
 
 def _built(day: Path, account: pwd.struct_passwd, what: str) -> str:
@@ -159,6 +174,32 @@ def test_every_caller_builds_as_the_build_user_from_a_venv_in_a_private_home(
         nightly("promote", "0.3.0", "--rc", "1", "--date", "2024_05_04")
         promoted = list((home / "mirror").rglob("userdemo-0.3.0-py3-none-any.whl"))
         assert len(promoted) >= 2, promoted  # the test channel's and the release's
+
+        # bisect: after the good nights, a commit that breaks the build; each step is built
+        # by the build user in its build area.
+        good = _git(home, "rev-parse", "HEAD")
+        (home / "project" / "src" / "broken.c").write_text("int broken( {\n")
+        _git(home, "add", "-A")
+        _git(home, "commit", "-qm", "break", when="2024-05-06T06:00:00+0000")
+        bad = _git(home, "rev-parse", "HEAD")
+        (home / "project" / "src" / "f9.c").write_text("int f9;\n")
+        _git(home, "add", "-A")
+        _git(home, "commit", "-qm", "later", when="2024-05-06T07:00:00+0000")
+        night = subprocess.run([str(python), "-m", "nightly", "run", "--date", "2024_05_06",
+                                "--no-upload", "--config", str(config)], env=env,
+                               capture_output=True, text=True, timeout=600, cwd=home, check=False)
+        assert night.returncode == 1, (night.stdout[-3000:], night.stderr[-3000:])
+        nightly("bisect", BUILD, "--date", "2024_05_06")
+        folder = roots / "2024_05_06" / "bisect" / BUILD
+        result = json.loads((folder / "result.json").read_text())
+        assert result["first_bad"] == bad, result
+        assert good != bad
+        steps = list(folder.rglob(f"{BUILD}.log"))  # the bad commit's step, at least
+        assert any(bad in p.parts for p in steps), steps
+        for step in steps:
+            log = step.read_text()
+            assert f"recipe as uid {account.pw_uid}\n" in log, log
+            assert f"nightly python: /var/tmp/nightly-{account.pw_name}/python/" in log, log
 
     # Nothing of root's was opened up to the build user.
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
