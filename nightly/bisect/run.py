@@ -242,8 +242,8 @@ class StepBuilder:
         git(self.source, "clean", "-qfdx")
 
     def run(self, commit: str) -> Step:
-        from nightly.builds.execute import run_builds
         from nightly.builds.jobs import RunContext
+        from nightly.builds.session import SessionSpec, open_session
         from nightly.builds.smoke import night_smoke
 
         sandbox = Day(self.folder, self.day.date, name=commit)
@@ -262,8 +262,13 @@ class StepBuilder:
         executor = self.t.executor or (self.config.machines[0].executor if self.config.machines
                                        else "local")
         source = self.source
-        run_builds(ctx, executor, [self.t.build], lambda runner: runner.run_build(self.t.build),
-                   smoke=lambda ex: night_smoke(self.config, ex, source))
+        # The night's session: the build user's area and the stable build folder where this
+        # host configures them (builds/session.py).
+        spec = SessionSpec(executor=executor, stamp=commit,
+                           smoke=lambda ex: night_smoke(self.config, ex, source))
+        with open_session(ctx, [self.t.build], spec) as builds:
+            assert builds is not None  # no `refused`: a refusal raises
+            builds.runner().run_build(self.t.build)
         found = self._finished(sandbox, State(sandbox.state_path))
         if found is None:  # interrupted (Ctrl-C): no verdict
             raise KeyboardInterrupt

@@ -55,6 +55,8 @@ class BuildArea:
     day_name: str
     user: BuildUser
     nights: str = "nights"  # nights/<project>-<hash of ROOT>: one folder per nightlies root
+    # nightly's Python and its tools, staged in python/ (builds/toolstage.py); None: not yet.
+    python: Path | None = None
 
     @property
     def days(self) -> Path:
@@ -95,7 +97,8 @@ class BuildArea:
     def env(self) -> dict[str, str]:
         """What a build's environment gets for the area (zig's cache is the user's)."""
         return {"ZIG_GLOBAL_CACHE_DIR": str(self.root / "zig-cache"),
-                "ZIG_LOCAL_CACHE_DIR": str(self.root / "zig-cache")}
+                "ZIG_LOCAL_CACHE_DIR": str(self.root / "zig-cache"),
+                **({"NIGHTLY_PYTHON": str(self.python)} if self.python else {})}
 
     def cache_settings(self, settings: CacheSettings) -> CacheSettings:
         """The compiler cache as the user's builds use it: the binary from the area, views
@@ -196,18 +199,30 @@ def _stage_sccache(area: BuildArea, binary: Path | None) -> None:
 
 def forget_old_days(area: BuildArea, nightlies: Path) -> None:
     """The area's day folders whose day folder in ROOT is gone (pruned)."""
-    for entry in sorted(area.days.iterdir()) if area.days.is_dir() else ():
-        if entry.name == area.day_name or entry.is_symlink():
+    _forget(area.days, Path(area.day_name), nightlies, Path())
+
+
+def _forget(folder: Path, keep: Path, nightlies: Path, under: Path) -> None:
+    """One level of the area's day folders; a folder without the mark (`release/`, whose
+    day folders are the candidates: DAY is `release/1.2.0-rc1`) is looked into once."""
+    for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
+        name = under / entry.name
+        if name == keep or entry.is_symlink() or not entry.is_dir():
             continue
-        if (entry / DAY_MARK).is_file() and not (nightlies / entry.name).exists():
-            shutil.rmtree(entry, ignore_errors=True)
+        if (entry / DAY_MARK).is_file():
+            if not (nightlies / name).exists():
+                shutil.rmtree(entry, ignore_errors=True)
+        elif under == Path() and entry.name == "release":
+            _forget(entry, keep, nightlies, name)
 
 
 def stage(area: BuildArea, *, source: Path, stamp: str, recipes: Path, wheelhouse: Path | None,
           sccache: Path | None, cache: CacheSettings, jobs: Sequence[Job]) -> None:
     """Copy what the night's builds read into the area and give the user what it writes."""
     day = area.day
-    for folder in (area.root / "nights", area.days, day):
+    # A candidate's DAY is two folders deep (release/1.2.0-rc1: workspace/candidate.py).
+    between = [area.days / p for p in reversed(day.relative_to(area.days).parents[:-1])]
+    for folder in (area.root / "nights", area.days, *between, day):
         folder.mkdir(mode=0o755, exist_ok=True)
     (day / DAY_MARK).write_text(f"{day.name}\n")
     mark = area.source / SOURCE_MARK
@@ -307,7 +322,7 @@ def needs(job: Job, *, user: BuildUser, pythons: dict[str, str], cuda: dict[str,
         yield Need(path=Path(env["ZIG_GLOBAL_CACHE_DIR"]), access="wx", what="zig's cache",
                    fix=area_fix)
     if job.package == "conda" or env.get("AUDITWHEEL_PLAT"):
-        yield Need(path=Path(sys.executable), access="x",
+        yield Need(path=Path(env.get("NIGHTLY_PYTHON") or sys.executable), access="x",
                    what="nightly's Python (NIGHTLY_PYTHON, auditwheel)", fix=nightly_fix)
     yield from _cache_needs(job, user, cache, nightly_fix)
 

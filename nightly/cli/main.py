@@ -170,7 +170,7 @@ def build(
         rebuild=tuple(b.id for b in builds), no_upload=no_upload,
         manual=manual_mark(shlex.join(["nightly", *sys.argv[1:]])),
     )
-    night.run_builds(config, ctx.date, builds, opts)
+    night.run_local(config, ctx.date, builds, opts)
 
 
 @cli.command()
@@ -213,7 +213,7 @@ def run(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=rebuild,
         keep_container=keep_container, notify=True, prune=True,
     )
-    night.run_builds(
+    night.run_local(
         ctx.config, ctx.date, share.order, opts, queues=share.queues, plan_json=share.plan_json,
         estimate_s=share.makespan_s, estimates=share.estimates,
     )

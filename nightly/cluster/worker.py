@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nightly.builds.execute import preflight_with_test_images, run_builds
 from nightly.builds.jobs import RunContext
+from nightly.builds.session import SessionSpec, open_session, preflight_with_test_images
 from nightly.builds.smoke import SmokeTester, night_smoke
 from nightly.cluster.host import (
     Emit,
@@ -247,12 +247,16 @@ def _run(
                            gpu_stage=spec.gpu_stage)
 
     try:
-        name = run_builds(
-            ctx, spec.executor, [build], lambda runner: runner.run_build(build, queue=att.slot),
-            keep_container=spec.keep_container, preflight=preflight_with_test_images,
-            refused=lambda e: _preflight_failed(day, ctx.state, build, str(e), att.about["attempt"]),
-            smoke=smoke,
-            on_event=att.events(emit), cancel=cancel)
+        # The worker's session (builds/session.py): a build user's area where the config sets
+        # one; no stable build folder (a host's attempts run side by side).
+        session = SessionSpec(executor=spec.executor, keep_container=spec.keep_container,
+                              stable=False, stamp=spec.commit, smoke=smoke,
+                              preflight=preflight_with_test_images)
+        with open_session(ctx, [build], session, refused=lambda e: _preflight_failed(
+                day, ctx.state, build, str(e), att.about["attempt"])) as builds:
+            name = spec.executor if builds is None else builds.executor.name
+            if builds is not None:
+                builds.runner(att.events(emit), cancel).run_build(build, queue=att.slot)
     finally:
         streamer.stop()
     return name, streamer.chunks

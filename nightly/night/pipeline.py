@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import shutil
-import socket
 import sqlite3
 import sys
 import time
@@ -25,18 +24,17 @@ from nightly.builds.local_phase import LocalPhase
 from nightly.builds.phase import BuildPhase, NightContext
 from nightly.builds.policy import stale_builds
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
-from nightly.config import Config, Machine
-from nightly.core.matrix import Build, SpellingError, nightly_version, parse_spec
+from nightly.config import Config
+from nightly.core.matrix import Build, nightly_version
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError, require
 from nightly.executors import require_extras
 from nightly.files import append_line
 from nightly.history.db import History, history_path
-from nightly.history.feeds import planning_estimator
 from nightly.history.triage import summary_for_day
 from nightly.night import notify, publishing, wheelhouse
 from nightly.night import source as src
 from nightly.night.retain import prune_step
-from nightly.plan.schedule import make_plan, select_cli
+from nightly.night.selection import Share, builds_from_cli, pick_machine, plan_share
 from nightly.provenance import attest
 from nightly.publish.upload import open_destination, publish_day, record_publication
 from nightly.publish.validate import validate_day
@@ -75,32 +73,6 @@ class NightOptions:
     # A one-off `nightly build` (summary.manual_mark: who, when, the command): its builds are
     # marked manual and it writes its own summary, leaving the night's summary.json the night's.
     manual: dict[str, str] | None = None
-
-
-def this_platform() -> str:
-    return "macos" if sys.platform == "darwin" else "linux"
-
-
-def pick_machine(config: Config, key: str | None, *, strict: bool = True) -> Machine:
-    """--machine, else the only machine, else the one whose hostname is this host; when not
-    strict (a one-off build), else the first machine of this platform."""
-    if key is not None:
-        return config.machine(key)
-    if len(config.machines) == 1:
-        return config.machines[0]
-    host = socket.gethostname()
-    for m in config.machines:
-        if m.hostname and m.hostname == host:
-            return m
-    if not strict:
-        for m in config.machines:
-            if m.platform == this_platform():
-                return m
-    names = ", ".join(m.name for m in config.machines)
-    raise UsageError(
-        f"this config has several machines ({names}) and none has hostname = \"{host}\": "
-        "pass --machine NAME or set hostname in the machine's entry"
-    )
 
 
 def check_free_space(config: Config) -> None:
@@ -258,7 +230,7 @@ def _matches(build_id: str, globs: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(build_id, g) for g in globs)
 
 
-def run_builds(
+def run_local(
     config: Config,
     date: dt.date,
     builds: Sequence[Build],
@@ -421,54 +393,6 @@ def write_summary(
     return summary, path
 
 
-# ---------------------------------------------------------------------------- what to build
-
-
-@dataclass(frozen=True, kw_only=True)
-class Share:
-    """This machine's part of the night's plan."""
-
-    order: list[Build]  # its builds, in plan order
-    queues: list[list[Build]]  # its queues, each in plan order
-    plan_json: dict[str, object]  # the whole plan, for logs/master/plan.json
-    makespan_s: float  # its estimated makespan
-    estimates: dict[str, float]  # build id -> estimated seconds
-
-
-def plan_share(config: Config, machine: Machine, selects: Sequence[str] = ()) -> Share:
-    """This machine's builds and queues (only the selected ones, when selectors are given)."""
-    full = make_plan(config, estimate=planning_estimator(config))
-    chosen = {b.id for b in select_cli(config, selects)} if selects else None
-    mp = full.machine(machine.name)
-    queues = [[pb.build for pb in q.builds if chosen is None or pb.build.id in chosen]
-              for q in mp.queues]
-    order = [pb.build for pb in mp.in_order() if chosen is None or pb.build.id in chosen]
-    if not order:
-        raise NothingSelected(f"nothing selected for machine '{machine.name}'")
-    return Share(order=order, queues=queues, plan_json=full.to_json(),
-                 makespan_s=mp.makespan_s,
-                 estimates={pb.build.id: pb.estimate_s for pb in mp.builds})
-
-
-def builds_from_cli(
-    config: Config, package: str, pythons: str, cudas: str, arch: str = "", platform: str = ""
-) -> list[Build]:
-    platform = platform or this_platform()
-    lt = config.libtorch_matrix(platform)
-    try:
-        builds = parse_spec(
-            package, pythons, cudas, platform=platform,
-            libtorch_python=lt.python if lt else "3",
-            libtorch_variants=lt.variants if lt else ("shared-with-deps",),
-            arch=arch,
-        )
-    except SpellingError as e:
-        raise UsageError(str(e)) from e
-    # Keep the matrix's own Build (it carries devtoolset etc.) when the build is in it.
-    known = {b.id: b for b in config.builds}
-    return [known.get(b.id, b) for b in builds]
-
-
 __all__ = [
     "ClusterOptions",
     "NightOptions",
@@ -476,7 +400,7 @@ __all__ = [
     "builds_from_cli",
     "pick_machine",
     "plan_share",
-    "run_builds",
     "run_cluster",
+    "run_local",
     "run_night",
 ]

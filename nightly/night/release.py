@@ -31,7 +31,7 @@ def run_release(
         machine=m.name, dry_run=dry_run, no_upload=no_upload, rebuild=tuple(rebuild),
         channel="test", version=version, day_name=candidate_name(version, rc),
     )
-    night.run_builds(
+    night.run_local(
         config, date, share.order, opts, queues=share.queues, plan_json=share.plan_json,
         estimate_s=share.makespan_s, estimates=share.estimates,
     )

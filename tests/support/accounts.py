@@ -1,0 +1,63 @@
+"""A build account and root's private home, for the tests of `[executor.local] user`
+(docs/security.md): root runs nightly from its 0700 home, every build runs as the account.
+
+    with build_account() as account, private_home() as home:
+        ...
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.support.staged import Staged
+
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@contextmanager
+def build_account() -> Iterator[pwd.struct_passwd]:
+    """A fresh unprivileged account, removed afterwards with its build area."""
+    if os.geteuid() != 0:
+        raise RuntimeError("run as root: these tests are about root building as another account")
+    name = f"nb{secrets.token_hex(4)}"
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                   check=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], check=False)
+        shutil.rmtree(f"/var/tmp/nightly-{name}", ignore_errors=True)
+
+
+@contextmanager
+def private_home() -> Iterator[Path]:
+    """Root's private home: a 0700 folder, removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="nightly-roothome-", dir="/tmp"))
+    path.chmod(0o700)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def venv_in_home(home: Path, st: Staged) -> Path:
+    """nightly installed the README's way: a venv in the home (its interpreter and its
+    packages out of any other account's reach). The venv sees the staged nightly (`st`,
+    staged under the home) through a .pth file. Returns the venv's python."""
+    venv = home / "venv"
+    subprocess.run([st.python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / f"python{PY}" / "site-packages"
+    (site / "staged-nightly.pth").write_text(f"{st.site}\n")
+    return venv / "bin" / "python"
+
+
+__all__ = ["PY", "build_account", "private_home", "venv_in_home"]
