@@ -48,6 +48,7 @@ from nightly.builds.cache_scripts import write_tools
 from nightly.workspace.records import CacheStats
 
 if TYPE_CHECKING:
+    from nightly.config import Config
     from nightly.executors.base import Job
 
 # Inside a container.
@@ -145,19 +146,13 @@ class BuildCache:
         return mounts
 
 
-def settings_of(config: object) -> CacheSettings:
-    """The `[cache]` section of a Config (disabled for a config without one)."""
-    section = getattr(config, "cache", None)
-    if section is None:
-        return CacheSettings(enabled=False)
-    if isinstance(section, CacheSettings):
-        return section
-    project = getattr(config, "project", None)
+def settings_of(config: Config) -> CacheSettings:
+    """The `[cache]` section of a Config, resolved, in the project's folder of the store."""
+    section = config.cache
     return CacheSettings(
         enabled=section.enabled, dir=section.dir, size=section.size, url=section.url,
         endpoint_url=section.endpoint_url, region=section.region, profile=section.profile,
-        namespace=cache_store.namespace(str(getattr(project, "name", "") or ""),
-                                        str(getattr(config, "root", "") or "")),
+        namespace=cache_store.namespace(config.project.name, str(config.root)),
     )
 
 

@@ -211,7 +211,7 @@ def user_area(night: NightContext, ctx: RunContext, ex: LocalExecutor,
     night's copies, and every path a build needs checked against the user's reach."""
     assert ex.user is not None
     config = night.config
-    file = str(getattr(config, "path", "") or "") or None
+    file = str(config.path)
     area = userarea.area_for(config.local.build_dir, ex.user, night.day.name,
                              project=config.project.name, nightlies=config.root)
     userarea.make_root(area, file)
