@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly.errors import StateError
-from nightly.jsonvalues import JSONInputError, opt_float, read_json_file
+from nightly.jsonvalues import JSONInputError, as_int, opt_float, read_json_file
 from nightly.manylinux import ManylinuxRecord
 from nightly.workspace.day import atomic_write
 from nightly.workspace.pythontests import PythonTest
@@ -55,7 +55,7 @@ class PackageFile:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PackageFile:
         return cls(name=str(data.get("name") or ""), path=str(data.get("path") or ""),
-                   size=int(data.get("size") or 0), sha256=str(data.get("sha256") or ""))
+                   size=as_int(data.get("size")), sha256=str(data.get("sha256") or ""))
 
 
 @dataclass(frozen=True, kw_only=True)
