@@ -16,7 +16,7 @@ import os
 import pwd
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from nightly.errors import ConfigError
 
@@ -48,24 +48,83 @@ class BuildUser:
         return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups", "--"]
 
 
-def credential_settings(config: object) -> list[str]:
+# What this module reads of the configuration (nightly.config.Config, a layer above: named
+# here by what it reads, so mypy checks each call with a Config against it).
+class _Publish(Protocol):
+    @property
+    def url(self) -> str: ...
+    @property
+    def anaconda_user(self) -> str: ...
+    @property
+    def pypi_url(self) -> str: ...
+
+
+class _Cache(Protocol):
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def url(self) -> str: ...
+
+
+class _Notify(Protocol):
+    @property
+    def smtp_user(self) -> str: ...
+
+
+class _Provenance(Protocol):
+    @property
+    def key(self) -> Path | None: ...
+
+
+class _Project(Protocol):
+    @property
+    def source(self) -> str: ...
+
+
+class _Local(Protocol):
+    @property
+    def user(self) -> str: ...
+
+
+class HardeningConfig(Protocol):
+    """The settings hardening reads: its credentials, the folders builds see, the build user."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def root(self) -> Path: ...
+    @property
+    def recipes(self) -> Path: ...
+    @property
+    def project(self) -> _Project: ...
+    @property
+    def local(self) -> _Local: ...
+    @property
+    def publish(self) -> _Publish: ...
+    @property
+    def cache(self) -> _Cache: ...
+    @property
+    def notify(self) -> _Notify: ...
+    @property
+    def provenance(self) -> _Provenance: ...
+
+
+def credential_settings(config: HardeningConfig) -> list[str]:
     """The settings of `config` that make nightly hold credentials (publishing, the compiler
     cache's S3 store, SMTP)."""
     out = []
-    pub, cache, notify = (getattr(config, n, None) for n in ("publish", "cache", "notify"))
-    if pub is not None:
-        if pub.url.startswith("s3://"):
-            out.append("publish.url")
-        if pub.anaconda_user:
-            out.append("publish.conda.anaconda_user")
-        if pub.pypi_url:
-            out.append("publish.pypi.repository_url")
-    if cache is not None and cache.enabled and cache.url:
+    pub, cache = config.publish, config.cache
+    if pub.url.startswith("s3://"):
+        out.append("publish.url")
+    if pub.anaconda_user:
+        out.append("publish.conda.anaconda_user")
+    if pub.pypi_url:
+        out.append("publish.pypi.repository_url")
+    if cache.enabled and cache.url:
         out.append("cache.url")
-    if notify is not None and notify.smtp_user:
+    if config.notify.smtp_user:
         out.append("notify.smtp_user")
-    prov = getattr(config, "provenance", None)
-    if prov is not None and prov.key is not None:
+    if config.provenance.key is not None:
         out.append("provenance.key")  # whoever reads it signs anything as the site
     return out
 
@@ -73,15 +132,15 @@ def credential_settings(config: object) -> list[str]:
 KEY_KEY = "provenance.key"
 
 
-def check_signing_key(config: Any, user: BuildUser | None) -> None:
+def check_signing_key(config: HardeningConfig, user: BuildUser | None) -> None:
     """The signing key is a credential: a build must not be able to read it. ConfigError,
     naming the fix, when the key file is readable by anyone but its owner, belongs to the
     build user, or lies in a folder builds are given or mounted (the root with its day
     folders, the recipes, a local source)."""
-    key = getattr(getattr(config, "provenance", None), "key", None)
+    key = config.provenance.key
     if key is None:
         return
-    file = str(getattr(config, "path", "") or "") or None
+    file = str(config.path)
     path = Path(key)
     try:
         st = os.stat(path)
@@ -109,24 +168,22 @@ def check_signing_key(config: Any, user: BuildUser | None) -> None:
                 hint="move the key to a folder of its own (e.g. /etc/nightly/keys, mode 0700)")
 
 
-def _build_folders(config: Any) -> list[tuple[str, Path | None]]:
+def _build_folders(config: HardeningConfig) -> list[tuple[str, Path | None]]:
     """(setting, resolved folder) of what a build can read: the root, recipes, local source."""
-    out: list[tuple[str, Path | None]] = []
-    for setting, attr in (("root", "root"), ("recipes", "recipes")):
-        value = getattr(config, attr, None)
-        out.append((setting, Path(value).resolve() if value else None))
-    source = str(getattr(getattr(config, "project", None), "source", "") or "")
+    out: list[tuple[str, Path | None]] = [
+        ("root", config.root.resolve()), ("recipes", config.recipes.resolve())]
+    source = config.project.source
     if source and "://" not in source and not source.startswith("git@"):
-        base = Path(getattr(config, "path", ".") or ".").parent
+        base = config.path.parent
         out.append(("project.source", (base / source).resolve()))
     return out
 
 
-def recipe_user(config: object) -> BuildUser | None:
+def recipe_user(config: HardeningConfig) -> BuildUser | None:
     """The user recipes run as (None: nightly's own). Raises ConfigError when nightly is root,
     the configuration uses credentials and it does not say who builds."""
-    name = str(getattr(getattr(config, "local", None), "user", "") or "")
-    file = str(getattr(config, "path", "") or "") or None
+    name = config.local.user
+    file = str(config.path)
     me = os.geteuid()
     if not name:
         needs = credential_settings(config)
@@ -152,5 +209,6 @@ def recipe_user(config: object) -> BuildUser | None:
     return BuildUser(name=name, uid=entry.pw_uid, gid=entry.pw_gid, home=entry.pw_dir)
 
 
-__all__ = ["KEY_KEY", "USER_KEY", "BuildUser", "check_signing_key", "credential_settings",
+__all__ = ["KEY_KEY", "USER_KEY", "BuildUser", "HardeningConfig", "check_signing_key",
+           "credential_settings",
            "make_undumpable", "recipe_user"]

@@ -23,7 +23,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 from urllib.parse import quote
 
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "ACCESS_KEY",
@@ -143,36 +143,79 @@ def environment_secrets(env: Mapping[str, str]) -> list[str]:
     return [v for k, v in env.items() if SECRET_RE.search(k) and v]
 
 
-def secret_values(config: object, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+# What secret_values reads of the configuration (nightly.config.Config, a layer above: named
+# here by what it reads, so mypy checks each call with a Config against it).
+class _Publish(Protocol):
+    @property
+    def url(self) -> str: ...
+    @property
+    def profile(self) -> str: ...
+    @property
+    def token_env(self) -> str: ...
+    @property
+    def token_file(self) -> str: ...
+    @property
+    def pypi_password_env(self) -> str: ...
+
+
+class _Notify(Protocol):
+    @property
+    def smtp_password_env(self) -> str: ...
+
+
+class _Cluster(Protocol):
+    @property
+    def staging(self) -> str: ...
+    @property
+    def profile(self) -> str: ...
+
+
+class _Cache(Protocol):
+    @property
+    def url(self) -> str: ...
+    @property
+    def profile(self) -> str: ...
+
+
+class SecretsConfig(Protocol):
+    """The settings that name where credentials are: publishing, SMTP, the S3 stores."""
+
+    @property
+    def publish(self) -> _Publish: ...
+    @property
+    def notify(self) -> _Notify: ...
+    @property
+    def cluster(self) -> _Cluster: ...
+    @property
+    def cache(self) -> _Cache: ...
+
+
+def secret_values(config: SecretsConfig,
+                  environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """Every credential value this configuration can use, read where nightly reads them:
     the AWS variables, the anaconda token (variable or file), the PyPI and SMTP passwords."""
     env = os.environ if environ is None else environ
     names = list(AWS_VARS)
-    publish = getattr(config, "publish", None)
-    notify = getattr(config, "notify", None)
+    publish = config.publish
     values: list[str] = []
-    if publish is not None:
-        names += [publish.token_env, publish.pypi_password_env]
-        if publish.token_file:
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                values.append(Path(publish.token_file).expanduser().read_text().strip())
-    if notify is not None:
-        names.append(notify.smtp_password_env)
+    names += [publish.token_env, publish.pypi_password_env]
+    if publish.token_file:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            values.append(Path(publish.token_file).expanduser().read_text().strip())
+    names.append(config.notify.smtp_password_env)
     values += [env.get(n, "") for n in names if n]
     for profile in _aws_profiles(config):
         values += aws_profile_secrets(profile)
     return tuple(sorted({v for v in values if len(v) >= _MIN_SECRET}))
 
 
-def _aws_profiles(config: Any) -> list[str]:
+def _aws_profiles(config: SecretsConfig) -> list[str]:
     """The AWS profiles ("" for the default chain) of the S3 stores this configuration uses:
     [publish], [cluster] staging and [cache], each where its URL is s3://."""
-    out = []
-    for table, url in (("publish", "url"), ("cluster", "staging"), ("cache", "url")):
-        section = getattr(config, table, None)
-        if section is not None and str(getattr(section, url, "") or "").startswith("s3://"):
-            out.append(str(getattr(section, "profile", "") or ""))
-    return sorted(set(out))
+    stores = ((config.publish.url, config.publish.profile),
+              (config.cluster.staging, config.cluster.profile),
+              (config.cache.url, config.cache.profile))
+    return sorted({profile for url, profile in stores if url.startswith("s3://")})
 
 
 @functools.lru_cache(maxsize=16)

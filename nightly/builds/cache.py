@@ -45,8 +45,10 @@ from urllib.parse import urlsplit
 from nightly.builds import cache_store
 from nightly.builds.cache_scripts import write_tools
 from nightly.jsonvalues import read_json_object
+from nightly.workspace.records import CacheStats as CacheStats  # re-exported: its old home
 
 if TYPE_CHECKING:
+    from nightly.config import Config
     from nightly.executors.base import Job
 
 # Inside a container.
@@ -144,57 +146,13 @@ class BuildCache:
         return mounts
 
 
-@dataclass(frozen=True, kw_only=True)
-class CacheStats:
-    """What a build's sccache server did (or why there was none)."""
-
-    hits: int = 0
-    misses: int = 0
-    requests: int = 0  # compile requests (all calls that looked like a compile)
-    errors: int = 0  # cache read/write errors (the compiles still happened)
-    where: str = ""
-    off: str | None = None  # why the build ran without the cache
-
-    @property
-    def hit_rate(self) -> float | None:
-        total = self.hits + self.misses
-        return self.hits / total if total else None
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {"hits": self.hits, "misses": self.misses,
-                               "requests": self.requests, "errors": self.errors,
-                               "where": self.where}
-        rate = self.hit_rate
-        out["hit_rate"] = None if rate is None else round(rate, 4)
-        if self.off is not None:
-            out["off"] = self.off
-        return out
-
-    def footer(self) -> str:
-        if self.off is not None:
-            return f"off ({self.off})"
-        rate = self.hit_rate
-        pct = "-" if rate is None else f"{rate:.0%}"
-        text = (f"{self.hits} hits, {self.misses} misses, {self.requests} compile requests "
-                f"({pct} hit rate); {self.where}")
-        if self.errors:
-            text += f"; {self.errors} cache errors (compiled without the cache)"
-        return text
-
-
-def settings_of(config: object) -> CacheSettings:
-    """The `[cache]` section of a Config (disabled for a config without one)."""
-    section = getattr(config, "cache", None)
-    if section is None:
-        return CacheSettings(enabled=False)
-    if isinstance(section, CacheSettings):
-        return section
-    project = getattr(config, "project", None)
+def settings_of(config: Config) -> CacheSettings:
+    """The `[cache]` section of a Config, resolved, in the project's folder of the store."""
+    section = config.cache
     return CacheSettings(
         enabled=section.enabled, dir=section.dir, size=section.size, url=section.url,
         endpoint_url=section.endpoint_url, region=section.region, profile=section.profile,
-        namespace=cache_store.namespace(str(getattr(project, "name", "") or ""),
-                                        str(getattr(config, "root", "") or "")),
+        namespace=cache_store.namespace(config.project.name, str(config.root)),
     )
 
 
@@ -345,7 +303,7 @@ def finish(job: Job, record: Callable[..., object]) -> list[str]:
     release(job)
     if stats is None:
         return []
-    record(cache=stats.to_json())
+    record(cache=stats)
     return [f"compiler cache: {stats.footer()}", *take_in(job)]
 
 
@@ -400,14 +358,13 @@ def parse_stats(data: Mapping[str, Any], *, where: str) -> CacheStats:
     )
 
 
-def night_total(entries: Sequence[Mapping[str, object]]) -> CacheStats:
-    """The night's cache figures from state entries (their "cache" members)."""
+def night_total(stats: Sequence[CacheStats | None]) -> CacheStats:
+    """The night's cache figures from its builds' (None: a build without a cache)."""
     hits = misses = requests = errors = 0
-    for entry in entries:
-        c = entry.get("cache")
-        if isinstance(c, Mapping):
-            hits += int(c.get("hits", 0))
-            misses += int(c.get("misses", 0))
-            requests += int(c.get("requests", 0))
-            errors += int(c.get("errors", 0))
+    for c in stats:
+        if c is not None:
+            hits += c.hits
+            misses += c.misses
+            requests += c.requests
+            errors += c.errors
     return CacheStats(hits=hits, misses=misses, requests=requests, errors=errors)

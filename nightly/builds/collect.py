@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from nightly.builds import onename
@@ -75,12 +76,12 @@ def check_policy(
     verdict = manylinux.check_packages(build.package, env.get(manylinux.ENV_POLICY, ""), files,
                                        env.get("NIGHTLY_TOOLCHAIN", ""), arch=build.target_arch,
                                        cuda=build.cuda.startswith("cu"))
-    if verdict.record:
+    if verdict.record is not None:
         # What it was built under, so a later policy or toolchain change rebuilds it
         # (nightly.builds.policy).
         toolchain = env.get("NIGHTLY_MANYLINUX_TOOLCHAIN", "")
-        state.update(build.id, manylinux={**verdict.record,
-                                          **({"toolchain": toolchain} if toolchain else {})})
+        state.update(build.id, manylinux=replace(verdict.record, toolchain=toolchain)
+                     if toolchain else verdict.record)
     return verdict
 
 

@@ -6,7 +6,7 @@ that break the declared policy. state.json's `manylinux` record carries both."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from nightly.config import Config
 from nightly.core.manylinux import OFF
@@ -47,11 +47,11 @@ def stale_builds(config: Config, state: State, builds: Sequence[Build],
         if b.package != "manywheel" or state.status(b.id) != SUCCEEDED:
             continue
         record = state.get(b.id).manylinux
-        if not isinstance(record, Mapping):
+        if record is None:
             continue  # nothing recorded (an older nightly): nothing to compare with
         policy, toolchain = built_under(
             config, b, (executor(b) if callable(executor) else executor) or "local")
-        was_policy, was_toolchain = str(record.get("policy") or ""), str(record.get("toolchain") or "")
+        was_policy, was_toolchain = record.policy, record.toolchain
         if policy != was_policy:
             out[b.id] = (f"built under manylinux policy {was_policy or 'none'}, the configuration "
                          f"now declares {policy or 'none'}")

@@ -29,6 +29,7 @@ from nightly.executors.base import ExecResult, Executor, Job
 from nightly.files import sha256_file
 from nightly.redact import Masker, mask, safe_url, secret_values
 from nightly.workspace import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, remove_tree
+from nightly.workspace.records import TestRecord
 
 EventSink = Callable[[str, Mapping[str, object]], None]
 
@@ -41,7 +42,7 @@ class SmokeOutcome(Protocol):
     @property
     def notes(self) -> tuple[str, ...]: ...
     @property
-    def tested(self) -> Mapping[str, object] | None: ...
+    def tested(self) -> TestRecord | None: ...
 
 
 # (build, produced files, job, log sink, cancel) -> outcome; see nightly.builds.smoke.SmokeTester.
@@ -55,7 +56,7 @@ class _SmokeError:
     reason: str
     ok: bool = False
     notes: tuple[str, ...] = ()
-    tested: Mapping[str, object] | None = None
+    tested: TestRecord | None = None
 
 
 @dataclass(kw_only=True)
@@ -281,7 +282,7 @@ class Runner:
                 smoke = _SmokeError(reason=f"smoke test: error: {e!r}")
             notes += list(smoke.notes)
             # The test stage's own record: passed / failed / not run, where, when, seconds.
-            state.update(build.id, tested=dict(smoke.tested) if smoke.tested else None)
+            state.update(build.id, tested=smoke.tested)
             if not smoke.ok:
                 reason = smoke.reason or "smoke test"
         if reason is None and build.id in self.ctx.repro_builds:

@@ -18,10 +18,10 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
@@ -36,8 +36,8 @@ from nightly.executors.base import Executor, Job, OutputSink
 from nightly.executors.local import NotFound, find_python, give_to
 from nightly.hardening import BuildUser
 from nightly.images import runtime
-from nightly.workspace.pythontests import KEY as PYTHONS_KEY
-from nightly.workspace.pythontests import PythonTest, tests_json
+from nightly.workspace.pythontests import PythonTest
+from nightly.workspace.records import TestPart, TestRecord
 
 SCRIPTS = Path(__file__).with_name("smoke_scripts")
 
@@ -59,22 +59,18 @@ class SmokeResult:
     reason: str | None = None  # "smoke test: ..." when it failed
     notes: tuple[str, ...] = ()  # e.g. "GPU check not run"
     # state.json's `tested`: the overall result and each part's (result, where, when, seconds)
-    tested: Mapping[str, object] | None = None
+    tested: TestRecord | None = None
     pythons: tuple[PythonTest, ...] = ()  # a limited-API build's test on each Python
 
 
 def stage_part(result: str, where: str, started: float, *, attempts: int = 1,
-              reason: str | None = None) -> dict[str, object]:
+              reason: str | None = None) -> TestPart:
     """One part of a build's test (cpu or gpu), as state.json's `tested` records it."""
-    part: dict[str, object] = {"result": result, "where": where,
-                            "when": dt.datetime.fromtimestamp(started).astimezone()
-                            .isoformat(timespec="seconds"),
-                            "seconds": round(time.time() - started, 3) if result != NOT_RUN else 0.0}
-    if result != NOT_RUN:
-        part["attempts"] = attempts
-    if reason:
-        part["reason"] = reason
-    return part
+    return TestPart(result=result, where=where,
+                    when=dt.datetime.fromtimestamp(started).astimezone()
+                    .isoformat(timespec="seconds"),
+                    seconds=round(time.time() - started, 3) if result != NOT_RUN else 0.0,
+                    attempts=attempts if result != NOT_RUN else None, reason=reason or None)
 
 
 def needs_gpu_part(config: Config, build: Build, names: Sequence[str]) -> bool:
@@ -98,16 +94,11 @@ def preflight_jobs(config: Config, build: Build, job: Job, kind: str = "wheel") 
     return [job, replace(job, build_id=f"{job.build_id} (its tests)", image=image)]
 
 
-def tested_record(cpu: Mapping[str, Any], gpu: Mapping[str, Any] | None,
-                  pythons: tuple[PythonTest, ...]) -> dict[str, object]:
+def tested_record(cpu: TestPart, gpu: TestPart | None,
+                  pythons: tuple[PythonTest, ...]) -> TestRecord:
     """The build's `tested`: failed if a part failed; not run if the GPU part (required) was
     not run; else passed. A limited-API build's CPU part lists each Python's result."""
-    parts = {"cpu": dict(cpu), **({"gpu": dict(gpu)} if gpu is not None else {})}
-    results = [p["result"] for p in parts.values()]
-    overall = FAILED if FAILED in results else NOT_RUN if NOT_RUN in results else PASSED
-    seconds = round(sum(float(p.get("seconds") or 0) for p in parts.values()), 3)
-    return {"result": overall, "seconds": seconds, **parts,
-            **({PYTHONS_KEY: tests_json(pythons)} if pythons else {})}
+    return TestRecord.of(cpu, gpu, pythons)
 
 
 def night_smoke(config: Config, executor: Executor, source_dir: Path, *, where: str = "",
@@ -165,7 +156,7 @@ class SmokeTester:
 
     def gpu_part(
         self, build: Build, wheels: list[Path], job: Job, out: OutputSink, cancel: threading.Event
-    ) -> tuple[SmokeResult, dict[str, object]]:
+    ) -> tuple[SmokeResult, TestPart]:
         """The GPU part of a CUDA build's test: its own log section, timeout and retries. Not
         run (recorded so) on a host without a GPU; a failure under [smoke] require_gpu."""
         sm = self.config.smoke

@@ -29,7 +29,7 @@ from nightly.core.matrix import Build
 from nightly.errors import ObjectTooLarge, PublishError
 from nightly.workspace import FAILED, INTERRUPTED, LOST_BUILD, RUNNING, SUCCEEDED, BuildEntry
 from nightly.workspace.live import PHASES
-from nightly.workspace.pythontests import python_tests
+from nightly.workspace.records import TestRecord
 
 UNCOLLECTED = ("verifying staging: a package is not the one its worker built (it was changed in "
                "staging after the build); nothing of it is published")
@@ -47,14 +47,15 @@ class GpuTestHook(Protocol):
     def on_event(self, ev: WorkerEvent) -> None: ...
 
 
-def with_gpu_test(tested: Mapping[str, object] | None, test: GpuTestResult,
-                  require_gpu: bool) -> tuple[dict[str, object], str | None]:
+def with_gpu_test(tested: TestRecord | None, test: GpuTestResult,
+                  require_gpu: bool) -> tuple[TestRecord, str | None]:
     """The build's `tested` with its GPU part, and why the build fails over it (None: it
     passed, or could not run and [smoke] require_gpu is off)."""
-    cpu = (tested or {}).get("cpu")
-    cpu = dict(cpu) if isinstance(cpu, Mapping) else stage_part(NOT_RUN, "", time.time())
-    part = dict(test.part or stage_part(test.result, "", time.time(), reason=test.reason))
-    record = tested_record(cpu, part, python_tests(tested))  # a limited-API build's Pythons kept
+    cpu = tested.cpu if tested is not None else None
+    cpu = cpu if cpu is not None else stage_part(NOT_RUN, "", time.time())
+    part = test.part or stage_part(test.result, "", time.time(), reason=test.reason)
+    # a limited-API build's Pythons kept
+    record = tested_record(cpu, part, tested.pythons if tested is not None else ())
     if test.result == PASSED or (test.result == NOT_RUN and not require_gpu):
         return record, None
     if test.result == NOT_RUN:
@@ -293,8 +294,7 @@ class Collector:
                 executor=result.executor, package=build.package,
                 python=build.python, cuda=build.cuda, variant=build.variant,
                 worker_name=result.worker_name, host=result.host, token=token,
-                cache=None if result.cache is None else dict(result.cache),
-                tested=None if tested is None else dict(tested),
+                cache=result.cache, tested=tested,
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -56,6 +56,7 @@ from nightly.files import process_identity, sha256_file
 from nightly.redact import Masker, secret_values
 from nightly.stores import Store
 from nightly.workspace import Day, State, write_json
+from nightly.workspace.records import TestPart
 
 NOT_TESTED = ("verifying staging: a package is not the one its build's worker built (changed "
               "in staging?); not tested")
@@ -135,7 +136,7 @@ def gpu_test_on_host(
 
 
 def _test(spec: GpuTestSpec, info: WorkerInfo, day: Day, log: Path,
-          cancel: threading.Event) -> dict[str, object]:
+          cancel: threading.Event) -> TestPart:
     """Fetch and check the wheels, then the GPU part; its output into `log`. Returns the
     build's `tested.gpu`."""
     build, started = spec.build, time.time()
@@ -151,7 +152,7 @@ def _test(spec: GpuTestSpec, info: WorkerInfo, day: Day, log: Path,
         out(f"nightly GPU test of {build.id} on worker {info.address} ({info.name}): the "
             f"packages of build attempt {spec.build_token}\n".encode())
 
-        def untested(why: str, result: str = FAILED) -> dict[str, object]:
+        def untested(why: str, result: str = FAILED) -> TestPart:
             out(f"gpu test: {why}\n".encode())
             f.write(masker.flush())
             return stage_part(result, info.address, started, reason=why)
@@ -182,7 +183,7 @@ def _test(spec: GpuTestSpec, info: WorkerInfo, day: Day, log: Path,
                 ex.preflight(preflight_jobs(config, build, job, "gputest")[1:] or [job])
             except NightlyError as e:
                 why = f"GPU test: not run on {info.address}: {' '.join(str(e).split())}"
-                return {**untested(why, NOT_RUN), "worker_name": info.name}
+                return replace(untested(why, NOT_RUN), worker_name=info.name)
             try:
                 _, part = tester.gpu_part(build, wheels, job, out, cancel)
             except Exception as e:  # a test-stage bug fails this test only
@@ -190,22 +191,21 @@ def _test(spec: GpuTestSpec, info: WorkerInfo, day: Day, log: Path,
                 out(f"gpu test: {why}\n".encode())
                 part = stage_part(FAILED, info.address, started, reason=why)
         f.write(masker.flush())
-    return {**part, "worker_name": info.name}
+    return replace(part, worker_name=info.name)
 
 
 def _put_result(spec: GpuTestSpec, store: Store, info: WorkerInfo, token: str, prefix: str,
-                log: Path, part: dict[str, object], started: float, host: str,
+                log: Path, part: TestPart, started: float, host: str,
                 chunks: int, *, final: bool = True) -> GpuTestResult:
     """The test's log into staging, then (last, write-once, sealed, unless it was stopped:
     not `final`) its result.json."""
     log_sha = sha256_file(log) if log.exists() else ""
     if log_sha:
         store.put(f"{prefix}{LOG_TXT}", log, log_sha)
-    reason = part.get("reason")
     result = GpuTestResult(
         build=spec.build.id, token=token, build_token=spec.build_token,
         submission=spec.submission, worker=info.address, worker_name=info.name, host=host,
-        result=str(part.get("result") or FAILED), reason=None if reason is None else str(reason),
+        result=part.result or FAILED, reason=part.reason,
         part=part, started=started, ended=time.time(),
         log_key=f"{prefix}{LOG_TXT}" if log_sha else "", log_sha256=log_sha, log_chunks=chunks,
         commit=spec.commit, version=spec.version,

@@ -27,6 +27,7 @@ from nightly.config import Config
 from nightly.core.matrix import Build
 from nightly.jsonvalues import as_float, as_int, as_str, opt_int, opt_str
 from nightly.workspace import FAILED
+from nightly.workspace.records import CacheStats, TestPart, TestRecord
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,9 +72,9 @@ class AttemptResult:
     commit: str | None = None
     version: str = ""
     channel: str = ""
-    cache: Mapping[str, object] | None = None  # the compiler cache's statistics
+    cache: CacheStats | None = None  # the compiler cache's statistics
     # state.json's `tested` as the worker recorded it (with gpu_smoke: the CPU part only)
-    tested: Mapping[str, object] | None = None
+    tested: TestRecord | None = None
     seal: str | None = None  # HMAC of every other field (nightly.cluster.verify.seal)
 
     def to_json(self) -> dict[str, object]:
@@ -88,8 +89,8 @@ class AttemptResult:
             "log_key": self.log_key, "log_sha256": self.log_sha256,
             "log_chunks": self.log_chunks, "commit": self.commit, "version": self.version,
             "channel": self.channel,
-            "cache": None if self.cache is None else dict(self.cache),
-            "tested": None if self.tested is None else dict(self.tested),
+            "cache": None if self.cache is None else self.cache.to_json(),
+            "tested": None if self.tested is None else self.tested.to_json(),
         }
         if self.seal is not None:
             data["seal"] = self.seal
@@ -98,7 +99,6 @@ class AttemptResult:
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> AttemptResult:
         packages = data.get("packages") or []
-        cache, tested = data.get("cache"), data.get("tested")
         return cls(
             build=as_str(data.get("build")), token=as_str(data.get("token")),
             submission=opt_str(data.get("submission")), worker=as_str(data.get("worker")),
@@ -113,8 +113,8 @@ class AttemptResult:
             log_key=as_str(data.get("log_key")), log_sha256=as_str(data.get("log_sha256")),
             log_chunks=as_int(data.get("log_chunks")), commit=opt_str(data.get("commit")),
             version=as_str(data.get("version")), channel=as_str(data.get("channel")),
-            cache=cache if isinstance(cache, Mapping) else None,
-            tested=tested if isinstance(tested, Mapping) else None,
+            cache=CacheStats.from_json(data.get("cache")),
+            tested=TestRecord.from_json(data.get("tested")),
             seal=opt_str(data.get("seal")),
         )
 
@@ -159,7 +159,7 @@ class GpuTestResult:
     host: str = ""
     result: str = FAILED  # passed | failed | not run (nightly.builds.smoke)
     reason: str | None = None
-    part: Mapping[str, object] | None = None  # state.json's tested.gpu
+    part: TestPart | None = None  # state.json's tested.gpu
     started: float | None = None
     ended: float | None = None
     log_key: str = ""
@@ -174,7 +174,7 @@ class GpuTestResult:
             "build": self.build, "token": self.token, "build_token": self.build_token,
             "submission": self.submission, "worker": self.worker,
             "worker_name": self.worker_name, "host": self.host, "result": self.result,
-            "reason": self.reason, "part": None if self.part is None else dict(self.part),
+            "reason": self.reason, "part": None if self.part is None else self.part.to_json(),
             "started": self.started, "ended": self.ended, "log_key": self.log_key,
             "log_sha256": self.log_sha256, "log_chunks": self.log_chunks,
             "commit": self.commit, "version": self.version,
@@ -185,14 +185,13 @@ class GpuTestResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> GpuTestResult:
-        part = data.get("part")
         return cls(
             build=as_str(data.get("build")), token=as_str(data.get("token")),
             build_token=as_str(data.get("build_token")),
             submission=opt_str(data.get("submission")), worker=as_str(data.get("worker")),
             worker_name=as_str(data.get("worker_name")), host=as_str(data.get("host")),
             result=as_str(data.get("result"), FAILED), reason=opt_str(data.get("reason")),
-            part=part if isinstance(part, Mapping) else None,
+            part=TestPart.from_json(data.get("part")),
             started=None if data.get("started") is None else as_float(data.get("started")),
             ended=None if data.get("ended") is None else as_float(data.get("ended")),
             log_key=as_str(data.get("log_key")), log_sha256=as_str(data.get("log_sha256")),

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import re
 import zipfile
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
+
+from nightly.jsonvalues import as_str, str_map
 
 OFF = "off"
 # Legacy aliases (PEP 600): what glibc each stands for.
@@ -108,13 +110,58 @@ def wheel_platforms(name: str) -> list[str]:
     return name[: -len(".whl")].split("-")[-1].split(".")
 
 
+_RECORD_KEYS = ("policy", "tags", "glibc", "zips", "toolchain")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManylinuxRecord:
+    """A build's manylinux record (state.json's `manylinux`): a manywheel's policy and the
+    platform tags its wheels reached (`tags`, None for a libtorch build), the newest glibc
+    they (or a libtorch build's zips) need, each zip's glibc, and the toolchain it was built
+    with. Read leniently: a value of the wrong type reads as unset, unknown keys are kept."""
+
+    policy: str = ""
+    tags: tuple[str, ...] | None = None  # one per wheel, its platform tags joined by "."
+    glibc: str = ""
+    zips: Mapping[str, str] | None = None  # zip name -> the glibc it needs ("": none)
+    toolchain: str = ""
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = dict(self.extra)
+        if self.tags is not None or self.policy:
+            out["policy"] = self.policy
+        if self.tags is not None:
+            out["tags"] = list(self.tags)
+        if self.glibc:
+            out["glibc"] = self.glibc
+        if self.zips is not None:
+            out["zips"] = dict(self.zips)
+        if self.toolchain:
+            out["toolchain"] = self.toolchain
+        return out
+
+    @classmethod
+    def from_json(cls, data: object) -> ManylinuxRecord | None:
+        if not isinstance(data, Mapping):
+            return None
+        tags, zips = data.get("tags"), data.get("zips")
+        return cls(policy=as_str(data.get("policy")),
+                   tags=tuple(str(t) for t in tags) if isinstance(tags, list) else None,
+                   glibc=as_str(data.get("glibc")),
+                   zips=str_map(zips) if isinstance(zips, Mapping) else None,
+                   toolchain=as_str(data.get("toolchain")),
+                   extra={str(k): v for k, v in data.items() if k not in _RECORD_KEYS})
+
+
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
     """What the check found: `reason` fails the build; `record` goes into its state entry
-    (policy, tags reached, glibc needed); `notes` into its log footer."""
+    (policy, tags reached, glibc needed; None: nothing to record); `notes` into its log
+    footer."""
 
     reason: str | None = None
-    record: dict[str, object] = field(default_factory=dict)
+    record: ManylinuxRecord | None = None
     notes: tuple[str, ...] = ()
 
 
@@ -197,9 +244,8 @@ def _check_wheels(policy: str, wheels: Sequence[Path], toolchain: str = "",
         if policy not in ("", OFF) and need > glibc_of(policy):
             problems.append(f"{w.name} needs glibc {need[0]}.{need[1]}, newer than the "
                             f"policy manylinux_{policy} ({fix_for_glibc(toolchain, cuda)})")
-    record: dict[str, object] = {"policy": policy or "", "tags": tags}
-    if newest != (0, 0):
-        record["glibc"] = f"{newest[0]}.{newest[1]}"
+    record = ManylinuxRecord(policy=policy or "", tags=tuple(tags),
+                             glibc=f"{newest[0]}.{newest[1]}" if newest != (0, 0) else "")
     notes = (f"manylinux: policy {shown}; reached {', '.join(tags) or '-'}", *warnings)
     if policy == OFF or not problems:
         return Verdict(record=record, notes=notes)
@@ -220,7 +266,7 @@ def _check_zips(policy: str, zips: Sequence[Path]) -> Verdict:
     too_new = sorted(
         f"{name} needs glibc {need}" for name, need in needs.items()
         if need and tuple(int(x) for x in need.split(".")) > glibc_of(policy))
-    record = {"policy": policy, **verdict.record}
+    record = replace(verdict.record or ManylinuxRecord(), policy=policy)
     notes = (f"glibc: policy {policy} (its libraries may need glibc "
              f"{policy.replace('_', '.')} at most)", *verdict.notes)
     if not too_new:
@@ -244,9 +290,9 @@ def _record_zips(needs: dict[str, str]) -> Verdict:
         for name, need in sorted(needs.items()))
     known = [n for n in needs.values() if n]
     if not known:
-        return Verdict(record={"zips": needs}, notes=notes)
+        return Verdict(record=ManylinuxRecord(zips=needs), notes=notes)
     newest = max(known, key=lambda v: tuple(int(x) for x in v.split(".")))
-    return Verdict(record={"glibc": newest, "zips": needs}, notes=notes)
+    return Verdict(record=ManylinuxRecord(glibc=newest, zips=needs), notes=notes)
 
 
 def zip_glibc(path: Path) -> str:
@@ -294,18 +340,18 @@ def elf_glibc(stream: IO[bytes]) -> tuple[int, int]:
     return newest
 
 
-def describe(record: Any) -> str:
+def describe(record: ManylinuxRecord | None) -> str:
     """One line for status and the report: 'policy 2_28: manylinux_2_17' (the oldest glibc
     the night's wheels install on), 'policy 2_28: linux_x86_64' when one missed it."""
-    if not isinstance(record, dict):
+    if record is None:
         return ""
-    if "tags" in record:
-        policy = record.get("policy") or "none"
-        tags = [t for tag in record.get("tags") or [] for t in str(tag).split(".")]
+    if record.tags is not None:
+        policy = record.policy or "none"
+        tags = [t for tag in record.tags for t in tag.split(".")]
         plain = sorted({t for t in tags if tag_glibc(t) is None})
-        reached = (", ".join(plain) if plain or not record.get("glibc")
-                   else f"manylinux_{str(record['glibc']).replace('.', '_')}")
+        reached = (", ".join(plain) if plain or not record.glibc
+                   else f"manylinux_{record.glibc.replace('.', '_')}")
         return f"policy {policy}: {reached or '-'}"
-    if record.get("glibc"):
-        return f"needs glibc {record['glibc']}"
+    if record.glibc:
+        return f"needs glibc {record.glibc}"
     return ""

@@ -18,6 +18,7 @@ from typing import Any
 from nightly import procs
 from nightly.config import Notify
 from nightly.redact import SECRET_RE, mask, safe_url
+from nightly.workspace.summary import Summary
 
 # What the notification command inherits: enough to find programs and speak the language, plus
 # NOTIFY_* (a webhook's URL or token for the command, named so on purpose).
@@ -30,39 +31,42 @@ def command_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in env.items() if k in ENV_KEPT or k.startswith(ENV_PREFIX)}
 
 
-def subject(summary: dict[str, Any]) -> str:
+def subject(summary: Summary) -> str:
     """Names the failures (the first few), so a mail client's list says what broke."""
     from nightly.history.triage import subject_counts
 
-    c = summary["counts"]
-    failed = sorted(k for k, v in summary["builds"].items() if v["outcome"] != "succeeded")
+    c = summary.counts
+    failed = sorted(k for k, v in summary.builds.items() if v.outcome != "succeeded")
     if failed:
         names = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
         state = f"{len(failed)} failed: {names}"
     else:
         state = "all succeeded"
-    uploads = summary.get("failed_uploads") or []
-    if uploads:
-        state += f"; {len(uploads)} upload(s) failed"
-    counts = subject_counts(summary)
+    if summary.failed_uploads:
+        state += f"; {len(summary.failed_uploads)} upload(s) failed"
+    counts = subject_counts(summary.extra)
+    done = f"{c.get('succeeded', 0)}/{c.get('total', 0)}"
     if counts:  # first, so the list of a mail client shows it: "3 new failures, 2 still failing"
-        return (f"nightly {summary['date']}: {counts} ({state}; {c['succeeded']}/{c['total']} "
-                f"succeeded on machine {summary['machine']})")
-    return (
-        f"nightly {summary['date']} on machine {summary['machine']}: {state} "
-        f"({c['succeeded']}/{c['total']} succeeded)"
-    )
+        return (f"nightly {summary.date}: {counts} ({state}; {done} "
+                f"succeeded on machine {summary.machine})")
+    return f"nightly {summary.date} on machine {summary.machine}: {state} ({done} succeeded)"
 
 
-def body(summary: dict[str, Any]) -> str:
-    lines = [subject(summary), "", f"source: {summary.get('source', '-')}", ""]
-    failed = {k: v for k, v in summary["builds"].items() if v["outcome"] != "succeeded"}
+def _failures(summary: Summary) -> dict[str, Any]:
+    """summary.json's "failures" (nightly.history.triage), {} when it has none."""
+    f = summary.extra.get("failures")
+    return f if isinstance(f, dict) else {}
+
+
+def body(summary: Summary) -> str:
+    lines = [subject(summary), "", f"source: {summary.source or '-'}", ""]
+    failed = {k: v for k, v in summary.builds.items() if v.outcome != "succeeded"}
     if failed:
         lines.append("Failed builds:")
         for bid, b in sorted(failed.items()):
-            lines.append(f"  {bid}: {b.get('reason') or b['outcome']}  (log: {b.get('log') or '-'})")
-        facts = (summary.get("failures") or {}).get("builds") or {}
-        for g in (summary.get("failures") or {}).get("groups") or []:
+            lines.append(f"  {bid}: {b.reason or b.outcome}  (log: {b.log or '-'})")
+        facts = _failures(summary).get("builds") or {}
+        for g in _failures(summary).get("groups") or []:
             lines.append(f"  {len(g['builds'])} build(s): {g['signature']}")
             for bid in g["builds"]:
                 f = facts.get(bid) or {}
@@ -71,20 +75,21 @@ def body(summary: dict[str, Any]) -> str:
                     from nightly.report.triage import bisect_line
 
                     lines.append(f"      bisect: {bisect_line(f['bisect'])}")
-    if summary.get("failed_uploads"):
+    if summary.failed_uploads:
         lines += ["", "Failed uploads (retry with `nightly upload`): "
-                  + ", ".join(summary["failed_uploads"])]
+                  + ", ".join(summary.failed_uploads)]
     return "\n".join(lines) + "\n"
 
 
-def send(cfg: Notify, summary: dict[str, object], secrets: tuple[str, ...] = ()) -> list[str]:
-    """Send what is configured. Returns messages for the master log (errors included)."""
-    if summary["exit_code"] == 0 and not cfg.always:
+def send(cfg: Notify, summary: Summary, secrets: tuple[str, ...] = ()) -> list[str]:
+    """Send what is configured: summary.json's JSON to the command and as the mail's
+    attachment. Returns messages for the master log (errors included)."""
+    if summary.exit_code == 0 and not cfg.always:
         return []
     out: list[str] = []
     # The caller's values of secret-looking variables (TWINE_PASSWORD, AWS_*, tokens) at least.
     secrets = (*secrets, *(v for k, v in os.environ.items() if SECRET_RE.search(k) and len(v) > 5))
-    payload = json.dumps(summary, indent=2, sort_keys=True)
+    payload = json.dumps(summary.to_json(), indent=2, sort_keys=True)
     if cfg.command:
         try:
             proc = procs.call(shlex.split(cfg.command), input=payload, timeout=120,
@@ -101,7 +106,7 @@ def send(cfg: Notify, summary: dict[str, object], secrets: tuple[str, ...] = ())
     return out
 
 
-def _mail(cfg: Notify, summary: dict[str, object], payload: str) -> str:
+def _mail(cfg: Notify, summary: Summary, payload: str) -> str:
     import smtplib
     from email.message import EmailMessage
 

@@ -143,9 +143,9 @@ def run_night(
         summary, summary_path = write_summary(night, started=started, estimate_s=estimate_s,
                                               estimates=dict(estimates or {}), manual=opts.manual)
         if opts.notify:
-            for line in notify.send(config.notify, summary.to_json()):
+            for line in notify.send(config.notify, summary):
                 night.log(line)
-        display.print_summary(summary.to_json(), path=summary_path)
+        display.print_summary(summary, path=summary_path)
         if opts.manual is not None:
             why = day_record.why_not_published(config, no_upload=opts.no_upload, day=day)
             display.print_destinations(summary, day.path, not_published=why)
@@ -362,7 +362,7 @@ def write_summary(
         builds[b.id] = BuildSummary(
             outcome=e.status or "", reason=e.reason, duration_s=e.duration_s,
             estimate_s=estimates.get(b.id), attempts=e.attempts or 0, queue=e.queue,
-            packages=tuple(p.to_json() for p in e.packages), published=dict(e.published),
+            packages=e.packages, published=dict(e.published),
             log=e.log, test_s=cost.test_s, built_on=e.worker_name or cost.built_on,  # --name
             tested_on=tested_on_by_name(e) or cost.tested_on,
             tested=verdict_of(e) if e.status == SUCCEEDED else "", python_tests=e.python_tests,

@@ -257,7 +257,7 @@ def _regressions(night: NightView) -> list[str]:
 
 def cache_total(night: NightView) -> list[str]:
     """The night's compiler cache figures, above the table."""
-    total = night_total([{"cache": b.cache} for b in night.builds])
+    total = night_total([b.cache for b in night.builds])
     rate = total.hit_rate
     text = (f"Compiler cache: {total.hits} hits, {total.misses} misses of "
             f"{total.requests} compile requests"
@@ -270,11 +270,11 @@ def _cache_cell(b: BuildView) -> str:
     c = b.cache
     if c is None:
         return '<td class="num">-</td>'
-    if c.get("off"):
-        return f'<td class="num" data-cache="off" title="{esc(c.get("off"))}">off</td>'
-    hits, misses = int(c.get("hits") or 0), int(c.get("misses") or 0)
+    if c.off:
+        return f'<td class="num" data-cache="off" title="{esc(c.off)}">off</td>'
+    hits, misses = c.hits, c.misses
     rate = f"{hits / (hits + misses):.0%}" if hits + misses else "-"
-    return (f'<td class="num" data-cache="{hits}/{misses}" title="{esc(c.get("where", ""))}">'
+    return (f'<td class="num" data-cache="{hits}/{misses}" title="{esc(c.where)}">'
             f'{esc(rate)}<div class="small muted">{hits} of {hits + misses}</div></td>')
 
 

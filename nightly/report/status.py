@@ -107,7 +107,7 @@ def _table(night: NightView) -> Table:
     retried = any(b.attempts > 1 for b in night.builds)
     if retried:
         t.add_column("tries", justify="right", no_wrap=True)
-    compat = any(b.manylinux for b in night.builds)
+    compat = any(b.manylinux is not None for b in night.builds)
     if compat:
         t.add_column("manylinux / glibc", overflow="fold")
     for b in night.builds:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nightly.core.limited import describe as describe_abi3
 from nightly.format import hms, human_size
@@ -14,12 +14,12 @@ from nightly.plan.schedule import Plan
 from nightly.report.view import attempt_words
 from nightly.workspace import publication
 from nightly.workspace.cost import shown_status
-from nightly.workspace.pythontests import SUMMARY_KEY, read_tests, results_text
+from nightly.workspace.pythontests import results_text
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from nightly.workspace.summary import Summary
+    from nightly.workspace.summary import BuildSummary, Summary
 
 
 console: Console | None = None  # made on first use; a test may put its own
@@ -83,7 +83,7 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
     )
 
 
-def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json") -> None:
+def print_summary(summary: Summary, *, path: Path | str = "summary.json") -> None:
     """The night's (or the build command's) outcome as a table, failures first, then every
     package in full, one per line (never cut to the terminal's width: a package's name is what
     a person looks for, and cron's mail has no width at all)."""
@@ -91,10 +91,9 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
     from rich.table import Table
     console = _console()
 
-    title = f"{summary['date']} on machine {summary['machine']}"
-    manual = summary.get("manual")
-    if isinstance(manual, dict):  # a one-off build's own summary
-        title += f", one-off build by {manual.get('by', '?')}"
+    title = f"{summary.date} on machine {summary.machine}"
+    if isinstance(summary.manual, dict):  # a one-off build's own summary
+        title += f", one-off build by {summary.manual.get('by', '?')}"
     t = Table(title=escape(title), title_justify="left")
     # Never cut or wrapped: an identifier split in two is no identifier; the reason folds.
     t.add_column("build", no_wrap=True)
@@ -103,24 +102,23 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
     t.add_column("test", justify="right", no_wrap=True)
     t.add_column("where", overflow="fold")
     t.add_column("packages", justify="right", no_wrap=True)
-    rows = sorted(summary["builds"].items(), key=lambda kv: (kv[1]["outcome"] == "succeeded", kv[0]))
+    rows = sorted(summary.builds.items(), key=lambda kv: (kv[1].outcome == "succeeded", kv[0]))
     packages: list[tuple[str, str, int]] = []
     for bid, b in rows:
-        tested = str(b.get("tested") or "")
-        style = ("red" if b["outcome"] != "succeeded" or b.get("publication") == "not published"
-                 else "green" if tested in ("passed", "") else "yellow")
-        pk = [p for p in b.get("packages") or [] if isinstance(p, dict)]
-        packages += [(bid, str(p.get("name")), int(p.get("size") or 0)) for p in pk]
-        reason = str(b.get("reason") or "")
+        pub = str(b.extra.get("publication") or "")  # never plain "succeeded" when not published
+        style = ("red" if b.outcome != "succeeded" or pub == "not published"
+                 else "green" if b.tested in ("passed", "") else "yellow")
+        packages += [(bid, p.name, p.size) for p in b.packages]
+        reason = b.reason or ""
         # Long enough for a recipe's own ERROR line; the whole reason is in summary.json.
         if len(reason) > 240:
             reason = reason[:237] + "..."
-        pub = str(b.get("publication") or "")  # never plain "succeeded" when not published
-        outcome = escape(shown_status(b["outcome"], tested) + (f", {pub}" if pub else "")
+        outcome = escape(shown_status(b.outcome, b.tested) + (f", {pub}" if pub else "")
                          + (f": {reason}" if reason else ""))
-        each = results_text(read_tests(b.get(SUMMARY_KEY)))  # a limited-API build's Pythons
+        each = results_text(b.python_tests)  # a limited-API build's Pythons
         outcome += escape(f" ({each})") if each else ""
-        lost = [x for x in b.get("lost") or [] if isinstance(x, dict)]
+        raw_lost = b.extra.get("lost")
+        lost = [x for x in raw_lost if isinstance(x, dict)] if isinstance(raw_lost, list) else []
         if lost:  # a cluster worker killed under it: more than "2 attempts"
             outcome += escape(" (" + "; ".join(
                 f"{attempt_words(x.get('attempt'), x.get('stage'))} lost with worker "
@@ -128,43 +126,44 @@ def print_summary(summary: dict[str, Any], *, path: Path | str = "summary.json")
         t.add_row(
             escape(bid),
             f"[{style}]{outcome}[/{style}]",
-            hms(b["duration_s"]) if b.get("duration_s") is not None else "-",
-            hms(b["test_s"]) if b.get("test_s") is not None else "-",
+            hms(b.duration_s) if b.duration_s is not None else "-",
+            hms(b.test_s) if b.test_s is not None else "-",
             escape(_where(b)),
-            f"{len(pk)}, {human_size(sum(p.get('size') or 0 for p in pk))}" if pk else "-",
+            f"{len(b.packages)}, {human_size(sum(p.size for p in b.packages))}"
+            if b.packages else "-",
         )
     console.print(t)
     print_packages(console, packages)
-    c = summary["counts"]
+    c = summary.counts
     console.print(
-        f"{c['succeeded']} succeeded" + publication.counts_text(c, untested=True)
-        + f", {c['failed']} failed of {c['total']}; "
-        f"source {escape(str(summary.get('source', '-')))}; "
+        f"{c.get('succeeded', 0)} succeeded" + publication.counts_text(c, untested=True)
+        + f", {c.get('failed', 0)} failed of {c.get('total', 0)}; "
+        f"source {escape(summary.source or '-')}; "
         f"summary: {escape(str(path))}",
         soft_wrap=True,
     )
     # Builds that succeeded but did not reach the store: the exit status alone would not say.
-    uploads = [str(u) for u in summary.get("failed_uploads") or []]
+    uploads = summary.failed_uploads
     if uploads:
         console.print(
             f"[red]{len(uploads)} upload(s) failed[/red]: {escape(', '.join(uploads))} (the "
             f"packages stay; the reasons are in logs/master/run.log; retry with `nightly upload "
-            f"--date {escape(str(summary.get('date', 'YYYY_MM_DD')))}`)", soft_wrap=True)
-    if summary.get("publish_error"):
-        console.print(f"[red]publishing failed[/red]: {escape(str(summary['publish_error']))}",
+            f"--date {escape(summary.date or 'YYYY_MM_DD')}`)", soft_wrap=True)
+    if summary.publish_error:
+        console.print(f"[red]publishing failed[/red]: {escape(summary.publish_error)}",
                       soft_wrap=True)
-    gpu = summary.get("gpu_host_s") or {}
+    gpu = summary.gpu_host_s
     if gpu.get("building") or gpu.get("testing"):
-        console.print(f"GPU hosts: {hms(float(gpu.get('building') or 0))} building, "
-                      f"{hms(float(gpu.get('testing') or 0))} testing", highlight=False)
-    for bid, why in sorted((summary.get("held_back") or {}).items()):
-        console.print(f"[yellow]held back[/yellow] {escape(bid)}: {escape(str(why))} "
+        console.print(f"GPU hosts: {hms(gpu.get('building') or 0.0)} building, "
+                      f"{hms(gpu.get('testing') or 0.0)} testing", highlight=False)
+    for bid, why in sorted(summary.held_back.items()):
+        console.print(f"[yellow]held back[/yellow] {escape(bid)}: {escape(why)} "
                       "(`nightly upload --force-partial` publishes it)", soft_wrap=True)
 
 
-def _where(b: dict[str, object]) -> str:
+def _where(b: BuildSummary) -> str:
     """`built on` and, when elsewhere, `tested on`: builder -> tester."""
-    built, tested = str(b.get("built_on") or ""), str(b.get("tested_on") or "")
+    built, tested = b.built_on, b.tested_on
     if not tested or tested == built:
         return built or "-"
     return f"{built or '?'} -> {tested}"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nightly.core.manylinux import ManylinuxRecord
 from nightly.errors import UsageError
 from nightly.jsonvalues import opt_float, opt_int, read_json_object
 from nightly.workspace import (
@@ -36,6 +37,7 @@ from nightly.workspace import (
 )
 from nightly.workspace.cost import shown_status
 from nightly.workspace.pythontests import PythonTest
+from nightly.workspace.records import CacheStats
 from nightly.workspace.summary import Summary, read_summary
 
 if TYPE_CHECKING:
@@ -129,8 +131,8 @@ class BuildView:
     # A one-off `nightly build` (not the night): who ran it, when (ISO), the command.
     manual: dict[str, str] | None = None
     log: Path | None = None  # absolute
-    # The compiler cache's statistics of the build (nightly.builds.cache.CacheStats.to_json) or None.
-    cache: dict[str, Any] | None = None
+    # The compiler cache's statistics of the build (nightly.workspace.records) or None.
+    cache: CacheStats | None = None
     # its test stage (state.json's `tested`): seconds, where each part ran, the GPU part's
     test_s: float | None = None
     tested_on: str = ""
@@ -140,7 +142,7 @@ class BuildView:
     # a limited-API build's test on each Python (nightly.workspace.pythontests)
     python_tests: tuple[PythonTest, ...] = ()
     # The manylinux record (nightly.core.manylinux): policy and tags reached, or a zip's glibc.
-    manylinux: dict[str, object] | None = None
+    manylinux: ManylinuxRecord | None = None
     # trends (previous nights, oldest first) and the verdicts against their medians
     past_durations: list[float] = field(default_factory=list)
     past_sizes: list[int] = field(default_factory=list)
@@ -260,11 +262,9 @@ def _test_fields(e: BuildEntry) -> dict[str, Any]:
 def tested_on_by_name(e: BuildEntry) -> str:
     """Where each part of its test ran ("lin-a, gpu"), a cluster worker by its --name (its
     address only without one); '' when no part ran."""
-    parts = [p for k in ("cpu", "gpu") if isinstance(p := (e.tested or {}).get(k), Mapping)
-             and p.get("result") != "not run"]
+    parts = [p for p in (e.tested.parts if e.tested is not None else ()) if p.ran]
     names = {e.machine: e.worker_name} if e.worker_name else {}  # the CPU part ran there
-    hosts = [str(p.get("worker_name") or names.get(str(p.get("where")), p.get("where")) or "")
-             for p in parts]
+    hosts = [p.worker_name or names.get(p.where, p.where) for p in parts]
     return ", ".join(dict.fromkeys(h for h in hosts if h))
 
 
@@ -310,9 +310,9 @@ def _build_view(
         upload_error=e.upload_error,
         manual=dict(e.manual) or None,
         log=find_log(day, bid, e.log),
-        cache=dict(e.cache) if e.cache is not None else None,
+        cache=e.cache,
         **_test_fields(e),
-        manylinux=dict(e.manylinux) if e.manylinux is not None else None,
+        manylinux=e.manylinux,
     )
 
 

@@ -5,9 +5,8 @@ ten times what CPU hosts do: they should test, not compile). Read from state.jso
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from nightly.workspace.state import BuildEntry
 
@@ -33,24 +32,18 @@ class GpuHosts:
         return host in self.names
 
 
-def _parts(tested: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
-    if not tested:
-        return []
-    return [p for k in ("cpu", "gpu") if isinstance(p := tested.get(k), Mapping)]
-
-
 def build_cost(entry: BuildEntry, gpu: GpuHosts) -> BuildCost:
-    parts = _parts(entry.tested)
-    ran = [p for p in parts if p.get("result") != "not run"]
-    test_s = round(sum(float(p.get("seconds") or 0) for p in ran), 3) if parts else None
+    tested = entry.tested
+    parts = tested.parts if tested is not None else ()
+    ran = [p for p in parts if p.ran]
+    test_s = round(sum(p.seconds for p in ran), 3) if parts else None
     on_gpu = entry.machine and gpu.has(entry.machine)
     gpu_test_s = 0.0
     for p in ran:
-        where = str(p.get("where") or "")
-        gpu_part = p is (entry.tested or {}).get("gpu")
-        if (gpu_part and where) or gpu.has(where):
-            gpu_test_s += float(p.get("seconds") or 0)
-    hosts = list(dict.fromkeys(str(p.get("where")) for p in ran if p.get("where")))
+        gpu_part = tested is not None and p is tested.gpu
+        if (gpu_part and p.where) or gpu.has(p.where):
+            gpu_test_s += p.seconds
+    hosts = list(dict.fromkeys(p.where for p in ran if p.where))
     return BuildCost(
         build_s=entry.duration_s, test_s=test_s, built_on=entry.machine,
         tested_on=", ".join(hosts), gpu_build_s=float(entry.duration_s or 0) if on_gpu else 0.0,
@@ -75,14 +68,14 @@ PASSED, UNTESTED, PARTLY = "passed", "untested", "GPU test not run"
 def verdict_of(entry: BuildEntry) -> str:
     """"passed", "failed", "GPU test not run" (the CPU part passed, the GPU part was not run)
     or "untested" (no test ran: [smoke] enabled = false, or none recorded)."""
-    tested = entry.tested or {}
-    result = tested.get("result")
-    if result == "passed":
+    tested = entry.tested
+    result = tested.result if tested is not None else ""
+    if result == PASSED:
         return PASSED
     if result == "failed":
         return "failed"
-    cpu = tested.get("cpu")
-    if result == "not run" and isinstance(cpu, Mapping) and cpu.get("result") == "passed":
+    cpu = tested.cpu if tested is not None else None
+    if result == "not run" and cpu is not None and cpu.result == PASSED:
         return PARTLY
     return UNTESTED
 

@@ -1,6 +1,6 @@
 """A limited-API build's test on each Python (nightly.core.limited): one typed record per
-Python, kept in state.json's `tested` under "pythons" and in summary.json's build line under
-"tested_pythons" as a list of {"python", "result", "seconds", "reason"}.
+Python, kept in state.json's `tested` under "pythons" (nightly.workspace.records) and in
+summary.json's build line under "tested_pythons" as a list of {"python", "result", "seconds", "reason"}.
 
 Read leniently (a day folder written by another version, or damaged): an entry that is not
 of that shape is left out, never an error.
@@ -53,12 +53,6 @@ def read_tests(value: object) -> tuple[PythonTest, ...]:
     return tuple(t for t in found if t is not None)
 
 
-def python_tests(tested: Mapping[str, object] | None) -> tuple[PythonTest, ...]:
-    """The per-Python results of a build's `tested` record (state.json); () for a build
-    tested on its own Python only."""
-    return read_tests((tested or {}).get(KEY))
-
-
 def tests_json(tests: Iterable[PythonTest]) -> list[dict[str, object]]:
     return [t.to_json() for t in tests]
 
@@ -73,7 +67,6 @@ __all__ = [
     "KEY",
     "SUMMARY_KEY",
     "PythonTest",
-    "python_tests",
     "read_tests",
     "results_text",
     "tests_json",

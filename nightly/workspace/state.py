@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nightly.core.manylinux import ManylinuxRecord
 from nightly.errors import StateError
 from nightly.jsonvalues import JSONInputError, as_int, opt_float, read_json_file
 from nightly.workspace.day import atomic_write
-from nightly.workspace.pythontests import PythonTest, python_tests
+from nightly.workspace.pythontests import PythonTest
+from nightly.workspace.records import CacheStats, TestRecord
 
 # Build states in state.json.
 PENDING, RUNNING, SUCCEEDED, FAILED, INTERRUPTED = (
@@ -82,14 +84,14 @@ class BuildEntry:
     upload_error: str | None = None
     promoted: Mapping[str, str] = field(default_factory=dict)  # release destination -> sha256
     manual: Mapping[str, str] = field(default_factory=dict)  # a one-off build: by, at, command
-    cache: Mapping[str, object] | None = None  # compiler cache statistics (nightly.builds.cache)
-    manylinux: Mapping[str, object] | None = None  # policy, tags reached, glibc (nightly.core.manylinux)
+    cache: CacheStats | None = None  # compiler cache statistics (nightly.builds.cache)
+    manylinux: ManylinuxRecord | None = None  # policy, tags reached, glibc (nightly.core.manylinux)
     worker_name: str = ""  # cluster mode: the worker's name, host and attempt token
     host: str = ""
     token: str = ""
     # the test stage (nightly.builds.smoke): result, seconds, and per part (cpu, gpu) the
     # result (passed / failed / not run), where, when, seconds, attempts, reason
-    tested: Mapping[str, object] | None = None
+    tested: TestRecord | None = None
     extra: Mapping[str, object] = field(default_factory=dict)  # keys this version does not know
 
     @property
@@ -99,7 +101,7 @@ class BuildEntry:
     @property
     def python_tests(self) -> tuple[PythonTest, ...]:
         """A limited-API build's test on each Python (nightly.workspace.pythontests)."""
-        return python_tests(self.tested)
+        return self.tested.pythons if self.tested is not None else ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> BuildEntry:
@@ -161,9 +163,9 @@ _READ: dict[str, Any] = {
     "published": lambda v: {str(k): str(s) for k, s in dict(v).items()},
     "promoted": lambda v: {str(k): str(s) for k, s in dict(v).items()},
     "manual": lambda v: {str(k): str(s) for k, s in dict(v).items() if s is not None},
-    "cache": lambda v: dict(v) if isinstance(v, Mapping) else None,
-    "tested": lambda v: dict(v) if isinstance(v, Mapping) else None,
-    "manylinux": lambda v: dict(v) if isinstance(v, Mapping) else None,
+    "cache": CacheStats.from_json,
+    "tested": TestRecord.from_json,
+    "manylinux": ManylinuxRecord.from_json,
 }
 
 
@@ -280,7 +282,7 @@ def _shape_problem(data: object) -> str | None:
 
 
 def _json_value(value: object) -> object:
-    if isinstance(value, PackageFile):
+    if isinstance(value, (PackageFile, CacheStats, TestRecord, ManylinuxRecord)):
         return value.to_json()
     if isinstance(value, (tuple, list)):
         return [_json_value(v) for v in value]

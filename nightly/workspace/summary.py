@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly.jsonvalues import opt_float, opt_int, opt_str, read_json_file
-from nightly.workspace import SUCCEEDED, Day, State, publication, write_json
+from nightly.workspace import SUCCEEDED, Day, PackageFile, State, publication, write_json
 from nightly.workspace.pythontests import SUMMARY_KEY, PythonTest, read_tests, tests_json
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class BuildSummary:
     estimate_s: float | None = None
     attempts: int = 0
     queue: int | None = None
-    packages: tuple[Mapping[str, object], ...] = ()  # PackageFile.to_json() records
+    packages: tuple[PackageFile, ...] = ()
     published: Mapping[str, str] = field(default_factory=dict)  # destination -> sha256
     log: str | None = None
     # cost (nightly.workspace.cost): duration_s is the build alone, test_s its test stage
@@ -67,7 +67,7 @@ class BuildSummary:
         return {**self.extra, "outcome": self.outcome, "reason": self.reason,
                 "duration_s": self.duration_s, "estimate_s": self.estimate_s,
                 "attempts": self.attempts, "queue": self.queue,
-                "packages": [dict(p) for p in self.packages], "published": dict(self.published),
+                "packages": [p.to_json() for p in self.packages], "published": dict(self.published),
                 "log": self.log, "test_s": self.test_s, "built_on": self.built_on,
                 "tested_on": self.tested_on, **({"tested": self.tested} if self.tested else {}),
                 **({SUMMARY_KEY: tests_json(self.python_tests)} if self.python_tests else {})}
@@ -81,7 +81,7 @@ class BuildSummary:
             duration_s=opt_float(data.get("duration_s")),
             estimate_s=opt_float(data.get("estimate_s")),
             attempts=opt_int(data.get("attempts")) or 0, queue=opt_int(data.get("queue")),
-            packages=tuple(p for p in packages if isinstance(p, Mapping))
+            packages=tuple(PackageFile.from_json(p) for p in packages if isinstance(p, Mapping))
             if isinstance(packages, list) else (),
             published={str(k): str(v) for k, v in published.items()}
             if isinstance(published, Mapping) else {},
@@ -255,7 +255,7 @@ def refresh(day: Day, state: State, *, by: str) -> Summary | None:
     night_ids = []
     for bid, b in list(summary.builds.items()):
         e = state.get(bid)
-        if _shas([p.to_json() for p in e.packages]) != _shas(list(b.packages)):
+        if [p.sha256 for p in e.packages] != [p.sha256 for p in b.packages]:
             continue  # rebuilt by hand since the night: the night's record of it stays
         night_ids.append(bid)
         pub = publication.of_entry(bid, e, state.meta.held_back)
@@ -276,21 +276,15 @@ def refresh(day: Day, state: State, *, by: str) -> Summary | None:
     return summary
 
 
-def _shas(packages: object) -> list[str]:
-    if not isinstance(packages, list):
-        return []
-    return [str(p.get("sha256")) for p in packages if isinstance(p, Mapping)]
-
-
 def package_destinations(summary: Summary) -> list[tuple[str, str, str, list[str]]]:
     """(build, package, local path relative to the day folder, where it was published) for
     every package of a summary's builds; an empty list of destinations: not published."""
     out = []
     for bid, b in sorted(summary.builds.items()):
         for p in b.packages:
-            name = str(p.get("name"))
+            name = p.name
             # A destination ends with the file's name (s3://.../whl/nightly/cpu/NAME,
             # file://.../linux-64/NAME, anaconda:user/label/NAME).
             dests = sorted(d for d in b.published if d.rsplit("/", 1)[-1] == name)
-            out.append((bid, name, str(p.get("path") or ""), dests))
+            out.append((bid, name, p.path, dests))
     return out

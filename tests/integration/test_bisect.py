@@ -100,8 +100,9 @@ def test_three_nights_give_the_facts_and_bisect_names_the_commit(
     assert cpu["signature"] == 'error: #error "cpu_only.c: unsupported platform"'
     assert {g["signature"] for g in f3["groups"]} == {CUDA_SIGNATURE, cpu["signature"]}
     from nightly.night.notify import subject
+    from nightly.workspace.summary import Summary
 
-    assert subject(s3).startswith(f"nightly {DAY3}: 1 new failure, 1 still failing")
+    assert subject(Summary.from_json(s3)).startswith(f"nightly {DAY3}: 1 new failure, 1 still failing")
 
     # --dry-run: the candidates, nothing built
     code, out, err = run_cli(bisect_args(p, DAY3, "--dry-run"))

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import stat
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -82,7 +83,7 @@ def test_settings_of_a_config_name_the_projects_store() -> None:
         endpoint_url = region = profile = ""
 
     Config.cache = Section()  # type: ignore[assignment]
-    settings = cc.settings_of(Config())
+    settings = cc.settings_of(cast(Any, Config()))  # a stand-in with the fields it reads
     assert settings.namespace == cs.namespace("demo", "/srv/nightlies")
     assert settings.namespace.startswith("demo-")
     assert cs.namespace("demo", "/srv/other") != settings.namespace

@@ -12,7 +12,7 @@ import hashlib
 import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -44,6 +44,7 @@ from nightly.errors import ObjectTooLarge, UnsafeEntry
 from nightly.executors.base import Job
 from nightly.stores import FileStore
 from nightly.workspace import Day
+from nightly.workspace.records import TestRecord
 from tests.support.executors import RecordingExecutor
 from tests.support.staging import put_attempt
 
@@ -83,14 +84,15 @@ def test_with_the_test_stage_the_build_worker_runs_the_cpu_part_only(
     assert r.ok
     assert [j.package for j in staged.jobs] == ["wheel"]  # no gputest job here
     assert r.tested is not None
-    assert set(r.tested) == {"result", "seconds", "cpu"}
+    assert set(r.tested.to_json()) == {"result", "seconds", "cpu"}
     assert b"the GPU part runs as a task of its own" in b"".join(out)
     # Without the stage, a GPU host runs both parts in the build.
     r = SmokeTester(config, inline, tmp_path, where="gpu-1", gpu_host=True)(
         CUDA, [wheel], _job(tmp_path), lambda _: None, threading.Event())
     assert [j.package for j in inline.jobs] == ["wheel", "gputest"]
     assert r.tested is not None
-    assert cast(Any, r.tested)["gpu"]["result"] == PASSED
+    assert r.tested.gpu is not None
+    assert r.tested.gpu.result == PASSED
 
 
 # ---------------------------------------------------------------------------- the verdict
@@ -98,25 +100,27 @@ def test_with_the_test_stage_the_build_worker_runs_the_cpu_part_only(
 
 def test_a_gpu_test_decides_the_build_and_is_recorded_in_tested() -> None:
     cpu = stage_part(PASSED, "tls://cpu-1", 1.0)
-    built = {"result": PASSED, "seconds": 1.0, "cpu": cpu}
+    built = TestRecord(result=PASSED, seconds=1.0, cpu=cpu)
     passed = GpuTestResult(build="b", token="t", result=PASSED,
-                           part={**stage_part(PASSED, "tls://gpu-1", 2.0), "worker_name": "gpu-1"})
-    tested: Any
+                           part=dataclasses.replace(stage_part(PASSED, "tls://gpu-1", 2.0),
+                                                    worker_name="gpu-1"))
     tested, why = with_gpu_test(built, passed, require_gpu=True)
     assert why is None
-    assert tested["cpu"] == cpu
-    assert tested["gpu"]["where"] == "tls://gpu-1"
-    assert tested["result"] == PASSED
+    assert tested.cpu == cpu
+    assert tested.gpu is not None
+    assert tested.gpu.where == "tls://gpu-1"
+    assert tested.result == PASSED
     failed = GpuTestResult(build="b", token="t", result=FAILED, reason="GPU test: exit status 4",
                            part=stage_part(FAILED, "tls://gpu-1", 2.0))
+    assert failed.part is not None
     assert with_gpu_test(built, failed, require_gpu=False) == (
-        {**tested, "result": FAILED, "gpu": failed.part,
-         "seconds": tested["cpu"]["seconds"] + failed.part["seconds"]},  # type: ignore[index]
+        dataclasses.replace(tested, result=FAILED, gpu=failed.part,
+                seconds=round(cpu.seconds + failed.part.seconds, 3)),
         "GPU test: exit status 4")
     lost = GpuTestResult(build="b", token="", result=NOT_RUN, reason="no worker with gpu",
                          part=stage_part(NOT_RUN, "", 3.0, reason="no worker with gpu"))
     tested, why = with_gpu_test(built, lost, require_gpu=False)
-    assert (tested["result"], why) == (NOT_RUN, None)  # published without it
+    assert (tested.result, why) == (NOT_RUN, None)  # published without it
     _, why = with_gpu_test(built, lost, require_gpu=True)
     assert why == "GPU test: not run: no worker with gpu; [smoke] require_gpu = true"
 
@@ -452,7 +456,7 @@ def test_a_source_changed_in_staging_fails_the_gpu_test_in_its_log(
     spec = dataclasses.replace(_spec(tmp_path, config, ()),
                                staging=StagingSpec(url=f"file://{tmp_path}/staging"))
     part = _test(spec, info, day, log, threading.Event())
-    assert part["result"] == FAILED
-    assert SOURCE_NOT_READ in str(part["reason"])
-    assert "is not the expected" in str(part["reason"])
+    assert part.result == FAILED
+    assert SOURCE_NOT_READ in str(part.reason)
+    assert "is not the expected" in str(part.reason)
     assert SOURCE_NOT_READ in log.read_text()

@@ -4,6 +4,7 @@ night's GPU-host seconds building vs testing."""
 from __future__ import annotations
 
 from nightly.workspace.cost import GpuHosts, build_cost, gpu_host_seconds
+from nightly.workspace.records import TestRecord
 from nightly.workspace.state import BuildEntry
 
 
@@ -14,7 +15,7 @@ def _entry(machine: str, cuda: str, gpu_where: str | None) -> BuildEntry:
         tested["gpu"] = ({"result": "passed", "where": gpu_where, "seconds": 5.0} if gpu_where
                          else {"result": "not run", "where": "", "seconds": 0.0})
     return BuildEntry(status="succeeded", machine=machine, cuda=cuda, duration_s=100.0,
-                      tested=tested)
+                      tested=TestRecord.from_json(tested))
 
 
 def test_cpu_builder_gpu_tester() -> None:

@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from nightly.report import terminal as display
+from nightly.workspace.summary import Summary
 
 WHEELS = [
     "nightlydemo-0.1.0.dev20261122-cp311-cp311-manylinux_2_28_x86_64.manylinux2014_x86_64.whl",
@@ -19,7 +20,7 @@ WHEELS = [
 LIBTORCH = "libtorch-shared-without-deps-0.1.0.dev20261122%2Bcu126.zip"
 
 
-def summary() -> dict[str, Any]:
+def summary() -> Summary:
     def build(outcome: str, packages: list[str], reason: str | None = None) -> dict[str, Any]:
         return {
             "outcome": outcome,
@@ -33,14 +34,14 @@ def summary() -> dict[str, Any]:
         "libtorch_shared-without-deps_cu126": build("succeeded", [LIBTORCH]),
         "conda_3.7_cu100": build("failed", [], reason="exit status 1 (CUDA 10.0 is not installed)"),
     }
-    return {
+    return Summary.from_json({
         "date": "2026_11_22",
         "machine": "0",
         "source": "abc1234",
         "path": "/srv/nightlies/2026_11_22/summary.json",
         "counts": {"total": 3, "succeeded": 2, "failed": 1, "interrupted": 0},
         "builds": builds,
-    }
+    })
 
 
 def test_an_80_column_terminal_shows_every_package_name_whole(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,7 +51,7 @@ def test_an_80_column_terminal_shows_every_package_name_whole(monkeypatch: pytes
     text = con.export_text()
     for name in [*WHEELS, LIBTORCH]:
         assert name in text, text
-    for bid in summary()["builds"]:
+    for bid in summary().builds:
         assert bid in text, text
     assert "…" not in text
     assert "2 succeeded, 1 failed of 3" in text

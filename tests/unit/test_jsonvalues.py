@@ -143,8 +143,9 @@ def test_true_stays_true_through_state_json(tmp_path: Path) -> None:
     assert a.queue is None
     assert a.started is None
     assert a.attempts == 0
-    assert a.tested == {"ok": True}
-    assert a.tested["ok"] is True
+    assert a.tested is not None
+    assert a.tested.to_json() == {"ok": True}
+    assert a.tested.to_json()["ok"] is True
     assert a.packages[0].size == 0
     assert b.infra is False
     assert b.exit_status == 2

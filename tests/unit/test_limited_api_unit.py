@@ -24,7 +24,8 @@ from nightly.core.limited import collapse, describe, normalize_limited_api
 from nightly.core.matrix import Build, PackageMatrix, expand
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
-from nightly.workspace.pythontests import PythonTest, python_tests, read_tests, results_text
+from nightly.workspace.pythontests import PythonTest, read_tests, results_text
+from nightly.workspace.records import TestRecord
 from nightly.workspace.summary import BuildSummary
 
 if sys.version_info >= (3, 11):
@@ -332,8 +333,10 @@ def test_python_tests_round_trip_and_read_leniently() -> None:
              PythonTest(python="3.11", result="failed", seconds=2.0, reason="exit status 1"))
     tested = {"result": "failed", "cpu": {"result": "failed"},
               "pythons": [t.to_json() for t in tests]}
-    assert python_tests(tested) == tests
-    assert python_tests(None) == ()
+    record = TestRecord.from_json(tested)
+    assert record is not None
+    assert record.pythons == tests
+    assert TestRecord.from_json(None) is None
     assert read_tests([{"python": "3.12"}, "x", {"python": 3, "result": "passed"},
                        {"python": "3.13", "result": "exploded"}, *tested["pythons"]]) == tests
     assert read_tests({"python": "3.10"}) == ()

@@ -50,7 +50,7 @@ def _config(**publish: str) -> SimpleNamespace:
     return SimpleNamespace(
         path="/x/nightly.toml", local=SimpleNamespace(user=publish.get("user", "")),
         publish=pub, cache=SimpleNamespace(enabled=True, url=publish.get("cache", "")),
-        notify=SimpleNamespace(smtp_user=""),
+        notify=SimpleNamespace(smtp_user=""), provenance=SimpleNamespace(key=None),
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -19,6 +19,12 @@ from nightly.errors import ConfigError
 from nightly.images import context, sysroot
 from tests.support import policy_config
 from tests.support.policy_config import load_config
+
+
+def _rec(v: manylinux.Verdict) -> dict[str, object]:
+    """A verdict's record in its state.json form."""
+    assert v.record is not None
+    return v.record.to_json()
 
 
 def _config(tmp_path: Path, matrix_policy: str = "", builder_policy: str = "") -> Any:
@@ -63,13 +69,13 @@ def test_the_check_of_a_manywheel_builds_wheels(tmp_path: Path, policy: str, pla
                                                 ok: bool) -> None:
     v = manylinux.check_packages("manywheel", policy, [_wheel(tmp_path, platform)])
     assert (v.reason is None) == ok, v.reason
-    assert v.record["tags"] == [platform]
-    assert v.record["policy"] == policy
+    assert _rec(v)["tags"] == [platform]
+    assert _rec(v)["policy"] == policy
     assert any(platform in n for n in v.notes)
     shown = manylinux.describe(v.record)
     assert shown.startswith(f"policy {policy or 'none'}: ")
     assert shown.endswith("linux_x86_64" if platform == "linux_x86_64"
-                          else "manylinux_" + cast(str, v.record["glibc"]).replace(".", "_"))
+                          else "manylinux_" + str(_rec(v)["glibc"]).replace(".", "_"))
     if not ok:
         assert "nothing of it is published" in (v.reason or "")
     if not policy and platform == "linux_x86_64":
@@ -92,7 +98,7 @@ def test_a_libtorch_zip_records_the_glibc_its_libraries_need(tmp_path: Path) -> 
         zf.writestr("libtorch/build-version", "1.0\n")
     v = manylinux.check_packages("libtorch", "", [z])
     assert v.reason is None
-    assert v.record["glibc"] == f"{want[0]}.{want[1]}"
+    assert _rec(v)["glibc"] == f"{want[0]}.{want[1]}"
     assert v.notes == (f"glibc: {z.name} needs glibc {want[0]}.{want[1]} (newest GLIBC_ symbol "
                        "version of its libraries)",)
     assert manylinux.describe(v.record) == f"needs glibc {want[0]}.{want[1]}"
@@ -101,7 +107,7 @@ def test_a_libtorch_zip_records_the_glibc_its_libraries_need(tmp_path: Path) -> 
     with zipfile.ZipFile(static, "w") as zf:
         zf.writestr("libtorch/lib/libx.a", b"!<arch>\n" + b"\0" * 100)
     v = manylinux.check_packages("libtorch", "", [static])
-    assert v.record == {"zips": {static.name: ""}}
+    assert _rec(v) == {"zips": {static.name: ""}}
     assert v.notes == (f"glibc: {static.name} needs no particular glibc (no versioned GLIBC_ "
                        "symbol in it: static archives leave that to the program that links "
                        "them)",)
@@ -235,7 +241,7 @@ def test_status_and_report_show_the_policy_and_what_was_reached(tmp_path: Path) 
                           "sha256": "00"}],
             "manylinux": manylinux.check_packages("manywheel", "2_28",
                                                   [_wheel(tmp_path, wheel.split("-")[-1][:-4])]
-                                                  ).record,
+                                                  ).record.to_json(),  # type: ignore[union-attr]
         },
         "libtorch_shared-with-deps_cpu": {
             "status": "succeeded", "attempts": 1, "started": 1.0, "ended": 2.0, "duration_s": 1.0,

@@ -13,6 +13,7 @@ from nightly.core import manylinux
 from nightly.core.matrix import Build
 from nightly.workspace import State
 from nightly.workspace.cost import shown_status, verdict_of
+from nightly.workspace.records import TestRecord
 from nightly.workspace.state import BuildEntry
 from tests.support.policy_config import load_config
 
@@ -66,8 +67,9 @@ def test_a_policy_miss_names_the_toolchain_that_meets_it(tmp_path: Path) -> None
 
 
 def test_untested_is_never_shown_as_plain_succeeded() -> None:
-    passed = {"result": "passed", "cpu": {"result": "passed"}}
-    no_gpu = {"result": "not run", "cpu": {"result": "passed"}, "gpu": {"result": "not run"}}
+    passed = TestRecord.from_json({"result": "passed", "cpu": {"result": "passed"}})
+    no_gpu = TestRecord.from_json({"result": "not run", "cpu": {"result": "passed"},
+                                   "gpu": {"result": "not run"}})
     assert verdict_of(BuildEntry(status="succeeded", tested=passed)) == "passed"
     assert verdict_of(BuildEntry(status="succeeded")) == "untested"
     assert verdict_of(BuildEntry(status="succeeded", tested=no_gpu)) == "GPU test not run"

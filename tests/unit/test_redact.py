@@ -48,8 +48,10 @@ def test_secret_values_reads_where_nightly_reads(tmp_path: object) -> None:
     token_file.write_text("file-token-123456\n")
     config = SimpleNamespace(
         publish=SimpleNamespace(token_env="ANA", pypi_password_env="PYPI",
-                                token_file=str(token_file)),
+                                token_file=str(token_file), url="", profile=""),
         notify=SimpleNamespace(smtp_password_env="SMTP"),
+        cluster=SimpleNamespace(staging="", profile=""),
+        cache=SimpleNamespace(url="", profile=""),
     )
     env = {"ANA": "ana-token-123456", "PYPI": "pypi-pass-123456", "SMTP": "smtp-pass-123456",
            "AWS_SECRET_ACCESS_KEY": "aws-secret-123456", "OTHER": "not-a-secret-123"}
