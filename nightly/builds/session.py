@@ -182,7 +182,7 @@ def user_area(ctx: RunContext, ex: LocalExecutor, todo: Sequence[Build], spec: S
     copies and nightly's Python, and every path a build needs checked against its reach."""
     assert ex.user is not None
     config = ctx.config
-    file = str(getattr(config, "path", "") or "") or None
+    file = str(config.path) if config.path else None
     area = _area(ctx, ex)
     userarea.make_root(area, file)
     ctx = replace(ctx, area=area)
