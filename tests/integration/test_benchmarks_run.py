@@ -31,8 +31,8 @@ from tests.support.engine import Engine
 REPO = Path(__file__).resolve().parents[2]
 RUN_ALL = REPO / "benchmarks" / "run_all.py"
 TIMEOUT_S = 600
-# A --quick run of cache (six builds through `nightly run`) takes 2-3 minutes on a quiet
-# 2-core machine, but over 600 s at load average 17 (seven suites at once): more room.
+# A --quick run of cache (six builds through `nightly run`: about 2.5 CPU-minutes) took
+# over 600 s at load average 17 on 2 cores (seven suites at once): more room.
 QUICK_TIMEOUT_S = 1500
 PEER_ENV = "NIGHTLY_PEER_TEST_INFRA"
 
