@@ -71,9 +71,9 @@ def log(line: str) -> None:
 
 
 def _rm(client: Any, tag: str) -> None:
-    from docker.errors import ImageNotFound
+    from docker.errors import NotFound  # Podman answers a plain 404, not ImageNotFound
 
-    with contextlib.suppress(ImageNotFound):
+    with contextlib.suppress(NotFound):
         client.images.remove(tag, force=True)
 
 
