@@ -2,7 +2,7 @@
 wall time against the sum of its build times (the parallel speed-up).
 
     .venv/bin/python benchmarks/bench_images.py [--warm-only] [--no-night] [--no-rebuild]
-                                                [--config configs/demo-cuda.toml]
+                                                [--config configs/demo-cuda.toml] [--quick]
 
 Images are those of the config's builders (configs/demo-cuda.toml: cpu, CUDA 11.8, 12.4,
 13.0 on one bookworm base, and the runtime image its wheels are tested in). Per image:
@@ -20,6 +20,13 @@ Sizes: each image's size as the engine reports it, and the layer each adds over 
 (what the engine stores once). The night: `nightly run --no-upload` of the whole matrix in
 a fresh root; sum of the builds' durations / wall time = the speed-up of running queues in
 parallel. Writes benchmarks/results/images.json.
+
+--quick (a minute or so, whatever the machine's caches hold): one small builder of its own,
+`quick`, on the engine's image (nightly-builder:bookworm, which scripts/container-engine.sh
+makes; `base_image`), with the suite's Python 3.11 and nightly's tools: its cpu layer built
+cold (an empty images cache of its own, so the tools and interpreter wheels are downloaded,
+and no tag), rebuilt from that cache (tag removed), and found warm; its size over the base.
+Its image is removed at the end (the benchmark made it); the base is never touched.
 """
 
 from __future__ import annotations
@@ -64,9 +71,9 @@ def log(line: str) -> None:
 
 
 def _rm(client: Any, tag: str) -> None:
-    from docker.errors import ImageNotFound
+    from docker.errors import NotFound  # Podman answers a plain 404, not ImageNotFound
 
-    with contextlib.suppress(ImageNotFound):
+    with contextlib.suppress(NotFound):
         client.images.remove(tag, force=True)
 
 
@@ -185,6 +192,59 @@ def night(config: Path, base_url: str) -> dict[str, Any]:
             "durations_s": {k: round(v, 1) for k, v in sorted(durations.items())}}
 
 
+QUICK_CONFIG = """
+root = "nightlies"
+[project]
+name = "nightlydemo"
+source = "{demo}"
+base_version = "0.1.0"
+[matrix.linux.manywheel]
+pythons = ["3.11"]
+cudas = ["cpu"]
+[images]
+default = "@quick"
+[builders.quick]
+repository = "nightly-bench-images-quick"
+base_image = "{base}"
+cudas = ["cpu"]
+[builders.quick.pythons]
+"3.11" = "distro"
+[[machines]]
+name = "local"
+platform = "linux"
+queues = 1
+executor = "container"
+"""
+
+
+def quick(client: Any) -> dict[str, Any]:
+    """The quick builder's cpu layer: cold (empty cache, no tag) / rebuild from the cache /
+    warm; its sizes. Its own cache folder and image, both removed at the end."""
+    base = os.environ.get("NIGHTLY_BUILDER_IMAGE") or "nightly-builder:bookworm"
+    if engine.inspect(client, base) is None:
+        sys.exit(f"the engine has no {base}: run scripts/container-engine.sh (it builds it)")
+    with tempfile.TemporaryDirectory(prefix="bench-images-quick-") as tmp:
+        path = Path(tmp) / "quick.toml"
+        path.write_text(QUICK_CONFIG.format(demo=REPO / "examples" / "demo", base=base))
+        spec = load(path).builders["quick"]
+        cache = Path(tmp) / "cache"
+        tag = spec.tag_for("cpu")
+        times: dict[str, float] = {}
+        try:
+            for step in ("cold_s", "rebuild_s", "warm_s"):
+                if step != "warm_s":
+                    _rm(client, tag)
+                print(f"quick builder, cpu layer: {step.removesuffix('_s')}", file=sys.stderr, flush=True)
+                t0 = time.perf_counter()
+                engine.ensure_cpu(client, spec, cache, log)
+                times[step] = round(time.perf_counter() - t0, 3 if step == "warm_s" else 1)
+            sz = sizes(client, spec)
+        finally:
+            _rm(client, tag)
+    return {"config": "quick builder on " + base, "builders": {"quick": {"times": {"cpu": times},
+                                                                          "sizes": sz}}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", type=Path, default=REPO / "configs" / "demo-cuda.toml")
@@ -192,9 +252,19 @@ def main() -> None:
     ap.add_argument("--no-night", action="store_true", help="skip the night of the matrix")
     ap.add_argument("--no-rebuild", action="store_true",
                     help="skip the CUDA layers' rebuilds from caches (no image is removed)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a small builder of its own on the engine's image: cold / rebuild / warm")
     args = ap.parse_args()
     base_url = start_engine()
     client = engine.connect(base_url)
+    if args.quick:
+        result = quick(client)
+        t, sz = result["builders"]["quick"]["times"]["cpu"], result["builders"]["quick"]["sizes"]
+        print(format_table(["image", "cold s", "rebuild s", "warm s", "image MB", "layer MB"],
+                           [["quick:cpu", t["cold_s"], t["rebuild_s"], t["warm_s"],
+                             sz["cpu"]["image_mb"], sz["cpu"]["layer_mb"]]]))
+        write_results("images", result)
+        return
     config = load(args.config)
     cache = engine.default_cache()
     result: dict[str, Any] = {"config": str(args.config.relative_to(REPO)), "builders": {}}

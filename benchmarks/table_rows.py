@@ -190,7 +190,8 @@ def rows_cache(d: dict[str, Any]) -> list[Row]:
          _num(a.get("warm_over_cold")),
          f"goal <= 0.3; hit rates {_num(_get(a, 'cold', 'hit_rate'), 2)} / "
          f"{_num(_get(a, 'warm', 'hit_rate'), 2)}"],
-        ["cache", "four Pythons sharing a C++/CUDA core: cache / no cache (s)",
+        ["cache", f"{len(_get(d, 'workload', 'pythons') or [1] * 4)} Pythons sharing a C++"
+         f"{'' if _get(d, 'workload', 'cuda') == 'cpu' else '/CUDA'} core: cache / no cache (s)",
          _num(_get(four, "cache", "wall_s"), 1), _num(_get(four, "no_cache", "wall_s"), 1),
          _num(four.get("cache_over_no_cache")),
          f"goal <= 0.5; hit rate {_num(_get(four, 'cache', 'hit_rate'), 2)}"],

@@ -1,15 +1,17 @@
 """Every benchmark of benchmarks/run_all.py still runs on today's code (issue 52).
 
 Each is run through `run_all.py --smoke --only NAME` (its smallest sizes: seconds, not
-minutes), its JSON written to a folder of the test's own (NIGHTLY_BENCH_RESULTS, so a real
-run's figures are never overwritten). Asserted: run_all exits 0, the benchmark wrote its
-results and the table shows its rows, not FAILED. No figure is asserted: the figures are the
-benchmarks' to report, on a machine quiet enough to mean something.
+minutes), or, for the three whose smallest run is their --quick one (cache, bisect, images:
+a minute or two each), through `run_all.py --quick --only NAME`, exactly as the README's
+`run_all.py --quick` runs them; its JSON written to a folder of the test's own
+(NIGHTLY_BENCH_RESULTS, so a real run's figures are never overwritten). Asserted: run_all
+exits 0, the benchmark wrote its results and the table shows its rows, not FAILED. No
+figure is asserted: the figures are the benchmarks' to report, on a machine quiet enough to mean something.
 
 Marked by what each needs: the Dask ones `cluster`, the moto one `s3`, the ones that build
 real packages `slow`, the ones that need the container engine take the `engine` fixture.
-Two are not run here yet (NOT_RUN says why); a test checks that every benchmark of run_all.py
-is either run or listed there.
+A test checks that every benchmark of run_all.py is run here (index_peer only where a
+checkout of its peer is given).
 The peer benchmark needs a checkout of pytorch/test-infra, which is no part of this project:
 without one it must say so in one line and run_all must report it skipped, with why.
 """
@@ -30,20 +32,25 @@ from tests.support.engine import Engine
 REPO = Path(__file__).resolve().parents[2]
 RUN_ALL = REPO / "benchmarks" / "run_all.py"
 TIMEOUT_S = 600
+# A --quick run of cache (six builds through `nightly run`: about 2.5 CPU-minutes) took
+# over 600 s at load average 17 on 2 cores (seven suites at once): more room.
+QUICK_TIMEOUT_S = 1500
 PEER_ENV = "NIGHTLY_PEER_TEST_INFRA"
 
 
-def run_all(results: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_all(results: Path, *args: str, env: dict[str, str] | None = None,
+            mode: str = "--smoke") -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in (env or os.environ).items() if k != PEER_ENV}
     return subprocess.run(
-        [sys.executable, str(RUN_ALL), "--smoke", *args],
+        [sys.executable, str(RUN_ALL), mode, *args],
         env={**environ, "NIGHTLY_BENCH_RESULTS": str(results)},
-        capture_output=True, text=True, timeout=TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+        capture_output=True, text=True, timeout=QUICK_TIMEOUT_S if mode == "--quick" else TIMEOUT_S,
+        check=False, stdin=subprocess.DEVNULL)
 
 
 def check_ran(name: str, results: Path, proc: subprocess.CompletedProcess[str]) -> None:
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"run_all --smoke --only {name}: exit {proc.returncode}\n{out[-6000:]}"
+    assert proc.returncode == 0, f"{' '.join(proc.args[1:])}: exit {proc.returncode}\n{out[-6000:]}"
     data = json.loads((results / f"{name}.json").read_text(encoding="utf-8"))
     assert isinstance(data, dict), data
     assert data, data
@@ -66,9 +73,10 @@ RUN = [
     pytest.param("cluster", marks=pytest.mark.cluster),
     pytest.param("gpu_tests", marks=pytest.mark.cluster),
     pytest.param("cluster_tls", marks=pytest.mark.cluster),
-    pytest.param("bisect", marks=pytest.mark.slow),
     pytest.param("toolchain", marks=pytest.mark.slow),
 ]
+# Run as `run_all.py --quick` runs them (their --smoke run is the same: run_all.QUICK_IS_SMOKE).
+QUICK = [pytest.param("cache", marks=pytest.mark.slow), pytest.param("bisect", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("name", RUN)
@@ -76,19 +84,23 @@ def test_benchmark_runs(name: str, tmp_path: Path) -> None:
     check_ran(name, tmp_path, run_all(tmp_path, "--only", name))
 
 
+@pytest.mark.parametrize("name", QUICK)
+def test_quick_benchmark_runs(name: str, tmp_path: Path) -> None:
+    check_ran(name, tmp_path, run_all(tmp_path, "--only", name, mode="--quick"))
+
+
 @pytest.mark.parametrize("name", ["container"])
 def test_engine_benchmark_runs(name: str, engine: Engine, tmp_path: Path) -> None:
     check_ran(name, tmp_path, run_all(tmp_path, "--only", name, env=engine.env()))
 
 
-# Not run by this suite yet, and why: their smallest run still takes more than the suite's
-# time for one test (600 s) on a loaded 2-core machine. Listed so that nothing is left out
-# silently: every other benchmark of run_all.py must be run above.
-NOT_RUN = {
-    "cache": "four nvcc nights through `nightly run` (CUDA 13.0): over 600 s at --smoke sizes",
-    "images": "builds the demo-cuda builder images (cpu, CUDA 11.8, 12.4, 13.0) when absent: "
-              "minutes of downloads",
-}
+@pytest.mark.slow
+def test_images_quick_runs(engine: Engine, tmp_path: Path) -> None:
+    """The small builder of its own, cold / rebuilt / warm, on the engine's image (no
+    download of the demo's CUDA images, whatever the machine's caches hold)."""
+    check_ran("images", tmp_path, run_all(tmp_path, "--only", "images", env=engine.env(), mode="--quick"))
+    times = json.loads((tmp_path / "images.json").read_text())["builders"]["quick"]["times"]["cpu"]
+    assert set(times) == {"cold_s", "rebuild_s", "warm_s"}, times
 
 
 def test_every_benchmark_is_run_or_said_why() -> None:
@@ -97,8 +109,8 @@ def test_every_benchmark_is_run_or_said_why() -> None:
         from table_rows import ROWS  # type: ignore[import-not-found]  # benchmarks/ is not a package
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    run_here: set[Any] = {p.values[0] if hasattr(p, "values") else p for p in RUN}
-    covered = run_here | {"container", "index_peer"} | set(NOT_RUN)
+    run_here: set[Any] = {p.values[0] if hasattr(p, "values") else p for p in [*RUN, *QUICK]}
+    covered = run_here | {"container", "images", "index_peer"}
     assert covered == set(ROWS), sorted(set(ROWS) ^ covered)
 
 
@@ -124,13 +136,3 @@ def test_run_all_fails_naming_the_failed_benchmark(tmp_path: Path) -> None:
     assert f"{tmp_path} has no s3_management/manage_v2.py" in out, out
     assert "failed: index_peer (see each one's output above)" in out, out
     assert (tmp_path / "masking.json").exists()  # the other still ran
-
-
-@pytest.mark.s3
-def test_index_peer_with_checkout(tmp_path: Path) -> None:
-    """With a checkout of pytorch/test-infra given ($NIGHTLY_PEER_TEST_INFRA), its smallest run."""
-    peer = os.environ.get(PEER_ENV)
-    if not peer:
-        pytest.skip(f"{PEER_ENV} names no checkout of pytorch/test-infra (the peer is no part of "
-                    "this project); test_index_peer_without_checkout_says_what_it_needs covers its absence")
-    check_ran("index_peer", tmp_path, run_all(tmp_path, "--only", "index_peer", "--peer", peer))
