@@ -37,11 +37,11 @@ Log = Callable[[str], None]
 LABEL_SPEC = "org.nightly.builder"
 LABEL_HASH = "org.nightly.spec-hash"
 LABEL_CUDA = "org.nightly.cuda"
-LABEL_MANYLINUX = "org.nightly.core.manylinux"
+LABEL_MANYLINUX = "org.nightly.manylinux"
 LABEL_PYTHONS = "org.nightly.pythons"
 LABEL_NVCC = NVCC_LABEL  # read back by the container executor for each build's log header
 LABEL_TOOLKIT = "org.nightly.cuda-sources"
-LABEL_POLICY = "org.nightly.core.manylinux-policy"
+LABEL_POLICY = "org.nightly.manylinux-policy"
 LABEL_TOOLCHAIN = "org.nightly.toolchain"
 
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from nightly import procs
 from nightly.channels import anaconda as anaconda_mod
 from nightly.channels import conda as conda_mod
 from nightly.channels.anaconda import anaconda_copy, anaconda_upload, read_token
@@ -105,24 +106,25 @@ def _cmdlines_with(secret: bytes) -> list[str]:
 
 
 class _Spy:
-    """Wraps subprocess.run in the conda module: records argv and env, runs the real thing."""
+    """Wraps procs.call (every command nightly runs goes through it): records argv and env,
+    runs the real thing."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[str], dict[str, str]]] = []
-        self._run = subprocess.run
+        self._call = procs.call
 
-    def __call__(self, cmd: list[str], **kw: object) -> subprocess.CompletedProcess[bytes]:
+    def __call__(self, cmd: list[str], **kw: Any) -> procs.Finished:
         env = kw.get("env")
-        if "binstar_client.scripts.cli" in cmd:  # (this patches the subprocess module itself)
+        if "binstar_client.scripts.cli" in cmd:
             assert isinstance(env, dict)
             self.calls.append((list(cmd), dict(env)))
-        return self._run(cmd, **kw)  # type: ignore[call-overload, no-any-return]
+        return self._call(cmd, **kw)
 
 
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
     s = _Spy()
-    monkeypatch.setattr(subprocess, "run", s)
+    monkeypatch.setattr(procs, "call", s)
     return s
 
 

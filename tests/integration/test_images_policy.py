@@ -112,7 +112,7 @@ def test_a_policy_builder_on_an_existing_base_image_makes_manylinux_2_28_wheels(
     assert row["manylinux"] == "manylinux_2_31_x86_64"  # the sysroot's glibc: the ceiling
     assert "glibc 2.31 sysroot" in row["toolchain"]
     image = engine.client.images.get(row["tag"])
-    assert image.labels["org.nightly.core.manylinux-policy"] == "2_28"
+    assert image.labels["org.nightly.manylinux-policy"] == "2_28"
 
     run = nightly("run", "--config", str(config), "--date", "2026_01_06", env=env)
     day = tmp_path / "nightlies" / "2026_01_06"

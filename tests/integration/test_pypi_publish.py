@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from nightly import procs
 from nightly.channels.pypi import safe_url, twine_upload
 from nightly.errors import PublishError
 from tests.support import wheels
@@ -32,16 +34,16 @@ def test_twine_upload_then_pip_install(
     pypiserver: PypiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[tuple[list[str], dict[str, str]]] = []
-    real_run = subprocess.run
+    real_call = procs.call
 
-    def spy(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[bytes]:
+    def spy(cmd: list[str], **kw: Any) -> procs.Finished:
         env = kw.get("env")
-        if "twine" in cmd:  # (this patches the subprocess module itself)
+        if "twine" in cmd:  # (every command nightly runs goes through procs.call)
             assert isinstance(env, dict)
             calls.append((list(cmd), dict(env)))
-        return real_run(cmd, **kw)  # type: ignore[call-overload, no-any-return]
+        return real_call(cmd, **kw)
 
-    monkeypatch.setattr(subprocess, "run", spy)
+    monkeypatch.setattr(procs, "call", spy)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-twine")
     dist = tmp_path / "dist"
     dist.mkdir()
