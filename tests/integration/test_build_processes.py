@@ -37,8 +37,6 @@ from tests.support.staged import Staged, staged_nightly
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 DIST = "procdemo"
 _nightly = build_user._nightly
-account = build_user.account  # the fixtures: a fresh build account, root's 0700 home
-home = build_user.home
 
 # Writes procdemo-<version>-py3-none-any.whl into OUTPUT_DIR (argv: folder, version, the
 # text of procdemo/__init__.py's marker).

@@ -9,15 +9,11 @@ user cannot reach stops the night before any build, with one line (exit 2).
 from __future__ import annotations
 
 import json
-import os
 import pwd
 import secrets
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,32 +53,6 @@ with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
         z.writestr(n, d)
 PY
 """
-
-
-@pytest.fixture
-def account() -> Iterator[pwd.struct_passwd]:
-    """A fresh unprivileged build account, removed afterwards (with its build area)."""
-    if os.geteuid() != 0:
-        pytest.fail("run as root: this test is about root building as another account")
-    name = f"nb{secrets.token_hex(4)}"
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                   check=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", name], check=False)
-        shutil.rmtree(f"/var/tmp/nightly-{name}", ignore_errors=True)
-
-
-@pytest.fixture
-def home() -> Iterator[Path]:
-    """Root's private home: a 0700 folder."""
-    path = Path(tempfile.mkdtemp(prefix="nightly-roothome-", dir="/tmp"))
-    path.chmod(0o700)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _secrets(home: Path) -> list[Path]:

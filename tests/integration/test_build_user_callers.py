@@ -14,7 +14,6 @@ import os
 import pwd
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ import pytest
 from nightly.reach import Account, denied
 from nightly.workspace import Day
 from nightly.workspace.candidate import candidate_name
-from tests.support.accounts import PY, build_account, private_home, venv_in_home
+from tests.support.accounts import PY, venv_in_home
 from tests.support.staged import staged_nightly
 
 pytestmark = pytest.mark.slow
@@ -58,18 +57,6 @@ with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
         z.writestr(zipfile.ZipInfo(n, date_time=(2020, 1, 1, 0, 0, 0)), d)
 PY
 """
-
-
-@pytest.fixture
-def account() -> Iterator[pwd.struct_passwd]:
-    with build_account() as a:
-        yield a
-
-
-@pytest.fixture
-def home() -> Iterator[Path]:
-    with private_home() as h:
-        yield h
 
 
 def _project(home: Path, user: str) -> Path:

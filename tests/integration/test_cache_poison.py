@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from tests.integration import test_build_user as build_user
 from tests.support.staged import Staged, staged_nightly
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -83,8 +82,6 @@ for path in objects:
 """
 
 
-account = build_user.account  # the fixtures: a fresh build account, root's 0700 home
-home = build_user.home
 
 
 def _nightly(st: Staged, home: Path, *args: str) -> subprocess.CompletedProcess[str]:

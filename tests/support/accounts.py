@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.support.staged import Staged
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -49,6 +51,20 @@ def private_home() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture
+def account() -> Iterator[pwd.struct_passwd]:
+    """A fresh build account for one test (import the fixture into the test module)."""
+    with build_account() as a:
+        yield a
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """Root's 0700 home for one test (import the fixture into the test module)."""
+    with private_home() as h:
+        yield h
+
+
 def venv_in_home(home: Path, st: Staged) -> Path:
     """nightly installed the README's way: a venv in the home (its interpreter and its
     packages out of any other account's reach). The venv sees the staged nightly (`st`,
@@ -60,4 +76,4 @@ def venv_in_home(home: Path, st: Staged) -> Path:
     return venv / "bin" / "python"
 
 
-__all__ = ["PY", "build_account", "private_home", "venv_in_home"]
+__all__ = ["PY", "account", "build_account", "home", "private_home", "venv_in_home"]
