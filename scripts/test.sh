@@ -115,6 +115,12 @@ PARALLEL=()
 if [ "$WORKERS" != 0 ]; then
   PARALLEL=(-n "$WORKERS" --dist loadfile)
 fi
-log "pytest (${WORKERS} workers)"
-# The ten slowest tests close the full run's output: where the suite's time goes.
-exec .venv/bin/python -m pytest "${PARALLEL[@]}" --durations=10 "$@"
+log "pytest (${WORKERS} workers; load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown))"
+# The ten slowest tests close the full run's output: where the suite's time goes. The wall
+# time and the load average (1, 5, 15 min) close it too: the suite's cold time is a figure
+# the project keeps under 60 minutes, and on a shared machine it means little without the load.
+STARTED=$SECONDS
+RC=0
+.venv/bin/python -m pytest "${PARALLEL[@]}" --durations=10 "$@" || RC=$?
+log "pytest took $((SECONDS - STARTED)) s, whole script ${SECONDS} s; load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+exit "$RC"
