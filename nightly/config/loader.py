@@ -40,6 +40,7 @@ from nightly.config.scheduling import (
     parse_timeouts,
 )
 from nightly.config.schema import Config
+from nightly.config.timeouts import parse_external_timeouts
 from nightly.errors import UsageError
 
 # The single source of defaults; package data (pyproject's [tool.setuptools.package-data]).
@@ -88,7 +89,8 @@ def parse(
     estimates = parse_estimates(top)
     retries_infra, retries_recipe = parse_retries(top)
     retention = parse_retention(top)
-    parse_backoff(top)  # installed as the retry loops' policies (config/retry.py)
+    backoff = parse_backoff(top)
+    external_timeouts = parse_external_timeouts(top)
     local, container = parse_executors(top)
     notify = parse_notify(top)
     min_free_gb = parse_min_free_gb(top)
@@ -130,4 +132,6 @@ def parse(
         provenance=provenance,
         builds=tuple(builds),
         builders=builders,
+        backoff=backoff,
+        external_timeouts=external_timeouts,
     )

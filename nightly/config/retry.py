@@ -12,8 +12,10 @@ The uses:
   index   an index reader's request (index.coldread)
   engine  removing a build's container (executors.container)
 
-`policy(use)` is the policy now: the defaults, or those of the configuration loaded last
-(`parse_backoff` installs them when a configuration is read).
+A Config carries its policies (`config.backoff`, a `Backoffs`); no policy is held by the
+process, so two configurations loaded in one process keep their own. Code that no
+configuration reaches (a store built deep down) takes them as an argument whose default is
+`default_backoffs()`, defaults.toml's.
 """
 
 from __future__ import annotations
@@ -21,13 +23,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from nightly.config.reader import Table, read_defaults
+from nightly.config.reader import Ctx, Table, read_defaults
 
 USES = ("store", "s3", "index", "engine")
 DEFAULTS_PATH = Path(__file__).resolve().parent.parent / "defaults.toml"
@@ -62,28 +63,18 @@ class Backoff:
             first_s=self.first_s if first_s is None else first_s)
 
 
-_configured: dict[str, Backoff] = {}
-_lock = threading.Lock()
+@dataclass(frozen=True, kw_only=True)
+class Backoffs:
+    """The policy of each use (USES)."""
+
+    store: Backoff
+    s3: Backoff
+    index: Backoff
+    engine: Backoff
 
 
-@functools.cache
-def _defaults() -> dict[str, Backoff]:
-    data = read_defaults(DEFAULTS_PATH)["backoff"]
-    assert isinstance(data, dict)
-    return {use: Backoff(attempts=int(data[use]["attempts"]), first_s=float(data[use]["first"]),
-                         cap_s=float(data[use]["cap"])) for use in USES}
-
-
-def policy(use: str) -> Backoff:
-    """The retry policy of `use` (one of USES): the configuration's, else defaults.toml's."""
-    with _lock:
-        got = _configured.get(use)
-    return got if got is not None else _defaults()[use]
-
-
-def parse_backoff(top: Table) -> dict[str, Backoff]:
-    """[backoff.<use>] of a configuration (laid over the defaults), checked, and installed as
-    the policies `policy` gives from now on."""
+def parse_backoff(top: Table) -> Backoffs:
+    """[backoff.<use>] of a configuration (laid over the defaults), checked."""
     section = top.table("backoff")
     out: dict[str, Backoff] = {}
     for use in USES:
@@ -92,7 +83,10 @@ def parse_backoff(top: Table) -> dict[str, Backoff]:
             "first", minimum=0.0), cap_s=t.number("cap", minimum=0.0))
         t.finish()
     section.finish()
-    with _lock:
-        _configured.clear()
-        _configured.update(out)
-    return out
+    return Backoffs(**out)
+
+
+@functools.cache
+def default_backoffs() -> Backoffs:
+    """defaults.toml's [backoff.<use>]: for code that no configuration reaches."""
+    return parse_backoff(Table(read_defaults(DEFAULTS_PATH), "", Ctx(str(DEFAULTS_PATH), "")))

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nightly.core.axes as axes
+from nightly.config.retry import Backoffs, default_backoffs
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.core.matrix import Build, PackageMatrix
 from nightly.core.spec import BuilderSpec, SpecError
 from nightly.errors import ConfigError, did_you_mean
@@ -324,6 +326,10 @@ class Config:
     builds: tuple[Build, ...] = field(default=())  # the matrix after the config's selectors
     # Declared builder images ([builders.NAME]); an [images] entry "@NAME" uses one.
     builders: Mapping[str, BuilderSpec] = field(default_factory=dict)
+    # The retry policies ([backoff.<use>]) and the waits for outside work
+    # ([external_timeouts]) of this configuration, not of the process.
+    backoff: Backoffs = field(default_factory=default_backoffs)
+    external_timeouts: ExternalTimeouts = field(default_factory=default_timeouts)
 
     # ------------------------------------------------------------------ lookups
 

@@ -38,6 +38,7 @@ def _container(config: Config, keep_container: bool) -> Executor:
             gpu=c.gpu,
             keep_container=keep_container,
             pull=c.pull,
+            engine_backoff=config.backoff.engine,
         )
     except ValueError as e:
         raise ConfigError(str(e), file=str(config.path), key="executor.container") from e

@@ -38,7 +38,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nightly.config.retry import policy
 from nightly.errors import ExecutorError
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.executors.container_engine import (
@@ -355,7 +354,7 @@ class ContainerExecutor(Executor):
         else:
             note = None
             last: BaseException | None = None
-            for _ in policy("engine").tries():
+            for _ in self.settings.engine_backoff.tries():
                 try:
                     container.remove(force=True, v=True)
                     last = None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nightly.config.retry import Backoff, default_backoffs
 from nightly.executors.base import ExecResult
 
 if TYPE_CHECKING:
@@ -94,6 +95,8 @@ class ContainerSettings:
     oom_score_adj: int = 1000
     # Extra labels on every container.
     labels: Mapping[str, str] = field(default_factory=dict)
+    # How removing a container is retried: the configuration's [backoff.engine].
+    engine_backoff: Backoff = field(default_factory=lambda: default_backoffs().engine)
 
     def __post_init__(self) -> None:
         if self.user is not None and not USER_RE.match(self.user):

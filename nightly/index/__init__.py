@@ -245,7 +245,7 @@ def _merge(
     manifest_key = f"{folder}/{MANIFEST_NAME}"
     resolved: Records | None = None
     # Compare-and-swap rounds with the stores' one backoff (cas_rounds raises when exhausted).
-    for report.rounds in cas_rounds(f"index of {store.url}/{folder}",
+    for report.rounds in cas_rounds(f"index of {store.url}/{folder}", store.backoffs.store,
                                     retry="run `nightly index` again"):
         if base is None or report.rounds > 1:
             base = read_manifest(store, folder)
@@ -370,7 +370,8 @@ def _write_pages(
 ) -> set[str]:
     """Render and write the folder's pages until the manifests they came from held still;
     returns the pages' paths (relative to the folder)."""
-    for rounds in cas_rounds(f"index of {store.url}/{folder}", retry="run `nightly index` again"):
+    for rounds in cas_rounds(f"index of {store.url}/{folder}", store.backoffs.store,
+                             retry="run `nightly index` again"):
         if rounds > 1:
             report.rounds += 1
         own = first if first is not None and rounds == 1 else read_manifest(store, folder)

@@ -41,7 +41,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TextIO, TypeVar
 
-from nightly.config.retry import policy
 from nightly.errors import PublishError
 from nightly.index import etags
 from nightly.index.manifest import FileRecord, Records
@@ -145,7 +144,7 @@ class ReadPool:
         stream: TextIO | None = None,
     ) -> None:
         self.store, self.workers, self.log_line = store, max(1, workers), log_line
-        self.retry = policy("index").replace(attempts=attempts, first_s=backoff)
+        self.retry = store.backoffs.index.replace(attempts=attempts, first_s=backoff)
         self.stream = stream
         self._learned: dict[str, dict[str, dict[str, object]]] = {}  # folder -> name -> entry
         self._dirty: set[str] = set()

@@ -64,6 +64,7 @@ def open_destination(config: Config) -> Any:
             profile=p.profile or None,
             acl=p.acl or None,
             connections=p.index_workers,
+            backoffs=config.backoff,
         )
     except ConfigError as e:
         if e.file:

@@ -10,6 +10,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from nightly.config.retry import Backoffs
 from nightly.errors import ConfigError
 from nightly.stores.base import (
     SHA256_RE,
@@ -44,9 +45,11 @@ def open_store(
     region: str | None = None,
     profile: str | None = None,
     acl: str | None = None,
+    backoffs: Backoffs | None = None,
     **tuning: Any,
 ) -> Store:
-    """A Store for `s3://bucket[/prefix]` or `file:///absolute/path`."""
+    """A Store for `s3://bucket[/prefix]` or `file:///absolute/path`, retrying by `backoffs`
+    (a configuration's `backoff`; None: defaults.toml's)."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.username is not None or parsed.password is not None:
         # Never echo the URL: it carries a secret.
@@ -61,6 +64,7 @@ def open_store(
             region=region,
             profile=profile,
             acl=acl,
+            backoffs=backoffs,
             **tuning,
         )
     if parsed.scheme == "file":
@@ -69,7 +73,7 @@ def open_store(
         path = Path(urllib.parse.unquote(parsed.path))
         if not path.is_absolute():
             raise ConfigError(f"file:// destination must be an absolute path: {url!r}")
-        return FileStore(path)
+        return FileStore(path, backoffs=backoffs)
     raise ConfigError(
         f"unsupported destination {parsed.scheme or url!r}", hint="use s3://BUCKET/PREFIX or file:///PATH"
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from nightly.config.retry import policy
+from nightly.config.retry import Backoff, Backoffs, default_backoffs
 from nightly.errors import PublishError
 from nightly.files import confined, sha256_file
 
@@ -25,12 +25,13 @@ file_sha256 = sha256_file  # the stores' name for nightly.files.sha256_file
 
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
-def cas_rounds(what: str, *, rounds: int | None = None,
+def cas_rounds(what: str, backoff: Backoff, *, rounds: int | None = None,
                retry: str = "run the command again") -> Iterator[int]:
     """Rounds 1..N of a compare-and-swap (or write-then-check) loop, pausing before each
-    retry with nightly's one retry policy (config/retry.py, [backoff.store]: N rounds unless
-    `rounds` says). Exhausted, it raises PublishError naming `what` and what to do."""
-    backoff = policy("store").replace(attempts=rounds)
+    retry with nightly's one retry policy (config/retry.py; a store's `backoffs.store`,
+    [backoff.store]: N rounds unless `rounds` says). Exhausted, it raises PublishError naming
+    `what` and what to do."""
+    backoff = backoff.replace(attempts=rounds)
     yield from backoff.tries()
     raise PublishError(f"{what}: it kept changing during {backoff.attempts} rounds; {retry}")
 
@@ -67,7 +68,10 @@ class Store(ABC):
     request, retries and multipart parts included), for benchmarks and the run summary.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, backoffs: Backoffs | None = None) -> None:
+        # The retry policies of the configuration that opened the store (defaults.toml's
+        # when none did): its compare-and-swap rounds, S3 requests and index reads.
+        self.backoffs = backoffs or default_backoffs()
         self.requests = 0
         self.requests_by_op: Counter[str] = Counter()
         self._count_lock = threading.Lock()
@@ -166,7 +170,7 @@ class Store(ABC):
         needs writing. Another writer's change in between (PreconditionFailed) means read
         and change again, so no writer's change is ever lost. Returns the object's ETag
         (None when it does not exist and nothing was written)."""
-        for _ in cas_rounds(what, rounds=rounds):
+        for _ in cas_rounds(what, self.backoffs.store, rounds=rounds):
             current = self.get_bytes(key)
             new = change(None if current is None else current[0])
             if new is None:

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nightly.config.retry import Backoffs
 from nightly.errors import PublishError
 from nightly.jsonvalues import json_object
 from nightly.stores.base import ObjectInfo, PreconditionFailed, Store, check_key
@@ -47,8 +48,8 @@ class FileStore(Store):
     and reads can be capped (`max_bytes`: ObjectTooLarge past it).
     """
 
-    def __init__(self, root: Path, label: str = "") -> None:
-        super().__init__()
+    def __init__(self, root: Path, label: str = "", *, backoffs: Backoffs | None = None) -> None:
+        super().__init__(backoffs)
         self.root = root
         self.tree = Tree(root, label or f"the folder store {root.as_uri()}")
         self._swept = False

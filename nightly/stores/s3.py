@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from nightly.config.retry import policy
+from nightly.config.retry import Backoffs
 from nightly.errors import ConfigError, ObjectTooLarge, PublishError, require
 from nightly.stores.base import (
     SHA256_RE,
@@ -55,8 +55,9 @@ class S3Store(Store):
         read_timeout: float = 120.0,
         connections: int = 0,
         signed_reads: bool = True,
+        backoffs: Backoffs | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(backoffs)
         require("boto3", what="an s3:// store")
         import boto3
         import botocore.exceptions
@@ -65,7 +66,7 @@ class S3Store(Store):
 
         self.bucket, self.prefix, self.acl = bucket, prefix.strip("/"), acl
         # Connection-level retries: [backoff.s3] (config/retry.py) unless the caller says.
-        self.retry = policy("s3").replace(attempts=attempts, first_s=backoff)
+        self.retry = self.backoffs.s3.replace(attempts=attempts, first_s=backoff)
         self.checksum = checksum
         self.multipart_threshold = multipart_threshold
         try:

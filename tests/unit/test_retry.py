@@ -5,23 +5,19 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from nightly.config import DEFAULTS_PATH, load, retry
 from nightly.config.reader import read_defaults
+from nightly.config.retry import default_backoffs
 from nightly.errors import ConfigError, PublishError
+from nightly.stores import Store, open_store
 from nightly.stores.base import cas_rounds
 
 WriteConfig = Callable[..., Path]
-
-
-@pytest.fixture(autouse=True)
-def _defaults_after() -> Iterator[None]:
-    yield
-    retry._configured.clear()
 
 
 def test_pauses_double_up_to_the_cap_jittered(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,7 +44,7 @@ def test_the_numbers_come_from_defaults_toml() -> None:
     assert isinstance(table, dict)
     assert set(table) == set(retry.USES)
     for use in retry.USES:
-        got = retry.policy(use)
+        got = getattr(retry.default_backoffs(), use)
         assert (got.attempts, got.first_s, got.cap_s) == (
             table[use]["attempts"], table[use]["first"], table[use]["cap"])
 
@@ -59,16 +55,52 @@ def test_a_configuration_sets_the_policy_every_loop_uses(
     """[backoff.store] attempts = 3: a writer gives up after 3 rounds (it was 12 rounds
     hard-coded in stores/base.py, whatever the configuration)."""
     monkeypatch.setattr(time, "sleep", lambda s: None)
-    load(write_config(minimal_config_text + "\n[backoff.store]\nattempts = 3\n"))
-    assert retry.policy("store").attempts == 3
+    config = load(write_config(minimal_config_text + "\n[backoff.store]\nattempts = 3\n"))
+    assert config.backoff.store.attempts == 3
     seen: list[int] = []
 
     def rounds() -> None:
-        seen.extend(cas_rounds("the index"))
+        seen.extend(cas_rounds("the index", config.backoff.store))
 
     with pytest.raises(PublishError, match="during 3 rounds"):
         rounds()
     assert seen == [1, 2, 3]
+
+
+def test_two_configurations_in_one_process_keep_their_own_policies(
+    tmp_path: Path, minimal_config_text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a second configuration changes nothing of the first: each Config carries its
+    policies, and a store opened for one retries by that one's (the process held the last
+    loaded configuration's, for every loop, before)."""
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    paths = []
+    for name, attempts in (("a", 2), ("b", 5)):
+        folder = tmp_path / name
+        folder.mkdir()
+        path = folder / "nightly.toml"
+        path.write_text(minimal_config_text + f"\n[backoff.store]\nattempts = {attempts}\n"
+                        f"[backoff.engine]\nattempts = {attempts + 1}\n")
+        paths.append(path)
+    first, second = load(paths[0]), load(paths[1])
+    assert (first.backoff.store.attempts, second.backoff.store.attempts) == (2, 5)
+    assert (first.backoff.engine.attempts, second.backoff.engine.attempts) == (3, 6)
+    stores = [open_store((tmp_path / n / "store").as_uri(), backoffs=c.backoff)
+              for n, c in (("a", first), ("b", second))]
+    for store, rounds in zip(stores, (2, 5), strict=True):
+        store.put_bytes("k", b"0", "text/plain")
+        calls: list[int] = []
+
+        def change(current: bytes | None, store: Store = store, calls: list[int] = calls) -> bytes:
+            # Another writer changes the object after each read: every round loses.
+            calls.append(1)
+            store.put_bytes("k", str(len(calls)).encode(), "text/plain")
+            return b"mine"
+
+        with pytest.raises(PublishError, match=f"during {rounds} rounds"):
+            store.update("k", change, "text/plain", what="k")
+        assert len(calls) == rounds
+    assert default_backoffs().store.attempts == 12  # defaults.toml's, untouched
 
 
 def test_a_bad_value_is_a_config_error(write_config: WriteConfig, minimal_config_text: str,
