@@ -1,4 +1,5 @@
-"""Values read leniently from JSON that nightly wrote but someone else may have changed: a
+"""The one place nightly parses JSON (tests/unit/test_one_home.py holds every other module
+to it), and values read leniently from JSON that nightly wrote but someone else may have changed: a
 day folder's summary.json and plan.json, a cluster worker's result (untrusted staging).
 
 A value of the wrong type reads as unset (or the default) instead of failing the command that
@@ -117,10 +118,14 @@ def _depth_problem(data: object, limit: int) -> str | None:
     return None
 
 
-def loads_bounded(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> object:
-    """JSON text parsed with nightly's bounds (JSONInputError, a ValueError, when one is
-    crossed): integers within 64 bits, finite numbers, at most `max_depth` levels. Booleans
-    stay booleans."""
+def loads_bounded(text: str | bytes, *, max_depth: int = MAX_DEPTH,
+                  max_bytes: int | None = None) -> object:
+    """JSON text (any value) parsed with nightly's bounds (JSONInputError, a ValueError, when
+    one is crossed): integers within 64 bits, finite numbers, at most `max_depth` levels, and
+    (for text from elsewhere: a store, an engine, a package) at most `max_bytes` long.
+    Booleans stay booleans."""
+    if max_bytes is not None and len(text) > max_bytes:
+        raise JSONInputError(f"larger than {_size(max_bytes)}")
     try:
         data = json.loads(text, parse_int=_bounded_int, parse_float=_finite_float,
                           parse_constant=_no_constant)
@@ -159,9 +164,12 @@ def read_bounded(path: Path, max_bytes: int) -> bytes:
     finally:
         os.close(fd)
     if len(raw) > max_bytes:
-        size = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 else f"{max_bytes} bytes"
-        raise JSONInputError(f"larger than {size}")
+        raise JSONInputError(f"larger than {_size(max_bytes)}")
     return raw
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 def read_json_file(path: Path, max_bytes: int, *, max_depth: int = MAX_DEPTH) -> object:
@@ -173,11 +181,12 @@ def read_json_file(path: Path, max_bytes: int, *, max_depth: int = MAX_DEPTH) ->
 SMALL_FILE_BYTES = 4 << 20
 
 
-def json_object(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> dict[str, object] | None:
+def json_object(text: str | bytes, *, max_depth: int = MAX_DEPTH,
+                max_bytes: int | None = None) -> dict[str, object] | None:
     """The JSON object in `text`, parsed with `loads_bounded`; None when it is not JSON, not
     an object, or crosses a bound (the lenient form, for a record that may be damaged)."""
     try:
-        data = loads_bounded(text, max_depth=max_depth)
+        data = loads_bounded(text, max_depth=max_depth, max_bytes=max_bytes)
     except ValueError:
         return None
     return data if isinstance(data, dict) else None

@@ -141,7 +141,7 @@ def run(
     return proc.stdout
 
 
-def git(*args: str, cwd: Path | None = None, timeout: float = 1800, purpose: str = "") -> str:
+def git(*args: str, cwd: Path | None = None, timeout: float, purpose: str = "") -> str:
     """`git ARGS` in `cwd`, its stdout stripped; NightlyError naming the command and git's
     own words when it fails. `purpose` completes "install git to ..." when git is missing."""
     return run(["git", *args], cwd=cwd, timeout=timeout,

@@ -23,7 +23,8 @@ def bisect_new_failures(config: Config, day: Day, machine: str,
     from. Returns how many bisects finished."""
     deadline = time.time() + config.notify.bisect_budget_s
     try:
-        facts = facts_for_day(day, History(history_path(config.root)))
+        facts = facts_for_day(day, History(history_path(config.root)),
+                              timeouts=config.external_timeouts)
     except (sqlite3.Error, OSError) as e:
         log(f"bisect: could not read the failures: {e}")
         return 0

@@ -61,13 +61,15 @@ class Target:
     candidates: tuple[str, ...]  # oldest first; the last is BAD
 
 
-def git(repo: Path, *args: str) -> str:
-    return procs.git(*args, cwd=repo, timeout=600, purpose="bisect")
+def git(repo: Path, *args: str, timeout_s: float) -> str:
+    """A git command of the bisect: [external_timeouts] bisect_git is `timeout_s`."""
+    return procs.git(*args, cwd=repo, timeout=timeout_s, purpose="bisect")
 
 
-def _resolve(repo: Path, commit: str, what: str) -> str:
+def _resolve(repo: Path, commit: str, what: str, timeout_s: float) -> str:
     try:
-        return git(repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+        return git(repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}",
+                   timeout_s=timeout_s)
     except NightlyError as e:
         raise UsageError(f"{what} '{commit}' is not a commit of {repo}: pass a commit of the "
                          "night's source (git log there lists them)") from e
@@ -87,7 +89,8 @@ def target_of(config: Config, day: Day, build_id: str, opts: BisectOptions) -> T
                          "checkout: set project.source to a git repository to bisect")
     from nightly.history.db import History, history_path
 
-    facts = facts_for_day(day, History(history_path(config.root))).get(build_id)
+    facts = facts_for_day(day, History(history_path(config.root)),
+                          timeouts=config.external_timeouts).get(build_id)
     if facts is None and (opts.good is None or opts.bad is None) and entry.status != FAILED:
         raise UsageError(f"{build_id} did not fail on {day.name} ({entry.status or 'not run'}): "
                          "nothing to bisect; pass --good and --bad to bisect anyway")
@@ -96,14 +99,15 @@ def target_of(config: Config, day: Day, build_id: str, opts: BisectOptions) -> T
     if not good:
         raise UsageError(f"{build_id} has no good night in the history: pass --good COMMIT "
                          "(a commit at which it built)")
-    good, bad = _resolve(repo, good, "--good"), _resolve(repo, bad, "--bad")
+    wait = config.external_timeouts.bisect_git
+    good, bad = _resolve(repo, good, "--good", wait), _resolve(repo, bad, "--bad", wait)
     try:
-        git(repo, "merge-base", "--is-ancestor", good, bad)
+        git(repo, "merge-base", "--is-ancestor", good, bad, timeout_s=wait)
     except NightlyError as e:
         raise UsageError(f"--good {good[:12]} is not an ancestor of --bad {bad[:12]}: pass an "
                          "older good commit of the same branch") from e
     walk = [] if opts.all_commits else ["--first-parent"]
-    listed = git(repo, "rev-list", "--reverse", *walk, f"{good}..{bad}").split()
+    listed = git(repo, "rev-list", "--reverse", *walk, f"{good}..{bad}", timeout_s=wait).split()
     if not listed:
         raise UsageError(f"no commit between --good {good[:12]} and --bad {bad[:12]}: pass a "
                          "good commit older than the bad one")
@@ -147,7 +151,9 @@ def bisect(config: Config, day: Day, build_id: str, opts: BisectOptions, say: Sa
         first = next_commit(cands, {})
         for c in cands:
             mark = "  <- first build" if c == first else ("  (bad: the night's)" if c == t.bad else "")
-            say(f"  {git(day.source, 'log', '-1', '--format=%h %s', c)}{mark}")
+            line = git(day.source, "log", "-1", "--format=%h %s", c,
+                       timeout_s=config.external_timeouts.bisect_git)
+            say(f"  {line}{mark}")
         return None
     with DayLock(folder / "bisect.lock").acquire("bisect"):
         return _search(config, day, t, folder, opts, say, machine)
@@ -172,7 +178,8 @@ def _search(config: Config, day: Day, t: Target, folder: Path, opts: BisectOptio
             result.status = "budget spent"
             break
         builder = builder or StepBuilder(config, day, t, folder, machine)
-        subject = git(day.source, "log", "-1", "--format=%s", commit)
+        subject = git(day.source, "log", "-1", "--format=%s", commit,
+                      timeout_s=config.external_timeouts.bisect_git)
         say(f"step {n}: building {commit[:12]} {subject!r} ...")
         step = builder.run(commit)
         append_step(folder, step)
@@ -182,19 +189,21 @@ def _search(config: Config, day: Day, t: Target, folder: Path, opts: BisectOptio
             + f", {step.duration_s:.1f} s, log {step.log}")
         result.steps.append(step)
         verdicts[commit] = step.verdict
-    _conclude(day.source, t, verdicts, result)
+    _conclude(day.source, t, verdicts, result, config.external_timeouts.bisect_git)
     write_json(folder / "result.json", result.to_json())
     say(result.line())
     return result
 
 
-def _conclude(repo: Path, t: Target, verdicts: dict[str, str], result: BisectResult) -> None:
+def _conclude(repo: Path, t: Target, verdicts: dict[str, str], result: BisectResult,
+              timeout_s: float) -> None:
     nb = narrow(t.candidates, verdicts)
     if nb.found:
         c = t.candidates[nb.bad]
         result.first_bad = c
         result.subject, result.author, result.date = git(
-            repo, "log", "-1", "--format=%s%x00%an <%ae>%x00%aI", c).split("\x00")
+            repo, "log", "-1", "--format=%s%x00%an <%ae>%x00%aI", c,
+            timeout_s=timeout_s).split("\x00")
         result.status = "found"
     else:
         result.range = list(t.candidates[nb.good + 1 : nb.bad + 1])
@@ -233,13 +242,14 @@ class StepBuilder:
         self.channel = meta.channel_name
 
     def checkout(self, commit: str) -> None:
+        wait = self.config.external_timeouts.bisect_git
         if not (self.source / ".git").exists():
             if self.source.exists():
                 remove_tree(self.source)
             git(self.folder, "clone", "--quiet", "--shared", "--no-checkout",
-                str(self.day.source), str(self.source))
-        git(self.source, "checkout", "--quiet", "--force", "--detach", commit)
-        git(self.source, "clean", "-qfdx")
+                str(self.day.source), str(self.source), timeout_s=wait)
+        git(self.source, "checkout", "--quiet", "--force", "--detach", commit, timeout_s=wait)
+        git(self.source, "clean", "-qfdx", timeout_s=wait)
 
     def run(self, commit: str) -> Step:
         from nightly.builds.jobs import RunContext

@@ -259,7 +259,8 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         ) | wheelhouse_env(ctx) | version_env(ctx, build)
         | manylinux_env(ctx.config, build, executor, area.images if area else None)
         | cross_env(ctx.config, build, executor, build.target_arch)
-        | reproducible_env(ctx.source_dir) | interpreter_env(ctx.config, build, executor)
+        | reproducible_env(ctx.source_dir, timeouts=ctx.config.external_timeouts)
+        | interpreter_env(ctx.config, build, executor)
         | (area.env() if area else {}),
         recipes_dir=area.recipes if area else ctx.config.recipes,
         source_dir=source,

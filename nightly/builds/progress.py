@@ -208,7 +208,7 @@ class Progress:
     ) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=5)  # nightly's own thread: it stops at its next tick
         with self._lock:
             if self.live_path is not None:
                 with contextlib.suppress(OSError):  # the builds are over: the night's later steps

@@ -22,6 +22,7 @@ from pathlib import Path
 from nightly import procs
 from nightly.builds.ownership import outputs
 from nightly.builds.reproducible import normalise_packages
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.core.matrix import Build
 from nightly.executors.base import Executor, Job
 from nightly.files import sha256_file
@@ -49,8 +50,9 @@ def _diffoscope() -> list[str] | None:
     return [found] if found else None
 
 
-def diffoscope_report(a: Path, b: Path, out: Path) -> str:
-    """diffoscope's text report of a and b into `out`; returns the report (or why none)."""
+def diffoscope_report(a: Path, b: Path, out: Path, *, timeouts: ExternalTimeouts | None = None) -> str:
+    """diffoscope's text report of a and b into `out`; returns the report (or why none).
+    It may run [external_timeouts] diffoscope seconds."""
     cmd = _diffoscope()
     if cmd is None:
         text = ("diffoscope is not installed (pip install 'nightly-builds[repro]'): no report; "
@@ -58,7 +60,7 @@ def diffoscope_report(a: Path, b: Path, out: Path) -> str:
     else:
         try:
             proc = procs.call([*cmd, "--text", str(out), "--exclude-directory-metadata=yes",
-                               str(a), str(b)], timeout=900)
+                               str(a), str(b)], timeout=(timeouts or default_timeouts()).diffoscope)
             text = out.read_text(errors="replace") if out.exists() else proc.stderr
         except (OSError, subprocess.SubprocessError) as e:
             text = f"diffoscope failed: {e}\n"
@@ -80,7 +82,8 @@ def truncated(text: str, where: Path) -> str:
 
 def check(
     executor: Executor, job: Job, build: Build, produced: Sequence[Path], day: Day,
-    sink: Callable[[bytes], None], cancel: threading.Event,
+    sink: Callable[[bytes], None], cancel: threading.Event, *,
+    timeouts: ExternalTimeouts | None = None,
 ) -> str | None:
     """Build `job` again and compare; None when every package is the same, else the reason."""
     def say(line: str) -> None:
@@ -116,7 +119,7 @@ def check(
         differ.append(name)
         report_path = day.logs / f"{build.id}.{name}.diffoscope.txt"
         say(f"{name} differs: sha256 {a} vs {b}; diffoscope report: {report_path}")
-        text = diffoscope_report(first[name], theirs[name], report_path)
+        text = diffoscope_report(first[name], theirs[name], report_path, timeouts=timeouts)
         sink(truncated(text, report_path).encode(errors="replace"))
     remove_tree(work)
     if differ:

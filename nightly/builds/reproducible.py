@@ -32,6 +32,8 @@ from pathlib import Path
 from types import ModuleType
 
 from nightly import procs
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
+from nightly.jsonvalues import SMALL_FILE_BYTES, json_object
 
 # A zip cannot hold a time before 1980.
 ZIP_EPOCH_MIN = 315532800
@@ -47,7 +49,7 @@ class SourceEpoch:
     origin: str  # "commit" (the committer time) or "mtime" (a plain folder's newest file)
 
 
-def source_epoch(source_dir: Path) -> SourceEpoch:
+def source_epoch(source_dir: Path, *, timeouts: ExternalTimeouts | None = None) -> SourceEpoch:
     """The commit's committer time for a git checkout, else the newest file's mtime (the
     day's copy of a plain folder keeps the files' times). Cached per folder."""
     key = source_dir.resolve()
@@ -57,7 +59,7 @@ def source_epoch(source_dir: Path) -> SourceEpoch:
     if (source_dir / ".git").exists():
         try:
             got = procs.call(["git", "log", "-1", "--format=%ct", "HEAD"], cwd=source_dir,
-                             timeout=60)
+                             timeout=(timeouts or default_timeouts()).source_date)
             if got.ok:
                 found = SourceEpoch(epoch=int(got.stdout.strip()), origin="commit")
         except (OSError, subprocess.SubprocessError, ValueError):
@@ -82,9 +84,10 @@ def _newest_mtime(folder: Path) -> int:
     return int(newest) if newest else int(time.time())
 
 
-def reproducible_env(source_dir: Path) -> dict[str, str]:
+def reproducible_env(source_dir: Path, *,
+                     timeouts: ExternalTimeouts | None = None) -> dict[str, str]:
     """What every recipe environment gets for reproducible output."""
-    se = source_epoch(source_dir)
+    se = source_epoch(source_dir, timeouts=timeouts)
     return {"SOURCE_DATE_EPOCH": str(se.epoch), "NIGHTLY_SOURCE_DATE_ORIGIN": se.origin}
 
 
@@ -169,7 +172,9 @@ def normalise_conda(path: Path, epoch: int) -> bool:
     def rewrite(name: str, body: bytes) -> bytes:
         if name != "info/index.json":
             return body
-        index = json.loads(body)
+        index = json_object(body, max_bytes=SMALL_FILE_BYTES)
+        if index is None:  # not what rattler-build writes: left as it is
+            return body
         if "timestamp" in index:
             index["timestamp"] = epoch * 1000
         return json.dumps(index, indent=2, sort_keys=True).encode()

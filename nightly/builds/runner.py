@@ -288,7 +288,8 @@ class Runner:
         if reason is None and build.id in self.ctx.repro_builds:
             try:
                 reason = repro_check.check(self.executor_of(build), job, build, produced, self.ctx.day,
-                                           sink, self.cancel)
+                                           sink, self.cancel,
+                                           timeouts=self.ctx.config.external_timeouts)
             except Exception as e:  # a checking bug fails this build only
                 reason = f"reproducibility check: error: {e!r}"
         return reason is None, reason, notes

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nightly.channels.childenv import child_env, run_client
+from nightly.config.timeouts import default_timeouts
 from nightly.errors import PublishError
 from nightly.files import tail
 from nightly.redact import mask, safe_url
@@ -143,7 +144,7 @@ def anaconda_upload(
     site: str | None,
     token: str,
     force: bool = True,
-    timeout: float = 1800,
+    timeout: float | None = None,
 ) -> None:
     """Upload one conda package to `user`'s `label` with anaconda-client.
 
@@ -158,7 +159,9 @@ def anaconda_upload(
     args = ["upload", "--user", user, "--label", label, "--no-progress"]
     args += ["--force" if force else "--skip", str(path.resolve())]
     _run_anaconda(
-        args, site=site, token=token, timeout=timeout, what=f"anaconda upload of {path.name} to {where}"
+        args, site=site, token=token,
+        timeout=timeout or default_timeouts().anaconda_upload,
+        what=f"anaconda upload of {path.name} to {where}",
     )
 
 
@@ -174,7 +177,7 @@ def anaconda_copy(
     site: str | None,
     token: str,
     replace: bool = False,
-    timeout: float = 600,
+    timeout: float | None = None,
 ) -> str:
     """Promote on the server: copy `owner/package/version[/basename]` from one label (and owner)
     to another with `anaconda copy`. Returns the tool's output (token masked).
@@ -190,5 +193,6 @@ def anaconda_copy(
     args.append("--replace" if replace else "--update")
     dest = f"{to_owner or owner}/{to_label}" + (f" at {safe_url(site)}" if site else "")
     return _run_anaconda(
-        args, site=site, token=token, timeout=timeout, what=f"anaconda copy of {spec} to {dest}"
+        args, site=site, token=token,
+        timeout=timeout or default_timeouts().anaconda_copy, what=f"anaconda copy of {spec} to {dest}"
     )

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nightly.errors import PublishError
+from nightly.jsonvalues import loads_bounded, read_json_file
 from nightly.stores.base import file_sha256
 from nightly.stores.layout import CONDA_SUFFIXES
 
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 LOCK_NAME = ".nightly-channel.lock"
+# A channel's repodata.json: one entry of a few hundred bytes per package file, so far more
+# than any nightly channel holds (conda-forge's largest subdir is about 300 MiB).
+REPODATA_MAX_BYTES = 1 << 30
 
 
 # -- package metadata ------------------------------------------------------------------------------
@@ -132,10 +136,9 @@ def _scratch_records(items: Sequence[tuple[Path, str, str]]) -> dict[str, dict[s
                 )
             except Exception as e:  # rattler raises its own exception types
                 raise PublishError(f"indexing packages for {subdir} failed: {e}") from None
-            data = json.loads((scratch / subdir / "repodata.json").read_text(encoding="utf-8"))
-            out[subdir] = {
-                section: dict(data.get(section) or {}) for section in ("packages", "packages.conda")
-            }
+            data = _repodata(scratch / subdir / "repodata.json")
+            out[subdir] = {section: _section(data, section)
+                           for section in ("packages", "packages.conda")}
     for src, subdir, sha in items:
         section = "packages.conda" if src.name.endswith(".conda") else "packages"
         entry = out.get(subdir, {}).get(section, {}).get(src.name)
@@ -198,9 +201,10 @@ def _merge_repodata(
         doc["repodata_version"] = 1
     else:
         try:
-            doc = json.loads(current)
-            if not isinstance(doc, dict):
+            got = loads_bounded(current, max_bytes=REPODATA_MAX_BYTES)
+            if not isinstance(got, dict):
                 raise ValueError("not an object")
+            doc = got
         except ValueError as e:
             raise PublishError(f"{where} is not valid JSON ({e}); not touching it") from None
     changed = current is None
@@ -263,3 +267,19 @@ def install_from_channel(
             raise
         except Exception as e:  # rattler's solve/install errors
             raise PublishError(f"cannot install {spec!r} from {channel}: {e}") from None
+
+
+def _repodata(path: Path) -> dict[str, object]:
+    """The repodata.json py-rattler just wrote; PublishError when it is not one."""
+    try:
+        data = read_json_file(path, REPODATA_MAX_BYTES)
+    except (OSError, ValueError) as e:
+        raise PublishError(f"indexing wrote an unreadable {path.name}: {e}") from None
+    if not isinstance(data, dict):
+        raise PublishError(f"indexing wrote a {path.name} that is not a JSON object")
+    return data
+
+
+def _section(data: dict[str, object], section: str) -> dict[str, Any]:
+    entries = data.get(section)
+    return dict(entries) if isinstance(entries, dict) else {}

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nightly.channels.childenv import child_env, run_client
+from nightly.config.timeouts import default_timeouts
 from nightly.errors import PublishError
 from nightly.files import tail
 from nightly.redact import mask, safe_url
@@ -43,7 +44,7 @@ def twine_upload(
     username: str,
     password: str,
     skip_existing: bool = True,
-    timeout: float = 3600,
+    timeout: float | None = None,
 ) -> list[str]:
     """Upload distributions (wheels, sdists) to a PyPI-style repository with twine.
 
@@ -56,6 +57,7 @@ def twine_upload(
     Returns the names of the files skipped as already present (only known for non-PyPI
     repositories; twine does not report them for PyPI).
     """
+    wait = timeout or default_timeouts().twine_upload
     paths = [Path(f) for f in files]
     for p in paths:
         if not p.is_file():
@@ -65,12 +67,12 @@ def twine_upload(
     if importlib.util.find_spec("twine") is None:
         raise PublishError("twine is not installed (pip install 'nightly-builds[pypi]')")
     if not skip_existing or _is_pypi(repository_url):
-        _twine(paths, repository_url, username, password, skip_existing, timeout)
+        _twine(paths, repository_url, username, password, skip_existing, wait)
         return []
     skipped = []
     for p in paths:
         try:
-            _twine([p], repository_url, username, password, False, timeout)
+            _twine([p], repository_url, username, password, False, wait)
         except _AlreadyExists:
             log.info("%s is already in %s; skipped", p.name, safe_url(repository_url))
             skipped.append(p.name)

@@ -157,12 +157,13 @@ def current_branch(source: Path) -> str:
     import subprocess
 
     from nightly import procs
+    from nightly.config.timeouts import default_timeouts
 
     if not (source / ".git").exists():
         return ""
     try:
         p = procs.call(["git", "-C", str(source), "symbolic-ref", "--quiet", "--short", "HEAD"],
-                       timeout=30)
+                       timeout=default_timeouts().git_branch)
     except (OSError, subprocess.SubprocessError):
         return ""
     name = p.stdout.strip()

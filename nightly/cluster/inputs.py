@@ -4,8 +4,6 @@ waited for (a finished one is adopted, not built twice). Used by nightly.cluster
 
 from __future__ import annotations
 
-import contextlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,6 +14,7 @@ from nightly.cluster.host import running_attempts
 from nightly.cluster.staging import StagingDay, inputs_key, make_tarball
 from nightly.core.matrix import Build
 from nightly.errors import NightlyError, PublishError
+from nightly.jsonvalues import read_json_object
 from nightly.workspace import write_json
 
 LEFTOVER_WAIT_S = 60.0  # how long a rerun waits for a killed run's attempts to stop
@@ -27,9 +26,7 @@ def stage_inputs(night: NightContext, recipes: Path, cache: Path,
     tarball (in `cache`, the day's work/cluster/) is made once per checkout."""
     day_name = night.day.name
     src_tar, meta_path = cache / "source.tar.gz", cache / "source.json"
-    meta: dict[str, object] = {}
-    with contextlib.suppress(OSError, ValueError):
-        meta = json.loads(meta_path.read_text())
+    meta = read_json_object(meta_path)
     ident = {"commit": night.commit, "describe": night.source_describe}
     if src_tar.exists() and {k: meta.get(k) for k in ident} == ident and meta.get("sha256"):
         source_sha = str(meta["sha256"])

@@ -43,6 +43,12 @@ class ExternalTimeouts:
     notify_command: float
     smtp: float
     engine_api: float
+    s3_connect: float
+    s3_read: float
+    anaconda_upload: float
+    anaconda_copy: float
+    twine_upload: float
+    qemu_run: float
 
 
 KEYS = tuple(f.name for f in dataclasses.fields(ExternalTimeouts))

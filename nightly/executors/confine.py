@@ -30,7 +30,7 @@ from pathlib import Path
 from nightly.files import proc_stat
 
 PARENT = "nightly.builds"  # nightly's folder in the cgroup v2 hierarchy
-_KILL_WAIT_S = 5.0
+_KILL_WAIT_S = 5.0  # how long a killed build's processes get to go (SIGKILL: the kernel's)
 _CMDLINE_MAX = 200  # characters of a leftover's command line in the log
 
 

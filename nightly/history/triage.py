@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.errors import NightlyError
 from nightly.jsonvalues import read_json_object
 from nightly.procs import git
@@ -209,13 +210,15 @@ def _first_error(lines: Sequence[str]) -> str:
 # ---------------------------------------------------------------------------- commit ranges
 
 
-def commit_range(source: Path, good: str | None, bad: str) -> tuple[tuple[str, ...] | None, int]:
+def commit_range(source: Path, good: str | None, bad: str, *,
+                 timeouts: ExternalTimeouts | None = None) -> tuple[tuple[str, ...] | None, int]:
     """(`git log --oneline GOOD..BAD` first RANGE_LINES lines, how many commits) in the
     source checkout; (None, 0) when unknown (a plain folder, no good night, git failing)."""
     if not good or not bad or not (source / ".git").exists():
         return None, 0
     try:
-        out = git("log", "--oneline", f"{good}..{bad}", cwd=source, timeout=120)
+        out = git("log", "--oneline", f"{good}..{bad}", cwd=source,
+                  timeout=(timeouts or default_timeouts()).git_log)
     except NightlyError:
         return None, 0
     lines = out.splitlines()
@@ -225,7 +228,8 @@ def commit_range(source: Path, good: str | None, bad: str) -> tuple[tuple[str, .
 # ---------------------------------------------------------------------------- a day's facts
 
 
-def facts_for_day(day: Day, history: History | None) -> dict[str, FailureFacts]:
+def facts_for_day(day: Day, history: History | None, *,
+                  timeouts: ExternalTimeouts | None = None) -> dict[str, FailureFacts]:
     """Every failed build of the day folder (state.json) with its facts: earlier nights from
     the history, the signature from its log, the range from the day's source checkout."""
     state = read_json_object(day.state_path, 256 << 20)
@@ -246,7 +250,8 @@ def facts_for_day(day: Day, history: History | None) -> dict[str, FailureFacts]:
         reason = str(entry.get("reason") or "")
         sig = signature(text, bid, reason) if text else normalise(reason or "failed")
         f = facts(bid, NightOutcome(day=day.name, outcome=FAILED, commit=commit), earlier, sig)
-        lines, total = commit_range(day.source, f.last_good_commit, f.first_bad_commit)
+        lines, total = commit_range(day.source, f.last_good_commit, f.first_bad_commit,
+                                    timeouts=timeouts)
         out[bid] = FailureFacts(**{**f.__dict__, "commits": lines, "commits_total": total,
                                    "bisect": bisects.get(bid)})
     return out
@@ -271,11 +276,12 @@ def summary_section(all_facts: Mapping[str, FailureFacts]) -> dict[str, object]:
     }
 
 
-def summary_for_day(day: Day, history: History | None) -> dict[str, object]:
+def summary_for_day(day: Day, history: History | None, *,
+                    timeouts: ExternalTimeouts | None = None) -> dict[str, object]:
     """summary.json's "failures" for a day folder; never fails the night (an unreadable log
     or history gives fewer facts, not an error)."""
     try:
-        return summary_section(facts_for_day(day, history))
+        return summary_section(facts_for_day(day, history, timeouts=timeouts))
     except (OSError, ValueError) as e:
         return {"new": 0, "still_failing": 0, "builds": {}, "groups": [], "error": str(e)}
 

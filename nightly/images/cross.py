@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightly import procs
+from nightly.config.timeouts import default_timeouts
 from nightly.core.spec import ZIG_VERSION
 from nightly.core.suites import SUITE_OTHER_PYTHONS, SUITE_PYTHON
 from nightly.errors import NightlyError
@@ -221,7 +222,7 @@ def unpack_wheel(wheel: Path, dest: Path) -> Path:
 
 def run_against(wheels: Sequence[Path], cache: Path, arch: str, python: str,
                 args: Sequence[str], workdir: Path,
-                timeout: float = 900) -> procs.Finished:
+                timeout: float | None = None) -> procs.Finished:
     """The target's Python run under qemu-user with `args` (["-c", CODE], ["-m", "pytest"...])
     in `workdir`, the wheels' files importable (unpacked as pip would install them)."""
     site = workdir / "site"
@@ -230,4 +231,4 @@ def run_against(wheels: Sequence[Path], cache: Path, arch: str, python: str,
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1",
            "HOME": str(workdir), "LANG": "C.UTF-8"}
     return procs.call(qemu_command(cache, arch, python, *args), env=env, cwd=workdir,
-                      timeout=timeout)
+                      timeout=timeout or default_timeouts().qemu_run)

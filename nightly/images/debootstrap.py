@@ -17,18 +17,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nightly import procs
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.images.transfer import Log, Meter
 
 _PACKAGE = re.compile(r"^I: (?:Retrieving|Validating) (\S+) (\S+)\s*$")
-PRINT_DEBS_TIMEOUT_S = 600.0
 
 
-def package_total(argv: Sequence[str], logfile: Path) -> int:
-    """How many packages `debootstrap ARGV` will fetch (its --print-debs), 0 when it cannot
-    say (its output then goes to the log file: the real run says why it fails)."""
+def package_total(argv: Sequence[str], logfile: Path, *,
+                  timeouts: ExternalTimeouts | None = None) -> int:
+    """How many packages `debootstrap ARGV` will fetch (its --print-debs, for at most
+    [external_timeouts] debootstrap_listing), 0 when it cannot say (its output then goes to
+    the log file: the real run says why it fails)."""
     try:
         proc = procs.call([argv[0], "--print-debs", "--keep-debootstrap-dir", *argv[1:]],
-                          timeout=PRINT_DEBS_TIMEOUT_S)
+                          timeout=(timeouts or default_timeouts()).debootstrap_listing)
     except (OSError, subprocess.SubprocessError):
         return 0
     if proc.returncode != 0:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
-import json
 import os
 import re
 import time
@@ -28,6 +27,7 @@ from nightly.core.spec import BuilderSpec
 from nightly.errors import NightlyError, require
 from nightly.executors.container_engine import NVCC_LABEL
 from nightly.images import context, cuda, rootfs, transfer
+from nightly.jsonvalues import json_object
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -224,9 +224,8 @@ def _imported_id(answer: object) -> str:
     """The image id from the import endpoint's answer (one or more JSON lines)."""
     text = answer.decode() if isinstance(answer, bytes) else str(answer)
     for line in reversed(text.strip().splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
+        data = json_object(line)
+        if data is None:
             continue
         for k in ("id", "status"):
             value = str(data.get(k, ""))

@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from nightly import procs
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 
 Log = Callable[[str], None]
 EVERY_S = 10.0  # a plain line at least this often while bytes move
@@ -244,14 +245,16 @@ def apt_download(packages: Sequence[str], folder: Path, label: str, log: Log, *,
                        label, log, env=env)
 
 
-def apt_total(args: Sequence[str], cwd: Path, *, env: dict[str, str] | None = None) -> int:
+def apt_total(args: Sequence[str], cwd: Path, *, env: dict[str, str] | None = None,
+              timeouts: ExternalTimeouts | None = None) -> int:
     """The bytes `apt-get ARGS` would download, from apt's own listing (`--print-uris`:
     each file's URI, name, size and hash; what is already downloaded is not listed); 0 when
     apt cannot say."""
     total = 0
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         listing = procs.call(["apt-get", "-q", "--print-uris", *args],
-                             env=env, cwd=cwd, timeout=120).stdout
+                             env=env, cwd=cwd,
+                             timeout=(timeouts or default_timeouts()).apt_listing).stdout
         for line in listing.splitlines():
             fields = line.split()
             if len(fields) >= 3 and fields[0].startswith("'") and fields[2].isdigit():

@@ -45,6 +45,7 @@ from nightly.errors import PublishError
 from nightly.index import etags
 from nightly.index.manifest import FileRecord, Records
 from nightly.index.metadata import METADATA_SUFFIX, describe
+from nightly.jsonvalues import json_object
 from nightly.stores import ObjectInfo, PreconditionFailed, Store
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ T = TypeVar("T")
 Log = Callable[[str], None]
 
 CHECKPOINT_NAME = ".index-progress.json"
+CHECKPOINT_MAX_BYTES = 256 << 20  # as a manifest: a few hundred bytes per file of the folder
 DEFAULT_WORKERS = 32  # S3 serves many requests at once; what a full run waits on is latency
 CHECKPOINT_EVERY_S = 60.0
 PROGRESS_EVERY_S = 30.0  # between log lines when not on a terminal
@@ -284,10 +286,9 @@ class ReadPool:
         if got is None:
             return {}
         self._kept.add(folder)
-        try:
-            files = json.loads(got[0])["files"]
-            assert isinstance(files, dict)
-        except (ValueError, KeyError, TypeError, AssertionError):
+        body = json_object(got[0], max_bytes=CHECKPOINT_MAX_BYTES)
+        files = body.get("files") if body is not None else None
+        if not isinstance(files, dict):
             log.warning("%s/%s is unreadable; ignoring it", self.store.url, key)
             return {}
         out: dict[str, Learned] = {}

@@ -15,11 +15,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 
 from nightly.index.names import is_package
+from nightly.jsonvalues import json_object
 from nightly.stores import SHA256_RE, Store
 
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = ".index.json"
+# A manifest holds a few hundred bytes per file of its folder: this bounds what a reader
+# parses of an object anyone with write access to the bucket may have replaced.
+MANIFEST_MAX_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -111,12 +115,10 @@ def _record(version: int, value: object) -> FileRecord:
 
 def decode_manifest(data: bytes) -> Manifest | None:
     """The manifest in `data` (without ETag), or None when it is not one."""
-    try:
-        body = json.loads(data)
-        raw = body["files"]
-        version = body.get("format")
-    except (ValueError, KeyError, TypeError, AttributeError):
+    body = json_object(data, max_bytes=MANIFEST_MAX_BYTES)
+    if body is None or "files" not in body:
         return None
+    raw, version = body["files"], body.get("format")
     if version == 2 and raw is None:
         return Manifest(None, None, _folders(body.get("folders")))
     if version not in (1, 2) or not isinstance(raw, dict):

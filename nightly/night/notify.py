@@ -17,6 +17,7 @@ from typing import Any
 
 from nightly import procs
 from nightly.config import Notify
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.redact import SECRET_RE, mask, safe_url
 from nightly.workspace.summary import Summary
 
@@ -81,9 +82,11 @@ def body(summary: Summary) -> str:
     return "\n".join(lines) + "\n"
 
 
-def send(cfg: Notify, summary: Summary, secrets: tuple[str, ...] = ()) -> list[str]:
+def send(cfg: Notify, summary: Summary, secrets: tuple[str, ...] = (), *,
+         timeouts: ExternalTimeouts | None = None) -> list[str]:
     """Send what is configured: summary.json's JSON to the command and as the mail's
     attachment. Returns messages for the master log (errors included)."""
+    waits = timeouts or default_timeouts()
     if summary.exit_code == 0 and not cfg.always:
         return []
     out: list[str] = []
@@ -92,7 +95,7 @@ def send(cfg: Notify, summary: Summary, secrets: tuple[str, ...] = ()) -> list[s
     payload = json.dumps(summary.to_json(), indent=2, sort_keys=True)
     if cfg.command:
         try:
-            proc = procs.call(shlex.split(cfg.command), input=payload, timeout=120,
+            proc = procs.call(shlex.split(cfg.command), input=payload, timeout=waits.notify_command,
                               env=command_env())
             if proc.returncode == 0:
                 out.append(f"notified: {cfg.command}")
@@ -102,11 +105,11 @@ def send(cfg: Notify, summary: Summary, secrets: tuple[str, ...] = ()) -> list[s
         except (OSError, subprocess.TimeoutExpired) as e:
             out.append(f"notification command failed: {e}")
     if cfg.smtp_host and cfg.smtp_to:
-        out.append(_mail(cfg, summary, payload))
+        out.append(_mail(cfg, summary, payload, waits.smtp))
     return out
 
 
-def _mail(cfg: Notify, summary: Summary, payload: str) -> str:
+def _mail(cfg: Notify, summary: Summary, payload: str, timeout_s: float) -> str:
     import smtplib
     from email.message import EmailMessage
 
@@ -118,7 +121,7 @@ def _mail(cfg: Notify, summary: Summary, payload: str) -> str:
     msg.add_attachment(payload.encode(), maintype="application", subtype="json",
                        filename="summary.json")
     try:
-        with smtplib.SMTP(cfg.smtp_host, cfg.smtp_port, timeout=60) as smtp:
+        with smtplib.SMTP(cfg.smtp_host, cfg.smtp_port, timeout=timeout_s) as smtp:
             if cfg.smtp_user:
                 password = os.environ.get(cfg.smtp_password_env, "") if cfg.smtp_password_env else ""
                 smtp.starttls()

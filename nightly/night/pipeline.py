@@ -143,7 +143,7 @@ def run_night(
         summary, summary_path = write_summary(night, started=started, estimate_s=estimate_s,
                                               estimates=dict(estimates or {}), manual=opts.manual)
         if opts.notify:
-            for line in notify.send(config.notify, summary):
+            for line in notify.send(config.notify, summary, timeouts=config.external_timeouts):
                 night.log(line)
         display.print_summary(summary, path=summary_path)
         if opts.manual is not None:
@@ -205,7 +205,8 @@ def _prepare(
                f"started {h.get('started')} (that run is gone)")
         print(msg, file=sys.stderr)
         note(msg)
-    checkout = src.prepare(config.project, day.source, date, config_dir=config.path.parent)
+    checkout = src.prepare(config.project, day.source, date, config_dir=config.path.parent,
+                          timeouts=config.external_timeouts)
     state = State(day.state_path)
 
     def warn(line: str) -> None:  # a corrupt history, set aside: said, never fatal
@@ -384,7 +385,8 @@ def write_summary(
         manual=manual if manual is not None else day_record.manual_builds(state),
         held_back=dict(state.meta.held_back or {}),
         gpu_host_s=gpu_host_seconds(costs),
-        extra={"failures": summary_for_day(night.day, night.history)},  # new / still failing
+        extra={"failures": summary_for_day(night.day, night.history,
+                                          timeouts=night.config.external_timeouts)},  # new / still failing
     )
     path = night.day.summary_path if manual is None else day_record.manual_summary_path(night.day, started)
     write_json(path, summary.to_json())

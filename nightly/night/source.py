@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightly.config import Project
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.errors import NightlyError, UsageError
 from nightly.jsonvalues import as_str, read_json_object
 from nightly.procs import git
@@ -29,16 +30,19 @@ class Checkout:
     describe: str  # for the summary: "abc1234 (main, last commit before 2019-01-31 24:00)"
 
 
-def _git(*args: str, cwd: Path | None = None) -> str:
-    return git(*args, cwd=cwd, timeout=1800, purpose="check out the source")
+def _git(timeout_s: float, *args: str, cwd: Path | None = None) -> str:
+    """A git command of the checkout: [external_timeouts] git_checkout is `timeout_s`."""
+    return git(*args, cwd=cwd, timeout=timeout_s, purpose="check out the source")
 
 
 def _is_url(source: str) -> bool:
     return "://" in source or source.startswith("git@")
 
 
-def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) -> Checkout:
+def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path,
+            timeouts: ExternalTimeouts | None = None) -> Checkout:
     """Check out (once) the project's source for `date` into `dest`; reuse it if present."""
+    wait = (timeouts or default_timeouts()).git_checkout
     marker = dest / MARKER
     if marker.exists():
         info = read_json_object(marker)
@@ -66,19 +70,19 @@ def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) ->
         local = [] if src_path is None else ["--no-hardlinks"]
         if project.ref:
             target = project.ref
-            _git("clone", "--quiet", "--no-checkout", *local, url, str(tmp))
-            commit = _git("rev-parse", f"{target}^{{commit}}", cwd=tmp)
+            _git(wait, "clone", "--quiet", "--no-checkout", *local, url, str(tmp))
+            commit = _git(wait, "rev-parse", f"{target}^{{commit}}", cwd=tmp)
             why = f"ref {project.ref}"
         else:
             try:
-                _git("clone", "--quiet", "--no-checkout", *local, "--branch", project.branch,
+                _git(wait, "clone", "--quiet", "--no-checkout", *local, "--branch", project.branch,
                      url, str(tmp))
             except NightlyError:
-                _no_such_branch(project.branch, url)
+                _no_such_branch(project.branch, url, wait)
                 raise
             midnight = dt.datetime.combine(date + dt.timedelta(days=1), dt.time())
             commit = _git(
-                "rev-list", "-1", f"--before={midnight:%Y-%m-%d %H:%M:%S}",
+                wait, "rev-list", "-1", f"--before={midnight:%Y-%m-%d %H:%M:%S}",
                 f"origin/{project.branch}", cwd=tmp,
             )
             if not commit:
@@ -86,7 +90,7 @@ def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) ->
                     f"branch {project.branch} of {url} has no commit before {midnight:%Y-%m-%d %H:%M}"
                 )
             why = f"{project.branch}, last commit before {date:%Y-%m-%d} 24:00"
-        _git("checkout", "--quiet", "--detach", commit, cwd=tmp)
+        _git(wait, "checkout", "--quiet", "--detach", commit, cwd=tmp)
         describe = f"{commit[:12]} ({why})"
     write_json(tmp / MARKER, {"commit": commit, "describe": describe})
     if dest.exists():
@@ -95,10 +99,10 @@ def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path) ->
     return Checkout(path=dest, commit=commit, describe=describe)
 
 
-def _no_such_branch(branch: str, url: str) -> None:
+def _no_such_branch(branch: str, url: str, wait: float) -> None:
     """UsageError (one line, exit 2) when `url` has no branch `branch`, naming those it has."""
     try:
-        heads = _git("ls-remote", "--heads", url)
+        heads = _git(wait, "ls-remote", "--heads", url)
     except NightlyError:
         return  # unreachable: git's own message says why
     names = sorted(line.split("refs/heads/", 1)[1] for line in heads.splitlines()

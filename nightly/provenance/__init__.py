@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly.errors import ConfigError, UsageError
-from nightly.jsonvalues import loads_bounded
+from nightly.jsonvalues import json_object, loads_bounded
 from nightly.redact import SECRET_RE, safe_url
 
 SUFFIX = ".provenance.json"
@@ -310,7 +310,10 @@ def verify(name: str, sha256: str, bundle: bytes | None, key: Any, *,
             why = (f"the signature does not verify with key {key.keyid[:16]} "
                    f"(signed by key {ids}: another key, or an altered statement)")
             continue
-        stmt = json.loads(env.payload)
+        stmt = json_object(env.payload)
+        if stmt is None:
+            why = "the signed statement is not a JSON object"
+            continue
         v = _check_statement(stmt, name, sha256, source_commit)
         if v.ok or len(envelopes) == 1:
             return v
@@ -344,7 +347,10 @@ def _check_statement(stmt: Mapping[str, Any], name: str, sha256: str,
 def payload_of(bundle: bytes) -> dict[str, Any]:
     """The (unverified) statement of a bundle's first envelope: for `--rebuild`."""
     env = _envelopes(bundle)[0]
-    data: dict[str, object] = json.loads(env.payload)
+    data = json_object(env.payload)
+    if data is None:
+        raise ProvenanceError("the provenance's statement is not a JSON object (a damaged "
+                              "bundle): publish the package's provenance again")
     return data
 
 

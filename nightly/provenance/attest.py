@@ -22,6 +22,7 @@ from nightly import __version__, provenance
 from nightly.builds.ownership import PUBLISHED_KINDS, owned_by_name, owned_names
 from nightly.builds.reproducible import source_epoch
 from nightly.config import Config
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.core.matrix import Build
 from nightly.errors import NightlyError
 from nightly.files import BytesChanged, check_sha256, sha256_file
@@ -32,13 +33,13 @@ if TYPE_CHECKING:
     from nightly.stores import Store
 
 
-def image_digest(image: str) -> str:
+def image_digest(image: str, *, timeouts: ExternalTimeouts | None = None) -> str:
     """The image's id on this machine's container engine, "" when it cannot be asked (an
     orchestrator without the builders' engine): the reference alone is then recorded."""
     try:
         import docker
 
-        client = docker.from_env(timeout=10)
+        client = docker.from_env(timeout=int((timeouts or default_timeouts()).engine_api))
         try:
             return str(client.images.get(image).id)
         finally:
@@ -117,7 +118,8 @@ class Attester:
         assert config.provenance.key is not None
         self.config, self.day, self.commit, self.channel = config, day, commit, channel
         self.signer = provenance.load_signer(config.provenance.key)
-        self.epoch = str(source_epoch(source_dir).epoch) if source_dir.exists() else ""
+        self.epoch = (str(source_epoch(source_dir, timeouts=config.external_timeouts).epoch)
+                      if source_dir.exists() else "")
         self.builds = {b.id: b for b in [*config.builds, *builds]}
         self.deps = _wheelhouse(day)
         self._digests: dict[str, str] = {}
@@ -128,7 +130,7 @@ class Attester:
         build = self.builds.get(bid)
         image = cfg.image_for(build) if build is not None and entry.executor == "container" else ""
         if image and image not in self._digests:
-            self._digests[image] = image_digest(image)
+            self._digests[image] = image_digest(image, timeouts=self.config.external_timeouts)
         return provenance.BuildFacts(
             name=name, sha256=sha256, source_url=cfg.project.source, commit=self.commit,
             branch=cfg.project.ref or cfg.project.branch, build_id=bid, package=entry.package,

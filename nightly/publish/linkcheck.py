@@ -27,11 +27,11 @@ class _Links(HTMLParser):
             self.hrefs += [v for k, v in attrs if k == "href" and v]
 
 
-def listed(page_url: str, name: str) -> list[str]:
+def listed(page_url: str, name: str, timeout_s: float) -> list[str]:
     """The `#sha256=` of each link to `name` on the page at `page_url` ([] when the page
-    cannot be read: whether it links the file at all is pip's check)."""
+    cannot be read within `timeout_s`: whether it links the file at all is pip's check)."""
     try:
-        with urllib.request.urlopen(page_url, timeout=60) as r:
+        with urllib.request.urlopen(page_url, timeout=timeout_s) as r:
             data = r.read(PAGE_MAX + 1)
     except (urllib.error.URLError, OSError, ValueError):
         return []
@@ -47,16 +47,18 @@ def listed(page_url: str, name: str) -> list[str]:
     return out
 
 
-def mismatch(base: str, key: str, name: str, got: str, find_links: Sequence[str]) -> str | None:
+def mismatch(base: str, key: str, name: str, got: str, find_links: Sequence[str], *,
+             timeout_s: float) -> str | None:
     """A sha256 mismatch between a link to `name` (store key `key`, read under `base`) and
-    `got`, the sha256 of the bytes downloaded from it; None when every link agrees."""
+    `got`, the sha256 of the bytes downloaded from it; None when every link agrees. Each
+    page may take `timeout_s` ([external_timeouts] page_fetch)."""
     folder = key.rpartition("/")[0]
     pages = [f"{folder}/{flat}" for flat in find_links]  # the channels' find-links pages
     project = project_of(name)
     if project is not None:
         pages.append(f"{folder}/{project}/index.html")
     for page in pages:
-        for sha in listed(f"{base}/{page}", name):
+        for sha in listed(f"{base}/{page}", name, timeout_s):
             if sha != got:
                 return (f"sha256 mismatch: {page} links {name} with sha256 {sha[:16]}..., the "
                         f"bytes it serves hash to {got[:16]}...")

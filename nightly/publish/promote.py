@@ -385,6 +385,7 @@ def _promote_conda(
             pub.anaconda_user, name, version, conda.channel_key(path),
             from_label=pub.anaconda_test_label, to_label=pub.anaconda_label,
             site=pub.anaconda_site or None, token=token,
+            timeout=config.external_timeouts.anaconda_copy,
         )
         _record(state, bid, dest, p["sha256"])
         log(f"promoted: {dest}")
@@ -411,7 +412,7 @@ def _promote_pypi(
         return ""
     skipped = set(pypi.twine_upload(
         [w for _, w, _ in wheels], repository_url=pub.pypi_url, username=pub.pypi_username,
-        password=password, skip_existing=True,
+        password=password, skip_existing=True, timeout=config.external_timeouts.twine_upload,
     ))
     for bid, w, sha in wheels:
         _record(state, bid, _pypi_dest(pub.pypi_url, w.name), sha)

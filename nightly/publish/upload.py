@@ -65,6 +65,7 @@ def open_destination(config: Config) -> Any:
             acl=p.acl or None,
             connections=p.index_workers,
             backoffs=config.backoff,
+            timeouts=config.external_timeouts,
         )
     except ConfigError as e:
         if e.file:
@@ -356,6 +357,7 @@ def _publish_conda(
                     label=label,
                     site=pub.anaconda_site or None,
                     token=token,
+                    timeout=config.external_timeouts.anaconda_upload,
                 )
             except (PublishError, OSError, BytesChanged) as e:
                 report.failed[dest] = str(e)

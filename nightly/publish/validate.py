@@ -17,7 +17,6 @@ public URL is set.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import tempfile
 import urllib.error
@@ -27,9 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightly import procs
+from nightly.channels.conda import REPODATA_MAX_BYTES
 from nightly.config import Config
 from nightly.errors import ConfigError, NightlyError
-from nightly.jsonvalues import read_json_object
+from nightly.jsonvalues import read_json_file, read_json_object
 from nightly.procs import run
 from nightly.publish import linkcheck
 from nightly.stores.layout import kind_of
@@ -101,17 +101,19 @@ def _check_package(
     if key is None:
         return None  # not published to the store (e.g. --no-upload): nothing a user can get
     url = f"{base}/{key}"
+    waits = config.external_timeouts
     work = tmp / bid
     work.mkdir(parents=True, exist_ok=True)
     try:
         # Every link's #sha256 against the bytes served (a wheel pip cannot get: pip says why).
-        got: str | None = _download(url, work / name)
+        got: str | None = _download(url, work / name, waits.package_download)
     except NightlyError as e:
         if kind != "whl":
             return Check(build=bid, package=name, ok=False, reason=str(e), url=url)
         got = None
     flat = {config.publish.find_links_name(c) for c in ("nightly", "test", "release")}
-    wrong = got and linkcheck.mismatch(base, key, name, got, sorted(flat))
+    wrong = got and linkcheck.mismatch(base, key, name, got, sorted(flat),
+                                       timeout_s=waits.page_fetch)
     if wrong:
         return Check(build=bid, package=name, ok=False, url=url,
                      reason=f"not what the index says it is: {wrong}")
@@ -131,11 +133,11 @@ def _same(bid: str, name: str, url: str, got: str, sha256: str) -> Check:
     return Check(build=bid, package=name, ok=True, url=url)
 
 
-def _download(url: str, dest: Path) -> str:
+def _download(url: str, dest: Path, timeout_s: float) -> str:
     """Fetch a URL into dest (bounded); its sha256."""
     h = hashlib.sha256()
     try:
-        with urllib.request.urlopen(url, timeout=60) as r, dest.open("wb") as out:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r, dest.open("wb") as out:
             total = 0
             while chunk := r.read(1 << 20):
                 total += len(chunk)
@@ -166,12 +168,12 @@ def _check_wheel(
     except NotFound as e:
         return Check(build=bid, package=name, ok=True, url=url,
                      reason=f"not installed: no Python {entry.python} here ({e})")
-    venv = work / "venv"
-    run([python, "-m", "venv", "--without-pip", str(venv)], "making a venv", timeout=300)
+    venv, waits = work / "venv", config.external_timeouts
+    run([python, "-m", "venv", "--without-pip", str(venv)], "making a venv", timeout=waits.venv)
     vpy = str(venv / "bin" / "python")
     got = work / "got"
     out = _pip(vpy, procs.pip_download(got, "--no-deps", "--pre", "--index-url", index,
-                                       f"{project}=={version}", target=vpy))
+                                       f"{project}=={version}", target=vpy), waits.pip_install)
     if out is not None:
         return Check(build=bid, package=name, ok=False, url=index,
                      reason=f"{_why(out)}: pip cannot get {project}=={version} from {index}: {out}")
@@ -187,7 +189,7 @@ def _check_wheel(
     if out is not None:
         return Check(build=bid, package=name, ok=False, url=url, reason=f"pip install: {out}")
     module = config.smoke.import_name or project.replace("-", "_")
-    p = procs.call([vpy, "-c", f"import {module}"], timeout=300)
+    p = procs.call([vpy, "-c", f"import {module}"], timeout=waits.import_check)
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["?"])[-1]
         return Check(build=bid, package=name, ok=False, url=url,
@@ -212,20 +214,22 @@ def _install(config: Config, python: str, wheel: Path) -> str | None:
     """The published wheel installed as the smoke test installs it: alone, or with its runtime
     dependencies from [smoke]'s indexes, else [build]'s, else this machine's pip configuration
     ([smoke] dependencies = "index")."""
+    wait = config.external_timeouts.pip_install
     if config.smoke.dependencies != "index":
         return _pip(python, procs.pip_command("install", "--no-deps", "--no-index", str(wheel),
-                                              target=python))
+                                              target=python), wait)
     sm, b = config.smoke, config.build
     index, extra = ((sm.index_url, sm.extra_index_urls) if sm.index_url or sm.extra_index_urls
                     else (b.index_url, b.extra_index_urls))
     args = [*(["--index-url", index] if index else []),
             *(a for url in extra for a in ("--extra-index-url", url))]
     # Only the indexes name where dependencies come from; none set: pip's own configuration.
-    return _pip(python, procs.pip_command("install", *args, str(wheel), target=python),
+    return _pip(python, procs.pip_command("install", *args, str(wheel), target=python), wait,
                 own_config=not (index or extra))
 
 
-def _pip(python: str, argv: Sequence[str], *, own_config: bool = False) -> str | None:
+def _pip(python: str, argv: Sequence[str], timeout_s: float, *,
+         own_config: bool = False) -> str | None:
     """Run `argv`, this machine's pip for `python` (pip --python); None on success, else its
     first error line. `own_config`: with this machine's pip configuration (its index), else
     none."""
@@ -237,7 +241,7 @@ def _pip(python: str, argv: Sequence[str], *, own_config: bool = False) -> str |
         import os
 
         env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_") or k == "HOME"})
-    p = procs.call(argv, timeout=600, env=env)
+    p = procs.call(argv, timeout=timeout_s, env=env)
     if p.returncode == 0:
         return None
     lines = [line.strip() for line in (p.stderr + p.stdout).splitlines() if line.strip()]
@@ -254,12 +258,13 @@ def _check_conda(config: Config, bid: str, entry: BuildEntry, name: str, sha256:
         return None
     folder = Path(dests[0].removeprefix("file://")).parent
     try:
-        repodata = json.loads((folder / "repodata.json").read_text(encoding="utf-8"))
+        repodata = read_json_file(folder / "repodata.json", REPODATA_MAX_BYTES)
     except (OSError, ValueError) as e:
         return Check(build=bid, package=name, ok=False, url=str(folder),
                      reason=f"its channel's repodata.json is unreadable: {e}")
     section = "packages.conda" if name.endswith(".conda") else "packages"
-    listed = (repodata.get(section) or {}).get(name) if isinstance(repodata, dict) else None
+    packages = repodata.get(section) if isinstance(repodata, dict) else None
+    listed = packages.get(name) if isinstance(packages, dict) else None
     if not isinstance(listed, dict):
         return Check(build=bid, package=name, ok=False, url=str(folder),
                      reason="not listed in its channel's repodata.json")

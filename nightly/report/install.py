@@ -20,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from nightly import procs
 from nightly.config import Config
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.workspace import SUCCEEDED, Day, State
 
 PYPI = "https://pypi.org/simple"
@@ -104,11 +105,11 @@ def metadata_name(wheel: Path) -> str:
     return str(HeaderParser().parsestr(text).get("Name") or "")
 
 
-def bundled_pip(python: str) -> Version | None:
+def bundled_pip(python: str, *, timeouts: ExternalTimeouts | None = None) -> Version | None:
     """The pip a fresh venv of `python` gets (its ensurepip's), None when not known."""
     try:
         p = procs.call([python, "-I", "-c", "import ensurepip; print(ensurepip.version())"],
-                       timeout=30)
+                       timeout=(timeouts or default_timeouts()).ensurepip_version)
         return Version(p.stdout.strip()) if p.returncode == 0 else None
     except (OSError, subprocess.SubprocessError, InvalidVersion):
         return None
@@ -122,7 +123,8 @@ def pip_notes(config: Config | None, group: Served, interpreters: Mapping[str, s
     notes = []
     for xy in group.pythons:
         python = interpreters.get(xy)
-        pip = bundled_pip(python) if python else None
+        pip = (bundled_pip(python, timeouts=config.external_timeouts if config else None)
+               if python else None)
         if pip is not None and pip < FIXED_PIP:
             notes.append(
                 f"  Python {xy}: a new venv's pip {pip} refuses this wheel (its metadata spells "

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nightly.config.retry import Backoffs
+from nightly.config.timeouts import ExternalTimeouts
 from nightly.errors import ConfigError
 from nightly.stores.base import (
     SHA256_RE,
@@ -46,10 +47,12 @@ def open_store(
     profile: str | None = None,
     acl: str | None = None,
     backoffs: Backoffs | None = None,
+    timeouts: ExternalTimeouts | None = None,
     **tuning: Any,
 ) -> Store:
     """A Store for `s3://bucket[/prefix]` or `file:///absolute/path`, retrying by `backoffs`
-    (a configuration's `backoff`; None: defaults.toml's)."""
+    and waiting on S3 by `timeouts` (a configuration's `backoff` and `external_timeouts`;
+    None: defaults.toml's)."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.username is not None or parsed.password is not None:
         # Never echo the URL: it carries a secret.
@@ -65,6 +68,7 @@ def open_store(
             profile=profile,
             acl=acl,
             backoffs=backoffs,
+            timeouts=timeouts,
             **tuning,
         )
     if parsed.scheme == "file":

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nightly.config.retry import Backoffs
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.errors import ConfigError, ObjectTooLarge, PublishError, require
 from nightly.stores.base import (
     SHA256_RE,
@@ -51,11 +52,10 @@ class S3Store(Store):
         backoff: float | None = None,
         botocore_attempts: int = 3,
         checksum: bool = True,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 120.0,
         connections: int = 0,
         signed_reads: bool = True,
         backoffs: Backoffs | None = None,
+        timeouts: ExternalTimeouts | None = None,
     ) -> None:
         super().__init__(backoffs)
         require("boto3", what="an s3:// store")
@@ -73,11 +73,12 @@ class S3Store(Store):
             self._session = boto3.session.Session(profile_name=profile, region_name=region)
         except botocore.exceptions.ProfileNotFound:
             raise ConfigError(f"AWS profile {profile!r} not found", key="s3.profile") from None
+        waits = timeouts or default_timeouts()
         options: dict[str, Any] = {
             "retries": {"max_attempts": max(1, botocore_attempts), "mode": "standard"},
-            "connect_timeout": connect_timeout,
+            "connect_timeout": waits.s3_connect,
             "parameter_validation": False,
-            "read_timeout": read_timeout,
+            "read_timeout": waits.s3_read,
             # Enough kept-alive connections for the index's reading pool (`connections`): a
             # pool smaller than the threads using it opens a new connection per request.
             "max_pool_connections": max(10, 2 * max_concurrency, connections),

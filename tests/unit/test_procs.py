@@ -45,10 +45,10 @@ def test_log_is_told_the_command_line() -> None:
 
 
 def test_git_strips_and_names_git_s_words(tmp_path: Path) -> None:
-    procs.git("init", "-q", str(tmp_path))
-    assert procs.git("rev-parse", "--is-inside-work-tree", cwd=tmp_path) == "true"
+    procs.git("init", "-q", str(tmp_path), timeout=60)
+    assert procs.git("rev-parse", "--is-inside-work-tree", cwd=tmp_path, timeout=60) == "true"
     with pytest.raises(NightlyError, match=r"git rev-parse --verify nope failed \(exit \d+\)"):
-        procs.git("rev-parse", "--verify", "nope", cwd=tmp_path)
+        procs.git("rev-parse", "--verify", "nope", cwd=tmp_path, timeout=60)
 
 
 # ---------------------------------------------------------------------------- call: one helper
