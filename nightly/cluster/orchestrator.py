@@ -103,6 +103,7 @@ class ClusterPhase:
         self.staging_spec = StagingSpec(
             url=cc.staging, endpoint_url=cc.endpoint_url or config.publish.endpoint_url,
             region=cc.region, profile=cc.profile,
+            backoffs=config.backoff, timeouts=config.external_timeouts,
         )
         self._staging: StagingDay | None = None
         self._night: NightContext | None = None

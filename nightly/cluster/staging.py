@@ -35,6 +35,8 @@ from typing import Any, BinaryIO
 
 from nightly.cluster.stagedlog import LOG_CHUNKS, LOG_TXT, log_check, read_staged_log
 from nightly.cluster.stagingclean import prune_empty
+from nightly.config.retry import Backoffs
+from nightly.config.timeouts import ExternalTimeouts
 from nightly.errors import ObjectTooLarge, PublishError, UnsafeEntry
 from nightly.files import sha256_file
 from nightly.jsonvalues import json_object
@@ -83,6 +85,9 @@ class StagingSpec:
     endpoint_url: str = ""
     region: str = ""
     profile: str = ""
+    # The orchestrator's configuration's retry policies and S3 waits (None: defaults.toml's).
+    backoffs: Backoffs | None = None
+    timeouts: ExternalTimeouts | None = None
 
     def open(self) -> Store:
         return _store(self)
@@ -104,6 +109,8 @@ def _store(spec: StagingSpec) -> Store:
                 endpoint_url=spec.endpoint_url or None,
                 region=spec.region or None,
                 profile=spec.profile or None,
+                backoffs=spec.backoffs,
+                timeouts=spec.timeouts,
             )
             if isinstance(store, FileStore):
                 store.label = "staging"  # its errors say "symlink in staging: ..."
