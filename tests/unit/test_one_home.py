@@ -37,7 +37,7 @@ def json_parses(path: Path, root: Path = REPO) -> list[str]:
     """Each json.load/json.loads call (or import of them) in `path`, as FILE:LINE."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     where = path.relative_to(root)
-    out = []
+    out: list[str] = []
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and node.attr in ("load", "loads")
                 and isinstance(node.value, ast.Name) and node.value.id == "json"):
@@ -61,7 +61,7 @@ def hard_coded_timeouts(path: Path, root: Path = REPO) -> list[str]:
     like a timeout, the allowed ones (above) left out."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     where = path.relative_to(root).as_posix()
-    out = []
+    out: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
