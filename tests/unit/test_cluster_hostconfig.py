@@ -100,11 +100,15 @@ def test_each_worker_slot_has_its_stable_folder_and_a_held_one_falls_back(
         s0 = stack.enter_context(open_session(ctx, builds, spec(0)))
         s1 = stack.enter_context(open_session(ctx, builds, spec(1)))
         again = stack.enter_context(open_session(ctx, builds, spec(0)))
-        assert s0 is not None and s1 is not None and again is not None
+        assert s0 is not None
+        assert s1 is not None
+        assert again is not None
         assert s0.ctx.slot == config.root / "slots" / "0" / slot.NAME
         assert s1.ctx.slot == config.root / "slots" / "1" / slot.NAME
         assert (s1.ctx.slot / "source" / "a.c").read_text() == "int a;\n"
         assert again.ctx.slot is None  # slot 0 is held: the day folder
-        assert len(notes) == 1 and "in use by another night" in notes[0]
+        assert len(notes) == 1
+        assert "in use by another night" in notes[0]
     with open_session(ctx, builds, spec(0)) as later:  # released with its session
-        assert later is not None and later.ctx.slot == config.root / "slots" / "0" / slot.NAME
+        assert later is not None
+        assert later.ctx.slot == config.root / "slots" / "0" / slot.NAME
