@@ -101,9 +101,8 @@ def _git(home: Path, *args: str, when: str = "2024-04-30T12:00:00+0000") -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
-def _built(day: Path, account: pwd.struct_passwd, what: str, *, patchelf: bool = True) -> str:
-    """The build's log, once its state says it succeeded as the account, with the staged tools
-    (`patchelf`: that one too)."""
+def _built(day: Path, account: pwd.struct_passwd, what: str) -> str:
+    """The build's log, once its state says it succeeded as the account, with the staged tools."""
     entry = json.loads((day / "state.json").read_text())["builds"][BUILD]
     log = (day / entry["log"]).read_text() if entry.get("log") else ""
     assert entry["status"] == "succeeded", (what, entry, log[-3000:])
@@ -112,7 +111,7 @@ def _built(day: Path, account: pwd.struct_passwd, what: str, *, patchelf: bool =
     assert f"nightly python: {area}" in log, (what, log)
     assert "nightly python imports auditwheel" in log, (what, log)
     assert f"auditwheel: {area}" in log, (what, log)
-    assert not patchelf or f"patchelf: {area}" in log, (what, log)
+    assert f"patchelf: {area}" in log, (what, log)
     return log
 
 
@@ -230,8 +229,7 @@ connect_timeout = "20s"
                 worker_log = (home / "hosts" / "w.log").read_text(errors="replace")[-4000:]
                 assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:], worker_log)
                 day = roots / date
-                # (patchelf: a worker started from this staged install does not find it to stage)
-                log = _built(day, account, f"the cluster night {date}", patchelf=False)
+                log = _built(day, account, f"the cluster night {date}")
                 entry = json.loads((day / "state.json").read_text())["builds"][BUILD]
                 assert entry["worker_name"] == "w", entry
                 (package,) = entry["packages"]
