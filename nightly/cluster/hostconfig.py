@@ -50,14 +50,15 @@ def host_settings(environ: Mapping[str, str] | None = None) -> HostSettings:
                           hint=f"write the worker host's [executor.local] there, or unset {ENV} "
                           "in the worker's environment")
     data, _ = read_toml(path)
-    unknown = sorted(set(data) - {"executor"})
     executor = data.get("executor", {})
-    if not unknown and isinstance(executor, dict):
-        unknown = [f"executor.{k}" for k in sorted(set(executor) - {"local"})]
-    if unknown or not isinstance(executor, dict):
-        raise ConfigError(f"unknown setting for a worker host: {unknown[0] if unknown else 'executor'}",
-                          file=name, hint="a worker host sets only [executor.local] user and "
-                          "build_dir (docs/cluster.md)")
+    if not isinstance(executor, dict):
+        raise ConfigError("must be a table", file=name, key="executor")
+    unknown = sorted(set(data) - {"executor"}) + [f"executor.{k}" for k in sorted(executor)
+                                                  if k != "local"]
+    if unknown:
+        raise ConfigError(f"unknown setting for a worker host: {unknown[0]}", file=name,
+                          hint="a worker host sets only [executor.local] user and build_dir "
+                          "(docs/cluster.md)")
     local = executor.get("local", {})
     if not isinstance(local, dict):
         raise ConfigError("must be a table", file=name, key="executor.local")
