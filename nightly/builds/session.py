@@ -64,6 +64,9 @@ class SessionSpec:
     arch_executors: Mapping[str, str] = field(default_factory=dict)  # arch -> another executor
     keep_container: bool = False
     stable: bool = True  # the stable build folder (same paths every night: cache hits)
+    # Where under the usual place this session's stable folder is ("": there itself); a
+    # cluster worker gives each of its slots one (`slots/N`), as they build side by side.
+    stable_under: str = ""
     stamp: str = ""  # what the source is (a commit): the build area's copy is kept while equal
     smoke: SmokeMaker | None = None
     preflight: Preflight = preflight_images
@@ -146,7 +149,8 @@ def _prepare(ctx: RunContext, ex: Executor, others: Mapping[str, Executor],
     if mine and isinstance(ex, LocalExecutor) and ex.user is not None:
         return user_area(ctx, ex, mine, spec, stack)  # exit 2 here: a path out of its reach
     if isinstance(ex, LocalExecutor) and spec.stable:
-        return stable_slot(ctx, ctx.config.root, ctx.source_dir, spec.log, stack)
+        return stable_slot(ctx, _under(ctx.config.root, spec.stable_under), ctx.source_dir,
+                           spec.log, stack)
     return ctx
 
 
@@ -167,6 +171,20 @@ def stable_slot(ctx: RunContext, base: Path, source: Path, log: Callable[[str], 
         raise ExecutorError(f"cannot prepare the stable build folder {held}: {e} (free space "
                             "there)") from e
     return replace(ctx, slot=held)
+
+
+def _under(base: Path, under: str) -> Path:
+    """`base / under`, each folder between made readable by all (a build user reaches it)."""
+    folder = base
+    for part in Path(under).parts:
+        folder = folder / part
+        try:
+            folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+            if not folder.is_symlink():
+                folder.chmod(0o755)
+        except OSError:
+            pass  # slot.claim finds it unusable: the day folder then
+    return folder
 
 
 def _area(ctx: RunContext, ex: LocalExecutor) -> userarea.BuildArea:
@@ -204,7 +222,8 @@ def user_area(ctx: RunContext, ex: LocalExecutor, todo: Sequence[Build], spec: S
                             f"{e} (free space there, or set [executor.local] build_dir)") from e
     if spec.stable:
         assert ctx.area is not None
-        ctx = stable_slot(ctx, ctx.area.days, ctx.area.source, spec.log, stack)
+        ctx = stable_slot(ctx, _under(ctx.area.days, spec.stable_under), ctx.area.source,
+                          spec.log, stack)
     jobs = [make_job(ctx, b, executor=ex.name) for b in todo]
     userarea.preflight(jobs, user=ex.user, pythons=ex.pythons, cuda=ex.cuda,
                        cache=area.cache_settings(settings), config_file=file,

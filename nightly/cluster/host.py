@@ -170,7 +170,9 @@ def reap_orphans(folder: Path, config: Config, executor: str, emit: Emit) -> Non
         if process_alive(owner):
             continue
         build_id = str(owner.get("build", ""))
-        work = attempt / "work" / build_id
+        # The build's folder (a stable folder's, a build area's: written once the session
+        # was open), else the attempt's own.
+        work = Path(str(owner["work"])) if owner.get("work") else attempt / "work" / build_id
         job = Job(
             build_id=build_id, package=str(owner.get("package", "")), python="", cuda="cpu",
             env={}, recipes_dir=attempt, source_dir=attempt, output_dir=work / "out",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nightly.builds.jobs import RunContext
+from nightly.builds.jobs import RunContext, make_job
 from nightly.builds.session import SessionSpec, open_session, preflight_with_test_images
 from nightly.builds.smoke import SmokeTester, night_smoke
 from nightly.cluster.host import (
@@ -40,6 +40,7 @@ from nightly.cluster.host import (
     run_task,
     slots,
 )
+from nightly.cluster.hostconfig import HostSettings, host_settings, on_this_host
 from nightly.cluster.hostinputs import ensure_input, prune_inputs
 from nightly.cluster.messages import AttemptResult, StagedPackage, WorkerEvent
 from nightly.cluster.staging import (
@@ -57,8 +58,10 @@ from nightly.cluster.staging import (
 from nightly.cluster.verify import seal
 from nightly.config import Config
 from nightly.core.matrix import Build
+from nightly.errors import NightlyError
 from nightly.executors import Executor
 from nightly.files import process_identity, sha256_file
+from nightly.jsonvalues import read_json_object
 from nightly.stores import Store
 from nightly.workspace import FAILED, PENDING, Day, State, write_json
 
@@ -102,11 +105,14 @@ def run_build_task(spec: TaskSpec) -> AttemptResult:
                     lambda info, emit, cancel: run_on_host(spec, info, emit, cancel))
 
 
-def worker_config(config: Config, recipes: Path, folder: Path, gpu: bool) -> Config:
-    """The night's config as this host uses it: its own copy of the recipes, and the GPU
-    settings of this worker (the `gpu` resource says whether it has one)."""
+def worker_config(config: Config, recipes: Path, folder: Path, gpu: bool,
+                  host: HostSettings | None = None) -> Config:
+    """The night's config as this host uses it: its own copy of the recipes, the GPU
+    settings of this worker (the `gpu` resource says whether it has one), and the host's own
+    build user and build area (nightly.cluster.hostconfig; none: the worker's own user)."""
     smoke = replace(config.smoke, gpu=gpu)
     container = replace(config.container, gpu=config.container.gpu and gpu)
+    config = on_this_host(config, host or HostSettings())
     return replace(config, recipes=recipes, root=folder, smoke=smoke, container=container)
 
 
@@ -196,14 +202,19 @@ def run_on_host(
             "attempt": _attempt_number(store, spec, token), "submission": spec.submission,
         }
         att.put_about(first=True)
-        reap_orphans(info.folder, spec.config, spec.executor, emit)
+        problem = ""
+        try:
+            host: HostSettings | None = host_settings()
+        except NightlyError as e:  # the build fails, naming the host's file (below)
+            host, problem = None, str(e)
         inputs = info.folder / "inputs"
         prune_inputs(inputs)
         source = ensure_input(store, spec.source_key, spec.source_sha256, inputs, "source",
                               size=spec.source_size)
         recipes = ensure_input(store, spec.recipes_key, spec.recipes_sha256, inputs, "recipes",
                                size=spec.recipes_size)
-        config = worker_config(spec.config, recipes, info.folder, info.gpu)
+        config = worker_config(spec.config, recipes, info.folder, info.gpu, host)
+        reap_orphans(info.folder, config, spec.executor, emit)
         day = Day(info.folder / "attempts", spec.date, name=token)
         day.create()
         owner_path = day.path / "owner.json"
@@ -213,7 +224,11 @@ def run_on_host(
         state.update(build.id, status=PENDING, attempts=att.about["attempt"] - 1)
         ctx = RunContext(config=config, day=day, state=state, source_dir=source,
                          version=spec.version, channel=spec.channel, machine=info.address)
-        executor_name, chunks = _run(att, ctx, emit, cancel)
+        if host is None:
+            _preflight_failed(day, state, build, problem, att.about["attempt"])
+            executor_name, chunks = spec.executor, 0
+        else:
+            executor_name, chunks = _run(att, ctx, emit, cancel)
         result = _put_result(att, day, state, executor_name, chunks)
         if result.status == FAILED:
             write_json(owner_path, {**ident, "build": build.id, "token": token,
@@ -247,15 +262,22 @@ def _run(
                            gpu_stage=spec.gpu_stage)
 
     try:
-        # The worker's session (builds/session.py): a build user's area where the config sets
-        # one; no stable build folder (a host's attempts run side by side).
+        # The worker's session (builds/session.py), as a night's local phase on this host:
+        # the host's build user and build area (worker_config), and a stable build folder of
+        # this worker slot's own (a host's attempts run side by side), else the day folder.
         session = SessionSpec(executor=spec.executor, keep_container=spec.keep_container,
-                              stable=False, stamp=spec.commit, smoke=smoke,
-                              preflight=preflight_with_test_images)
+                              stable_under=f"slots/{att.slot}", stamp=spec.commit,
+                              smoke=smoke, preflight=preflight_with_test_images,
+                              log=lambda line: emit("note", {"build": build.id, "note": line}))
         with open_session(ctx, [build], session, refused=lambda e: _preflight_failed(
                 day, ctx.state, build, str(e), att.about["attempt"])) as builds:
             name = spec.executor if builds is None else builds.executor.name
             if builds is not None:
+                # Where the build runs (a stable folder of this slot's): a worker that dies
+                # leaves its recipe to reap there (host.reap_orphans).
+                job = make_job(builds.ctx, build, executor=name)
+                owner = day.path / "owner.json"
+                write_json(owner, {**read_json_object(owner), "work": str(job.work_dir.parent)})
                 builds.runner(att.events(emit), cancel).run_build(build, queue=att.slot)
     finally:
         streamer.stop()

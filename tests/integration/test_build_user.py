@@ -20,6 +20,7 @@ import pytest
 
 from nightly.reach import Account, denied
 from tests.support.staged import Staged, staged_nightly
+from tests.support.wheelrecipe import wheel_step
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -37,22 +38,7 @@ PROBES
 mkdir -p "$WORK_DIR/b" "$OUTPUT_DIR"
 cd "$WORK_DIR/b"
 for f in "$SOURCE_DIR"/*.c; do b="$(basename "$f" .c)"; $CC -O1 -c "$f" -o "$b.o"; done
-"$PYTHON" - "$OUTPUT_DIR" "$PACKAGE_VERSION" <<'PY'
-import base64, hashlib, sys, zipfile
-out, version = sys.argv[1:3]
-dist = "userdemo"
-info = f"{dist}-{version}.dist-info"
-files = {f"{dist}/__init__.py": f"__version__ = {version!r}\n".encode(),
-         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
-         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
-          for n, d in files.items()] + [f"{info}/RECORD,,"]
-files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
-    for n, d in files.items():
-        z.writestr(n, d)
-PY
-"""
+""" + wheel_step(dist="userdemo")
 
 
 def _secrets(home: Path) -> list[Path]:

@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import pwd
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -22,7 +23,9 @@ from nightly.reach import Account, denied
 from nightly.workspace import Day
 from nightly.workspace.candidate import candidate_name
 from tests.support.accounts import PY, venv_in_home
+from tests.support.cluster import DaskCluster
 from tests.support.staged import staged_nightly
+from tests.support.wheelrecipe import wheel_step
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +36,7 @@ BUILD = f"manywheel_{PY}_cpu"
 RECIPE = r"""#!/usr/bin/env bash
 set -euo pipefail
 echo "recipe as uid $(id -u)"
+echo "work dir: $WORK_DIR"
 echo "nightly python: $NIGHTLY_PYTHON"
 "$NIGHTLY_PYTHON" -c "import auditwheel; print('nightly python imports auditwheel')"
 echo "auditwheel: $(command -v auditwheel)"
@@ -41,25 +45,11 @@ echo "patchelf: $(command -v patchelf) $(patchelf --version)"
 mkdir -p "$WORK_DIR/b" "$OUTPUT_DIR"
 cd "$WORK_DIR/b"
 for f in "$SOURCE_DIR"/*.c; do b="$(basename "$f" .c)"; ${CC:-cc} -O1 -c "$f" -o "$b.o"; done
-"$PYTHON" - "$OUTPUT_DIR" "$PACKAGE_VERSION" <<'PY'
-import base64, hashlib, sys, zipfile
-out, version = sys.argv[1:3]
-dist = "userdemo"
-info = f"{dist}-{version}.dist-info"
-files = {f"{dist}/__init__.py": f"__version__ = {version!r}\n".encode(),
-         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
-         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
-          for n, d in files.items()] + [f"{info}/RECORD,,"]
-files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
-    for n, d in files.items():
-        z.writestr(zipfile.ZipInfo(n, date_time=(2020, 1, 1, 0, 0, 0)), d)
-PY
-"""
+""" + wheel_step(dist="userdemo")
 
 
-def _project(home: Path, user: str) -> Path:
+def _project(home: Path, user: str, *, extra: str = "") -> Path:
+    """The project under the home; `user` "": no build user in its configuration."""
     project = home / "project"
     (project / "src").mkdir(parents=True)
     for i in range(2):
@@ -95,6 +85,7 @@ user = "{user}"
 
 [publish]
 url = "file://{home / 'mirror'}"
+{extra}
 """)
     return config
 
@@ -194,3 +185,61 @@ def test_every_caller_builds_as_the_build_user_from_a_venv_in_a_private_home(
     staged = Path(f"/var/tmp/nightly-{account.pw_name}/python")
     assert all(p.lstat().st_uid == 0 for p in staged.rglob("*")), "a staged file is the user's"
     assert not any(os.lstat(p).st_mode & 0o022 for p in staged.rglob("*") if not p.is_symlink())
+
+
+def _work_dir(log: str) -> str:
+    (line,) = [x for x in log.splitlines() if x.startswith("work dir: ")]
+    return line.removeprefix("work dir: ")
+
+
+def test_a_cluster_night_builds_as_the_worker_hosts_build_user_in_a_stable_folder(
+    account: pwd.struct_passwd, home: Path
+) -> None:
+    """A real Dask cluster, its worker started by root with `nightly cluster worker` from the
+    venv in the home: the worker host's file ($NIGHTLY_WORKER_CONFIG) names the build user,
+    the night's configuration names none. Each night's build runs as the build user in its
+    build area, in the same stable folder both nights (what makes compiler cache hits)."""
+    with staged_nightly(extras=("manylinux", "cluster"), parent=home) as st:
+        python = venv_in_home(home, st)
+        env = {"HOME": str(home), "PATH": f"{python.parent}:{st.bin}:/usr/bin:/bin",
+               "LANG": "C.UTF-8"}
+        host_file = home / "worker.toml"
+        host_file.write_text(f'[executor.local]\nuser = "{account.pw_name}"\n')
+        (home / "hosts").mkdir()
+        cluster = DaskCluster(home / "hosts", workers={"w": "slots=1,platform-linux=1"},
+                              worker_command=[str(python), "-m", "nightly", "cluster"],
+                              worker_env={**env, "NIGHTLY_WORKER_CONFIG": str(host_file)},
+                              worker_cwd=home)
+        config = _project(home, "", extra=f"""
+[cluster]
+address = "{cluster.address}"
+staging = "staging"
+log_flush = 0.2
+worker_wait = "60s"
+connect_timeout = "20s"
+""")
+        roots = home / "project" / "nightlies"
+        cluster.start()
+        try:
+            work, hits = [], []
+            for date in ("2024_05_01", "2024_05_02"):
+                proc = subprocess.run(
+                    [str(python), "-m", "nightly", "run", "--date", date, "--config", str(config)],
+                    env=env, capture_output=True, text=True, timeout=600, cwd=home, check=False)
+                worker_log = (home / "hosts" / "w.log").read_text(errors="replace")[-4000:]
+                assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:], worker_log)
+                day = roots / date
+                log = _built(day, account, f"the cluster night {date}")
+                entry = json.loads((day / "state.json").read_text())["builds"][BUILD]
+                assert entry["worker_name"] == "w", entry
+                (package,) = entry["packages"]
+                assert (day / package["path"]).is_file(), package  # filed in the day
+                work.append(_work_dir(log))
+                hits.append(re.findall(r"compiler cache: (\d+) hits", log))
+        finally:
+            cluster.close()
+    area = f"/var/tmp/nightly-{account.pw_name}/nights/"
+    assert work[0].startswith(area), work  # in the build user's build area
+    assert "/slots/0/.builds/work/" in work[0], work  # the worker slot's stable folder
+    assert work[0] == work[1], work  # the same paths every night:
+    assert hits == [["0"], ["2"]], hits  # the second night's two compiles are cache hits

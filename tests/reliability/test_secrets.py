@@ -32,6 +32,7 @@ from tests.support.net import free_port
 from tests.support.projects import DATE
 from tests.support.s3 import StoppableS3, s3_env, s3_objects
 from tests.support.staged import staged_nightly
+from tests.support.wheelrecipe import wheel_step
 
 OWNER = "nightly-owner"
 
@@ -57,22 +58,8 @@ set -euo pipefail
 ID="${PACKAGE_TYPE}_${DESIRED_PYTHON}_${DESIRED_CUDA}"
 echo "--- environment of the wheel recipe ---"
 env | tee "@SIGNALS@/$ID.env"
-mkdir -p "$OUTPUT_DIR"
-"$NIGHTLY_PYTHON" - "$OUTPUT_DIR" demo "$BUILD_VERSION+$DESIRED_CUDA.py${DESIRED_PYTHON//./}" <<'PY'
-import base64, hashlib, sys, zipfile
-out, dist, version = sys.argv[1:4]
-info = f"{dist}-{version}.dist-info"
-files = {f"{dist}/__init__.py": f"VERSION = {version!r}\n".encode(),
-         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
-         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
-          for n, d in files.items()] + [f"{info}/RECORD,,"]
-files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
-    for n, d in files.items():
-        z.writestr(n, d)
-PY
-"""
+""" + wheel_step(dist="demo", python='"$NIGHTLY_PYTHON"',
+                 version='"$BUILD_VERSION+$DESIRED_CUDA.py${DESIRED_PYTHON//./}"')
 
 CONTAINER_RECIPE = r"""#!/usr/bin/env bash
 set -euo pipefail
@@ -292,16 +279,7 @@ echo "readable environments: $n"
 cd "$WORK_DIR"
 printf 'int f(void) { return 41; }\n' > f.c
 $CC -c f.c -o f.o
-mkdir -p "$OUTPUT_DIR"
-"$PYTHON" - "$OUTPUT_DIR" "$BUILD_VERSION" <<'PY'
-import sys, zipfile
-out, version = sys.argv[1:3]
-with zipfile.ZipFile(f"{out}/demo-{version}-py3-none-any.whl", "w") as z:
-    z.writestr("demo/__init__.py", "")
-    z.writestr(f"demo-{version}.dist-info/METADATA",
-               f"Metadata-Version: 2.1\nName: demo\nVersion: {version}\n")
-PY
-"""
+""" + wheel_step(dist="demo", version='"$BUILD_VERSION"')
 
 
 def _needles(creds: dict[str, str]) -> dict[str, str]:

