@@ -1,7 +1,7 @@
 """The compiler cache (issue 18) on a generated C++/CUDA project, through `nightly run`.
 
     .venv/bin/python benchmarks/bench_cache.py [--cpp 16] [--cuda 6] [--templates 8]
-                                               [--quick]
+                                               [--quick | --smoke]
 
 The project (generated into a scratch folder) is built like PyTorch: setup.py drives CMake,
 which compiles a Python-independent core (C++ files and CUDA kernels, nvcc 13.0) into a
@@ -21,6 +21,10 @@ Measured in one run, each against its own baseline:
 --quick (a minute or two on 2 cores, on any machine: no nvcc needed, nothing warm assumed):
 the same measures on a CPU-only core of 3 C++ files (3 instantiations each): night A is
 manywheel 3.12 cpu alone, the shared-core night two Pythons (3.12, 3.13) instead of four.
+
+--smoke (does it still run: the test suite's size; no figure to read): --quick's project with
+one Python, so the "shared-core" night is night A's own matrix and its cold cache night is
+night A's cold night, reused: 3 builds in 3 nights instead of 6 in 4.
 
 Results: benchmarks/results/cache.json.
 """
@@ -271,13 +275,17 @@ def main() -> int:
     ap.add_argument("--cuda", type=int, default=6, help="CUDA kernel files in the core")
     ap.add_argument("--templates", type=int, default=8, help="instantiations per file (cost)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
-    ap.add_argument("--quick", action="store_true",
-                    help="CPU only, 3 C++ files, night A without libtorch, two Pythons")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="CPU only, 3 C++ files, night A without libtorch, two Pythons")
+    size.add_argument("--smoke", action="store_true",
+                      help="--quick with one Python, night A's cold night reused: 3 builds")
     args = ap.parse_args()
+    args.quick = args.quick or args.smoke
     if args.quick:
         args.cpp, args.cuda, args.templates = 3, 0, 3
     cuda = "cpu" if args.quick else "13.0"
-    pythons = PYTHONS[2:] if args.quick else PYTHONS
+    pythons = PYTHONS[2:3] if args.smoke else PYTHONS[2:] if args.quick else PYTHONS
     if not args.quick and not (CUDA_HOME / "bin" / "nvcc").exists():
         print(f"skipped: needs CUDA 13.0's nvcc at {CUDA_HOME} (it compiles CUDA kernels)", flush=True)
         return SKIPPED
@@ -317,15 +325,19 @@ cudas = ["{cuda}"]
         n = scratch / "nocache"
         n.mkdir()
         off = night(config(n, src, matrix=four, answer=43, cache="enabled = false"), "2030_01_03")
-        print(f"{len(pythons)} Pythons, cold cache", flush=True)
-        c = scratch / "cache"
-        c.mkdir()
-        on = night(config(c, src, matrix=four, answer=43, cache=f'dir = "{scratch / "cache-4"}"'),
-                   "2030_01_03")
+        if args.smoke:  # the same matrix as night A's, whose cold night this one would repeat
+            print(f"{len(pythons)} Python, cold cache: night A's cold night", flush=True)
+            on = cold
+        else:
+            print(f"{len(pythons)} Pythons, cold cache", flush=True)
+            c = scratch / "cache"
+            c.mkdir()
+            on = night(config(c, src, matrix=four, answer=43, cache=f'dir = "{scratch / "cache-4"}"'),
+                       "2030_01_03")
         result = {
             "workload": {"cpp_files": args.cpp + 1, "cuda_files": args.cuda,
                          "templates": args.templates, "cuda": cuda, "pythons": pythons,
-                         "libtorch": not args.quick, "quick": args.quick},
+                         "libtorch": not args.quick, "quick": args.quick, "smoke": args.smoke},
             "machine": machine_info(),
             "night_a": {"cold": cold, "warm": warm,
                         "warm_over_cold": round(warm["wall_s"] / cold["wall_s"], 3)},

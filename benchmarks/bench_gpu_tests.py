@@ -35,7 +35,16 @@ work / GPU workers, all work / all workers). Each is given twice: from the estim
 from the tasks' measured durations (so a sleep's overrun on a busy machine, which no
 schedule can avoid, is not counted against the schedule).
 
-    .venv/bin/python benchmarks/bench_gpu_tests.py [--gpu-task-ms 1000] [--only stage|old]
+    .venv/bin/python benchmarks/bench_gpu_tests.py [--gpu-task-ms 1000] [--pythons 40]
+                                                   [--only stage|old]
+
+--pythons N: a night of N Pythons (25 builds each) instead of 40. The night's work shrinks in
+proportion (CPU build work, GPU test work, the old GPU-bound work), and it still sets both
+bounds (at 10 Pythons: 15 h and 154 h against a longest build and test of 77 min), so the
+makespan / bound ratios and the GPU-host seconds ratio measure the same thing; run_all.py
+--quick runs 10 Pythons (250 builds, 240 GPU tests) at 400 ms a GPU task: about a minute a
+night, with the harness's cost per task (20-30 ms) a twentieth of a task, where 1,000 builds
+in the same time would need 100 ms tasks (a quarter).
 
 Writes benchmarks/results/gpu_tests.json.
 """
@@ -80,12 +89,12 @@ CUDAS = ["cpu", *(f"cu{100 + i}" for i in range(24))]
 STAGE, OLD = "stage", "old"
 
 
-def night_config(smoke: bool = False) -> cfg.Config:
-    """1,000 builds (`smoke`: 4, one Python, cpu and 3 CUDA versions)."""
+def night_config(smoke: bool = False, pythons: int = len(PYTHONS)) -> cfg.Config:
+    """25 builds a Python: 1,000 for all 40 (`smoke`: 4, one Python, cpu and 3 CUDA versions)."""
     data: dict[str, Any] = {
         "root": "/nonexistent-root",
         "project": {"name": "demo", "source": ".", "base_version": "1.0.0"},
-        "matrix": {"linux": {"manywheel": {"pythons": PYTHONS[:1] if smoke else PYTHONS,
+        "matrix": {"linux": {"manywheel": {"pythons": PYTHONS[:1] if smoke else PYTHONS[:pythons],
                                           "cudas": CUDAS[:4] if smoke else CUDAS}}},
         "machines": [{"name": "m", "platform": "linux", "queues": 1}],
         "smoke": {"gpu_check": "import torch; torch.zeros(1).cuda()"},
@@ -255,11 +264,15 @@ def main() -> None:
     ap.add_argument("--gpu-task-ms", type=float, default=1000.0,
                     help="wall milliseconds of a task on a GPU worker (default 1000)")
     ap.add_argument("--only", choices=(STAGE, OLD), help="run one of the two nights")
+    ap.add_argument("--pythons", type=int, default=len(PYTHONS), metavar="N",
+                    help="Python versions, 25 builds each (default 40: 1,000 builds)")
     ap.add_argument("--smoke", action="store_true",
                     help="4 builds instead of 1,000: does it still run (no figure to read)")
     args = ap.parse_args()
-    config = night_config(args.smoke)
-    assert len(config.builds) == 1000 or args.smoke, len(config.builds)
+    if not 1 <= args.pythons <= len(PYTHONS):
+        ap.error(f"--pythons {args.pythons}: give 1 to {len(PYTHONS)}")
+    config = night_config(args.smoke, args.pythons)
+    assert len(config.builds) == 25 * args.pythons or args.smoke, len(config.builds)
     est = {b.id: config.estimate_for(b) for b in config.builds}
     runs = [measure(mode, config, est, args.gpu_task_ms) for mode in (OLD, STAGE)
             if args.only in (None, mode)]
@@ -272,7 +285,7 @@ def main() -> None:
           r["makespan_over_measured_bound"], r["ms_per_hour"], r["wall_s"]] for r in runs],
         title=f"{len(config.builds):,} builds, {CPU_WORKERS} CPU + {GPU_WORKERS} GPU workers, GPU tests "
               f"a tenth of build time (a GPU worker's task: {args.gpu_task_ms:g} ms)")
-    out: dict[str, Any] = {"gpu_task_ms": args.gpu_task_ms, "runs": runs}
+    out: dict[str, Any] = {"gpu_task_ms": args.gpu_task_ms, "pythons": args.pythons, "runs": runs}
     if len(runs) == 2:
         ratio = runs[0]["gpu_host_s"] / runs[1]["gpu_host_s"]
         out["gpu_host_s_today_over_test_stage"] = round(ratio, 2)

@@ -2,7 +2,8 @@
 wall time against the sum of its build times (the parallel speed-up).
 
     .venv/bin/python benchmarks/bench_images.py [--warm-only] [--no-night] [--no-rebuild]
-                                                [--config configs/demo-cuda.toml] [--quick]
+                                                [--config configs/demo-cuda.toml]
+                                                [--quick | --smoke]
 
 Images are those of the config's builders (configs/demo-cuda.toml: cpu, CUDA 11.8, 12.4,
 13.0 on one bookworm base, and the runtime image its wheels are tested in). Per image:
@@ -27,6 +28,7 @@ makes; `base_image`), with the suite's Python 3.11 and nightly's tools: its cpu 
 cold (an empty images cache of its own, so the tools and interpreter wheels are downloaded,
 and no tag), rebuilt from that cache (tag removed), and found warm; its size over the base.
 Its image is removed at the end (the benchmark made it); the base is never touched.
+--smoke (the test suite's size: does it still run): --quick without the rebuild from the cache.
 """
 
 from __future__ import annotations
@@ -217,9 +219,10 @@ executor = "container"
 """
 
 
-def quick(client: Any) -> dict[str, Any]:
+def quick(client: Any, steps: tuple[str, ...] = ("cold_s", "rebuild_s", "warm_s")) -> dict[str, Any]:
     """The quick builder's cpu layer: cold (empty cache, no tag) / rebuild from the cache /
-    warm; its sizes. Its own cache folder and image, both removed at the end."""
+    warm (`steps`: those of them to take, in this order); its sizes. Its own cache folder and
+    image, both removed at the end."""
     base = os.environ.get("NIGHTLY_BUILDER_IMAGE") or "nightly-builder:bookworm"
     if engine.inspect(client, base) is None:
         sys.exit(f"the engine has no {base}: run scripts/container-engine.sh (it builds it)")
@@ -231,7 +234,7 @@ def quick(client: Any) -> dict[str, Any]:
         tag = spec.tag_for("cpu")
         times: dict[str, float] = {}
         try:
-            for step in ("cold_s", "rebuild_s", "warm_s"):
+            for step in steps:
                 if step != "warm_s":
                     _rm(client, tag)
                 print(f"quick builder, cpu layer: {step.removesuffix('_s')}", file=sys.stderr, flush=True)
@@ -252,16 +255,18 @@ def main() -> None:
     ap.add_argument("--no-night", action="store_true", help="skip the night of the matrix")
     ap.add_argument("--no-rebuild", action="store_true",
                     help="skip the CUDA layers' rebuilds from caches (no image is removed)")
-    ap.add_argument("--quick", action="store_true",
-                    help="a small builder of its own on the engine's image: cold / rebuild / warm")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="a small builder of its own on the engine's image: cold / rebuild / warm")
+    size.add_argument("--smoke", action="store_true", help="--quick without the rebuild")
     args = ap.parse_args()
     base_url = start_engine()
     client = engine.connect(base_url)
-    if args.quick:
-        result = quick(client)
+    if args.quick or args.smoke:
+        result = quick(client, ("cold_s", "warm_s") if args.smoke else ("cold_s", "rebuild_s", "warm_s"))
         t, sz = result["builders"]["quick"]["times"]["cpu"], result["builders"]["quick"]["sizes"]
         print(format_table(["image", "cold s", "rebuild s", "warm s", "image MB", "layer MB"],
-                           [["quick:cpu", t["cold_s"], t["rebuild_s"], t["warm_s"],
+                           [["quick:cpu", t["cold_s"], t.get("rebuild_s", "-"), t["warm_s"],
                              sz["cpu"]["image_mb"], sz["cpu"]["layer_mb"]]]))
         write_results("images", result)
         return

@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/run_all.py [--index-objects 10000] [--quick | --smoke]
                                            [--peer DIR] [--only NAME]... [--skip NAME]...
 
---smoke runs each at its smallest (seconds each; the test suite's check that every benchmark
-still runs: its figures mean nothing), except cache, bisect and images, whose smallest run
-is their --quick one (a minute or two each: QUICK_IS_SMOKE; the suite runs them with
---quick). It exits 1 naming the benchmarks that failed; one
+--smoke runs each at its smallest (seconds each, cache and images a minute or so; the test
+suite's check that every benchmark still runs: its figures mean nothing), except bisect,
+whose smallest run is its --quick one (QUICK_IS_SMOKE; the suite runs it with --quick).
+It exits 1 naming the benchmarks that failed; one
 that needs something absent (index_peer without --peer) is reported as skipped, with why.
 
 Runs one after another (so they do not compete for the machine), each in its own process:
@@ -20,7 +20,9 @@ Runs one after another (so they do not compete for the machine), each in its own
   cluster     bench_cluster.py: 1,000 builds planned and run on 20 Dask workers
   gpu_tests   bench_gpu_tests.py: 1,000 builds on 20 CPU + 2 GPU Dask workers (sleeping tasks
               through nightly's dispatch): GPU-host seconds and makespan / bound, the old
-              gpu_smoke (CUDA builds on GPU workers) against the test stage
+              gpu_smoke (CUDA builds on GPU workers) against the test stage (--quick: 250
+              builds, 10 Pythons, at 400 ms a GPU task: 2-3 minutes for both nights, where
+              the full 1,000 builds at 1 s a task take 16 minutes, over 30 under load)
   cluster_tls bench_cluster_tls.py: mutual TLS against plain tcp on real Dask processes;
               sha256 of a fetched package against its copy (verified staging)
   staging_store bench_staging_store.py: the folder staging store read without following
@@ -31,11 +33,13 @@ Runs one after another (so they do not compete for the machine), each in its own
               $NIGHTLY_PEER_TEST_INFRA; skipped without one) on one moto bucket of 5,000 and
               20,000 wheels (--quick: 1,000)
   images      bench_images.py: builder images cold/warm per CUDA, sizes, and the demo CUDA
-              night's wall time against the sum of its builds (--quick and --smoke: a small
-              builder of its own on the engine's image, cold / rebuilt from its cache / warm)
+              night's wall time against the sum of its builds (--quick: a small builder of
+              its own on the engine's image, cold / rebuilt from its cache / warm; --smoke:
+              the same without the rebuild)
   cache       bench_cache.py: the compiler cache on a generated C++/CUDA project (nvcc 13.0)
               through `nightly run`: warm / cold night, four Pythons with / without cache
-              (--quick and --smoke: a CPU-only core of 3 C++ files, two Pythons; no nvcc)
+              (--quick: a CPU-only core of 3 C++ files, two Pythons; no nvcc; --smoke: one
+              Python, night A's cold night reused as the cold-cache night: 3 builds, not 6)
   masking     bench_masking.py: build output masked for every configured secret as it
               streams into the log, against the same log written unmasked
   bisect      bench_bisect.py: `nightly bisect` over a 64-commit demo history with the
@@ -93,9 +97,9 @@ def _venv_bin(name: str) -> str | None:
 # ---------------------------------------------------------------------------- the runs
 
 
-# Their --smoke run is their --quick run: nothing smaller measures anything, and a minute or
-# two is small enough for the test suite to run them as --quick does.
-QUICK_IS_SMOKE = ("cache", "bisect", "images")
+# Its --smoke run is its --quick run: nothing smaller measures anything, and a minute is
+# small enough for the test suite to run it as --quick does.
+QUICK_IS_SMOKE = ("bisect",)
 
 
 def _args(args: argparse.Namespace, quick: list[str], smoke: list[str]) -> list[str]:
@@ -122,7 +126,8 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
                             ["--no-baseline", "--smoke"])],
                     "cluster.json"),
         "gpu_tests": ([py, str(HERE / "bench_gpu_tests.py"),
-                       *_args(args, [], ["--smoke", "--gpu-task-ms", "200", "--only", "stage"])],
+                       *_args(args, ["--pythons", "10", "--gpu-task-ms", "400"],
+                              ["--smoke", "--gpu-task-ms", "200", "--only", "stage"])],
                       "gpu_tests.json"),
         "cluster_tls": ([py, str(HERE / "bench_cluster_tls.py"),
                          *_args(args, ["--runs", "3", "--tasks", "200", "--package-mb", "64"],
@@ -135,12 +140,12 @@ def benchmarks(args: argparse.Namespace) -> dict[str, tuple[list[str], str]]:
         "index_peer": ([py, str(HERE / "bench_index_peer.py"), *peer,
                         *_args(args, ["--sizes", "1000"], ["--sizes", "200", "--no-full-all"])],
                        "index_peer.json"),
-        "images": ([py, str(HERE / "bench_images.py"), *_args(args, ["--quick"], ["--quick"])],
+        "images": ([py, str(HERE / "bench_images.py"), *_args(args, ["--quick"], ["--smoke"])],
                    "images.json"),
         "masking": ([py, str(HERE / "bench_masking.py"),
                      *_args(args, ["--mb", "50", "--runs", "3"], ["--mb", "2", "--runs", "1"])],
                     "masking.json"),
-        "cache": ([py, str(HERE / "bench_cache.py"), *_args(args, ["--quick"], ["--quick"])],
+        "cache": ([py, str(HERE / "bench_cache.py"), *_args(args, ["--quick"], ["--smoke"])],
                   "cache.json"),
         "bisect": ([py, str(HERE / "bench_bisect.py"), *_args(args, ["--gen", "4"], ["--gen", "4"])],
                    "bisect.json"),

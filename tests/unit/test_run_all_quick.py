@@ -1,7 +1,7 @@
-"""run_all.py's --quick sizes of cache, bisect and images (issue 52): each has a quick mode
-of its own, and their --smoke run is that same --quick run, so that the suite's run of them
-(tests/integration/test_benchmarks_run.py, through `run_all.py --quick`) is what `--smoke`
-and the README's `run_all.py --quick` run."""
+"""run_all.py's --quick and --smoke sizes (issue 52): cache, bisect and images have a quick
+mode of their own; bisect's --smoke run is that same --quick run (the suite runs it through
+`run_all.py --quick`), cache and images have a smaller --smoke of their own (the suite's
+size); gpu_tests' --quick is a smaller night than its full 1,000 builds."""
 
 from __future__ import annotations
 
@@ -32,15 +32,32 @@ def commands(module: ModuleType, mode: str) -> dict[str, list[str]]:
     return {name: cmd[2:] for name, (cmd, _) in module.benchmarks(args).items()}
 
 
-def test_quick_is_smoke_for_cache_bisect_images(run_all: ModuleType) -> None:
+def test_quick_is_smoke_for_bisect(run_all: ModuleType) -> None:
     quick, smoke, full = (commands(run_all, m) for m in ("quick", "smoke", "full"))
-    assert set(run_all.QUICK_IS_SMOKE) == {"cache", "bisect", "images"}
+    assert set(run_all.QUICK_IS_SMOKE) == {"bisect"}
     for name in run_all.QUICK_IS_SMOKE:
         assert quick[name] == smoke[name], name
         assert quick[name] != full[name], name  # a smaller workload than the full run
-    assert quick["cache"] == ["--quick"]
-    assert quick["images"] == ["--quick"]
     assert quick["bisect"] == ["--gen", "4"]
+
+
+def test_cache_and_images_have_a_quick_and_a_smaller_smoke(run_all: ModuleType) -> None:
+    quick, smoke, full = (commands(run_all, m) for m in ("quick", "smoke", "full"))
+    for name in ("cache", "images"):
+        assert quick[name] == ["--quick"], quick[name]
+        assert smoke[name] == ["--smoke"], smoke[name]
+        assert full[name] == [], full[name]
+
+
+def test_gpu_tests_quick_is_a_smaller_night(run_all: ModuleType) -> None:
+    """The full run's 1,000 builds at 1 s a GPU task take over half an hour on a loaded
+    machine: --quick must pass a size (fewer Pythons, and a time scale kept well above the
+    harness's 20-30 ms a task)."""
+    quick, full = commands(run_all, "quick"), commands(run_all, "full")
+    assert full["gpu_tests"] == []
+    opts = dict(zip(quick["gpu_tests"][::2], quick["gpu_tests"][1::2], strict=True))
+    assert int(opts["--pythons"]) < 40, opts
+    assert float(opts["--gpu-task-ms"]) >= 250, opts
 
 
 def test_other_benchmarks_keep_a_smaller_smoke(run_all: ModuleType) -> None:
