@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import os
 import shutil
 import threading
 import time
@@ -40,6 +41,7 @@ from nightly.cluster.host import (
     run_task,
     slots,
 )
+from nightly.cluster.hostconfig import ENV as HOST_ENV
 from nightly.cluster.hostconfig import HostSettings, host_settings, on_this_host
 from nightly.cluster.hostinputs import ensure_input, prune_inputs
 from nightly.cluster.messages import AttemptResult, StagedPackage, WorkerEvent
@@ -58,9 +60,10 @@ from nightly.cluster.staging import (
 from nightly.cluster.verify import seal
 from nightly.config import Config
 from nightly.core.matrix import Build
-from nightly.errors import NightlyError
+from nightly.errors import ConfigError, NightlyError
 from nightly.executors import Executor
 from nightly.files import process_identity, sha256_file
+from nightly.hardening import USER_KEY
 from nightly.jsonvalues import read_json_object
 from nightly.stores import Store
 from nightly.workspace import FAILED, PENDING, Day, State, write_json
@@ -270,7 +273,7 @@ def _run(
                               smoke=smoke, preflight=preflight_with_test_images,
                               log=lambda line: emit("note", {"build": build.id, "note": line}))
         with open_session(ctx, [build], session, refused=lambda e: _preflight_failed(
-                day, ctx.state, build, str(e), att.about["attempt"])) as builds:
+                day, ctx.state, build, _on_this_worker(e), att.about["attempt"])) as builds:
             name = spec.executor if builds is None else builds.executor.name
             if builds is not None:
                 # Where the build runs (a stable folder of this slot's): a worker that dies
@@ -318,6 +321,16 @@ def _put_result(
     att.store.put_bytes(f"{prefix}{RESULT_JSON}", json.dumps(result.to_json()).encode(),
                         "application/json", if_none_match=True)
     return result
+
+
+def _on_this_worker(e: NightlyError) -> str:
+    """A refusal's line; one about who builds says where a worker host sets that: the night's
+    own [executor.local] user never reaches a worker (cluster.hostconfig)."""
+    if isinstance(e, ConfigError) and e.key == USER_KEY and not os.environ.get(HOST_ENV):
+        return (f"{e} (on a cluster worker the build user is the worker host's own: set "
+                f"[executor.local] user in a file ${HOST_ENV} names in the worker's "
+                "environment; docs/cluster.md)")
+    return str(e)
 
 
 def _preflight_failed(day: Day, state: State, build: Build, reason: str, attempt: int) -> None:

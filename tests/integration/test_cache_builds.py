@@ -519,6 +519,12 @@ def s3_cluster(moto_s3: tuple[str, str], tmp_path: Path) -> Iterator[str]:
     address = f"tcp://127.0.0.1:{port}"
     dask = str(REPO / ".venv" / "bin" / "dask")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    if ROOT_OPT_IN:
+        # Who builds on a worker host is the host's to say (nightly.cluster.hostconfig): as
+        # root with the cache's credentials, these hosts run recipes as root knowingly.
+        host_file = tmp_path / "worker-host.toml"
+        host_file.write_text(f'[executor.local]\nuser = "{ROOT_OPT_IN}"\n')
+        env["NIGHTLY_WORKER_CONFIG"] = str(host_file)
     procs = []
     logs = []
 

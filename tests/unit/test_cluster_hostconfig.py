@@ -112,3 +112,19 @@ def test_each_worker_slot_has_its_stable_folder_and_a_held_one_falls_back(
     with open_session(ctx, builds, spec(0)) as later:  # released with its session
         assert later is not None
         assert later.ctx.slot == config.root / "slots" / "0" / slot.NAME
+
+
+def test_a_refusal_about_who_builds_says_where_a_worker_host_sets_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from nightly.cluster.worker import _on_this_worker
+    from nightly.errors import ConfigError
+    from nightly.hardening import USER_KEY
+
+    refused = ConfigError("nightly runs as root with credentials", file="/o/nightly.toml",
+                          key=USER_KEY)
+    monkeypatch.delenv("NIGHTLY_WORKER_CONFIG", raising=False)
+    assert "$NIGHTLY_WORKER_CONFIG names" in _on_this_worker(refused)
+    other = ConfigError("bad", file="/o/nightly.toml", key="cache.url")
+    assert _on_this_worker(other) == str(other)
+    monkeypatch.setenv("NIGHTLY_WORKER_CONFIG", "/etc/nightly/worker.toml")
+    assert _on_this_worker(refused) == str(refused)
