@@ -9,8 +9,8 @@ context) and `schema` (the dataclasses). Defaults live in `nightly/defaults.toml
 Everything public is re-exported here: `from nightly.config import Config, Machine, load`.
 """
 
-from nightly.config.loader import DEFAULTS_PATH, find_config_path, load, parse
-from nightly.config.reader import parse_duration
+from nightly.config.loader import find_config_path, load, parse
+from nightly.config.reader import DEFAULTS_PATH, parse_duration
 from nightly.config.schema import (
     EXECUTORS,
     SCHEDULE_MODES,

@@ -22,7 +22,7 @@ from nightly.config.project import (
     select_builds,
 )
 from nightly.config.publish import parse_publish
-from nightly.config.reader import Ctx, Table, merge, read_defaults, read_toml
+from nightly.config.reader import DEFAULTS_PATH, Ctx, Table, merge, read_defaults, read_toml
 from nightly.config.retry import parse_backoff
 from nightly.config.runtime import (
     parse_cache,
@@ -44,7 +44,6 @@ from nightly.config.timeouts import parse_external_timeouts
 from nightly.errors import UsageError
 
 # The single source of defaults; package data (pyproject's [tool.setuptools.package-data]).
-DEFAULTS_PATH = Path(__file__).resolve().parent.parent / "defaults.toml"
 
 
 def find_config_path(explicit: str | None) -> Path:

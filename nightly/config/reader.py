@@ -86,8 +86,18 @@ def read_toml(path: Path) -> tuple[dict[str, object], str]:
         raise ConfigError(f"invalid TOML: {e}", file=str(path), line=line) from e
 
 
+# nightly's defaults as data: every table a configuration may set, with its default values.
+DEFAULTS_PATH = Path(__file__).resolve().parent.parent / "defaults.toml"
+
+
 def read_defaults(path: Path) -> dict[str, object]:
     return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def defaults_table() -> Table:
+    """defaults.toml read as a configuration's top table (errors name the file): what code
+    that no configuration reaches parses its section from."""
+    return Table(read_defaults(DEFAULTS_PATH), "", Ctx(str(DEFAULTS_PATH), ""))
 
 
 def parse_duration(value: object) -> float:

@@ -26,12 +26,10 @@ import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-from nightly.config.reader import Ctx, Table, read_defaults
+from nightly.config.reader import Table, defaults_table
 
 USES = ("store", "s3", "index", "engine")
-DEFAULTS_PATH = Path(__file__).resolve().parent.parent / "defaults.toml"
 
 
 @dataclass(frozen=True)
@@ -89,4 +87,4 @@ def parse_backoff(top: Table) -> Backoffs:
 @functools.cache
 def default_backoffs() -> Backoffs:
     """defaults.toml's [backoff.<use>]: for code that no configuration reaches."""
-    return parse_backoff(Table(read_defaults(DEFAULTS_PATH), "", Ctx(str(DEFAULTS_PATH), "")))
+    return parse_backoff(defaults_table())

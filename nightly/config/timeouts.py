@@ -14,11 +14,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 
-from nightly.config.reader import Ctx, Table, read_defaults
+from nightly.config.reader import Table, defaults_table
 
-DEFAULTS_PATH = Path(__file__).resolve().parent.parent / "defaults.toml"
 SECTION = "external_timeouts"
 
 
@@ -66,5 +64,4 @@ def parse_external_timeouts(top: Table) -> ExternalTimeouts:
 @functools.cache
 def default_timeouts() -> ExternalTimeouts:
     """defaults.toml's [external_timeouts]: for code that no configuration reaches."""
-    defaults = read_defaults(DEFAULTS_PATH)
-    return parse_external_timeouts(Table(defaults, "", Ctx(str(DEFAULTS_PATH), "")))
+    return parse_external_timeouts(defaults_table())

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nightly.cli import main as cli
-from nightly.config.loader import DEFAULTS_PATH
+from nightly.config.reader import DEFAULTS_PATH
 
 if sys.version_info >= (3, 11):
     import tomllib
