@@ -67,7 +67,7 @@ sys.path.insert(0, str(REPO))
 from common import print_table, write_results  # noqa: E402
 
 from nightly import config as cfg  # noqa: E402
-from nightly.builds.smoke import needs_gpu_part  # noqa: E402
+from nightly.builds.test.smoke import needs_gpu_part  # noqa: E402
 from nightly.cluster.dispatch import (  # noqa: E402
     BUILD,
     TEST,

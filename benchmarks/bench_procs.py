@@ -4,7 +4,7 @@
 
 1. Taking packages back, per GB: a package of `--mb` MB in a build's OUTPUT_DIR. Baseline:
    what filing did before (hash it once, rename it into the day's folder). New: copy it
-   into nightly's own folder as a new file (nightly.builds.takeback.take_hashed), hashing
+   into nightly's own folder as a new file (nightly.builds.run.takeback.take_hashed), hashing
    it once as it is copied (the one hash of a package nightly's normalising leaves as
    built), and check the hash again before filing, signing and upload (three more reads).
    Both on the same file system, interleaved, the median of 3; the file is in the page
@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from common import format_table, median, write_results  # noqa: E402
 
-from nightly.builds.takeback import take_hashed  # noqa: E402
+from nightly.builds.run.takeback import take_hashed  # noqa: E402
 from nightly.executors import confine  # noqa: E402
 from nightly.executors.base import Job  # noqa: E402
 from nightly.executors.local import LocalExecutor  # noqa: E402

@@ -52,7 +52,7 @@ def _matrix() -> str:
 
 def child(mode: str, config: str, out: str) -> None:
     """In the child: patch the mode in, run the night, write the build phase's time."""
-    from nightly.builds import local_phase
+    from nightly.builds.session import local_phase
     from nightly.cli.main import cli
 
     if mode == "none":

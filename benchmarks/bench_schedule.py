@@ -49,8 +49,8 @@ sys.path.insert(0, str(REPO))
 from common import DELIVER_WHEEL, median, print_table, stand_in_wheel, timed, write_results  # noqa: E402
 
 from nightly import config as cfg  # noqa: E402
-from nightly.builds.jobs import RunContext  # noqa: E402
-from nightly.builds.runner import Runner  # noqa: E402
+from nightly.builds.run.jobs import RunContext  # noqa: E402
+from nightly.builds.run.runner import Runner  # noqa: E402
 from nightly.core.matrix import Build, normalize_cuda  # noqa: E402
 from nightly.executors.local import LocalExecutor  # noqa: E402
 from nightly.plan.schedule import Plan, make_plan  # noqa: E402

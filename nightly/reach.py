@@ -1,5 +1,5 @@
 """Can another account reach a path? Answered from the file system's mode bits, without
-switching to that account: the build user's preflight (nightly/builds/userarea.py) asks it of
+switching to that account: the build user's preflight (nightly/builds/area/userarea.py) asks it of
 every path a build needs, before the first build, so a folder out of the user's reach is one
 line at plan time instead of a build failing with a shell's "Permission denied".
 

@@ -2,7 +2,7 @@
 nightly.bisect.search chooses, until the first commit that fails the night's way.
 
 Each step is a build of the same configuration (recipe, image, CUDA, Python, executor,
-compiler cache, smoke test) by the night's own machinery (nightly.builds.runner.Runner), in a folder
+compiler cache, smoke test) by the night's own machinery (nightly.builds.run.runner.Runner), in a folder
 of its own laid out like a day folder: DAY/bisect/<build-id>/<commit>/ (logs/, packages/,
 state.json, work/). The commit's source is checked out in DAY/bisect/<build-id>/source/, the
 same path at every step, so that the compiler cache sees the same paths (its hits are the
@@ -252,9 +252,9 @@ class StepBuilder:
         git(self.source, "clean", "-qfdx", timeout_s=wait)
 
     def run(self, commit: str) -> Step:
-        from nightly.builds.jobs import RunContext
-        from nightly.builds.session import SessionSpec, open_session
-        from nightly.builds.smoke import night_smoke
+        from nightly.builds.run.jobs import RunContext
+        from nightly.builds.session.build_session import SessionSpec, open_session
+        from nightly.builds.test.smoke import night_smoke
 
         sandbox = Day(self.folder, self.day.date, name=commit)
         sandbox.create()

@@ -206,7 +206,7 @@ def run(
     m = night.pick_machine(ctx.config, machine)
     share = night.plan_share(ctx.config, m, selects)
     if not dry_run:
-        from nightly.builds.windows import refuse_here
+        from nightly.builds.run.windows import refuse_here
 
         refuse_here(share.order)  # (a free-threaded build without its interpreter fails alone)
     opts = night.NightOptions(
@@ -224,7 +224,8 @@ def _refuse_unrunnable(config: Config, builds: Sequence[Build], machine: str | N
     """Builds this host cannot run, refused in one line (exit 2) before anything starts:
     Windows builds anywhere but Windows; free-threaded ones with no such interpreter, when
     nothing else was asked for."""
-    from nightly.builds import freethreaded, windows
+    from nightly.builds.rules import freethreaded
+    from nightly.builds.run import windows
     from nightly.night import pipeline as night
 
     windows.refuse_here(builds)

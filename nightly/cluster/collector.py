@@ -2,7 +2,7 @@
 
 The orchestrator (nightly.cluster.orchestrator) hands builds to the scheduler; this follows
 them: each attempt's start and end (the workers' events), a worker lost mid-build, a task that
-erred or was cancelled, and each result, filed into the day folder with nightly.builds.collect (the
+erred or was cancelled, and each result, filed into the day folder with nightly.builds.run.collect (the
 step the local queues end each build with). A rerun after kill -9 adopts attempts that had
 finished in staging before the run that submitted them died.
 """
@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from nightly.builds.collect import collect_build
-from nightly.builds.ownership import owned_names
-from nightly.builds.phase import NightContext
-from nightly.builds.progress import Progress
-from nightly.builds.smoke import NOT_RUN, PASSED, stage_part, tested_record
+from nightly.builds.area.ownership import owned_names
+from nightly.builds.run.collect import collect_build
+from nightly.builds.run.phase import NightContext
+from nightly.builds.test.smoke import NOT_RUN, PASSED, stage_part, tested_record
+from nightly.builds.view.progress import Progress
 from nightly.cluster.dispatch import TaskItem
 from nightly.cluster.messages import AttemptResult, GpuTestResult, WorkerEvent
 from nightly.cluster.staging import RESULT_JSON, StagingDay, attempt_prefix
@@ -251,7 +251,7 @@ class Collector:
              test: GpuTestResult | None = None) -> None:
         """Collect one attempt's result: packages fetched from staging into packages/, the
         log (with any earlier attempts' that died, and its GPU tests') into
-        logs/succeeded|failed/, then state.json and history (nightly.builds.collect). With
+        logs/succeeded|failed/, then state.json and history (nightly.builds.run.collect). With
         `test` (its GPU part, the test stage) it fails unless that passed."""
         day, token, status = self.day, result.token, result.status
         ok, reason, tested = status == SUCCEEDED, result.reason, result.tested

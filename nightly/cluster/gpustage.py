@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nightly.builds.smoke import FAILED, NOT_RUN, PASSED, needs_gpu_part, stage_part
+from nightly.builds.test.smoke import FAILED, NOT_RUN, PASSED, needs_gpu_part, stage_part
 from nightly.cluster.collector import Collector, who
 from nightly.cluster.dispatch import (
     TEST,

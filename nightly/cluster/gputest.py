@@ -8,7 +8,7 @@ needs the `gpu` resource, so only GPU workers run it (docs/cluster.md). Here it:
   never more than the size the build's worker reported) and checks each against the size and
   sha256 that worker reported over the authenticated channel (`spec.packages`): a package
   changed in staging is not tested, and the test fails (so the build is not published);
-- runs the GPU part as one machine runs it (nightly.builds.smoke.SmokeTester.gpu_part: a fresh
+- runs the GPU part as one machine runs it (nightly.builds.test.smoke.SmokeTester.gpu_part: a fresh
   venv, or a fresh container with GPU access, `[smoke] gpu_check` and `gpu_command`, its own
   log section, `gpu_timeout` and `gpu_retries`) with the build's environment and executor;
 - writes its log and (last, sealed) its result under `<day>/tests/<build-id>/<token>/`, and
@@ -27,8 +27,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from nightly.builds.jobs import RunContext, make_job
-from nightly.builds.smoke import FAILED, NOT_RUN, SmokeTester, preflight_jobs, stage_part
+from nightly.builds.run.jobs import RunContext, make_job
+from nightly.builds.test.smoke import FAILED, NOT_RUN, SmokeTester, preflight_jobs, stage_part
 from nightly.cluster.host import (
     Emit,
     WorkerInfo,

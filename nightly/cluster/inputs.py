@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nightly.builds.phase import NightContext
+from nightly.builds.run.phase import NightContext
 from nightly.cluster.host import running_attempts
 from nightly.cluster.staging import StagingDay, inputs_key, make_tarball
 from nightly.core.matrix import Build

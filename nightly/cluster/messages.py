@@ -157,7 +157,7 @@ class GpuTestResult:
     worker: str = ""
     worker_name: str = ""
     host: str = ""
-    result: str = FAILED  # passed | failed | not run (nightly.builds.smoke)
+    result: str = FAILED  # passed | failed | not run (nightly.builds.test.smoke)
     reason: str | None = None
     part: TestPart | None = None  # state.json's tested.gpu
     started: float | None = None

@@ -6,7 +6,7 @@ platforms) to the Dask scheduler, one task per build (nightly.cluster.dispatch: 
 priorities, retries), and each build runs on its worker through the ordinary Runner
 (nightly.cluster.worker). Its packages and log go to the staging store, never through the
 scheduler (nightly.cluster.staging); the task returns a small dict. As results arrive, this
-process fetches the packages and files the build with nightly.builds.collect (the same step the local
+process fetches the packages and files the build with nightly.builds.run.collect (the same step the local
 queues end each build with): packages into `packages/<package>/<cuda>/`, the log (every
 attempt's, dead workers' included) into `logs/succeeded|failed/`, then state.json and the
 history. Publishing happens once, in the pipeline, after the builds.
@@ -34,8 +34,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from nightly.builds.phase import NightContext
-from nightly.builds.progress import Progress
+from nightly.builds.run.phase import NightContext
+from nightly.builds.view.progress import Progress
 from nightly.cluster.collector import Collector
 from nightly.cluster.dispatch import (
     TEST,
@@ -77,7 +77,7 @@ from nightly.workspace import live as live_state
 
 
 class ClusterPhase:
-    """The build phase on a Dask cluster (nightly.builds.phase.BuildPhase)."""
+    """The build phase on a Dask cluster (nightly.builds.run.phase.BuildPhase)."""
 
     def __init__(self, config: Config, date: dt.date, opts: ClusterOptions) -> None:
         self.address = check_options(config, opts)

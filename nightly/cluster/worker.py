@@ -28,9 +28,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nightly.builds.jobs import RunContext, make_job
-from nightly.builds.session import SessionSpec, open_session, preflight_with_test_images
-from nightly.builds.smoke import SmokeTester, night_smoke
+from nightly.builds.run.jobs import RunContext, make_job
+from nightly.builds.session.build_session import SessionSpec, open_session, preflight_with_test_images
+from nightly.builds.test.smoke import SmokeTester, night_smoke
 from nightly.cluster.host import (
     Emit,
     WorkerInfo,
@@ -313,8 +313,8 @@ def _put_result(
         packages=tuple(packages), log_key=f"{prefix}{LOG_TXT}" if log_sha else "",
         log_sha256=log_sha, log_chunks=chunks,
         commit=spec.commit, version=spec.version, channel=spec.channel,
-        cache=entry.cache,  # the compiler cache's statistics (nightly.builds.cache)
-        tested=entry.tested,  # the test stage's record so far (nightly.builds.smoke)
+        cache=entry.cache,  # the compiler cache's statistics (nightly.builds.cache.wiring)
+        tested=entry.tested,  # the test stage's record so far (nightly.builds.test.smoke)
     )
     if spec.seal_key:
         result = replace(result, seal=seal(spec.seal_key, result.to_json()))

@@ -33,7 +33,7 @@ class Project:
     # (nightly.config.detect resolves auto from the source).
     version_from: str = "auto"
     # Other distribution names the project's builds deliver (a package is the project's when
-    # its normalised name is `name` or one of these: nightly.builds.ownership).
+    # its normalised name is `name` or one of these: nightly.builds.area.ownership).
     extra_names: tuple[str, ...] = ()
     # The limited-API floor of the project's wheels ("cp310"; "": none): one build per floor,
     # its wheel tested on every Python of the range (nightly.core.limited).
@@ -50,7 +50,7 @@ class BuildSettings:
     find_links: tuple[str, ...] = ()
     # Prepare a wheelhouse of build requirements once per night and build from it alone.
     wheelhouse: bool = False
-    # Build twice and compare (nightly.builds.repro_check): none, sample (one build per package
+    # Build twice and compare (nightly.builds.repro.check): none, sample (one build per package
     # type), all.
     check_reproducible: str = "none"
 
@@ -122,7 +122,7 @@ class LocalSettings:
     cuda: Mapping[str, str]
     user: str = ""  # run recipes as this account ("": nightly's own user); nightly/hardening.py
     # Where a build user's builds run and read their inputs ("": /var/tmp/nightly-<user>);
-    # nightly/builds/userarea.py
+    # nightly/builds/area/userarea.py
     build_dir: str = ""
 
 
@@ -171,7 +171,7 @@ class Smoke:
     libtorch_libs: tuple[str, ...]
     image: str
     timeout_s: float
-    # The GPU part (gpu_check, gpu_command) is a test stage of its own (nightly.builds.smoke).
+    # The GPU part (gpu_check, gpu_command) is a test stage of its own (nightly.builds.test.smoke).
     gpu_command: str = ""
     gpu_timeout_s: float = 600.0
     gpu_retries: int = 0
@@ -249,7 +249,8 @@ class ClusterConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class CacheConfig:
-    """[cache]: the compiler cache (sccache) in front of every build's compilers (nightly.builds.cache)."""
+    """[cache]: the compiler cache (sccache) in front of every build's compilers
+    (nightly.builds.cache.wiring)."""
 
     enabled: bool = False  # the section's default (defaults.toml) turns it on
     dir: Path = Path()  # the local cache folder of this machine (one subfolder per toolchain)

@@ -17,7 +17,7 @@ from typing import Protocol
 
 
 class CompilerCache(Protocol):
-    """What an executor needs of a build's compiler cache (nightly.builds.cache.BuildCache is
+    """What an executor needs of a build's compiler cache (nightly.builds.cache.wiring.BuildCache is
     the one implementation; the executors sit below the build layer and only see this)."""
 
     def env(self, *, container: bool) -> dict[str, str]: ...
@@ -49,7 +49,7 @@ class Job:
     image: str | None = None  # container image, when the executor uses one
     memory_limit: str | None = None  # e.g. "8g", container executor
     gpu: bool = False  # request GPU access (smoke tests on GPU hosts only)
-    cache: CompilerCache | None = None  # the compiler cache (nightly.builds.cache.attach)
+    cache: CompilerCache | None = None  # the compiler cache (nightly.builds.cache.wiring.attach)
 
     @property
     def recipe(self) -> Path:

@@ -119,7 +119,7 @@ _LINE_NO = re.compile(r"(?:\bline |:)\d+(?::\d+)?\b")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _TEMP = re.compile(r"\b(?:tmp|pip-[a-z-]+-|build-env-)[A-Za-z0-9_]{4,}\b")
 _LONG_HEX = re.compile(r"\b[0-9a-f]{12,64}\b")
-_GPU_SECTION = re.compile(r"^-{10,} GPU test -{10,}$", re.M)  # nightly.builds.smoke's
+_GPU_SECTION = re.compile(r"^-{10,} GPU test -{10,}$", re.M)  # nightly.builds.test.smoke's
 
 
 def build_output(log_text: str, build_id: str = "") -> list[str]:
@@ -142,7 +142,7 @@ def build_output(log_text: str, build_id: str = "") -> list[str]:
 
 def gpu_test_output(log_text: str) -> list[str]:
     """The output of the log's last GPU test section (`---- GPU test ----`,
-    nightly.builds.smoke): inside the build's output on one machine, after the build's footer
+    nightly.builds.test.smoke): inside the build's output on one machine, after the build's footer
     in a cluster night (the test stage's own log, nightly.cluster.gputest). [] without one."""
     text = _ANSI.sub("", log_text)
     found = list(_GPU_SECTION.finditer(text))

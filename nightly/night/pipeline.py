@@ -3,8 +3,8 @@ report -> prune -> summary -> notify.
 
 `nightly run`, `nightly build`, `nightly release` and `nightly run --cluster` all go through
 `run_night`; they differ only in which builds (the plan's share of this machine, the command
-line, the whole matrix) and in the build phase (nightly.builds.phase.BuildPhase): this machine's
-queues (nightly.builds.local_phase.LocalPhase) or a Dask cluster (nightly.cluster.orchestrator).
+line, the whole matrix) and in the build phase (nightly.builds.run.phase.BuildPhase): this machine's
+queues (nightly.builds.session.local_phase.LocalPhase) or a Dask cluster (nightly.cluster.orchestrator).
 docs/architecture.md draws the whole picture.
 """
 
@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nightly.builds.local_phase import LocalPhase
-from nightly.builds.phase import BuildPhase, NightContext
-from nightly.builds.policy import stale_builds
+from nightly.builds.rules.policy import stale_builds
+from nightly.builds.run.phase import BuildPhase, NightContext
+from nightly.builds.session.local_phase import LocalPhase
 from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config
 from nightly.core.matrix import Build, nightly_version

@@ -2,7 +2,7 @@
 their live view has closed, the upload (nightly.publish.upload.publish_day, through its
 `on_package`) is shown per build and package, done of the total.
 
-On a terminal: the same rich view as the builds' (nightly.builds.liveview), each build being
+On a terminal: the same rich view as the builds' (nightly.builds.view.liveview), each build being
 published in the `publishing` phase with `package 2 of 3: NAME uploaded` as its line, and the
 headline `now publishing: 4 of 10 packages`. Without one (cron, a pipe): one plain
 timestamped line per package (`publish  BUILD: 2 of 3 packages (4 of 10 in all): NAME
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from nightly.builds.liveview import render
+from nightly.builds.view.liveview import render
 from nightly.workspace import SUCCEEDED, live
 
 if TYPE_CHECKING:
-    from nightly.builds.phase import NightContext
+    from nightly.builds.run.phase import NightContext
 
 DONE = ("uploaded", "already there", "failed")
 MIN_REDRAW_S = 0.25  # live.json and the view redrawn at most this often (the last always)

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nightly import __version__, provenance
-from nightly.builds.ownership import PUBLISHED_KINDS, owned_by_name, owned_names
-from nightly.builds.reproducible import source_epoch
+from nightly.builds.area.ownership import PUBLISHED_KINDS, owned_by_name, owned_names
+from nightly.builds.repro.reproducible import source_epoch
 from nightly.config import Config
 from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.core.matrix import Build
@@ -29,7 +29,7 @@ from nightly.files import BytesChanged, check_sha256, sha256_file
 from nightly.workspace import FAILED, SUCCEEDED, BuildEntry, Day, State
 
 if TYPE_CHECKING:
-    from nightly.builds.phase import NightContext
+    from nightly.builds.run.phase import NightContext
     from nightly.stores import Store
 
 

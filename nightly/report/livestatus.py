@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from nightly.builds.liveview import plain, render
+from nightly.builds.view.liveview import plain, render
 from nightly.workspace import Day, is_locked, live
 
 

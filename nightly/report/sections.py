@@ -11,7 +11,7 @@ import statistics
 import urllib.parse
 from collections.abc import Sequence
 
-from nightly.builds.cache import night_total
+from nightly.builds.cache.wiring import night_total
 from nightly.core.manylinux import describe
 from nightly.format import clock, human_size, took
 from nightly.report.view import (

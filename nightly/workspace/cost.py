@@ -1,7 +1,7 @@
 """What a build cost, and where: its build seconds and test seconds and the hosts each ran on,
 and for the night the seconds GPU hosts spent building against testing (GPU hosts cost about
 ten times what CPU hosts do: they should test, not compile). Read from state.json's entries
-(`duration_s`, `machine`, and the test stage's `tested`, nightly.builds.smoke)."""
+(`duration_s`, `machine`, and the test stage's `tested`, nightly.builds.test.smoke)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """logs/master/live.json: what a running night is doing now, for `nightly status` in another
-shell. The night's progress display (nightly.builds.progress) writes it on each event and at
+shell. The night's progress display (nightly.builds.view.progress) writes it on each event and at
 most once a second; status reads it back (bounded, no symlink followed, lenient: a file of
 another shape is no live state, never an error). Written without fsync: it is a view, and a
 crash leaves the previous one (os.replace), which the dead night's pid tells apart."""

@@ -1,6 +1,6 @@
 """The typed records a build's state.json entry carries between the stages of the night: its
-test stage (`tested`, nightly.builds.smoke) and its compiler cache's statistics (`cache`,
-nightly.builds.cache); the manylinux record (`manylinux`) is nightly.core.manylinux.ManylinuxRecord.
+test stage (`tested`, nightly.builds.test.smoke) and its compiler cache's statistics (`cache`,
+nightly.builds.cache.wiring); the manylinux record (`manylinux`) is nightly.core.manylinux.ManylinuxRecord.
 
 Each reads its JSON form leniently (a day folder written by another version, or damaged): a
 value of the wrong type reads as unset, a part that is not an object as absent, keys this

@@ -84,12 +84,12 @@ class BuildEntry:
     upload_error: str | None = None
     promoted: Mapping[str, str] = field(default_factory=dict)  # release destination -> sha256
     manual: Mapping[str, str] = field(default_factory=dict)  # a one-off build: by, at, command
-    cache: CacheStats | None = None  # compiler cache statistics (nightly.builds.cache)
+    cache: CacheStats | None = None  # compiler cache statistics (nightly.builds.cache.wiring)
     manylinux: ManylinuxRecord | None = None  # policy, tags reached, glibc (nightly.core.manylinux)
     worker_name: str = ""  # cluster mode: the worker's name, host and attempt token
     host: str = ""
     token: str = ""
-    # the test stage (nightly.builds.smoke): result, seconds, and per part (cpu, gpu) the
+    # the test stage (nightly.builds.test.smoke): result, seconds, and per part (cpu, gpu) the
     # result (passed / failed / not run), where, when, seconds, attempts, reason
     tested: TestRecord | None = None
     extra: Mapping[str, object] = field(default_factory=dict)  # keys this version does not know

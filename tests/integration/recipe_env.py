@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nightly.builds.jobs import package_version
+from nightly.builds.run.jobs import package_version
 from nightly.core.matrix import Build
 
 REPO = Path(__file__).resolve().parents[2]

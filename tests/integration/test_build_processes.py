@@ -51,7 +51,7 @@ files = {f"{dist}/__init__.py": f"__version__ = {version!r}\nMARK = {marker!r}\n
 record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
           for n, d in files.items()] + [f"{info}/RECORD,,"]
 files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-# Already in nightly's canonical form (nightly.builds.reproducible.normalise_zip), so that
+# Already in nightly's canonical form (nightly.builds.repro.reproducible.normalise_zip), so that
 # nightly's normalising leaves the file (and its inode) as the build wrote it.
 when = time.gmtime(max(int(os.environ["SOURCE_DATE_EPOCH"]), 315532800))[:6]
 with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:

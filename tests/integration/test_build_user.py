@@ -1,7 +1,7 @@
 """Root runs the night with `[executor.local] user` set, everything of its own in a 0700 home
 (nightly installed there, the project, the nightlies root, the caches, the AWS credentials,
 the provenance signing key), as a release engineer sets it up: every build runs as the build
-user in its build area (nightly/builds/userarea.py) and succeeds with the compiler cache on
+user in its build area (nightly/builds/area/userarea.py) and succeeds with the compiler cache on
 (hits on the second night), and the build user reads nothing of root's. A path the build
 user cannot reach stops the night before any build, with one line (exit 2).
 """

@@ -1,9 +1,9 @@
 """Every way to run a build, as root with `[executor.local] user` and nightly installed the
 README's way (a venv in root's 0700 home): the night, a one-off `nightly build`, its
 `--check-reproducible`, a release candidate and its promotion, and `nightly bisect`. Each
-build runs as the build user in its build area (nightly/builds/userarea.py, set up by the
-one build session: nightly/builds/session.py), with nightly's Python and the tools it runs
-(auditwheel, patchelf) staged there (nightly/builds/toolstage.py), and succeeds.
+build runs as the build user in its build area (nightly/builds/area/userarea.py, set up by the
+one build session: nightly/builds/session/build_session.py), with nightly's Python and the tools it runs
+(auditwheel, patchelf) staged there (nightly/builds/area/toolstage.py), and succeeds.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - *.o \
 
 
 # The cache's store is per project and toolchain: <base>/<project>-<hash of name and root>/<toolchain>
-# (nightly/builds/cache_store.py, namespace).
+# (nightly/builds/cache/store.py, namespace).
 _NS = r"[a-z0-9._-]+-[0-9a-f]{10}"
 
 
@@ -273,8 +273,8 @@ dir = "{cache_dir}"
 
     # sccache itself, one folder for both toolkits: the second nvcc misses, and its object is
     # its own (the runtime version compiled in differs).
-    from nightly.builds import cache as cc
-    from nightly.builds.cache_scripts import write_tools
+    from nightly.builds.cache import wiring as cc
+    from nightly.builds.cache.scripts import write_tools
 
     tools = tmp_path / "tools"
     write_tools(tools)

@@ -135,7 +135,7 @@ def test_full_night(
         text = (day / "logs" / where / f"{bid}.log").read_text()
         assert f"nightly build {bid}  (attempt 1)" in text
         assert "where:    host (local executor)" in text
-        # The recipe, started by the compiler cache's `run` (nightly.builds.cache).
+        # The recipe, started by the compiler cache's `run` (nightly.builds.cache.wiring).
         assert re.search(rf"^command:  bash \S+/cache/run {p.path / 'recipes'}/", text, re.M)
         if bid in FULL_OK:
             assert "note:        compiler cache: 0 hits, 0 misses, 0 compile requests" in text
@@ -222,7 +222,7 @@ def test_full_night(
     assert env["CHANNEL"] == "nightly"
     assert env["NIGHTLY_DATE"] == "2024_05_01"
     # Host builds run in the root's stable build folder (the same paths every night, so the
-    # compiler cache serves one night's objects to the next; nightly/builds/slot.py).
+    # compiler cache serves one night's objects to the next; nightly/builds/area/slot.py).
     stable = day.parent / ".builds"
     assert env["SOURCE_DIR"] == str(stable / "source")
     assert env["OUTPUT_DIR"] == str(stable / "work" / "manywheel_3.6m_cu100" / "out")

@@ -103,7 +103,7 @@ def _log_path(n: Night, bid: str) -> Path:
 
 
 def _build_folder(n: Night, bid: str) -> Path:
-    """A host build's folder: in its root's stable build folder (nightly/builds/slot.py)."""
+    """A host build's folder: in its root's stable build folder (nightly/builds/area/slot.py)."""
     return n.p.day.parent / ".builds" / "work" / bid
 
 

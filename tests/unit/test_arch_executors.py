@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nightly.builds.runner import Runner
+from nightly.builds.run.runner import Runner
 from nightly.config import Config, load
 from nightly.core.matrix import Build
 from nightly.errors import ConfigError

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly.builds.jobs import build_env
+from nightly.builds.run.jobs import build_env
 from nightly.config import load
 from nightly.core.matrix import nightly_version
 from nightly.errors import ConfigError
@@ -151,7 +151,7 @@ def test_a_container_build_in_a_declared_builder_gets_its_interpreter_from_night
 ) -> None:
     """PYTHON is decided once, by nightly, where nightly made the image: the declared
     spec's interpreter under /opt/python; the local executor finds the host's itself."""
-    from nightly.builds.jobs import interpreter_env
+    from nightly.builds.run.jobs import interpreter_env
     from nightly.core.matrix import Build
 
     path = tmp_path / "nightly.toml"

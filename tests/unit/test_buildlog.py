@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nightly.builds import buildlog
+from nightly.builds.run import buildlog
 from nightly.executors.base import Job
 
 
@@ -31,7 +31,7 @@ def test_no_toolkit_line_without_one() -> None:
 
 
 def test_error_line_is_the_last_error_line_across_chunks_else_the_last_line() -> None:
-    from nightly.builds.buildlog import ErrorLine
+    from nightly.builds.run.buildlog import ErrorLine
 
     seen = ErrorLine()
     # Chunks cut mid-line, colour codes, a later non-error line: the ERROR line wins.

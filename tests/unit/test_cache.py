@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from nightly.builds import cache as cc
-from nightly.builds.cache_scripts import write_tools
+from nightly.builds.cache import wiring as cc
+from nightly.builds.cache.scripts import write_tools
 from nightly.config import load
 from nightly.errors import ConfigError
 from nightly.executors.base import Job

@@ -1,4 +1,4 @@
-"""The compiler cache's store (nightly/builds/cache_store.py): nightly's alone, one per project
+"""The compiler cache's store (nightly/builds/cache/store.py): nightly's alone, one per project
 and toolchain; a build's view of it, and its new entries taken in without ever replacing one."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any, cast
 
 import pytest
 
-from nightly.builds import cache as cc
-from nightly.builds import cache_store as cs
+from nightly.builds.cache import store as cs
+from nightly.builds.cache import wiring as cc
 from nightly.executors.base import Job
 
 KEY_A = "a" * 64

@@ -62,7 +62,7 @@ def test_help_does_not_import_heavy_modules(nightly_process: Run) -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["nightly.builds.runner", "nightly.cluster.worker", "nightly.night.pipeline"]
+    "module", ["nightly.builds.run.runner", "nightly.cluster.worker", "nightly.night.pipeline"]
 )
 def test_the_build_phase_loads_no_heavy_library(module: str) -> None:
     """A Runner and a Dask worker load neither rich nor the cloud and container clients:

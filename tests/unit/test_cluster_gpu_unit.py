@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from nightly import config as cfg
-from nightly.builds.smoke import FAILED, NOT_RUN, PASSED, SmokeTester, stage_part
+from nightly.builds.test.smoke import FAILED, NOT_RUN, PASSED, SmokeTester, stage_part
 from nightly.cluster.collector import with_gpu_test
 from nightly.cluster.dispatch import (
     BUILD,

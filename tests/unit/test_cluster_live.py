@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from nightly import config as cfg
-from nightly.builds.progress import Progress
+from nightly.builds.view.progress import Progress
 from nightly.cluster.collector import Collector
 from nightly.cluster.options import estimate_source
 from nightly.core.matrix import Build

@@ -68,7 +68,7 @@ def test_zig_wrappers_for_the_target_and_for_this_machine(tmp_path: Path) -> Non
 def test_a_build_for_another_architecture_gets_the_cross_environment() -> None:
     import platform
 
-    from nightly.builds.jobs import cross_env
+    from nightly.builds.run.jobs import cross_env
     from nightly.config import load
     from nightly.core.matrix import Build
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nightly.builds.smoke import SmokeTester
+from nightly.builds.test.smoke import SmokeTester
 from nightly.config import load
 from nightly.core.matrix import Build
 from nightly.core.spec import SpecError
@@ -188,7 +188,7 @@ def test_the_smoke_test_runs_in_the_runtime_image_and_its_log_says_so(tmp_path: 
 def test_a_workers_preflight_looks_for_the_image_its_tests_run_in(tmp_path: Path) -> None:
     # A cluster worker checks the image a build's tests need before building, so a worker
     # without the runtime image refuses the build instead of failing a good wheel's test.
-    from nightly.builds.smoke import preflight_jobs
+    from nightly.builds.test.smoke import preflight_jobs
 
     c = _load(tmp_path)
     build_image = c.builders["demo"].tag_for("cu130")

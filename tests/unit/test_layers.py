@@ -63,7 +63,18 @@ LAYERS: Layers = [
     ("channel clients", ("nightly.channels",)),
     ("executors", ("nightly.executors",)),
     ("builder images", ("nightly.images",)),
-    ("builds", ("nightly.builds",)),
+    # builds/ by job, lowest first: what a person sees, the compiler cache, platform rules, the
+    # area a build runs in, reproducibility, running one build, testing it, and the session
+    # every caller opens. `nightly.builds` itself (an empty package) sits with the lowest; a
+    # module directly in builds/ is refused by test_builds_modules_live_in_a_sub_package.
+    ("builds: live view", ("nightly.builds", "nightly.builds.view")),
+    ("builds: compiler cache", ("nightly.builds.cache",)),
+    ("builds: platform rules", ("nightly.builds.rules",)),
+    ("builds: build area", ("nightly.builds.area",)),
+    ("builds: reproducibility", ("nightly.builds.repro",)),
+    ("builds: running", ("nightly.builds.run",)),
+    ("builds: testing", ("nightly.builds.test",)),
+    ("builds: session", ("nightly.builds.session",)),
     ("provenance", ("nightly.provenance",)),
     ("publishing", ("nightly.publish",)),
     ("cluster", ("nightly.cluster",)),
@@ -307,6 +318,24 @@ def test_no_circle_between_folders_at_module_level() -> None:
         " <-> ".join(c) for c in found)
 
 
+def builds_flat_modules(package: Path = PACKAGE) -> list[str]:
+    """Modules directly in builds/ (besides its __init__): each belongs in a sub-package by job."""
+    return sorted(p.name for p in (package / "builds").glob("*.py") if p.name != "__init__.py")
+
+
+def test_builds_modules_live_in_a_sub_package() -> None:
+    assert builds_flat_modules() == []
+
+
+def test_a_planted_flat_module_in_builds_is_found(tmp_path: Path) -> None:
+    (tmp_path / "builds" / "run").mkdir(parents=True)
+    (tmp_path / "builds" / "__init__.py").write_text("")
+    (tmp_path / "builds" / "run" / "runner.py").write_text("")
+    assert builds_flat_modules(tmp_path) == []
+    (tmp_path / "builds" / "helpers.py").write_text("")
+    assert builds_flat_modules(tmp_path) == ["helpers.py"]
+
+
 def test_the_layer_table_names_only_what_exists() -> None:
     """An entry left behind by a move would silently name nothing."""
     modules = [m for m, _ in all_modules()]
@@ -341,15 +370,21 @@ def test_the_docs_draw_the_same_layers() -> None:
 @pytest.mark.parametrize(
     ("module", "source"),
     [
-        ("nightly.builds.runner", "from nightly.report import terminal\n"),
+        ("nightly.builds.run.runner", "from nightly.report import terminal\n"),
         ("nightly.config.schema", "from nightly.plan.schedule import Plan\n"),
-        ("nightly.executors.base", "if True:\n    import nightly.builds.cache\n"),
+        ("nightly.executors.base", "if True:\n    import nightly.builds.cache.wiring\n"),
         ("nightly.workspace.summary", "def f():\n    from nightly.publish.upload import X\n"),
         ("nightly.stores.s3", "from nightly.index import regenerate\n"),
         ("nightly.channels.conda", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                   "    from nightly.builds.smoke import SmokeTester\n"),
+                                   "    from nightly.builds.test.smoke import SmokeTester\n"),
         ("nightly.bisect.run", "def f():\n    from nightly.night.pipeline import run_night\n"),
         ("nightly.errors", "from nightly import config\n"),
+        # Inside builds/: a lower sub-package reaching a higher one, however it is written.
+        ("nightly.builds.run.jobs", "from nightly.builds.session.build_session import open_session\n"),
+        ("nightly.builds.area.userarea", "def f():\n    from nightly.builds.run import runner\n"),
+        ("nightly.builds.cache.wiring", "import nightly.builds.area.slot\n"),
+        ("nightly.builds.view.progress", "from nightly.builds.test.smoke import night_smoke\n"),
+        ("nightly.builds.repro.check", "from ..run.collect import collect_build\n"),
     ],
 )
 def test_a_planted_upward_import_is_found(module: str, source: str) -> None:
@@ -359,7 +394,10 @@ def test_a_planted_upward_import_is_found(module: str, source: str) -> None:
 def test_imports_downward_and_sideways_pass() -> None:
     assert upward_imports("nightly.night.pipeline", "from nightly.builds import runner\n") == []
     assert upward_imports("nightly.config.schema", "from nightly.core.matrix import Build\n") == []
-    assert upward_imports("nightly.builds.runner", "from nightly.builds.jobs import make_job\n") == []
+    assert upward_imports("nightly.builds.run.runner", "from nightly.builds.run.jobs import make_job\n") == []
+    assert upward_imports("nightly.builds.session.build_session",
+                          "from nightly.builds.run import runner\n") == []
+    assert upward_imports("nightly.builds.test.smoke", "from nightly.builds.area import ownership\n") == []
     assert upward_imports("nightly.night.pipeline", "def f():\n    from nightly.bisect import auto\n") == []
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly.builds.jobs import manylinux_env
+from nightly.builds.run.jobs import manylinux_env
 from nightly.config import load
 from nightly.core import manylinux
 from nightly.errors import ConfigError

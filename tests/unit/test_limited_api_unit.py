@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly.builds import abi3test
+from nightly.builds.test import abi3test
 from nightly.cli.init_facts import read_facts
 from nightly.cli.scaffold import render
 from nightly.config import load

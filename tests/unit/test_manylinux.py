@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nightly.builds.jobs import manylinux_env
+from nightly.builds.run.jobs import manylinux_env
 from nightly.config import load
 from nightly.core import manylinux
 from nightly.core.specparse import parse_spec

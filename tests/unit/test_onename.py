@@ -1,4 +1,4 @@
-"""nightly.builds.onename: concurrent filers of one file name (the night's queues)."""
+"""nightly.builds.run.onename: concurrent filers of one file name (the night's queues)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly.builds import onename
+from nightly.builds.run import onename
 from nightly.workspace import Day, PackageFile, State
 
 

@@ -1,5 +1,5 @@
 """What a build was built under (policy, toolchain) and the rebuild of builds made under
-another one (nightly.builds.policy); untested builds never shown as plain succeeded
+another one (nightly.builds.rules.policy); untested builds never shown as plain succeeded
 (nightly.workspace.cost); the fix a policy miss names (nightly.core.manylinux)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from nightly.builds.jobs import manylinux_env
-from nightly.builds.policy import built_under, stale_builds
+from nightly.builds.rules.policy import built_under, stale_builds
+from nightly.builds.run.jobs import manylinux_env
 from nightly.core import manylinux
 from nightly.core.matrix import Build
 from nightly.workspace import State

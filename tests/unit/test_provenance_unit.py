@@ -1,5 +1,5 @@
 """Provenance statements, signing and verifying (securesystemslib), key files, and the
-canonical forms of zips and conda packages (nightly.builds.reproducible)."""
+canonical forms of zips and conda packages (nightly.builds.repro.reproducible)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from nightly import provenance
-from nightly.builds import repro_check
-from nightly.builds.reproducible import normalise_conda, normalise_packages, normalise_zip, source_epoch
+from nightly.builds.repro import check as repro_check
+from nightly.builds.repro.reproducible import normalise_conda, normalise_packages, normalise_zip, source_epoch
 from nightly.core.matrix import Build
 from nightly.errors import UsageError
 
@@ -135,7 +135,7 @@ def _conda(path: Path, stamp: int, mtime: int) -> None:
                 t.addfile(info, io.BytesIO(data))
         return out.getvalue()
 
-    from nightly.builds.reproducible import _zstd
+    from nightly.builds.repro.reproducible import _zstd
 
     zstd = _zstd()
     index = json.dumps({"name": "demo", "timestamp": stamp}).encode()
@@ -154,7 +154,7 @@ def test_conda_packages_lose_their_build_time(tmp_path: Path) -> None:
     assert normalise_conda(a, 1700000000)
     assert normalise_conda(b, 1700000000)
     assert a.read_bytes() == b.read_bytes()
-    from nightly.builds.reproducible import _zstd
+    from nightly.builds.repro.reproducible import _zstd
 
     with zipfile.ZipFile(a) as z:
         assert z.namelist()[0] == "metadata.json"

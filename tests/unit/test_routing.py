@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly.builds.jobs import axis_env, manylinux_env, package_version, recipe_env
+from nightly.builds.run.jobs import axis_env, manylinux_env, package_version, recipe_env
 from nightly.cluster.dispatch import build_resources, gpu_test_resources
 from nightly.config import Config, load
 from nightly.core.manylinux import plat, platform_env
@@ -273,7 +273,7 @@ def test_a_one_off_build_may_name_its_architecture(write_config: WriteConfig, ni
 
 
 def test_the_interpreter_is_chosen_by_abi(tmp_path: Path) -> None:
-    from nightly.builds.jobs import interpreter_env
+    from nightly.builds.run.jobs import interpreter_env
     from tests.support.policy_config import text
 
     config = text().replace('pythons = ["3.11"]\ncudas = ["cpu", "11.8"]',

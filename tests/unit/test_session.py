@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from nightly import config as cfg
-from nightly.builds import slot
-from nightly.builds.jobs import RunContext
-from nightly.builds.session import SessionSpec, open_session
+from nightly.builds.area import slot
+from nightly.builds.run.jobs import RunContext
+from nightly.builds.session.build_session import SessionSpec, open_session
 from nightly.core.matrix import Build
 from nightly.errors import ExecutorError, NightlyError
 from nightly.executors import Executor

@@ -1,4 +1,4 @@
-"""The stable build folder (nightly/builds/slot.py): one night at a time, a fresh source of
+"""The stable build folder (nightly/builds/area/slot.py): one night at a time, a fresh source of
 links never followed, failed builds' folders moved into their day."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nightly.builds import slot
+from nightly.builds.area import slot
 
 
 def test_a_second_night_never_gets_a_slot_another_holds(tmp_path: Path) -> None:

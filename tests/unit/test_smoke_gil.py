@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly.builds.smoke import SCRIPTS
+from nightly.builds.test.smoke import SCRIPTS
 
 COMMON = SCRIPTS / "common.sh"
 

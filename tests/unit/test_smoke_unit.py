@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from nightly import config as cfg
-from nightly.builds.jobs import package_version
-from nightly.builds.smoke import SCRIPTS, SmokeTester, _check_zip_layout, _conda_name
+from nightly.builds.run.jobs import package_version
+from nightly.builds.test.smoke import SCRIPTS, SmokeTester, _check_zip_layout, _conda_name
 from nightly.core.matrix import Build
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 

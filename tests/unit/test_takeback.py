@@ -1,4 +1,4 @@
-"""Taking a finished build's packages back (nightly.builds.takeback): nightly's own new files
+"""Taking a finished build's packages back (nightly.builds.run.takeback): nightly's own new files
 in a folder of its own, never the inode the build account wrote (which a process of the
 account may still hold open), read without following a link or waiting on a FIFO, bounded;
 the hash is taken once and checked again before filing, signing and upload."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nightly.builds.takeback import NotTaken, recheck, take_build, take_one, take_packages
+from nightly.builds.run.takeback import NotTaken, recheck, take_build, take_one, take_packages
 from nightly.files import BytesChanged, check_sha256
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nightly.builds import toolstage, userarea
-from nightly.builds.cache import CacheSettings
+from nightly.builds.area import toolstage, userarea
+from nightly.builds.cache.wiring import CacheSettings
 from nightly.hardening import BuildUser
 
 

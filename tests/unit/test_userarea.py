@@ -1,4 +1,4 @@
-"""A build user's build area (nightly/builds/userarea.py): made only where root alone writes,
+"""A build user's build area (nightly/builds/area/userarea.py): made only where root alone writes,
 filled with readable copies whatever the originals' modes, the user's own folders given to
 it, old days forgotten once their day folder is gone."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nightly.builds import userarea
-from nightly.builds.cache import CacheSettings
+from nightly.builds.area import userarea
+from nightly.builds.cache.wiring import CacheSettings
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
 from nightly.hardening import BuildUser

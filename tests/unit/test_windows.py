@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nightly.builds import freethreaded, windows
+from nightly.builds.rules import freethreaded
+from nightly.builds.run import windows
 from nightly.config import Config, load
 from nightly.core.matrix import Build, parse_spec
 from nightly.errors import ConfigError, UsageError

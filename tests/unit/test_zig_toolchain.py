@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nightly.builds.jobs import manylinux_env
+from nightly.builds.run.jobs import manylinux_env
 from nightly.core.spec import ZIG_REVISION, ZIG_VERSION
 from nightly.core.specparse import parse_spec
 from nightly.errors import ConfigError

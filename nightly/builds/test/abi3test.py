@@ -14,7 +14,7 @@ from typing import Protocol
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from nightly.builds.jobs import interpreter_env
+from nightly.builds.run.jobs import interpreter_env
 from nightly.config import Config
 from nightly.core.axes import python_abi
 from nightly.core.matrix import Build

@@ -20,11 +20,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from nightly.builds import cache as compiler_cache
-from nightly.builds import slot, toolstage, userarea
-from nightly.builds.cache import CacheSettings
-from nightly.builds.jobs import RunContext, make_job
-from nightly.builds.runner import EventSink, Runner, SmokeHook
+from nightly.builds.area import slot, toolstage, userarea
+from nightly.builds.cache import wiring as compiler_cache
+from nightly.builds.cache.wiring import CacheSettings
+from nightly.builds.run.jobs import RunContext, make_job
+from nightly.builds.run.runner import EventSink, Runner, SmokeHook
 from nightly.core.matrix import Build
 from nightly.errors import ExecutorError, NightlyError, UsageError
 from nightly.executors import Executor, make_executor
@@ -49,8 +49,8 @@ def preflight_images(ctx: RunContext, ex: Executor, builds: Sequence[Build]) -> 
 
 def preflight_with_test_images(ctx: RunContext, ex: Executor, builds: Sequence[Build]) -> None:
     """A cluster worker's check: the executor's look at each build's job and, when the build's
-    tests run in another image, at that image too (nightly.builds.smoke.preflight_jobs)."""
-    from nightly.builds.smoke import preflight_jobs
+    tests run in another image, at that image too (nightly.builds.test.smoke.preflight_jobs)."""
+    from nightly.builds.test.smoke import preflight_jobs
 
     ex.preflight([job for b in builds
                   for job in preflight_jobs(ctx.config, b, make_job(ctx, b, executor=ex.name))])

@@ -20,7 +20,7 @@ import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from nightly.builds.reproducible import normalise_packages
+from nightly.builds.repro.reproducible import normalise_packages
 from nightly.files import check_sha256, sha256_file
 
 TAKEN = "taken"  # the folder, in the build's own folder, nightly copies the packages into

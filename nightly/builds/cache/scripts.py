@@ -1,4 +1,4 @@
-"""The compiler cache's scripts (nightly/builds/cache.py writes them into each build's tools
+"""The compiler cache's scripts (nightly/builds/cache/wiring.py writes them into each build's tools
 folder): `run`, the `cc`/`c++` wrappers and the CMake `launch`er."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def write_tools(folder: Path) -> None:
 
 
 RUN = r"""#!/bin/bash
-# Written by nightly (nightly/builds/cache.py): this build's compiler cache, then the recipe.
+# Written by nightly (nightly/builds/cache/wiring.py): this build's compiler cache, then the recipe.
 tools="$(cd "$(dirname "$0")" && pwd)"
 sc="$NIGHTLY_SCCACHE"
 say() { printf '[nightly] %s\n' "$*"; }
@@ -85,7 +85,7 @@ exit $rc
 # {var}: CC or CXX. Only compiles go through the cache; a server that went away means the
 # compiler runs directly (never a failed build, never a new server started by a client).
 WRAPPER = r"""#!/bin/sh
-# Written by nightly (nightly/builds/cache.py): {var} behind this build's sccache server.
+# Written by nightly (nightly/builds/cache/wiring.py): {var} behind this build's sccache server.
 real="${{NIGHTLY_CACHE_{var}:-{default}}}"
 set -f  # $real is split into words (flags), never globbed
 if [ "${{NIGHTLY_CACHE:-}}" = on ] && [ -S "${{SCCACHE_SERVER_UDS:-}}" ]; then
@@ -99,7 +99,7 @@ exec $real "$@"
 """
 
 LAUNCH = r"""#!/bin/sh
-# Written by nightly (nightly/builds/cache.py): CMAKE_<LANG>_COMPILER_LAUNCHER. CMake calls
+# Written by nightly (nightly/builds/cache/wiring.py): CMAKE_<LANG>_COMPILER_LAUNCHER. CMake calls
 # `launch COMPILER ARGS...`; nightly's own cc/c++ wrappers are replaced by the compilers they
 # stand for, so the cache is keyed on the real compiler and never runs sccache twice.
 # The compiler CMake names is one argument (its path may hold spaces); only CC/CXX, which

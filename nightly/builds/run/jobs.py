@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nightly.builds.reproducible import reproducible_env
-from nightly.builds.userarea import BuildArea
+from nightly.builds.area.userarea import BuildArea
+from nightly.builds.repro.reproducible import reproducible_env
 from nightly.config import Config
 from nightly.config.detect import PyProjectError, VersionChoice, resolve_version_from
 from nightly.core.axes import manylinux_interpreter
@@ -127,7 +127,7 @@ def manylinux_env(config: Config, build: Build, executor: str,
     policy = config.manylinux_for(build, executor)
     env = platform_env(policy, build.target_arch)
     if policy and policy != OFF:
-        from nightly.builds.policy import ENV_TOOLCHAIN, toolchain_choice
+        from nightly.builds.rules.policy import ENV_TOOLCHAIN, toolchain_choice
 
         env[ENV_TOOLCHAIN] = toolchain_choice(config, build, executor)  # recorded in state
     if policy and policy != OFF and executor == "local":

@@ -7,12 +7,13 @@ import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 
-from nightly.builds import repro_check, session
-from nightly.builds.jobs import RunContext, make_job
-from nightly.builds.phase import NightContext
-from nightly.builds.progress import Progress
-from nightly.builds.runner import SmokeHook
-from nightly.builds.smoke import night_smoke
+from nightly.builds.repro import check as repro_check
+from nightly.builds.run.jobs import RunContext, make_job
+from nightly.builds.run.phase import NightContext
+from nightly.builds.run.runner import SmokeHook
+from nightly.builds.session import build_session as session
+from nightly.builds.test.smoke import night_smoke
+from nightly.builds.view.progress import Progress
 from nightly.config import Config, Machine
 from nightly.core.matrix import Build
 from nightly.executors import Executor, make_executor
@@ -22,7 +23,7 @@ from nightly.workspace import live as live_state
 
 
 class LocalPhase:
-    """The build phase on this machine (nightly.builds.phase.BuildPhase): its queues, in parallel,
+    """The build phase on this machine (nightly.builds.run.phase.BuildPhase): its queues, in parallel,
     each serially, work-conserving (Runner.run_queues)."""
 
     def __init__(

@@ -2,9 +2,9 @@
 
 A night (nightly.night.pipeline) is one pipeline: lock, source, plan, *build phase*, publish, history,
 report, prune, summary, notify. Only the build phase differs between a machine running its
-own queues (nightly.builds.local_phase.LocalPhase) and a Dask cluster running every machine's builds
+own queues (nightly.builds.session.local_phase.LocalPhase) and a Dask cluster running every machine's builds
 (nightly.cluster.orchestrator.ClusterPhase). Both file each finished build with
-nightly.builds.collect.collect_build, so what follows the phase reads one day folder either way.
+nightly.builds.run.collect.collect_build, so what follows the phase reads one day folder either way.
 """
 
 from __future__ import annotations

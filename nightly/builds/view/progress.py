@@ -1,6 +1,6 @@
 """What a person (or cron's mail) sees while builds run.
 
-On a terminal: a live rich view (nightly.builds.liveview: builds done of the total with the
+On a terminal: a live rich view (nightly.builds.view.liveview: builds done of the total with the
 estimated finish, each queue's running build with its phase, elapsed against its estimate and
 the last line its log printed). Always: one plain timestamped line per event appended to the
 master log; when not on a terminal those lines also go to stdout, so cron's output is a log
@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
-from nightly.builds.liveview import LogWatch, estimate_words, render
+from nightly.builds.view.liveview import LogWatch, estimate_words, render
 from nightly.format import hms
 from nightly.redact import scrub_pem
 from nightly.workspace import live

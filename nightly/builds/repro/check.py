@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from nightly import procs
-from nightly.builds.ownership import outputs
-from nightly.builds.reproducible import normalise_packages
+from nightly.builds.area.ownership import outputs
+from nightly.builds.repro.reproducible import normalise_packages
 from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.core.matrix import Build
 from nightly.executors.base import Executor, Job

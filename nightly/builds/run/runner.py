@@ -1,5 +1,5 @@
 """Runs builds: one build's lifecycle, and parallel, work-conserving queues of builds (the
-local build phase that drives them on this machine is nightly.builds.local_phase).
+local build phase that drives them on this machine is nightly.builds.session.local_phase).
 
 A build's lifecycle: state -> running; log opened (appended to earlier attempts' text) with a
 header; the executor streams output into it; the files in the build's own output folder are
@@ -17,12 +17,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from nightly.builds import cache as compiler_cache
-from nightly.builds import repro_check, slot, takeback, userarea
-from nightly.builds.buildlog import ErrorLine, footer, header, last_footer
-from nightly.builds.collect import PackageFile, check_policy, collect_build
-from nightly.builds.jobs import RunContext, day_work, make_job, prepare_toolchain
-from nightly.builds.ownership import NotOurs, check_owned, outputs, owned_names
+from nightly.builds.area import slot, userarea
+from nightly.builds.area.ownership import NotOurs, check_owned, outputs, owned_names
+from nightly.builds.cache import wiring as compiler_cache
+from nightly.builds.repro import check as repro_check
+from nightly.builds.run import takeback
+from nightly.builds.run.buildlog import ErrorLine, footer, header, last_footer
+from nightly.builds.run.collect import PackageFile, check_policy, collect_build
+from nightly.builds.run.jobs import RunContext, day_work, make_job, prepare_toolchain
 from nightly.config.pyproject import pyproject_problem
 from nightly.core.matrix import Build
 from nightly.executors.base import ExecResult, Executor, Job
@@ -45,7 +47,7 @@ class SmokeOutcome(Protocol):
     def tested(self) -> TestRecord | None: ...
 
 
-# (build, produced files, job, log sink, cancel) -> outcome; see nightly.builds.smoke.SmokeTester.
+# (build, produced files, job, log sink, cancel) -> outcome; see nightly.builds.test.smoke.SmokeTester.
 SmokeHook = Callable[[Build, list[Path], Job, Callable[[bytes], None], threading.Event], SmokeOutcome]
 
 
@@ -408,7 +410,7 @@ class Runner:
 def _take(produced: list[Path], job: Job, result: ExecResult, sink: Callable[[bytes], None],
           ) -> tuple[list[Path], dict[str, str], ExecResult]:
     """A recipe that succeeded: its packages taken back as nightly's own files, hashed once
-    (nightly.builds.takeback); what is tested, filed, signed and published from here on."""
+    (nightly.builds.run.takeback); what is tested, filed, signed and published from here on."""
     if result.exit_status != 0 or not produced:
         return produced, {}, result
     taken, digests, why = takeback.take_build(produced, job.work_dir.parent, job.env, sink)

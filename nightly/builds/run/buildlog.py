@@ -2,7 +2,7 @@
 
 The footer of a succeeded attempt lists its packages with their sizes and sha256; a run that
 resumes after kill -9 adopts an attempt whose complete footer matches the packages it had
-filed (nightly.builds.runner), rather than building it again.
+filed (nightly.builds.run.runner), rather than building it again.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from nightly.builds.collect import PackageFile
+from nightly.builds.run.collect import PackageFile
 from nightly.executors.base import ExecResult, Job
 from nightly.redact import mask_env
 

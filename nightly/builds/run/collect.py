@@ -1,6 +1,6 @@
 """Collecting a finished build into the day folder: the one step both build phases end with.
 
-The local queues (nightly.builds.runner) and the Dask orchestrator (nightly.cluster.orchestrator) both
+The local queues (nightly.builds.run.runner) and the Dask orchestrator (nightly.cluster.orchestrator) both
 finish a build the same way: its package files are hashed and renamed into
 `packages/<package>/<cuda>/`, its log is filed into `logs/succeeded|failed/`, and then (last,
 so a kill -9 before it leaves a build that a rerun redoes or adopts) its state.json entry says
@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from nightly.builds import onename
-from nightly.builds.ownership import NotOurs, check_owned
+from nightly.builds.area.ownership import NotOurs, check_owned
+from nightly.builds.run import onename
 from nightly.core import manylinux
 from nightly.core.matrix import Build
 from nightly.files import sha256_file
@@ -39,7 +39,7 @@ def file_packages(
     them: all are checked before any is moved), check that each is the project's (when
     `owners` names its distributions: NotOurs otherwise), make it world-readable, and rename
     it into the day's package folder (same filesystem: atomic, never half a package), never
-    over another build's file (nightly.builds.onename: NameTaken)."""
+    over another build's file (nightly.builds.run.onename: NameTaken)."""
     checked = []
     for f in files:
         digest, size = sha256_file(f), f.stat().st_size
@@ -78,7 +78,7 @@ def check_policy(
                                        cuda=build.cuda.startswith("cu"))
     if verdict.record is not None:
         # What it was built under, so a later policy or toolchain change rebuilds it
-        # (nightly.builds.policy).
+        # (nightly.builds.rules.policy).
         toolchain = env.get("NIGHTLY_MANYLINUX_TOOLCHAIN", "")
         state.update(build.id, manylinux=replace(verdict.record, toolchain=toolchain)
                      if toolchain else verdict.record)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nightly import procs
-from nightly.builds.cache import CacheSettings
+from nightly.builds.cache.wiring import CacheSettings
 from nightly.core.matrix import python_number
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
@@ -231,7 +231,7 @@ def stage(area: BuildArea, *, source: Path, stamp: str, recipes: Path, wheelhous
         mark.write_text(stamp + "\n")
     if recipes.is_dir():
         _copy_tree(recipes, area.recipes)
-    _copy_tree(Path(__file__).with_name("smoke_scripts"), day / SMOKE_SCRIPTS)
+    _copy_tree(Path(__file__).parents[1] / "test" / "smoke_scripts", day / SMOKE_SCRIPTS)
     if wheelhouse is not None and wheelhouse.is_dir():
         _copy_tree(wheelhouse, area.wheelhouse)
     area.work.mkdir(mode=0o755, exist_ok=True)

@@ -23,7 +23,7 @@ import datetime as dt
 import sys
 from collections.abc import Sequence
 
-from nightly.builds.jobs import package_version, recipe_env
+from nightly.builds.run.jobs import package_version, recipe_env
 from nightly.config import Config
 from nightly.core.axes import libtorch_zip as pytorch_zip
 from nightly.core.matrix import Build

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from nightly.builds import cache_store
-from nightly.builds.cache_scripts import write_tools
+from nightly.builds.cache import store as cache_store
+from nightly.builds.cache.scripts import write_tools
 from nightly.jsonvalues import read_json_object
 from nightly.workspace.records import CacheStats as CacheStats  # re-exported: its old home
 

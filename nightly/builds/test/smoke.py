@@ -26,9 +26,10 @@ from typing import Protocol
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from nightly import procs
-from nightly.builds import abi3test, userarea
-from nightly.builds.buildlog import ErrorLine
-from nightly.builds.ownership import owned_names
+from nightly.builds.area import userarea
+from nightly.builds.area.ownership import owned_names
+from nightly.builds.run.buildlog import ErrorLine
+from nightly.builds.test import abi3test
 from nightly.channels import conda as conda_client
 from nightly.config import Config
 from nightly.core.matrix import Build, python_number

@@ -1,0 +1,1 @@
+"""Where a build runs: the build account's area, staged tools, stable slots, ownership."""

@@ -1,0 +1,1 @@
+"""Reproducibility: normalising packages, the rebuild-and-compare check."""

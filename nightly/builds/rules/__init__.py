@@ -1,0 +1,1 @@
+"""Platform rules a build obeys: the manylinux policy, free-threaded Pythons."""

@@ -1,0 +1,1 @@
+"""Running one build: its job and recipe environment, runner, log, take-back, collect."""

@@ -1,0 +1,1 @@
+"""The build session every caller opens, and the night's local build phase."""

@@ -1,0 +1,1 @@
+"""Testing a built package: smoke tests, limited-API tests on each Python."""

@@ -1,0 +1,1 @@
+"""What a person sees of the builds: progress lines and the live view."""
