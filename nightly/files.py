@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from nightly.format import shown
+
 
 def confined(name: str, folder: Path | None = None) -> PurePosixPath | None:
     """`name` (a path written with "/") when it stays inside what it is relative to, else
@@ -50,11 +52,12 @@ def sha256_file(path: Path) -> str:
 
 
 def append_line(path: Path, line: str) -> None:
-    """`<local time> line` at the end of a log file (its folder made if needed)."""
+    """`<local time> line` at the end of a log file (its folder made if needed); what a build
+    or a remote wrote in `line` is shown as data (nightly.format), never as terminal codes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now().isoformat(timespec="seconds")
     with path.open("a", encoding="utf-8") as f:
-        f.write(f"{stamp} {line}\n")
+        f.write(f"{stamp} {shown(line)}\n")
 
 
 def tail(out: str, limit: int = 4000) -> str:

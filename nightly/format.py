@@ -1,10 +1,22 @@
-"""How durations, sizes and clock times read, wherever nightly shows them (terminal, live
-progress, HTML report, status). One module at the base layer, so the build phase's progress
-view and the report format the same way without the build phase importing the report."""
+"""How durations, sizes, clock times and text someone else wrote read, wherever nightly shows
+them (terminal, live progress, HTML report, status, run.log, mail). One module at the base
+layer, so the build phase's progress view and the report format the same way without the
+build phase importing the report.
+
+Text that a build, a log, a project or a remote wrote is data when nightly shows it: a line
+of a build, shown raw, could set the terminal's title (OSC 0), switch it to the alternate
+screen, reset it (ESC c), plant a hyperlink (OSC 8), or reorder what a person reads (U+202E,
+a right-to-left override). `shown` is the one function every such output passes it through:
+escape sequences (7-bit and C1 forms) are removed (colours and cursor moves are formatting,
+not content), and every other control character or bidirectional control left is made
+visible as a `\\xNN` or `\\uNNNN` escape, so a person sees that it was there. HTML escaping
+does not do this: U+202E and the C1 controls pass through `html.escape` unchanged.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 
 def hms(seconds: float) -> str:
@@ -42,3 +54,53 @@ def human_size(n: float | None) -> str:
 def clock(t: float | None) -> str:
     """A time of day (local), '-' for none."""
     return "-" if t is None else dt.datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+# An escape sequence, 7-bit (ESC ...) or 8-bit (a C1 introducer):
+#  - CSI: ESC [ or U+009B, parameters, intermediates, a final byte;
+#  - OSC, DCS, SOS, PM, APC: ESC ] P X ^ _ (or U+009D 90 98 9E 9F), up to BEL or the string
+#    terminator (ESC \ or U+009C); one never terminated runs to the end of the line;
+#  - any other ESC with intermediates and a final byte (ESC c, ESC ( B, ESC 7).
+_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b[\]PX^_]|[\x9d\x90\x98\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]"
+)
+# Bidirectional controls: embeddings and overrides, isolates, the marks. Each can reorder or
+# hide what a person reads (the "Trojan Source" characters) and none is needed to show a log.
+BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+# Line and paragraph separators: a new line to some terminals and viewers, none to others.
+_SEPARATORS = frozenset("\u2028\u2029\x85")
+
+
+def _visible(c: str) -> str:
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
+
+def _hidden(c: str) -> bool:
+    n = ord(c)
+    return (n < 0x20 or 0x7F <= n < 0xA0 or c in BIDI or c in _SEPARATORS
+            or 0xD800 <= n < 0xE000)  # a lone surrogate (undecodable bytes) cannot be written
+
+
+def shown(text: str, *, lines: bool = True) -> str:
+    """`text` fit to show: escape sequences removed, every other control character (C0 but
+    tab and, when `lines`, newline; DEL; C1), bidirectional control and line separator made
+    visible (`\\x1b`, `\\u202e`). A CR before a newline or at the end (a Windows line end)
+    is dropped. With `lines` false the result is one line (a newline is shown as `\\x0a`)."""
+    text = _SEQUENCE.sub("", text).replace("\r\n", "\n")
+    if text.endswith("\r"):
+        text = text[:-1]
+    keep = "\t\n" if lines else "\t"
+    return "".join(_visible(c) if _hidden(c) and c not in keep else c for c in text)
+
+
+def is_clean(text: str) -> bool:
+    """Whether `text` shows as it is (what `shown` would return unchanged, lines kept)."""
+    return shown(text) == text
+
+
+def shown_log(text: str) -> str:
+    """A log's text fit to show, line by line: each line as a terminal leaves it after a
+    progress bar (what follows its last lone CR), then `shown`."""
+    return "\n".join(shown(line.rstrip("\r").rsplit("\r", 1)[-1]) for line in text.split("\n"))

@@ -25,6 +25,7 @@ from nightly.cli.context import (
     shared,
 )
 from nightly.errors import BuildsFailed, NightlyError, UsageError, missing_extra
+from nightly.format import shown
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -421,8 +422,8 @@ def _run(args: list[str], opts: Shared) -> None:
             import traceback
 
             traceback.print_exc()
-        if not getattr(e, "reported", False):
-            click.echo(f"nightly: error: {e}", err=True)
+        if not getattr(e, "reported", False):  # it may quote a remote, a file, a build
+            click.echo(f"nightly: error: {shown(str(e))}", err=True)
         sys.exit(e.exit_code)
     except ModuleNotFoundError as e:
         # An optional library (an extra) imported where no command checked it first.
@@ -433,7 +434,7 @@ def _run(args: list[str], opts: Shared) -> None:
             import traceback
 
             traceback.print_exc()
-        click.echo(f"nightly: error: {missing}", err=True)
+        click.echo(f"nightly: error: {shown(str(missing))}", err=True)
         sys.exit(missing.exit_code)
     except KeyboardInterrupt:
         click.echo("nightly: interrupted", err=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.errors import NightlyError
+from nightly.format import shown, shown_log
 from nightly.jsonvalues import read_json_object
 from nightly.procs import git
 
@@ -101,7 +102,6 @@ def facts(build_id: str, tonight: NightOutcome, earlier: Sequence[NightOutcome],
 
 # ---------------------------------------------------------------------------- signatures
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RULE = "=" * 78
 # What looks like an error, strongest first: the first line matching the earliest pattern
 # wins, so "error: command 'gcc' failed" after a compiler's "fatal error:" loses to it.
@@ -125,7 +125,7 @@ _GPU_SECTION = re.compile(r"^-{10,} GPU test -{10,}$", re.M)  # nightly.builds.t
 def build_output(log_text: str, build_id: str = "") -> list[str]:
     """The build's own output lines of the log's last attempt (no header, footer or
     nightly's notes)."""
-    text = _ANSI.sub("", log_text)
+    text = shown_log(log_text)
     start = text.rfind(f"nightly build {build_id}  (attempt ") if build_id else -1
     if start < 0:
         start = text.rfind("nightly build ")
@@ -144,7 +144,7 @@ def gpu_test_output(log_text: str) -> list[str]:
     """The output of the log's last GPU test section (`---- GPU test ----`,
     nightly.builds.test.smoke): inside the build's output on one machine, after the build's footer
     in a cluster night (the test stage's own log, nightly.cluster.gputest). [] without one."""
-    text = _ANSI.sub("", log_text)
+    text = shown_log(log_text)
     found = list(_GPU_SECTION.finditer(text))
     if not found:
         return []
@@ -164,7 +164,7 @@ def footer_reason(log_text: str) -> str:
 def normalise(line: str) -> str:
     """A line with what differs between machines and runs removed: the location prefix
     (file:line:col:), directories of paths, line numbers, hex addresses, temporary names."""
-    s = _ANSI.sub("", line).strip()
+    s = shown(line, lines=False).strip()
     s = _LOCATION.sub("", s)
     s = _PATH.sub(r"\1", s)
     s = _LINE_NO.sub("", s)

@@ -18,6 +18,7 @@ from typing import Any
 from nightly import procs
 from nightly.config import Notify
 from nightly.config.timeouts import ExternalTimeouts, default_timeouts
+from nightly.format import shown
 from nightly.redact import SECRET_RE, mask, safe_url
 from nightly.workspace.summary import Summary
 
@@ -48,9 +49,10 @@ def subject(summary: Summary) -> str:
     counts = subject_counts(summary.extra)
     done = f"{c.get('succeeded', 0)}/{c.get('total', 0)}"
     if counts:  # first, so the list of a mail client shows it: "3 new failures, 2 still failing"
-        return (f"nightly {summary.date}: {counts} ({state}; {done} "
-                f"succeeded on machine {summary.machine})")
-    return f"nightly {summary.date} on machine {summary.machine}: {state} ({done} succeeded)"
+        return shown(f"nightly {summary.date}: {counts} ({state}; {done} "
+                     f"succeeded on machine {summary.machine})", lines=False)
+    return shown(f"nightly {summary.date} on machine {summary.machine}: {state} ({done} "
+                 "succeeded)", lines=False)
 
 
 def _failures(summary: Summary) -> dict[str, Any]:
@@ -79,7 +81,8 @@ def body(summary: Summary) -> str:
     if summary.failed_uploads:
         lines += ["", "Failed uploads (retry with `nightly upload`): "
                   + ", ".join(summary.failed_uploads)]
-    return "\n".join(lines) + "\n"
+    # Reasons and signatures quote what builds printed: data in a mail as anywhere.
+    return shown("\n".join(lines)) + "\n"
 
 
 def send(cfg: Notify, summary: Summary, secrets: tuple[str, ...] = (), *,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from nightly.builds.cache.wiring import night_total
 from nightly.core.manylinux import describe
-from nightly.format import clock, human_size, took
+from nightly.format import clock, human_size, shown, took
 from nightly.report.view import (
     TREND_NIGHTS,
     BuildView,
@@ -31,8 +31,10 @@ from nightly.workspace.pythontests import results_text
 
 def esc(value: object) -> str:
     """HTML-escape text for an element or a quoted attribute. '://' is written ':&#47;&#47;'
-    (the same text in a browser) so no URL-looking reference is ever in the page's source."""
-    return html.escape(str(value), quote=True).replace("://", ":&#47;&#47;")
+    (the same text in a browser) so no URL-looking reference is ever in the page's source.
+    What a build wrote is data first (nightly.format): html.escape keeps U+202E and the C1
+    controls, which reorder or garble what a person reads."""
+    return html.escape(shown(str(value)), quote=True).replace("://", ":&#47;&#47;")
 
 
 def href(link_base: str, relative: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nightly.core.limited import describe as describe_abi3
-from nightly.format import hms, human_size
+from nightly.format import hms, human_size, shown
 from nightly.plan.schedule import Plan
 from nightly.report.view import attempt_words
 from nightly.workspace import publication
@@ -109,7 +109,7 @@ def print_summary(summary: Summary, *, path: Path | str = "summary.json") -> Non
         style = ("red" if b.outcome != "succeeded" or pub == "not published"
                  else "green" if b.tested in ("passed", "") else "yellow")
         packages += [(bid, p.name, p.size) for p in b.packages]
-        reason = b.reason or ""
+        reason = shown(b.reason or "")  # a summary.json of an older nightly kept it raw
         # Long enough for a recipe's own ERROR line; the whole reason is in summary.json.
         if len(reason) > 240:
             reason = reason[:237] + "..."

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import re
 import statistics
 import time
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from nightly.core.manylinux import ManylinuxRecord
 from nightly.errors import UsageError
+from nightly.format import shown
 from nightly.jsonvalues import opt_float, opt_int, read_json_object
 from nightly.workspace import (
     FAILED,
@@ -51,7 +51,6 @@ MIN_SLOWER_S = 10.0
 # Failures first, then what is still going on, then the good ones.
 _ORDER = {FAILED: 0, INTERRUPTED: 1, RUNNING: 2, PENDING: 3, SUCCEEDED: 4}
 _FOOTER_SEP = "=" * 78
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|\x1b\[[0-9;?]*[A-Za-z]")
 
 
 # ---------------------------------------------------------------------------- the day's data
@@ -291,7 +290,8 @@ def _build_view(
     return BuildView(
         id=bid,
         status=status,
-        reason=e.reason,
+        # Words a build or a remote wrote (a state.json of an older nightly kept them raw).
+        reason=None if e.reason is None else shown(e.reason),
         exit_status=e.exit_status,
         attempts=e.attempts,
         # A cluster worker by its --name (docs/cluster.md), its address only without one.
@@ -307,7 +307,7 @@ def _build_view(
         estimate_s=est,
         files=[(p.name, p.size) for p in e.packages],
         published=len(e.published),
-        upload_error=e.upload_error,
+        upload_error=None if e.upload_error is None else shown(e.upload_error),
         manual=dict(e.manual) or None,
         log=find_log(day, bid, e.log),
         cache=e.cache,
@@ -382,7 +382,7 @@ def log_tail(path: Path | None, lines: int, *, max_bytes: int = 256 * 1024) -> l
         out.pop(0)
     while out and not out[-1].strip():
         out.pop()
-    cleaned = [_CONTROL_RE.sub("", line.rsplit("\r", 1)[-1]) for line in out]
+    cleaned = [shown(line.rstrip("\r").rsplit("\r", 1)[-1], lines=False) for line in out]
     return cleaned[-lines:]
 
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nightly.files import pid_exists
-from nightly.jsonvalues import json_object
+from nightly.format import shown
+from nightly.jsonvalues import JSONInputError, json_object, read_bounded
 
 NAME = "live.json"
 MAX_BYTES = 256 * 1024  # a night of hundreds of queues fits; more is not a live state
-_ANSI = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|.)")
 PHASES = ("preparing", "building", "repairing", "testing", "GPU test", "publishing")
 
 
@@ -70,20 +70,19 @@ def write(path: Path, state: LiveState) -> None:
         raise
 
 
-def read_bytes(path: Path, limit: int) -> bytes | None:
-    """At most `limit` bytes of a regular file, never through a symlink; None when absent,
-    not a plain file or larger than `limit`."""
+def read_bytes(path: Path, limit: int, warn: Callable[[str], None] | None = None) -> bytes | None:
+    """At most `limit` bytes of a regular file, never through a symlink, never waiting (a
+    FIFO); None when absent, not a plain file or larger than `limit`, and then `warn` is
+    told why in one line (a folder or a FIFO in its place is named, never a traceback)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        return read_bounded(path, limit)
+    except FileNotFoundError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        import stat
-
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        data = f.read(limit + 1)
-    return None if len(data) > limit else data
+    except (OSError, JSONInputError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        if warn is not None:
+            warn(f"warning: {path} is no live state of a night ({why}): ignored")
+        return None
 
 
 def _num(v: object, default: float = 0.0) -> float:
@@ -129,14 +128,14 @@ def read(path: Path) -> LiveState | None:
 def clean_line(text: str, width: int = 160) -> str:
     """A log line fit to show: no control characters (a build's ESC sequences, \\r progress
     bars: the part after the last \\r), cut to `width`."""
-    text = _ANSI.sub("", text.rstrip("\r\n").rsplit("\r", 1)[-1])
-    text = "".join(c if c.isprintable() else " " for c in text).strip()
+    text = shown(text.rstrip("\r\n").rsplit("\r", 1)[-1], lines=False).strip()
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def no_escapes(text: str) -> str:
-    """`text` with no terminal control codes (escape sequences, \\r, bells); lines kept."""
-    return "".join(c for c in _ANSI.sub("", text) if c in "\n\t" or c.isprintable())
+    """`text` with no terminal control codes (escape sequences removed, other controls and
+    bidirectional overrides made visible: nightly.format); lines kept."""
+    return shown(text)
 
 
 def alive(pid: int) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 
 from nightly.core.manylinux import ManylinuxRecord
 from nightly.errors import StateError
+from nightly.format import shown
 from nightly.jsonvalues import JSONInputError, as_int, opt_float, read_json_file
 from nightly.workspace.day import atomic_write
 from nightly.workspace.pythontests import PythonTest
@@ -281,6 +282,11 @@ def _shape_problem(data: object) -> str | None:
     return None
 
 
+# Fields whose words can quote what a build, a tool or a remote printed: stored as data
+# (nightly.format), so every report that shows them later shows no terminal codes.
+_WORDS = frozenset({"reason", "upload_error"})
+
+
 def _json_value(value: object) -> object:
     if isinstance(value, (PackageFile, CacheStats, TestRecord, ManylinuxRecord)):
         return value.to_json()
@@ -327,7 +333,8 @@ class State:
         """Set some fields of a build's entry (None reads back as unset)."""
         with self._lock:
             entry = self._raw.setdefault(build_id, {"status": PENDING, "attempts": 0})
-            entry.update({k: _json_value(v) for k, v in fields.items()})
+            entry.update({k: _json_value(shown(v) if k in _WORDS and isinstance(v, str) else v)
+                          for k, v in fields.items()})
             entry["updated"] = time.time()
             self._save()
             return BuildEntry.from_json(entry)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from nightly.builds.run.collect import PackageFile
 from nightly.executors.base import ExecResult, Job
+from nightly.format import shown
 from nightly.redact import mask_env
 
 _RULE = "=" * 78
@@ -40,7 +41,9 @@ class ErrorLine:
             self._take(raw)
 
     def _take(self, raw: bytes) -> None:
-        line = _ANSI.sub("", raw.decode("utf-8", errors="replace")).strip()
+        # What the recipe printed becomes a reason every report shows: its terminal codes are
+        # data from here on (nightly.format), one line.
+        line = shown(raw.decode("utf-8", errors="replace"), lines=False).strip()
         if not line:
             return
         self._last = line
@@ -54,8 +57,6 @@ class ErrorLine:
         found = self._error or self._last
         return found if len(found) <= self.MAX else found[: self.MAX - 3] + "..."
 
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def header(

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
 from nightly.builds.view.liveview import LogWatch, estimate_words, render
-from nightly.format import hms
+from nightly.format import hms, shown
 from nightly.redact import scrub_pem
 from nightly.workspace import live
 
@@ -130,7 +130,8 @@ class Progress:
 
     def log(self, line: str, *, queue: int | None = None) -> None:
         stamp = dt.datetime.now().isoformat(timespec="seconds")
-        text = f"{stamp} {scrub_pem(line)}\n"  # a reason may quote what a recipe printed
+        # A reason may quote what a recipe printed: its keys masked, its terminal codes data.
+        text = f"{stamp} {shown(scrub_pem(line))}\n"
         if self.master_log is not None:
             with self.master_log.open("a", encoding="utf-8") as f:
                 f.write(text)
@@ -138,7 +139,7 @@ class Progress:
             with (self.queue_logs / f"queue-{queue}.log").open("a", encoding="utf-8") as f:
                 f.write(text)
         if not self.live_enabled:
-            self.stream.write(live.no_escapes(text))
+            self.stream.write(text)
             self.stream.flush()
 
     # ------------------------------------------------------------------ the live state

@@ -1,0 +1,188 @@
+"""What a build printed is data wherever nightly shows it (issue 56, point 2).
+
+A recipe that fails with a line of terminal codes, and a smoke test that fails with the same
+line: an OSC 0 title, the alternate screen, `ESC c` (reset), an OSC 8 hyperlink, a C1 CSI
+(U+009B) and U+202E (right-to-left override). Through the CLI: none of them reaches the night's
+terminal output, `nightly status` in a real terminal (a pty) or through a pipe, run.log or
+report.html (its text, and the DOM headless Chromium renders from it); the words around them
+do, so the reason is still read. In the pty, the only escape sequences left are rich's own
+colours (SGR).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.support.cli import child_env, nightly_cmd
+from tests.support.day import find_day
+from tests.support.projects import DATE, run_args
+from tests.support.wheels import hand_wheel_recipe
+
+CHROMIUM = Path("/usr/bin/chromium")
+# The line, in bash's $'...' quoting: raw bytes, as a build would print them.
+EVIL_BASH = (r"$'ERROR: boom \e]0;pwned\a title \e[?1049h alt \ec reset "
+             r"\e]8;;https://evil.example/\e\\link\e]8;;\e\\ c1 \xc2\x9b31m red "
+             r"\xe2\x80\xaeright-to-left end'")
+# What must not survive, as characters: ESC and BEL in any form, the C1 CSI, the override.
+RAW = ("\x1b", "\x07", "\x9b", "\u202e")
+# The build's own sequences, as a terminal would act on them.
+EVIL_SEQUENCES = ("\x1b]0;", "\x1b[?1049h", "\x1bc", "\x1b]8;", "\x9b31m", "\u202e")
+# rich's colours: the only escape sequences a terminal may get from `nightly status`.
+SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+MATRIX = '[matrix.linux.manywheel]\npythons = ["3.11", "3.12"]\ncudas = ["cpu"]\n'
+RECIPE = hand_wheel_recipe(
+    before=('. "@EVIL@"\n'
+            'if [ "$DESIRED_PYTHON" = 3.12 ]; then printf "%s\\n" "$EVIL" >&2; exit 3; fi\n'),
+    version='os.environ["BUILD_VERSION"]',
+    body='f"__version__ = {v!r}\\n"',
+)
+
+
+def _project(night_project: Callable[..., Any]) -> Any:
+    p = night_project(matrix=MATRIX, recipes={"manywheel": ""}, queues=1,
+                      extra='[smoke]\nimport_name = "demo"\ncommand = "bash @SMOKE@"\n')
+    evil = p.path / "evil.sh"
+    evil.write_text(f"EVIL={EVIL_BASH}\n")
+    smoke = p.path / "smoke.sh"
+    smoke.write_text(f'. {evil}\nprintf "%s\\n" "$EVIL"\nexit 1\n')
+    (p.path / "recipes" / "manywheel" / "build.sh").write_text(
+        RECIPE.replace("@EVIL@", str(evil)))
+    p.config.write_text(p.config.read_text().replace("@SMOKE@", str(smoke)))
+    return p
+
+
+def _problems(where: str, text: str) -> list[str]:
+    """What of the line survived raw in `text` (or what of its words did not)."""
+    found = [f"{where}: {c!r} at ...{text[max(0, text.find(c) - 60):text.find(c) + 60]!r}"
+             for c in RAW if c in text]
+    if "pwned" in text:  # the title's text goes with its sequence
+        found.append(f"{where}: the OSC title's text")
+    flat = " ".join(text.split())
+    found += [f"{where}: {word!r} missing" for word in ("boom", "right-to-left end")
+              if word not in flat]
+    return found
+
+
+def _in_a_terminal(args: list[str], timeout: float = 90) -> tuple[int, str]:
+    """`nightly ARGS` with a pty as its terminal (stdin, stdout, stderr): its exit code and
+    everything it wrote to the terminal."""
+    main, tty = pty.openpty()
+    env = child_env({"TERM": "xterm-256color", "COLUMNS": "200", "LINES": "50"})
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen([*nightly_cmd(), *args], stdin=tty, stdout=tty, stderr=tty,
+                            env=env, close_fds=True)
+    os.close(tty)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # EIO: the terminal's other end closed
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main)
+    return code, out.decode("utf-8", errors="replace")
+
+
+def test_a_builds_terminal_codes_reach_no_output(
+    night_project: Callable[..., Any], run_cli: Callable[..., tuple[int, str, str]],
+    tmp_path: Path,
+) -> None:
+    p = _project(night_project)
+    # The night in a terminal (its live view draws with cursor moves of rich's own: only the
+    # build's sequences are looked for), then again through a pipe (cron's mail).
+    code, terminal = _in_a_terminal(run_args(p.config), timeout=600)
+    assert code == 1, terminal
+    problems = [f"night on a terminal: {seq!r}" for seq in EVIL_SEQUENCES if seq in terminal]
+    problems += _problems("night on a terminal", re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]", "", terminal))
+    code, out, err = run_cli(run_args(p.config), cwd=p.path, timeout=600)
+    assert code == 1, (out, err)
+    builds = p.state()["builds"]
+    assert builds["manywheel_3.12_cpu"]["status"] == "failed"
+    assert builds["manywheel_3.11_cpu"]["status"] == "failed"
+    assert builds["manywheel_3.11_cpu"]["reason"].startswith("smoke test"), builds
+    for bid in ("manywheel_3.11_cpu", "manywheel_3.12_cpu"):
+        problems += _problems(f"state.json {bid}", builds[bid]["reason"])
+    # The night's own output (its final table), run.log and report.html.
+    problems += _problems("night | pipe", out + err)
+    day = find_day(p.path / "nightlies", DATE)
+    problems += _problems("run.log", (day.master / "run.log").read_text())
+    page = day.path / "report.html"
+    problems += _problems("report.html", page.read_text())
+
+    # `nightly status` through a pipe, and in a real terminal.
+    code, out, err = run_cli(run_args(p.config, command="status"), cwd=p.path)
+    assert code == 1, (out, err)
+    problems += _problems("status | pipe", out + err)
+    code, terminal = _in_a_terminal(run_args(p.config, command="status"))
+    assert code == 1, terminal
+    assert SGR.search(terminal), "no colour: the pty was not taken for a terminal"
+    problems += _problems("status on a terminal", SGR.sub("", terminal))
+
+    problems += _problems("report.html in Chromium", _dom(page, tmp_path / "chromium-profile"))
+    assert not problems, "\n".join(problems)
+
+
+def _dom(page: Path, profile: Path) -> str:
+    """The page's DOM as headless Chromium renders it."""
+    dom = subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--host-resolver-rules=MAP * ~NOTFOUND",
+         f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "HOME": str(profile)},
+    )  # fmt: skip
+    assert dom.returncode == 0, dom.stderr[-3000:]
+    return dom.stdout
+
+
+def test_a_raw_reason_in_the_day_folder_is_shown_as_data(
+    night_project: Callable[..., Any], run_cli: Callable[..., tuple[int, str, str]],
+) -> None:
+    """A state.json whose reason holds the codes raw (written by an older nightly, or by
+    hand): `nightly status` and `nightly report` show it as data all the same."""
+    p = night_project(matrix='[matrix.linux.manywheel]\npythons = ["3.8"]\ncudas = ["cpu"]\n',
+                      behaviours={"manywheel_3.8_cpu": "fail"}, extra="[smoke]\nenabled = false\n")
+    code, out, err = run_cli(run_args(p.config), cwd=p.path)
+    assert code == 1, (out, err)
+    day = find_day(p.path / "nightlies", DATE)
+    state = json.loads(day.state_path.read_text())
+    raw = ("ERROR: boom \x1b]0;pwned\x07 \x1b[?1049h \x1bc \x1b]8;;https://evil.example/\x1b\\"
+           "link\x1b]8;;\x1b\\ \x9b31m \u202eright-to-left end")
+    state["builds"]["manywheel_3.8_cpu"]["reason"] = raw
+    state["builds"]["manywheel_3.8_cpu"]["upload_error"] = raw
+    day.state_path.write_text(json.dumps(state, ensure_ascii=False))
+    problems = []
+    code, out, err = run_cli(run_args(p.config, command="status"), cwd=p.path)
+    assert code == 1, (out, err)
+    problems += _problems("status | pipe", out + err)
+    code, terminal = _in_a_terminal(run_args(p.config, command="status"))
+    assert code == 1, terminal
+    problems += _problems("status on a terminal", SGR.sub("", terminal))
+    code, out, err = run_cli(run_args(p.config, command="report"), cwd=p.path)
+    assert code == 0, (out, err)
+    problems += _problems("report.html", (day.path / "report.html").read_text())
+    assert not problems, "\n".join(problems)

@@ -1,0 +1,76 @@
+"""nightly.format: what a build wrote, fit to show. Escape sequences go (7-bit and C1 forms,
+terminated or not), every other control and bidirectional control is made visible, words
+stay; and whatever the input, what comes out holds nothing a terminal acts on."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nightly.format import BIDI, is_clean, shown, shown_log
+from nightly.night.notify import body, subject
+from nightly.workspace.summary import BuildSummary, Summary
+
+# Nothing of these may be left: C0 but tab and newline, DEL, C1, bidirectional controls.
+FORBIDDEN = ({chr(n) for n in range(0x20)} - {"\t", "\n"}) | {chr(n) for n in range(0x7F, 0xA0)} | BIDI
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("plain words, tabs\tand\nlines", "plain words, tabs\tand\nlines"),
+        ("\x1b[1;31mred\x1b[0m", "red"),
+        ("a\x1b]0;pwned\x07b", "ab"),  # OSC 0 (the title), BEL-terminated
+        ("a\x1b]0;pwned\x1b\\b", "ab"),  # ... ST-terminated
+        ("a\x1b]0;pwned", "a"),  # ... never terminated: to the end of the line
+        ("x\x1b]0;pwned\ny", "x\ny"),
+        ("\x1b[?1049halt", "alt"),  # the alternate screen
+        ("\x1bcreset", "reset"),  # RIS
+        ("\x1b(Bcharset", "charset"),
+        ("\x1b]8;;https://evil.example/\x1b\\link\x1b]8;;\x1b\\", "link"),  # OSC 8
+        ("\x9b31mred", "red"),  # C1 CSI
+        ("\x9d0;pwned\x9cafter", "after"),  # C1 OSC ... C1 ST
+        ("\x1bPdcs\x1b\\after", "after"),  # DCS
+        ("left \u202eright", "left \\u202eright"),  # RLO made visible
+        ("\u2066iso\u2069 \u200e\u200f\u061c", "\\u2066iso\\u2069 \\u200e\\u200f\\u061c"),
+        ("bell\x07 del\x7f nul\x00", "bell\\x07 del\\x7f nul\\x00"),
+        ("lone esc \x1b", "lone esc \\x1b"),
+        ("crlf\r\nline\r", "crlf\nline"),
+        ("bar 10%\rbar 20%", "bar 10%\\x0dbar 20%"),
+        ("\x85nel \u2028sep", "\\x85nel \\u2028sep"),
+        ("bad \udcff byte", "bad \\udcff byte"),  # surrogateescape'd: could not be written
+        ("ünïcödé ✓ 中文", "ünïcödé ✓ 中文"),
+    ],
+)
+def test_shown(raw: str, expected: str) -> None:
+    assert shown(raw) == expected
+    assert is_clean(expected)
+    assert is_clean(raw) == (raw == expected)
+
+
+def test_one_line_shows_its_newlines() -> None:
+    assert shown("a\nb\tc", lines=False) == "a\\x0ab\tc"
+
+
+def test_a_log_keeps_what_a_terminal_leaves_after_a_progress_bar() -> None:
+    assert shown_log("get 10%\rget 100%\r\nnext\x1b[K\n\u202e") == "get 100%\nnext\n\\u202e"
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(sorted(FORBIDDEN))))
+def test_nothing_a_terminal_acts_on_is_left(text: str) -> None:
+    out = shown(text)
+    assert not set(out) & FORBIDDEN, repr(out)
+    assert shown(out) == out  # once is enough
+    assert "\n" not in shown(text, lines=False)
+
+
+def test_the_mail_shows_a_reason_as_data() -> None:
+    evil = "ERROR: x \x1b]0;pwned\x07 \x9b31m \u202eevil"
+    s = Summary(date="2024_05_01", machine="m\x1bc",
+                builds={"b\u202e1": BuildSummary(outcome="failed", reason=evil)})
+    for text in (body(s), subject(s)):
+        assert not set(text) & FORBIDDEN, repr(text)
+        assert "pwned" not in text
+    assert "\\u202eevil" in body(s)
+    assert "\n" not in subject(s)
