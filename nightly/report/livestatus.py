@@ -4,17 +4,28 @@ last log line), read from logs/master/live.json (nightly.workspace.live)."""
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
 
 from nightly.builds.view.liveview import plain, render
+from nightly.errors import StateError
 from nightly.workspace import Day, is_locked, live
 
 
-def running_state(day: Day) -> live.LiveState | None:
+def running_state(day: Day, warn: Callable[[str], None] | None = None) -> live.LiveState | None:
     """The live state of the night running on `day`; None when none runs (the lock is free,
-    or the process that wrote the file is gone)."""
-    state = live.read(live.path_of(day.master))
-    if state is None or not is_locked(day.path) or not live.alive(state.pid):
+    or the process that wrote the file is gone). What is in the way (a lock file or a
+    live.json that is no file: a FIFO, a folder) is told to `warn` in one line, and no night
+    is taken to run: the status of the day is still shown."""
+    try:
+        locked = is_locked(day.path)
+    except StateError as e:
+        if warn is not None:
+            warn(f"warning: {e}")
+        return None
+    state = live.read(live.path_of(day.master), warn)
+    if state is None or not locked or not live.alive(state.pid):
         return None
     return state
 
@@ -24,7 +35,7 @@ def show_live(day: Day) -> bool:
     False (and nothing printed) when no night runs on the day."""
     from nightly.report.terminal import wide_console
 
-    state = running_state(day)
+    state = running_state(day, lambda line: print(line, file=sys.stderr))
     if state is None:
         return False
     con = wide_console()

@@ -103,9 +103,10 @@ def _build(raw: object) -> LiveBuild | None:
     )
 
 
-def read(path: Path) -> LiveState | None:
-    """The live state at `path`, or None (absent, a symlink, too large, not this shape)."""
-    data = read_bytes(path, MAX_BYTES)
+def read(path: Path, warn: Callable[[str], None] | None = None) -> LiveState | None:
+    """The live state at `path`, or None (absent, a symlink, a folder, a FIFO, too large, not
+    this shape); `warn` hears why when it is there but no file (read_bytes)."""
+    data = read_bytes(path, MAX_BYTES, warn)
     if data is None:
         return None
     raw = json_object(data)

@@ -9,10 +9,11 @@ import fcntl
 import json
 import os
 import socket
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from nightly.errors import LockHeld, UsageError
+from nightly.errors import LockHeld, StateError, UsageError
 from nightly.jsonvalues import json_object
 
 
@@ -26,18 +27,25 @@ class DayLock:
     taken_over: dict[str, object] | None = None
 
     def acquire(self, purpose: str = "run") -> DayLock:
+        check_lock_file(self.path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # 0600: a lock file anyone could open is a lock anyone could hold (flock needs
             # only a read descriptor), pushing every later night of this day out.
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            with contextlib.suppress(OSError):
-                os.fchmod(fd, 0o600)  # one made 0644 by an earlier version
+            # O_NONBLOCK: a FIFO put there after the check must not make the run wait.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
         except OSError as e:
+            check_lock_file(self.path)  # a link or a folder: say so, not "cannot write"
             raise UsageError(
                 f"cannot write the day folder {self.path.parent}: {e.strerror or e} "
                 "(pass --root DIR, or set root, to a folder nightly can write)"
             ) from e
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise _not_a_lock(self.path, mode)
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o600)  # one made 0644 by an earlier version
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -90,12 +98,50 @@ def _read_holder(fd: int) -> dict[str, object]:
     return json_object(raw or b"{}") or {}
 
 
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _not_a_lock(lock: Path, mode: int) -> StateError:
+    return StateError(
+        f"the day's lock file {lock} is {_kind(mode)}, not a file nightly wrote: no run can "
+        f"hold it; remove it (rm {'-r ' if stat.S_ISDIR(mode) else ''}'{lock}') and run again")
+
+
+def check_lock_file(lock: Path) -> None:
+    """Raise StateError (one line, exit 2) when the day's lock file exists and is no regular
+    file: a FIFO would make every reader wait for a writer forever, a folder or a link is
+    none of nightly's. Nothing of nightly's is in such a thing: the fix is to remove it."""
+    try:
+        mode = os.lstat(lock).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise StateError(f"the day's lock file {lock} cannot be read: {e.strerror or e}") from e
+    if not stat.S_ISREG(mode):
+        raise _not_a_lock(lock, mode)
+
+
 def is_locked(day_path: Path) -> bool:
-    """True when a live process holds the lock of this day folder (for retention)."""
+    """True when a live process holds the lock of this day folder (for retention).
+    StateError when the lock file is no regular file (check_lock_file): never waited on."""
     lock = day_path.parent / f"{day_path.name}.lock"
-    if not lock.exists():
+    check_lock_file(lock)
+    try:  # O_NONBLOCK: a FIFO swapped in after the check must not make this wait
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
         return False
-    fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        check_lock_file(lock)  # replaced since the check (a link): say what it is now
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _not_a_lock(lock, mode)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from nightly.errors import ConfigError, UsageError
+from nightly.errors import ConfigError, StateError, UsageError
 from nightly.workspace.day import remove_tree
 
 _DAY = re.compile(r"([0-9]{4})_([0-9]{2})_([0-9]{2})")  # not \d: it matches "２"
@@ -69,7 +69,7 @@ def _unsafe_reason(real_root: Path, root_dev: int, path: Path) -> str | None:
 def _locked(is_locked: Callable[[Path], bool], path: Path) -> bool:
     try:
         return is_locked(path)
-    except OSError:
+    except (OSError, StateError):  # StateError: a lock file that is no file (a FIFO)
         return True  # cannot tell: keep it
 
 

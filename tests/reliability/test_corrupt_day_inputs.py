@@ -155,3 +155,67 @@ def test_an_unusable_history_is_set_aside_and_a_fresh_one_started(
     finally:
         conn.close()
     assert ("manywheel_3.8_cpu", "succeeded") in rows
+
+
+# ---------------------------------------------------------------------------- live.json, the lock
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_live_state_that_is_no_file_is_named_and_the_status_shown(
+    kind: str, night_project: Any, run_cli: Any
+) -> None:
+    """logs/master/live.json as a folder (IsADirectoryError) or a FIFO: `nightly status`
+    shows the day and names it in one warning line."""
+    p = _night(night_project, run_cli)
+    path = find_day(_root(p), DATE).master / "live.json"
+    if os.path.lexists(path):
+        path.unlink()
+    if kind == "folder":
+        path.mkdir()
+        (path / "x").write_text("kept\n")
+    else:
+        os.mkfifo(path)
+    code, out, err = run_cli(run_args(p.config, command="status"), timeout=TIMEOUT)
+    _no_traceback(err)
+    assert code == 0, (out, err)
+    assert "manywheel_3.8_cpu" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert str(path) in lines[0], lines[0]
+    assert "no live state" in lines[0], lines[0]
+    assert ("a folder" if kind == "folder" else "a FIFO") in lines[0], lines[0]
+    if kind == "folder":
+        assert (path / "x").read_text() == "kept\n"  # never removed
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_lock_file_that_is_no_file_never_hangs(
+    kind: str, night_project: Any, run_cli: Any
+) -> None:
+    """The day's lock as a FIFO (opened without O_NONBLOCK, a reader waits for a writer
+    forever) or a folder: `nightly status` shows the day and names the lock in one line;
+    `nightly run` stops with one line naming it, exit 2. Nothing is removed."""
+    p = _night(night_project, run_cli)
+    lock = _root(p) / f"{DATE}.lock"
+    lock.unlink()
+    if kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
+    what = "a FIFO" if kind == "fifo" else "a folder"
+    code, out, err = run_cli(run_args(p.config, command="status"), timeout=TIMEOUT)
+    _no_traceback(err)
+    assert code == 0, (out, err)
+    assert "manywheel_3.8_cpu" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for part in (str(lock), what, "remove it"):
+        assert part in lines[0], lines[0]
+    code, out, err = run_cli(run_args(p.config), timeout=TIMEOUT)
+    _no_traceback(err)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for part in (str(lock), what):
+        assert part in lines[0], lines[0]
+    assert os.path.lexists(lock)
