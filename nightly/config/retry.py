@@ -10,7 +10,8 @@ The uses:
   store   a compare-and-swap round of a writer that lost to another (stores.base.cas_rounds)
   s3      a request to S3 that failed at the connection (stores.s3, beside botocore's own)
   index   an index reader's request (index.coldread)
-  engine  removing a build's container (executors.container)
+  engine  a request to the container engine that got no answer in time or no connection,
+          and removing a build's container (executors.container_engine, executors.container)
 
 A Config carries its policies (`config.backoff`, a `Backoffs`); no policy is held by the
 process, so two configurations loaded in one process keep their own. Code that no

@@ -41,6 +41,7 @@ class ExternalTimeouts:
     notify_command: float
     smtp: float
     engine_api: float
+    engine_read: float
     s3_connect: float
     s3_read: float
     anaconda_upload: float

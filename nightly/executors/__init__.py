@@ -39,6 +39,7 @@ def _container(config: Config, keep_container: bool) -> Executor:
             keep_container=keep_container,
             pull=c.pull,
             engine_backoff=config.backoff.engine,
+            read_timeout_s=config.external_timeouts.engine_read,
         )
     except ValueError as e:
         raise ConfigError(str(e), file=str(config.path), key="executor.container") from e

@@ -7,6 +7,7 @@ The docker SDK is imported only where it is used, so `nightly --help` stays fast
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nightly.config.retry import Backoff, default_backoffs
+from nightly.config.timeouts import default_timeouts
 from nightly.executors.base import ExecResult
 
 if TYPE_CHECKING:
@@ -95,8 +97,10 @@ class ContainerSettings:
     oom_score_adj: int = 1000
     # Extra labels on every container.
     labels: Mapping[str, str] = field(default_factory=dict)
-    # How removing a container is retried: the configuration's [backoff.engine].
+    # How a request to the engine is retried: the configuration's [backoff.engine].
     engine_backoff: Backoff = field(default_factory=lambda: default_backoffs().engine)
+    # How long a request waits for the engine's answer: [external_timeouts] engine_read.
+    read_timeout_s: float = field(default_factory=lambda: default_timeouts().engine_read)
 
     def __post_init__(self) -> None:
         if self.user is not None and not USER_RE.match(self.user):
@@ -111,13 +115,89 @@ def default_client_factory(settings: ContainerSettings) -> ClientFactory:
     """A factory for a docker SDK client to the engine the settings name."""
 
     def make() -> DockerClient:
-        import docker
-
-        if settings.base_url:
-            return docker.DockerClient(base_url=settings.base_url, max_pool_size=POOL_SIZE)
-        return docker.from_env(max_pool_size=POOL_SIZE)
+        return engine_client(settings.base_url, read_timeout_s=settings.read_timeout_s,
+                             backoff=settings.engine_backoff)
 
     return make
+
+
+# Requests that change nothing when sent twice: only these are sent again after a read that
+# timed out (a POST, a build or a container's creation, may have been done already).
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+
+
+def engine_client(base_url: str | None, *, read_timeout_s: float, backoff: Backoff,
+                  pool: int = POOL_SIZE) -> DockerClient:
+    """A docker SDK client whose requests wait `read_timeout_s` for an answer (the SDK's own
+    60 s is too short for a busy engine: `nightly images build` ended in a ReadTimeout
+    traceback) and whose requests that could not connect, or idempotent ones (_IDEMPOTENT)
+    whose answer did not come in time, are tried again with `backoff`'s pauses, up to its
+    tries in all. What still fails is the caller's to name (`engine_trouble`)."""
+    import docker
+    from docker.errors import DockerException
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    class _Retry(Retry):
+        def get_backoff_time(self) -> float:  # nightly's policy (jittered), not urllib3's
+            return backoff.delay(len(self.history)) if self.history else 0.0
+
+    timeout = max(1, math.ceil(read_timeout_s))
+    # The SDK asks the engine its API version as it is made, before any retry is set: that
+    # first request is tried again here.
+    for n in backoff.tries():
+        try:
+            client = (docker.DockerClient(base_url=base_url, timeout=timeout, max_pool_size=pool)
+                      if base_url else docker.from_env(timeout=timeout, max_pool_size=pool))
+            break
+        except DockerException as e:
+            if n == backoff.attempts or engine_fault(e) is None:
+                raise
+    retries = _Retry(total=None, connect=backoff.attempts - 1, read=backoff.attempts - 1,
+                     status=0, other=0, redirect=0, allowed_methods=_IDEMPOTENT,
+                     raise_on_status=False, respect_retry_after_header=False)
+    for adapter in client.api.adapters.values():
+        if isinstance(adapter, HTTPAdapter):  # the unix socket's and TCP's: requests passes
+            adapter.max_retries = retries     # max_retries to each urlopen
+    return client
+
+
+def engine_fault(exc: BaseException) -> str | None:
+    """"slow" when the engine did not answer in time, "unreachable" when no connection was
+    made, None for anything else (an answer that is an error): read through the causes the
+    SDK, requests and urllib3 wrap each other's exceptions in."""
+    from requests.exceptions import ConnectionError as RequestsConnectionError
+    from requests.exceptions import ReadTimeout
+    from urllib3.exceptions import MaxRetryError, ReadTimeoutError
+
+    seen: list[BaseException] = []
+    todo: list[object] = [exc]
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, BaseException) or any(e is x for x in seen) or len(seen) > 20:
+            continue
+        seen.append(e)
+        if isinstance(e, (ReadTimeout, ReadTimeoutError)):
+            return "slow"
+        todo += [e.__cause__, e.__context__, *(e.args[:1])]
+        if isinstance(e, MaxRetryError):
+            todo.append(e.reason)
+    return "unreachable" if any(isinstance(e, RequestsConnectionError) for e in seen) else None
+
+
+def engine_trouble(exc: BaseException, where: str, read_timeout_s: float,
+                   backoff: Backoff) -> str:
+    """One line naming the engine and what it did (no answer in time, no connection)."""
+    fault = engine_fault(exc)
+    tries = f"{backoff.attempts} tries, [backoff.engine]"
+    if fault == "slow":
+        return (f"the container engine at {where} did not answer within "
+                f"{seconds(read_timeout_s)} s ({tries}): it is busy or stuck; run the command "
+                "again later, or raise [external_timeouts] engine_read")
+    if fault == "unreachable":
+        return (f"the container engine at {where} could not be reached ({tries}): "
+                f"{first_line(exc)[:300]}")
+    return f"the container engine at {where} failed: {first_line(exc)[:300]}"
 
 
 def engine_errors() -> tuple[type[BaseException], ...]:

@@ -9,10 +9,11 @@ are the site's business: list and check report them, build leaves them alone.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 from nightly.core.matrix import Build, SpellingError, normalize_cuda
 from nightly.core.spec import BuilderSpec, SpecError
@@ -26,6 +27,30 @@ if TYPE_CHECKING:
     from nightly.images.engine import ImageInfo
 
 Log = Callable[[str], None]
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _engine_named(fn: Callable[Concatenate[Config, P], R]) -> Callable[Concatenate[Config, P], R]:
+    """The command's engine requests: a slow or absent engine (after the client's retries,
+    nightly.executors.container_engine.engine_client) is one line naming it."""
+
+    @functools.wraps(fn)
+    def named(config: Config, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        from nightly.images import engine
+
+        with engine.answering(config.container.base_url or None, config.external_timeouts,
+                              config.backoff.engine):
+            return fn(config, *args, **kwargs)
+
+    return named
+
+
+def _connect(config: Config) -> DockerClient:
+    from nightly.images import engine
+
+    return engine.connect(config.container.base_url or None, timeouts=config.external_timeouts,
+                          backoff=config.backoff.engine)
 
 
 class ImagesMissing(NightlyError):
@@ -103,6 +128,7 @@ def parse_cudas(text: str | None) -> list[str]:
         raise UsageError(f"--cuda: {e}") from e
 
 
+@_engine_named
 def build_images(config: Config, *, cudas: Sequence[str] = (), package: str | None = None,
                  client: DockerClient | None = None, cache: Path | None = None,
                  log: Log = print) -> list[str]:
@@ -115,7 +141,7 @@ def build_images(config: Config, *, cudas: Sequence[str] = (), package: str | No
             "nothing to build: no Linux build of the selection uses a declared builder "
             "(an [images] entry \"@NAME\" naming a [builders.NAME] table)"
         )
-    client = client or engine.connect(config.container.base_url or None)
+    client = client or _connect(config)
     cache = cache or engine.default_cache()
     tags: list[str] = []
     for n in wanted:
@@ -168,10 +194,11 @@ def _age(created: dt.datetime) -> str:
     return f"{max(seconds, 0):.0f}s"
 
 
+@_engine_named
 def list_images(config: Config, *, client: DockerClient | None = None) -> list[Row]:
     from nightly.images import engine
 
-    client = client or engine.connect(config.container.base_url or None)
+    client = client or _connect(config)
     rows = []
     for n in needed(config):
         info = engine.inspect(client, n.tag)
@@ -222,12 +249,13 @@ def preflight(config: Config, builds: Sequence[Build],
         check_images(config, builds=builds, client=client, declared_only=True)
 
 
+@_engine_named
 def check_images(config: Config, *, builds: Sequence[Build] | None = None,
                  client: DockerClient | None = None, declared_only: bool = False) -> list[Needed]:
     """Raise ImagesMissing naming the command that builds what is missing."""
     from nightly.images import engine
 
-    client = client or engine.connect(config.container.base_url or None)
+    client = client or _connect(config)
     wanted = needed(config, builds=builds)
     if declared_only:
         wanted = [n for n in wanted if n.spec is not None]

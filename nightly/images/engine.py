@@ -22,10 +22,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nightly import procs
+from nightly.config.retry import Backoff, default_backoffs
+from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.core.matrix import cuda_version
 from nightly.core.spec import BuilderSpec
 from nightly.errors import NightlyError, require
-from nightly.executors.container_engine import NVCC_LABEL
+from nightly.executors.container_engine import (
+    NVCC_LABEL,
+    engine_client,
+    engine_fault,
+    engine_trouble,
+)
 from nightly.images import context, cuda, rootfs, transfer
 from nightly.jsonvalues import json_object
 
@@ -55,22 +62,50 @@ def default_cache() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "nightly" / "images"
 
 
-def connect(base_url: str | None = None) -> DockerClient:
+def connect(base_url: str | None = None, *, timeouts: ExternalTimeouts | None = None,
+            backoff: Backoff | None = None) -> DockerClient:
+    """A client of the engine (engine_client: a slow answer is waited for and tried again),
+    pinged: ImageBuildError in one line when the engine is not there."""
     require("docker", what="building and listing images")
-    import docker
     from docker.errors import DockerException
 
-    try:
-        client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
-        client.ping()
-    except (DockerException, OSError) as e:
-        where = base_url or os.environ.get("DOCKER_HOST") or "the default engine socket"
-        raise ImageBuildError(
-            f"container engine not reachable at {where}: {str(e).splitlines()[0]}. Start it "
-            "(on a test machine: scripts/container-engine.sh, then export the DOCKER_HOST it "
-            "prints) or set [executor.container] base_url"
-        ) from e
+    with answering(base_url, timeouts, backoff):
+        try:
+            client = engine_client(base_url, read_timeout_s=(timeouts or default_timeouts())
+                                   .engine_read, backoff=backoff or default_backoffs().engine)
+            client.ping()
+        except (DockerException, OSError) as e:
+            if engine_fault(e) == "slow":
+                raise ImageBuildError(engine_trouble(
+                    e, _where(base_url), (timeouts or default_timeouts()).engine_read,
+                    backoff or default_backoffs().engine)) from e
+            raise ImageBuildError(
+                f"container engine not reachable at {_where(base_url)}: "
+                f"{str(e).splitlines()[0]}. Start it (on a test machine: "
+                "scripts/container-engine.sh, then export the DOCKER_HOST it prints) or set "
+                "[executor.container] base_url"
+            ) from e
     return client
+
+
+def _where(base_url: str | None) -> str:
+    return base_url or os.environ.get("DOCKER_HOST") or "the default engine socket"
+
+
+@contextmanager
+def answering(base_url: str | None, timeouts: ExternalTimeouts | None = None,
+              backoff: Backoff | None = None) -> Iterator[None]:
+    """Engine requests inside: what the engine failed to do after the client's retries (no
+    answer within [external_timeouts] engine_read, no connection) is an ImageBuildError of
+    one line naming the engine, never a requests traceback."""
+    from requests.exceptions import RequestException
+
+    try:
+        yield
+    except RequestException as e:
+        raise ImageBuildError(engine_trouble(
+            e, _where(base_url), (timeouts or default_timeouts()).engine_read,
+            backoff or default_backoffs().engine)) from e
 
 
 @dataclass(frozen=True, kw_only=True)
