@@ -95,11 +95,6 @@ def shown(text: str, *, lines: bool = True) -> str:
     return "".join(_visible(c) if _hidden(c) and c not in keep else c for c in text)
 
 
-def is_clean(text: str) -> bool:
-    """Whether `text` shows as it is (what `shown` would return unchanged, lines kept)."""
-    return shown(text) == text
-
-
 def shown_log(text: str) -> str:
     """A log's text fit to show, line by line: each line as a terminal leaves it after a
     progress bar (what follows its last lone CR), then `shown`."""

@@ -150,14 +150,14 @@ def print_summary(summary: Summary, *, path: Path | str = "summary.json") -> Non
             f"packages stay; the reasons are in logs/master/run.log; retry with `nightly upload "
             f"--date {escape(summary.date or 'YYYY_MM_DD')}`)", soft_wrap=True)
     if summary.publish_error:
-        console.print(f"[red]publishing failed[/red]: {escape(summary.publish_error)}",
+        console.print(f"[red]publishing failed[/red]: {escape(shown(summary.publish_error))}",
                       soft_wrap=True)
     gpu = summary.gpu_host_s
     if gpu.get("building") or gpu.get("testing"):
         console.print(f"GPU hosts: {hms(gpu.get('building') or 0.0)} building, "
                       f"{hms(gpu.get('testing') or 0.0)} testing", highlight=False)
     for bid, why in sorted(summary.held_back.items()):
-        console.print(f"[yellow]held back[/yellow] {escape(bid)}: {escape(why)} "
+        console.print(f"[yellow]held back[/yellow] {escape(bid)}: {escape(shown(why))} "
                       "(`nightly upload --force-partial` publishes it)", soft_wrap=True)
 
 
