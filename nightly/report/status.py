@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nightly.core.manylinux import describe
-from nightly.format import human_size, took
+from nightly.format import human_size, shown, took
 from nightly.report.view import (
     NightView,
     axes_text,
@@ -66,7 +66,7 @@ def _heading(night: NightView) -> str:
     meta = night.meta
     facts = (("version", meta.version), ("channel", meta.channel), ("commit", meta.commit[:12]))
     return f"[bold]{escape(night.day.name)}[/bold]" + "".join(
-        f"  {label} {escape(value)}" for label, value in facts if value)
+        f"  {label} {escape(shown(value))}" for label, value in facts if value)
 
 
 def _counts_line(c: dict[str, int]) -> str:
@@ -161,7 +161,7 @@ def _manual_builds(con: Console, night: NightView) -> None:
         command = (b.manual or {}).get("command", "")
         con.print(
             f"  {escape(b.id.ljust(width))}  [cyan]{escape(manual_text(b))}[/cyan]"
-            + (f": {escape(command)}" if command else ""),
+            + (f": {escape(shown(command))}" if command else ""),
             soft_wrap=True,
             highlight=False,
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from nightly.format import shown
 from nightly.history.triage import FailureFacts, groups
 from nightly.report.sections import esc, href
 
@@ -77,7 +78,9 @@ def bisect_line(b: Mapping[str, Any]) -> str:
 
 
 def status_lines(facts: Mapping[str, FailureFacts]) -> list[str]:
-    """Plain lines for `nightly status` (one per group, one per build)."""
+    """Plain lines for `nightly status` (one per group, one per build): signatures, headlines
+    and commit subjects are what builds and a project wrote, shown as data (format.shown),
+    whichever nightly recorded them in the history."""
     out = []
     for sig, fs in groups(facts.values()):
         out.append(f"{len(fs)} build{'' if len(fs) == 1 else 's'}: {sig}")
@@ -89,7 +92,7 @@ def status_lines(facts: Mapping[str, FailureFacts]) -> list[str]:
                        + ("" if f.commits is not None else "; commits unknown"))
             if f.bisect:
                 out.append(f"    bisect: {bisect_line(f.bisect)}")
-    return out
+    return [shown(line, lines=False) for line in out]
 
 
 def report_section(night: NightView, history: History | None, link_base: str) -> list[str]:
