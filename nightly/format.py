@@ -55,6 +55,7 @@ def clock(t: float | None) -> str:
     """A time of day (local), '-' for none."""
     return "-" if t is None else dt.datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
+
 # An escape sequence, 7-bit (ESC ...) or 8-bit (a C1 introducer):
 #  - CSI: ESC [ or U+009B, parameters, intermediates, a final byte;
 #  - OSC, DCS, SOS, PM, APC: ESC ] P X ^ _ (or U+009D 90 98 9E 9F), up to BEL or the string
@@ -68,31 +69,29 @@ _SEQUENCE = re.compile(
 # Bidirectional controls: embeddings and overrides, isolates, the marks. Each can reorder or
 # hide what a person reads (the "Trojan Source" characters) and none is needed to show a log.
 BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
-# Line and paragraph separators: a new line to some terminals and viewers, none to others.
-_SEPARATORS = frozenset("\u2028\u2029\x85")
+# What is made visible: C0 but tab (and newline, for text of several lines), DEL and C1, the
+# bidirectional controls, the line and paragraph separators (a new line to some terminals and
+# viewers, none to others) and lone surrogates (undecodable bytes: they cannot be written).
+_HIDDEN = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c\u2028\u2029\ud800-\udfff"
+_HIDDEN_IN_LINES = re.compile(f"[{_HIDDEN}]")
+_HIDDEN_IN_A_LINE = re.compile(f"[\n{_HIDDEN}]")
 
 
-def _visible(c: str) -> str:
-    n = ord(c)
+def _visible(m: re.Match[str]) -> str:
+    n = ord(m.group())
     return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
-
-
-def _hidden(c: str) -> bool:
-    n = ord(c)
-    return (n < 0x20 or 0x7F <= n < 0xA0 or c in BIDI or c in _SEPARATORS
-            or 0xD800 <= n < 0xE000)  # a lone surrogate (undecodable bytes) cannot be written
 
 
 def shown(text: str, *, lines: bool = True) -> str:
     """`text` fit to show: escape sequences removed, every other control character (C0 but
     tab and, when `lines`, newline; DEL; C1), bidirectional control and line separator made
     visible (`\\x1b`, `\\u202e`). A CR before a newline or at the end (a Windows line end)
-    is dropped. With `lines` false the result is one line (a newline is shown as `\\x0a`)."""
+    is dropped. With `lines` false the result is one line (a newline is shown as `\\x0a`).
+    Regular expressions only: a 10 MB log takes a fraction of a second."""
     text = _SEQUENCE.sub("", text).replace("\r\n", "\n")
     if text.endswith("\r"):
         text = text[:-1]
-    keep = "\t\n" if lines else "\t"
-    return "".join(_visible(c) if _hidden(c) and c not in keep else c for c in text)
+    return (_HIDDEN_IN_LINES if lines else _HIDDEN_IN_A_LINE).sub(_visible, text)
 
 
 def shown_log(text: str) -> str:
