@@ -125,8 +125,8 @@ def _config(tmp: Path) -> Path:
     return path
 
 
-def _images_list(config: Path, engine_url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*nightly_cmd(), "images", "list", "--json", "--config", str(config)],
+def _images(config: Path, engine_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*nightly_cmd(), "images", *args, "--config", str(config)],
                           env=child_env({"DOCKER_HOST": engine_url}), capture_output=True,
                           text=True, timeout=120, check=False)
 
@@ -136,7 +136,7 @@ def test_a_request_left_unanswered_is_sent_again(proxy: Callable[..., SlowProxy]
     # The first request (the SDK asks the API version as the client is made) and the first
     # request after it (through the client's own retry) are each left unanswered once.
     p = proxy(lambda index, line: index in (0, 2))
-    done = _images_list(_config(tmp_path), p.url)
+    done = _images(_config(tmp_path), p.url, "list", "--json")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert '"tag":' in done.stdout
@@ -144,16 +144,28 @@ def test_a_request_left_unanswered_is_sent_again(proxy: Callable[..., SlowProxy]
     assert p.requests[2] == p.requests[3], p.requests
 
 
-def test_an_engine_that_never_answers_is_named_in_one_line(proxy: Callable[..., SlowProxy],
-                                                           tmp_path: Path) -> None:
-    p = proxy(lambda index, line: True)
-    done = _images_list(_config(tmp_path), p.url)
+STALLS: dict[str, Callable[[int, str], bool]] = {
+    # From the first request on (the SDK's API version, as the client is made).
+    "every request": lambda index, line: True,
+    # Once the engine answered the ping: the command's own requests (an image's inspect).
+    "image requests": lambda index, line: "/images/" in line,
+}
+
+
+@pytest.mark.parametrize("stall", sorted(STALLS))
+@pytest.mark.parametrize("command", [("build", "--cuda", "cpu"), ("list",), ("check",)])
+def test_an_engine_that_never_answers_is_named_in_one_line(
+    command: tuple[str, ...], stall: str, proxy: Callable[..., SlowProxy], tmp_path: Path
+) -> None:
+    p = proxy(STALLS[stall])
+    done = _images(_config(tmp_path), p.url, *command)
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr, done.stderr
-    lines = done.stderr.strip().splitlines()
+    lines = [x for x in done.stderr.strip().splitlines() if not x.startswith("[images ")]
     assert len(lines) == 1, done.stderr
     for part in (f"the container engine at {p.url}", "did not answer within 1 s", "3 tries",
                  "engine_read"):
         assert part in lines[0], lines[0]
-    assert len(p.requests) == 3, p.requests  # tried 3 times, then named
-    assert len(set(p.requests)) == 1, p.requests
+    stalled = [r for i, r in enumerate(p.requests) if STALLS[stall](i, r)]
+    assert len(stalled) == 3, p.requests  # tried 3 times, then named
+    assert len(set(stalled)) == 1, p.requests
