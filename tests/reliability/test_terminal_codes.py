@@ -3,14 +3,16 @@
 A recipe that fails with a line of terminal codes, and a smoke test that fails with the same
 line: an OSC 0 title, the alternate screen, `ESC c` (reset), an OSC 8 hyperlink, a C1 CSI
 (U+009B) and U+202E (right-to-left override). Through the CLI: none of them reaches the night's
-terminal output, `nightly status` in a real terminal (a pty) or through a pipe, run.log or
-report.html (its text, and the DOM headless Chromium renders from it); the words around them
-do, so the reason is still read. In the pty, the only escape sequences left are rich's own
-colours (SGR).
+output (in a pty and through a pipe), `nightly status` in a pty or through a pipe, run.log,
+report.html (its text, and the DOM headless Chromium renders from it) or the notify mail
+(through a real SMTP server); the words around them do, so the reason is still read. In the
+pty, the only escape sequences `nightly status` writes are rich's own colours (SGR).
 """
 
 from __future__ import annotations
 
+import email
+import email.policy
 import json
 import os
 import pty
@@ -18,12 +20,17 @@ import re
 import select
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+from aiosmtpd.controller import Controller
+
 from tests.support.cli import child_env, nightly_cmd
 from tests.support.day import find_day
+from tests.support.net import free_port
 from tests.support.projects import DATE, run_args
 from tests.support.wheels import hand_wheel_recipe
 
@@ -48,9 +55,32 @@ RECIPE = hand_wheel_recipe(
 )
 
 
-def _project(night_project: Callable[..., Any]) -> Any:
+@dataclass
+class Inbox:
+    messages: list[email.message.EmailMessage] = field(default_factory=list)
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # aiosmtpd's hook
+        self.messages.append(email.message_from_bytes(envelope.content, policy=email.policy.default))
+        return "250 accepted"
+
+
+@pytest.fixture
+def inbox() -> Iterator[tuple[Inbox, int]]:
+    """A real SMTP server on loopback (aiosmtpd): the night's notify mail lands here."""
+    box, port = Inbox(), free_port()
+    controller = Controller(box, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield box, port
+    finally:
+        controller.stop()
+
+
+def _project(night_project: Callable[..., Any], smtp_port: int) -> Any:
     p = night_project(matrix=MATRIX, recipes={"manywheel": ""}, queues=1,
-                      extra='[smoke]\nimport_name = "demo"\ncommand = "bash @SMOKE@"\n')
+                      extra=('[smoke]\nimport_name = "demo"\ncommand = "bash @SMOKE@"\n'
+                             f'[notify]\nsmtp_host = "127.0.0.1"\nsmtp_port = {smtp_port}\n'
+                             'smtp_from = "nightly@build.example"\nsmtp_to = ["r@example.com"]\n'))
     evil = p.path / "evil.sh"
     evil.write_text(f"EVIL={EVIL_BASH}\n")
     smoke = p.path / "smoke.sh"
@@ -108,9 +138,9 @@ def _in_a_terminal(args: list[str], timeout: float = 90) -> tuple[int, str]:
 
 def test_a_builds_terminal_codes_reach_no_output(
     night_project: Callable[..., Any], run_cli: Callable[..., tuple[int, str, str]],
-    tmp_path: Path,
+    tmp_path: Path, inbox: tuple[Inbox, int],
 ) -> None:
-    p = _project(night_project)
+    p = _project(night_project, inbox[1])
     # The night in a terminal (its live view draws with cursor moves of rich's own: only the
     # build's sequences are looked for), then again through a pipe (cron's mail).
     code, terminal = _in_a_terminal(run_args(p.config), timeout=600)
@@ -131,6 +161,11 @@ def test_a_builds_terminal_codes_reach_no_output(
     problems += _problems("run.log", (day.master / "run.log").read_text())
     page = day.path / "report.html"
     problems += _problems("report.html", page.read_text())
+    assert len(inbox[0].messages) == 2, inbox[0].messages  # one mail a night
+    for msg in inbox[0].messages:
+        plain = msg.get_body(preferencelist=("plain",))
+        assert plain is not None
+        problems += _problems("the notify mail", str(msg["Subject"]) + "\n" + plain.get_content())
 
     # `nightly status` through a pipe, and in a real terminal.
     code, out, err = run_cli(run_args(p.config, command="status"), cwd=p.path)
