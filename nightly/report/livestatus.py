@@ -24,6 +24,10 @@ def running_state(day: Day, warn: Callable[[str], None] | None = None) -> live.L
         if warn is not None:
             warn(f"warning: {e}")
         return None
+    except OSError as e:  # unreadable (permissions): whether a night runs cannot be told
+        if warn is not None:
+            warn(f"warning: cannot read the day's lock file {e.filename}: {e.strerror or e}")
+        return None
     state = live.read(live.path_of(day.master), warn)
     if state is None or not locked or not live.alive(state.pid):
         return None

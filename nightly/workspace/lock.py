@@ -118,10 +118,8 @@ def check_lock_file(lock: Path) -> None:
     none of nightly's. Nothing of nightly's is in such a thing: the fix is to remove it."""
     try:
         mode = os.lstat(lock).st_mode
-    except FileNotFoundError:
+    except OSError:  # absent, or its folder is not one: what opens it says so
         return
-    except OSError as e:
-        raise StateError(f"the day's lock file {lock} cannot be read: {e.strerror or e}") from e
     if not stat.S_ISREG(mode):
         raise _not_a_lock(lock, mode)
 
@@ -133,7 +131,7 @@ def is_locked(day_path: Path) -> bool:
     check_lock_file(lock)
     try:  # O_NONBLOCK: a FIFO swapped in after the check must not make this wait
         fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError:
         check_lock_file(lock)  # replaced since the check (a link): say what it is now
