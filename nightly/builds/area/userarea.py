@@ -14,7 +14,7 @@ else may write:
     images/                              the host toolchains (sysroot, zig), assembled here
     sccache/<project>-<hash>/<toolchain>/  the compiler cache's store (root's, 0700: a build
                                          gets copies in its own folder, builds/cache_store.py)
-    zig-cache/                           zig's cache (the user's)
+    (zig's cache is each build's own: work/<build>/zig-cache)
 
 A day's copies go when the day folder they came from is gone (`nightly prune`). Before the
 first build, `preflight` checks every path a build needs against the user's uid and groups
@@ -94,10 +94,12 @@ class BuildArea:
     def sccache(self) -> Path:
         return self.root / "sccache"
 
-    def env(self) -> dict[str, str]:
-        """What a build's environment gets for the area (zig's cache is the user's)."""
-        return {"ZIG_GLOBAL_CACHE_DIR": str(self.root / "zig-cache"),
-                "ZIG_LOCAL_CACHE_DIR": str(self.root / "zig-cache"),
+    def env(self, build: Path) -> dict[str, str]:
+        """What a build's environment gets for the area. zig's cache is the build's own, in
+        its build folder `build`: one shared by the account's builds would let a build plant
+        objects every other build links."""
+        return {"ZIG_GLOBAL_CACHE_DIR": str(build / "zig-cache"),
+                "ZIG_LOCAL_CACHE_DIR": str(build / "zig-cache"),
                 **({"NIGHTLY_PYTHON": str(self.python)} if self.python else {})}
 
     def cache_settings(self, settings: CacheSettings) -> CacheSettings:
@@ -173,13 +175,6 @@ def _copy_tree(src: Path, dest: Path) -> None:
     partial.rename(dest)
 
 
-def _own_dir(path: Path, user: BuildUser) -> None:
-    """A folder the user writes (made if missing; given to it where root made it)."""
-    path.mkdir(mode=0o755, parents=True, exist_ok=True)
-    if os.lstat(path).st_uid != user.uid:
-        os.chown(path, user.uid, user.gid, follow_symlinks=False)
-
-
 def _stage_sccache(area: BuildArea, binary: Path | None) -> None:
     if binary is None:
         return
@@ -191,7 +186,7 @@ def _stage_sccache(area: BuildArea, binary: Path | None) -> None:
         same = False
     if not same:
         dest.parent.mkdir(mode=0o755, exist_ok=True)
-        tmp = dest.with_name(".sccache.tmp")
+        tmp = dest.with_name(f".sccache.tmp-{os.getpid()}")  # another night may copy too
         shutil.copyfile(binary, tmp)
         os.chmod(tmp, 0o755)
         os.replace(tmp, dest)
@@ -237,7 +232,6 @@ def stage(area: BuildArea, *, source: Path, stamp: str, recipes: Path, wheelhous
     area.work.mkdir(mode=0o755, exist_ok=True)
     area.images.mkdir(mode=0o755, exist_ok=True)
     _stage_sccache(area, sccache)
-    _own_dir(area.root / "zig-cache", area.user)
     if cache.enabled and not cache.url and cache.dir == area.sccache:
         _root_dir(area.sccache)
 
@@ -318,8 +312,9 @@ def needs(job: Job, *, user: BuildUser, pythons: dict[str, str], cuda: dict[str,
     for var in ("NIGHTLY_TOOLCHAIN_CACHE", "NIGHTLY_ZIG_CACHE"):
         if env.get(var):
             yield Need(path=Path(env[var]), access="x", what="the toolchains' folder", fix=area_fix)
-    if env.get("ZIG_GLOBAL_CACHE_DIR"):
-        yield Need(path=Path(env["ZIG_GLOBAL_CACHE_DIR"]), access="wx", what="zig's cache",
+    zig = Path(env.get("ZIG_GLOBAL_CACHE_DIR") or "/")
+    if zig != Path("/") and not zig.is_relative_to(job.work_dir.parent):  # its own: made by zig
+        yield Need(path=zig, access="wx", what="zig's cache",
                    fix=area_fix)
     if job.package == "conda" or env.get("AUDITWHEEL_PLAT"):
         yield Need(path=Path(env.get("NIGHTLY_PYTHON") or sys.executable), access="x",

@@ -34,7 +34,8 @@ from nightly.channels import conda as conda_client
 from nightly.config import Config
 from nightly.core.matrix import Build, python_number
 from nightly.executors.base import Executor, Job, OutputSink
-from nightly.executors.local import NotFound, find_python, give_to
+from nightly.executors.handover import give_to
+from nightly.executors.local import NotFound, find_python
 from nightly.hardening import BuildUser
 from nightly.images import runtime
 from nightly.workspace.pythontests import PythonTest

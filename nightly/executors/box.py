@@ -1,0 +1,186 @@
+"""Each build alone: a build user's recipe (and its smoke test) runs in a box of its own.
+
+Every build of a build account runs as the same uid, so without more any build could open
+another running build's folder (its compiler wrapper, its output), its compiler cache's
+socket, or reach its processes through /proc/<pid>/cwd or ptrace. nightly, as root, starts
+each such build in new namespaces (util-linux's `unshare`; the model is bubblewrap and
+Bazel's linux-sandbox) before it switches to the account:
+
+- a **mount namespace** in which the build area's `nights/` folder (every project's and
+  night's builds) is an empty tmpfs, with only what this build reads (its source copy, the
+  recipes, the smoke scripts, the wheelhouse: read-only) and its own build folder
+  (read-write) mounted back at their usual paths; `/tmp` is the build's own temporary
+  folder (`WORK_DIR/tmp`: the compiler cache server's socket lives there), `/dev/shm` a
+  tmpfs of its own;
+- a **PID namespace** with its own /proc: the build sees and signals only its own
+  processes, so no /proc/<pid>/root or cwd leads into another build, and nothing it
+  starts outlives it (the kernel kills the namespace when the recipe ends; the box names
+  what was still running first, on a pipe only nightly reads);
+- an **IPC namespace** (System V and POSIX message queues of its own).
+
+The network is shared (builds download their dependencies). docs/security.md, "Each build
+alone", says what this guarantees and what it does not.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+from nightly.executors.base import Job, OutputSink
+
+NIGHTS = "nights"  # the build area's folder of every night's builds (builds/area/userarea.py)
+STAGE = ".box"  # beside it: where a box reaches the real nights/ while it lays out its view
+MAX_LISTED = 50  # processes a box names when its recipe ended (the rest are counted)
+UNSHARE = ["unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc",
+           "--propagation", "private"]
+
+# Runs as root inside the new namespaces. $1: the fd of the report pipe; the rest: the
+# command (setpriv ... recipe). The folders are mounted by the lines nightly puts before it.
+_RUN = r"""
+set +e
+"$@" {rfd}>&-
+rc=$?
+# What is still running in the box (bash builtins only: nothing of the box's own is listed),
+# then the box ends, and the kernel kills the rest with it.
+n=0
+for p in /proc/[0-9]*; do
+    pid=${{p#/proc/}}
+    [ "$pid" = 1 ] && continue
+    uid=""
+    while read -r key value _; do
+        [ "$key" = "Uid:" ] && uid=$value && break
+    done < "$p/status" 2>/dev/null || continue
+    mapfile -d '' -t argv < "$p/cmdline" 2>/dev/null || continue
+    [ "${{#argv[@]}}" -gt 0 ] || continue
+    n=$((n + 1))
+    [ "$n" -le {max} ] && printf 'pid %s (uid %s): %.300s\n' "$pid" "$uid" "${{argv[*]}}" >&{rfd}
+done
+[ "$n" -gt {max} ] && printf 'and %s more\n' "$((n - {max}))" >&{rfd}
+exit $rc
+"""
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """None when this process can make boxes; else why not (for the build's log)."""
+    if os.geteuid() != 0:
+        return f"nightly runs as uid {os.geteuid()}, not root: it cannot make namespaces"
+    try:
+        proc = subprocess.run([*UNSHARE, "true"], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"util-linux's unshare cannot run: {e}"
+    if proc.returncode != 0:
+        return ("the kernel refused new mount/PID/IPC namespaces "
+                f"({proc.stderr.strip()[-200:] or f'exit status {proc.returncode}'})")
+    return None
+
+
+def nights_of(job: Job) -> Path | None:
+    """The area's `nights/` folder that holds this build's folder (None: not in an area)."""
+    if job.area is None:
+        return None
+    nights = job.area / NIGHTS
+    return nights if job.work_dir.is_relative_to(nights) else None
+
+
+def shown(job: Job) -> list[tuple[Path, bool]]:
+    """What of `nights/` the build sees: (path, writable); its build folder first."""
+    seen: list[tuple[Path, bool]] = [(job.work_dir.parent, True)]
+    reads = [job.source_dir, job.recipes_dir, job.recipes_dir.parent / ".nightly-smoke-scripts"]
+    if job.env.get("NIGHTLY_WHEELHOUSE"):
+        reads.append(Path(job.env["NIGHTLY_WHEELHOUSE"]))
+    for path in dict.fromkeys(reads):
+        if not any(path.is_relative_to(p) for p, _ in seen):
+            seen.append((path, False))
+    return seen
+
+
+def _mounts(nights: Path, show: Iterable[tuple[Path, bool]], tmp: Path) -> str:
+    """The shell lines that lay the box out (as root, in the new mount namespace)."""
+    q = shlex.quote
+    stage = q(str(nights.parent / STAGE))
+    lines = ["set -eu",
+             # The real nights/ stays reachable at the area's .box (root's, 0700, empty
+             # outside boxes) while the view is made.
+             f"mkdir -p -m 0700 {stage}",
+             f"mount --rbind {q(str(nights))} {stage}",
+             f"mount -t tmpfs -o mode=0755,size=1m,nosuid,nodev nightly-box {q(str(nights))}"]
+    for path, writable in show:
+        if not path.is_relative_to(nights) or path == nights:
+            continue
+        rel = q(str(path.relative_to(nights)))
+        dest = q(str(path))
+        lines.append(f"if [ -e {stage}/{rel} ]; then mkdir -p {dest} && "
+                     f"mount --rbind {stage}/{rel} {dest}"
+                     + ("" if writable else f" && mount -o remount,bind,ro {dest}") + "; fi")
+    lines.append(f"umount -l {stage}")
+    if not nights.is_relative_to("/tmp"):  # a build_dir under /tmp would be hidden by it
+        lines.append(f"mount --bind {q(str(tmp))} /tmp")
+    lines.append("mount -t tmpfs -o mode=1777,nosuid,nodev nightly-shm /dev/shm")
+    return "\n".join(lines)
+
+
+def wrap(job: Job, command: list[str], report_fd: int) -> list[str]:
+    """`command` (the recipe as the build user) run in the build's box; what the box names
+    as left running when the recipe ended is written to `report_fd`."""
+    nights = nights_of(job)
+    if nights is None:
+        return command
+    script = _mounts(nights, shown(job), job.work_dir / "tmp") + _RUN.format(
+        rfd=report_fd, max=MAX_LISTED)
+    return [*UNSHARE, "--", "bash", "-c", script, "nightly-box", *command]
+
+
+def boxed(job: Job, command: list[str]) -> tuple[list[str], int, int, str | None]:
+    """A build user's `command` in its box: (the command, the report pipe's read and write
+    ends or -1, the log's line when the build runs without a box)."""
+    if nights_of(job) is None:
+        return command, -1, -1, None
+    why = unavailable()
+    if why is not None:
+        return command, -1, -1, (
+            f"namespaces: {why}; the build runs without a box of its own: the build "
+            "account's other running builds can reach its folder (docs/security.md)")
+    report_r, report_w = os.pipe()
+    return wrap(job, command, report_w), report_r, report_w, None
+
+
+def left_running(report: int, job: Job, out: OutputSink) -> list[str]:
+    """The note naming what the box still held when the recipe ended (the kernel killed it
+    with the box); closes `report` (-1: no box)."""
+    if report < 0:
+        return []
+    try:
+        left = read_report(report)
+    finally:
+        os.close(report)
+    if not left:
+        return []
+    note = (f"the recipe of {job.build_id} left {len(left)} process(es) running when it "
+            "ended, killed: " + "; ".join(left))
+    out(f"[nightly] {note}\n".encode())
+    return [note]
+
+
+def read_report(fd: int) -> list[str]:
+    """The lines the box wrote (once its process ended: the pipe holds them all)."""
+    data = b""
+    os.set_blocking(fd, False)
+    try:
+        while len(data) < 1 << 16:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    except BlockingIOError:
+        pass
+    return [line for line in data.decode("utf-8", "replace").splitlines() if line]
+
+
+__all__ = ["NIGHTS", "boxed", "left_running", "nights_of", "read_report", "shown", "unavailable", "wrap"]
