@@ -27,10 +27,10 @@ from __future__ import annotations
 import functools
 import os
 import shlex
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+from nightly import procs
 from nightly.executors.base import Job, OutputSink
 
 NIGHTS = "nights"  # the build area's folder of every night's builds (builds/area/userarea.py)
@@ -70,14 +70,14 @@ def unavailable() -> str | None:
     """None when this process can make boxes; else why not (for the build's log)."""
     if os.geteuid() != 0:
         return f"nightly runs as uid {os.geteuid()}, not root: it cannot make namespaces"
-    try:
-        proc = subprocess.run([*UNSHARE, "true"], stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
+    try:  # ends at once: nothing to wait for
+        proc = procs.call([*UNSHARE, "true"])
+    except OSError as e:
         return f"util-linux's unshare cannot run: {e}"
     if proc.returncode != 0:
+        said = proc.stderr_bytes.decode("utf-8", "replace").strip()[-200:]
         return ("the kernel refused new mount/PID/IPC namespaces "
-                f"({proc.stderr.strip()[-200:] or f'exit status {proc.returncode}'})")
+                f"({said or f'exit status {proc.returncode}'})")
     return None
 
 

@@ -13,6 +13,7 @@ import pytest
 from nightly.builds.area import toolstage
 from nightly.executors import box
 from nightly.executors.base import Job
+from nightly.executors.local import NotFound
 
 
 def _job(area: Path | None, *, root: Path, build: str = "b1") -> Job:
@@ -92,5 +93,5 @@ def test_staged_tools_link_to_an_interpreter_the_user_can_run(
     assert found != private
     assert toolstage._same_version(str(found))
     assert toolstage._same_version(mine)
-    with pytest.raises(toolstage.NotFound, match="out of the build user's reach"):
+    with pytest.raises(NotFound, match="out of the build user's reach"):
         toolstage.reachable_base(lambda p: False)

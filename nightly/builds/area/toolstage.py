@@ -23,7 +23,6 @@ import importlib.metadata as md
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
@@ -32,6 +31,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from nightly import procs
 from nightly.executors.local import NotFound, find_python
 
 # The distributions whose programs a recipe runs (present only where nightly has them: the
@@ -101,12 +101,11 @@ def _same_version(python: str) -> bool:
     want = f"{sys.version_info.major}.{sys.version_info.minor} {sys.implementation.name}"
     code = ("import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]} "
             "{sys.implementation.name}')")
-    try:
-        out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True,
-                             timeout=30, check=False).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
+    try:  # an interpreter printing its version: ends at once
+        out = procs.call([python, "-I", "-c", code]).stdout_bytes.decode("utf-8", "replace")
+    except OSError:
         return False
-    return out == want
+    return out.strip() == want
 
 
 def stage_python(top: Path, usable: Callable[[str], bool] | None = None) -> Path:
