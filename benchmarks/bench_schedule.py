@@ -303,8 +303,10 @@ def bench_overhead(n: int, user: str = "") -> dict[str, Any]:
     """n no-op builds through Runner.run_queues on 2 queues, against spawning the same
     script n times directly, 2 at a time. `user`: as that build user, in its build area
     (nightly as root)."""
-    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
+    # A build user reads the stand-in wheel: outside /tmp (a box's /tmp is its own), open.
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-", dir="/var/tmp" if user else None) as tmp:
         work = Path(tmp)
+        work.chmod(0o755)
         (work / "src").mkdir()
         write_recipes(work / "recipes", NOOP_RECIPE, ("noop",))
         config = cfg.parse(
@@ -331,7 +333,8 @@ def bench_overhead(n: int, user: str = "") -> dict[str, Any]:
         runner = Runner(ctx, executor)
         outcomes, runner_s = timed(lambda: runner.run_queues([builds[0::2], builds[1::2]]))
         if len(outcomes) != n or not all(o.ok for o in outcomes):
-            raise SystemExit("no-op builds failed")
+            failed = next((o for o in outcomes if not o.ok), None)
+            raise SystemExit(f"no-op builds failed: {failed}")
 
         script = work / "recipes" / "manywheel" / "build.sh"
         outs = work / "direct"
