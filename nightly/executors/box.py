@@ -126,15 +126,23 @@ def _mounts(nights: Path, show: Iterable[tuple[Path, bool]], tmp: Path) -> str:
     return "\n".join(lines)
 
 
-def wrap(job: Job, command: list[str], report_fd: int) -> list[str]:
+def wrap(job: Job, command: list[str], report_fd: int | None) -> list[str]:
     """`command` (the recipe as the build user) run in the build's box; what the box names
-    as left running when the recipe ended is written to `report_fd`."""
+    as left running when the recipe ended is written to `report_fd` (None: the command
+    is the box's first process, and what it leaves is killed unnamed when it ends)."""
     nights = nights_of(job)
     if nights is None:
         return command
-    script = _mounts(nights, shown(job), job.work_dir / "tmp") + _RUN.format(
-        rfd=report_fd, max=MAX_LISTED)
+    run = ('\nexec "$@"\n' if report_fd is None
+           else _RUN.format(rfd=report_fd, max=MAX_LISTED))
+    script = _mounts(nights, shown(job), job.work_dir / "tmp") + run
     return [*UNSHARE, "--", "bash", "-c", script, "nightly-box", *command]
+
+
+def helper(job: Job, command: list[str]) -> list[str]:
+    """A build user's `command` that is not a recipe (the conda smoke test's import) in a
+    box of `job` when nightly can make one (else as it is: the recipe's log said why)."""
+    return command if unavailable() is not None else wrap(job, command, None)
 
 
 def boxed(job: Job, command: list[str]) -> tuple[list[str], int, int, str | None]:
@@ -183,4 +191,5 @@ def read_report(fd: int) -> list[str]:
     return [line for line in data.decode("utf-8", "replace").splitlines() if line]
 
 
-__all__ = ["NIGHTS", "boxed", "left_running", "nights_of", "read_report", "shown", "unavailable", "wrap"]
+__all__ = ["NIGHTS", "boxed", "helper", "left_running", "nights_of", "read_report", "shown",
+           "unavailable", "wrap"]
