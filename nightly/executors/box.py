@@ -27,14 +27,14 @@ from __future__ import annotations
 import functools
 import os
 import shlex
-from collections.abc import Iterable
 from pathlib import Path
 
 from nightly import procs
 from nightly.executors.base import Job, OutputSink
 
 NIGHTS = "nights"  # the build area's folder of every night's builds (builds/area/userarea.py)
-STAGE = ".box"  # beside it: where a box reaches the real nights/ while it lays out its view
+ZIG = "zig-cache"  # the area's zig caches: zig-cache/<project>-<hash>/<build> (the user's)
+STAGE = ".box"  # beside them: where a box reaches the real folders while it lays out its view
 MAX_LISTED = 50  # processes a box names when its recipe ended (the rest are counted)
 UNSHARE = ["unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc",
            "--propagation", "private"]
@@ -90,8 +90,11 @@ def nights_of(job: Job) -> Path | None:
 
 
 def shown(job: Job) -> list[tuple[Path, bool]]:
-    """What of `nights/` the build sees: (path, writable); its build folder first."""
+    """What of the covered folders the build sees: (path, writable); its build folder
+    first, then its own zig cache."""
     seen: list[tuple[Path, bool]] = [(job.work_dir.parent, True)]
+    if job.env.get("ZIG_GLOBAL_CACHE_DIR"):
+        seen.append((Path(job.env["ZIG_GLOBAL_CACHE_DIR"]), True))
     reads = [job.source_dir, job.recipes_dir, job.recipes_dir.parent / ".nightly-smoke-scripts"]
     if job.env.get("NIGHTLY_WHEELHOUSE"):
         reads.append(Path(job.env["NIGHTLY_WHEELHOUSE"]))
@@ -101,26 +104,44 @@ def shown(job: Job) -> list[tuple[Path, bool]]:
     return seen
 
 
-def _mounts(nights: Path, show: Iterable[tuple[Path, bool]], tmp: Path) -> str:
-    """The shell lines that lay the box out (as root, in the new mount namespace)."""
+def own_caches(job: Job, uid: int, gid: int) -> None:
+    """The build's own zig cache in the area (zig-cache/<project>-<hash>/<build>): made, the
+    build user's (uid, gid), 0700; kept from night to night."""
+    zig = Path(job.env.get("ZIG_GLOBAL_CACHE_DIR") or "/")
+    if job.area is None or not zig.is_relative_to(job.area / ZIG) or zig == job.area / ZIG:
+        return
+    zig.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if os.lstat(zig).st_uid != uid:
+        os.chown(zig, uid, gid, follow_symlinks=False)
+
+
+def _cover(top: Path, stage: str, show: list[tuple[Path, bool]]) -> list[str]:
+    """The shell lines that make `top` an empty tmpfs with only `show`'s paths in it, at
+    their places. The real `top` stays reachable at `stage` (the area's .box, root's 0700,
+    empty outside boxes) while the view is made."""
     q = shlex.quote
-    stage = q(str(nights.parent / STAGE))
-    lines = ["set -eu",
-             # The real nights/ stays reachable at the area's .box (root's, 0700, empty
-             # outside boxes) while the view is made.
-             f"mkdir -p -m 0700 {stage}",
-             f"mount --rbind {q(str(nights))} {stage}",
-             f"mount -t tmpfs -o mode=0755,size=1m,nosuid,nodev nightly-box {q(str(nights))}"]
+    lines = [f"mount --rbind {q(str(top))} {stage}",
+             f"mount -t tmpfs -o mode=0755,size=1m,nosuid,nodev nightly-box {q(str(top))}"]
     for path, writable in show:
-        if not path.is_relative_to(nights) or path == nights:
+        if not path.is_relative_to(top) or path == top:
             continue
-        rel = q(str(path.relative_to(nights)))
+        rel = q(str(path.relative_to(top)))
         dest = q(str(path))
         lines.append(f"if [ -e {stage}/{rel} ]; then mkdir -p {dest} && "
                      f"mount --rbind {stage}/{rel} {dest}"
                      + ("" if writable else f" && mount -o remount,bind,ro {dest}") + "; fi")
-    lines.append(f"umount -l {stage}")
-    if not nights.is_relative_to("/tmp"):  # a build_dir under /tmp would be hidden by it
+    return [*lines, f"umount -l {stage}"]
+
+
+def _mounts(area: Path, show: list[tuple[Path, bool]], tmp: Path) -> str:
+    """The shell lines that lay the box out (as root, in the new mount namespace): the
+    area's nights/ and zig-cache/ covered but for this build's own."""
+    q = shlex.quote
+    stage = q(str(area / STAGE))
+    lines = ["set -eu", f"mkdir -p -m 0700 {stage}"]
+    for top in (area / NIGHTS, area / ZIG):
+        lines += [f"if [ -d {q(str(top))} ]; then", *_cover(top, stage, show), "fi"]
+    if not area.is_relative_to("/tmp"):  # a build_dir under /tmp would be hidden by it
         lines.append(f"mount --bind {q(str(tmp))} /tmp")
     lines.append("mount -t tmpfs -o mode=1777,nosuid,nodev nightly-shm /dev/shm")
     return "\n".join(lines)
@@ -135,7 +156,7 @@ def wrap(job: Job, command: list[str], report_fd: int | None) -> list[str]:
         return command
     run = ('\nexec "$@"\n' if report_fd is None
            else _RUN.format(rfd=report_fd, max=MAX_LISTED))
-    script = _mounts(nights, shown(job), job.work_dir / "tmp") + run
+    script = _mounts(nights.parent, shown(job), job.work_dir / "tmp") + run
     return [*UNSHARE, "--", "bash", "-c", script, "nightly-box", *command]
 
 
@@ -191,5 +212,5 @@ def read_report(fd: int) -> list[str]:
     return [line for line in data.decode("utf-8", "replace").splitlines() if line]
 
 
-__all__ = ["NIGHTS", "boxed", "helper", "left_running", "nights_of", "read_report", "shown",
+__all__ = ["NIGHTS", "boxed", "helper", "left_running", "nights_of", "own_caches", "read_report", "shown",
            "unavailable", "wrap"]

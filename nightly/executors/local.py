@@ -208,6 +208,7 @@ class LocalExecutor(Executor):
             d.mkdir(parents=True, exist_ok=True)
         if self.user is not None:
             give_to(job.work_dir.parent, self.user)
+            namespaces.own_caches(job, self.user.uid, self.user.gid)
             out(f"[nightly] recipe runs as {self.user.name} (uid {self.user.uid})\n".encode())
         out(f"[nightly] interpreter {env['PYTHON']}\n".encode())
         if "CUDA_HOME" in env:

@@ -2,7 +2,7 @@
 documented build account (`[executor.local] user`, docs/security.md), running at once through
 the CLI. Project A's build code goes looking for project B's running build as an attacker
 would: the build area's folders, B's compiler wrapper (`cache/cc`), B's compiler cache
-socket, the cache store, /proc/<pid>/cwd and /root of the account's processes, /tmp and
+socket, the cache store, the zig caches, /proc/<pid>/cwd and /root of the account's processes, /tmp and
 /dev/shm. It reaches none of them (nightly.executors.box), and B's wheel holds B's code.
 """
 
@@ -82,9 +82,11 @@ EVIL = ("#!/bin/sh\nout=; prev=\nfor a; do [ \"$prev\" = -o ] && out=$a; prev=$a
         "printf 'int value(void) { return 666; }\\n' > \"$out.c\"\n"
         "exec cc -O1 -fPIC -c \"$out.c\" -o \"$out\"\n")
 
+own_zig = os.path.realpath(os.environ["ZIG_GLOBAL_CACHE_DIR"])
+
 def other(path):
     real = os.path.realpath(path)
-    return not (real == mine or real.startswith(mine + os.sep))
+    return not any(real == m or real.startswith(m + os.sep) for m in (mine, own_zig))
 
 def try_folder(folder, how):
     if not other(folder):
@@ -119,7 +121,8 @@ def try_socket(path, how):
     finally:
         s.close()
 
-for pattern in ("nights/*/*/work/*", "nights/*/.builds/work/*", "nights/*/release/*/work/*"):
+for pattern in ("nights/*/*/work/*", "nights/*/.builds/work/*", "nights/*/release/*/work/*",
+                "zig-cache/*/*"):
     for folder in glob.glob(os.path.join(area, pattern)):
         try_folder(folder, "area")
 for pid in os.listdir("/proc"):

@@ -19,7 +19,8 @@ from nightly.executors.local import NotFound
 def _job(area: Path | None, *, root: Path, build: str = "b1") -> Job:
     nights = root / "nights" / "proj-0123456789"
     return Job(build_id=build, package="manywheel", python="3.11", cuda="cpu",
-               env={"NIGHTLY_WHEELHOUSE": str(nights / "D" / "wheelhouse")},
+               env={"NIGHTLY_WHEELHOUSE": str(nights / "D" / "wheelhouse"),
+                    "ZIG_GLOBAL_CACHE_DIR": str(root / "zig-cache" / nights.name / build)},
                recipes_dir=nights / "D" / "recipes", source_dir=nights / ".builds" / "source",
                output_dir=nights / ".builds" / "work" / build / "out",
                work_dir=nights / ".builds" / "work" / build / "scratch", timeout_s=60,
@@ -32,6 +33,7 @@ def test_a_box_shows_its_own_build_folder_writable_and_its_inputs_read_only() ->
     nights = root / "nights" / "proj-0123456789"
     assert box.shown(job) == [
         (nights / ".builds" / "work" / "b1", True),
+        (root / "zig-cache" / "proj-0123456789" / "b1", True),
         (nights / ".builds" / "source", False),
         (nights / "D" / "recipes", False),
         (nights / "D" / ".nightly-smoke-scripts", False),
@@ -41,6 +43,8 @@ def test_a_box_shows_its_own_build_folder_writable_and_its_inputs_read_only() ->
     text = " ".join(script)
     assert text.startswith("unshare --mount --pid --ipc --fork --kill-child --mount-proc")
     assert f"nodev nightly-box {root}/nights\n" in text  # the nights/ folder is a tmpfs
+    assert f"nodev nightly-box {root}/zig-cache\n" in text  # so is zig-cache/
+    assert f"mount --rbind {root}/.box/proj-0123456789/b1 {root}/zig-cache/proj-0123456789/b1" in text
     assert "work/b2" not in text
     assert str(nights / "D" / "work") not in text
     assert f"mount -o remount,bind,ro {nights / 'D' / 'recipes'}" in text

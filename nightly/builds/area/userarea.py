@@ -14,7 +14,7 @@ else may write:
     images/                              the host toolchains (sysroot, zig), assembled here
     sccache/<project>-<hash>/<toolchain>/  the compiler cache's store (root's, 0700: a build
                                          gets copies in its own folder, builds/cache_store.py)
-    (zig's cache is each build's own: work/<build>/zig-cache)
+    zig-cache/<project>-<hash>/<build>/  zig's cache of each build (the user's, 0700; root's above)
 
 A day's copies go when the day folder they came from is gone (`nightly prune`). Before the
 first build, `preflight` checks every path a build needs against the user's uid and groups
@@ -94,12 +94,16 @@ class BuildArea:
     def sccache(self) -> Path:
         return self.root / "sccache"
 
-    def env(self, build: Path) -> dict[str, str]:
-        """What a build's environment gets for the area. zig's cache is the build's own, in
-        its build folder `build`: one shared by the account's builds would let a build plant
-        objects every other build links."""
-        return {"ZIG_GLOBAL_CACHE_DIR": str(build / "zig-cache"),
-                "ZIG_LOCAL_CACHE_DIR": str(build / "zig-cache"),
+    def zig_cache(self, build_id: str) -> Path:
+        """zig's cache of one build of this project: its own (kept from night to night: zig
+        builds its glibc stubs, compiler-rt and libc++ there once), never another build's: a
+        cache shared by the account's builds would let one plant objects another links."""
+        return self.root / "zig-cache" / self.nights / build_id
+
+    def env(self, build_id: str) -> dict[str, str]:
+        """What a build's environment gets for the area."""
+        return {"ZIG_GLOBAL_CACHE_DIR": str(self.zig_cache(build_id)),
+                "ZIG_LOCAL_CACHE_DIR": str(self.zig_cache(build_id)),
                 **({"NIGHTLY_PYTHON": str(self.python)} if self.python else {})}
 
     def cache_settings(self, settings: CacheSettings) -> CacheSettings:
@@ -175,6 +179,15 @@ def _copy_tree(src: Path, dest: Path) -> None:
     partial.rename(dest)
 
 
+def _zig_caches(area: BuildArea) -> None:
+    """zig-cache/ root's (one the user owned, of an earlier nightly that shared it between
+    builds, is removed); each build's own is made when it runs (nightly.executors.box)."""
+    top = area.root / "zig-cache"
+    _root_dir(top)
+    os.chmod(top, 0o755)
+    (top / area.nights).mkdir(mode=0o755, exist_ok=True)
+
+
 def _stage_sccache(area: BuildArea, binary: Path | None) -> None:
     if binary is None:
         return
@@ -232,6 +245,7 @@ def stage(area: BuildArea, *, source: Path, stamp: str, recipes: Path, wheelhous
     area.work.mkdir(mode=0o755, exist_ok=True)
     area.images.mkdir(mode=0o755, exist_ok=True)
     _stage_sccache(area, sccache)
+    _zig_caches(area)
     if cache.enabled and not cache.url and cache.dir == area.sccache:
         _root_dir(area.sccache)
 
@@ -312,10 +326,10 @@ def needs(job: Job, *, user: BuildUser, pythons: dict[str, str], cuda: dict[str,
     for var in ("NIGHTLY_TOOLCHAIN_CACHE", "NIGHTLY_ZIG_CACHE"):
         if env.get(var):
             yield Need(path=Path(env[var]), access="x", what="the toolchains' folder", fix=area_fix)
+    # In the area, zig's cache is the build's own, made for it when it runs (executors/box.py).
     zig = Path(env.get("ZIG_GLOBAL_CACHE_DIR") or "/")
-    if zig != Path("/") and not zig.is_relative_to(job.work_dir.parent):  # its own: made by zig
-        yield Need(path=zig, access="wx", what="zig's cache",
-                   fix=area_fix)
+    if zig != Path("/") and not (job.area and zig.is_relative_to(job.area)):
+        yield Need(path=zig, access="wx", what="zig's cache", fix=area_fix)
     if job.package == "conda" or env.get("AUDITWHEEL_PLAT"):
         yield Need(path=Path(env.get("NIGHTLY_PYTHON") or sys.executable), access="x",
                    what="nightly's Python (NIGHTLY_PYTHON, auditwheel)", fix=nightly_fix)

@@ -261,7 +261,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         | cross_env(ctx.config, build, executor, build.target_arch)
         | reproducible_env(ctx.source_dir, timeouts=ctx.config.external_timeouts)
         | interpreter_env(ctx.config, build, executor)
-        | (area.env(work) if area else {}),
+        | (area.env(build.id) if area else {}),
         recipes_dir=area.recipes if area else ctx.config.recipes,
         source_dir=source,
         output_dir=work / "out",
