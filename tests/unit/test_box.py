@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,19 @@ def test_staged_tools_link_to_an_interpreter_the_user_can_run(
     assert toolstage._same_version(mine)
     with pytest.raises(NotFound, match="out of the build user's reach"):
         toolstage.reachable_base(lambda p: False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a folder to another account: root only")
+def test_a_builds_own_zig_cache_is_made_for_the_build_user_and_nothing_else(tmp_path: Path) -> None:
+    area = tmp_path / "area"
+    job = _job(area, root=area)
+    box.own_caches(job, 65534, 65534)
+    own = area / "zig-cache" / "proj-0123456789" / "b1"
+    assert own.is_dir()
+    assert (own.stat().st_uid, own.stat().st_mode & 0o777) == (65534, 0o700)
+    assert (area / "zig-cache").stat().st_uid == 0  # the folder above stays root's
+    # A zig cache outside the area's zig-cache/ (the user's own setting) is left alone.
+    other = _job(area, root=area)
+    elsewhere = tmp_path / "elsewhere"
+    box.own_caches(replace(other, env={"ZIG_GLOBAL_CACHE_DIR": str(elsewhere)}), 65534, 65534)
+    assert not elsewhere.exists()
