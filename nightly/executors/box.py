@@ -118,19 +118,18 @@ def own_caches(job: Job, uid: int, gid: int) -> None:
 def _cover(top: Path, stage: str, show: list[tuple[Path, bool]]) -> list[str]:
     """The shell lines that make `top` an empty tmpfs with only `show`'s paths in it, at
     their places. The real `top` stays reachable at `stage` (the area's .box, root's 0700,
-    empty outside boxes) while the view is made."""
+    empty outside boxes) while the view is made. What is read-only is root's and its modes
+    keep it so (no remount: each `mount` is a process, and a build pays for every one)."""
     q = shlex.quote
-    lines = [f"mount --rbind {q(str(top))} {stage}",
-             f"mount -t tmpfs -o mode=0755,size=1m,nosuid,nodev nightly-box {q(str(top))}"]
-    for path, writable in show:
-        if not path.is_relative_to(top) or path == top:
-            continue
-        rel = q(str(path.relative_to(top)))
-        dest = q(str(path))
-        lines.append(f"if [ -e {stage}/{rel} ]; then mkdir -p {dest} && "
-                     f"mount --rbind {stage}/{rel} {dest}"
-                     + ("" if writable else f" && mount -o remount,bind,ro {dest}") + "; fi")
-    return [*lines, f"umount -l {stage}"]
+    rels = [q(str(p.relative_to(top))) for p, _ in show if p.is_relative_to(top) and p != top]
+    return [f"top={q(str(top))}",
+            f'mount --rbind "$top" {stage}',
+            'mount -t tmpfs -o mode=0755,size=1m,nosuid,nodev nightly-box "$top"',
+            "want=()",
+            *(f"[ ! -e {stage}/{rel} ] || want+=({rel})" for rel in rels),
+            'if [ "${#want[@]}" -gt 0 ]; then mkdir -p -- "${want[@]/#/$top/}"; fi',
+            f'for rel in "${{want[@]}}"; do mount --rbind {stage}/"$rel" "$top/$rel"; done',
+            f"umount -l {stage}"]
 
 
 def _mounts(area: Path, show: list[tuple[Path, bool]], tmp: Path) -> str:
@@ -138,7 +137,7 @@ def _mounts(area: Path, show: list[tuple[Path, bool]], tmp: Path) -> str:
     area's nights/ and zig-cache/ covered but for this build's own."""
     q = shlex.quote
     stage = q(str(area / STAGE))
-    lines = ["set -eu", f"mkdir -p -m 0700 {stage}"]
+    lines = ["set -eu", f"[ -d {stage} ] || mkdir -m 0700 {stage}"]
     for top in (area / NIGHTS, area / ZIG):
         lines += [f"if [ -d {q(str(top))} ]; then", *_cover(top, stage, show), "fi"]
     if not area.is_relative_to("/tmp"):  # a build_dir under /tmp would be hidden by it
