@@ -8,8 +8,9 @@ Bazel's linux-sandbox) before it switches to the account:
 
 - a **mount namespace** in which the build area's `nights/` folder (every project's and
   night's builds) is an empty tmpfs, with only what this build reads (its source copy, the
-  recipes, the smoke scripts, the wheelhouse: read-only) and its own build folder
-  (read-write) mounted back at their usual paths; `/tmp` is the build's own temporary
+  recipes, the smoke scripts, the wheelhouse: root's, read-only to the account) and its
+  own build folder (read-write) mounted back at their usual paths, and likewise the
+  area's `zig-cache/` with only the build's own zig cache; `/tmp` is the build's own temporary
   folder (`WORK_DIR/tmp`: the compiler cache server's socket lives there), `/dev/shm` a
   tmpfs of its own;
 - a **PID namespace** with its own /proc: the build sees and signals only its own
@@ -39,8 +40,8 @@ MAX_LISTED = 50  # processes a box names when its recipe ended (the rest are cou
 UNSHARE = ["unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc",
            "--propagation", "private"]
 
-# Runs as root inside the new namespaces. $1: the fd of the report pipe; the rest: the
-# command (setpriv ... recipe). The folders are mounted by the lines nightly puts before it.
+# Runs as root inside the new namespaces, after the lines that lay the folders out: "$@" is
+# the command (setpriv ... recipe), {rfd} the report pipe, which the command never holds.
 _RUN = r"""
 set +e
 "$@" {rfd}>&-
