@@ -138,7 +138,8 @@ def _mounts(area: Path, show: list[tuple[Path, bool]], tmp: Path) -> str:
     area's nights/ and zig-cache/ covered but for this build's own."""
     q = shlex.quote
     stage = q(str(area / STAGE))
-    lines = ["set -eu", f"[ -d {stage} ] || mkdir -m 0700 {stage}"]
+    # Made by the night (builds/area/userarea.py); -p: boxes starting at once may both make it.
+    lines = ["set -eu", f"[ -d {stage} ] || mkdir -p -m 0700 {stage}"]
     for top in (area / NIGHTS, area / ZIG):
         lines += [f"if [ -d {q(str(top))} ]; then", *_cover(top, stage, show), "fi"]
     if not area.is_relative_to("/tmp"):  # a build_dir under /tmp would be hidden by it

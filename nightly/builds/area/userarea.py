@@ -246,6 +246,7 @@ def stage(area: BuildArea, *, source: Path, stamp: str, recipes: Path, wheelhous
     area.images.mkdir(mode=0o755, exist_ok=True)
     _stage_sccache(area, sccache)
     _zig_caches(area)
+    (area.root / ".box").mkdir(mode=0o700, exist_ok=True)  # where boxes lay their views out
     if cache.enabled and not cache.url and cache.dir == area.sccache:
         _root_dir(area.sccache)
 
