@@ -18,6 +18,7 @@ Also the orchestration overhead: N no-op builds through Runner.run_queues on 2 q
 against spawning `bash noop.sh` N times directly (also 2 at a time), in the same run.
 
     .venv/bin/python benchmarks/bench_schedule.py [--ms-per-hour 2000] [--repeat 2] [--noop 200]
+        [--user NBUILD --overhead-only]   (as root: the no-op builds as a build user, boxed)
 
 Writes benchmarks/results/schedule.json.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -279,11 +281,32 @@ def bench_schedules(ms_per_hour: int, repeat: int) -> list[dict[str, Any]]:
     return out
 
 
-def bench_overhead(n: int) -> dict[str, Any]:
+def user_area(user: str, config: cfg.Config, day: Day, work: Path) -> tuple[Any, Any]:
+    """(the build user, its build area for the no-op night, staged as a night stages it):
+    the builds run as `user`, each in the box nightly gives a build user's build."""
+    import pwd
+
+    from nightly.builds.area import userarea
+    from nightly.builds.cache.wiring import CacheSettings
+    from nightly.hardening import BuildUser
+
+    pw = pwd.getpwnam(user)
+    who = BuildUser(name=user, uid=pw.pw_uid, gid=pw.pw_gid, home=pw.pw_dir)
+    area = userarea.area_for("", who, day.name, project="noop", nightlies=config.root)
+    userarea.make_root(area, None)
+    userarea.stage(area, source=work / "src", stamp="bench", recipes=work / "recipes",
+                   wheelhouse=None, sccache=None, cache=CacheSettings(enabled=False), jobs=[])
+    return who, area
+
+
+def bench_overhead(n: int, user: str = "") -> dict[str, Any]:
     """n no-op builds through Runner.run_queues on 2 queues, against spawning the same
-    script n times directly, 2 at a time."""
-    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
+    script n times directly, 2 at a time. `user`: as that build user, in its build area
+    (nightly as root)."""
+    # A build user reads the stand-in wheel: outside /tmp (a box's /tmp is its own), open.
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-", dir="/var/tmp" if user else None) as tmp:
         work = Path(tmp)
+        work.chmod(0o755)
         (work / "src").mkdir()
         write_recipes(work / "recipes", NOOP_RECIPE, ("noop",))
         config = cfg.parse(
@@ -294,19 +317,24 @@ def bench_overhead(n: int) -> dict[str, Any]:
                 "matrix": {"linux": {"manywheel": {"pythons": ["3.12"], "cudas": ["cpu"]}}},
                 "machines": [{"name": "m", "platform": "linux", "queues": 2}],
                 "smoke": {"enabled": False},
+                # A build user's builds: no compiler cache server per no-op build.
+                **({"cache": {"enabled": False}} if user else {}),
             },
             path=work / "nightly.toml",
         )
         builds = [Build(package="manywheel", python=f"3.{i}", cuda="cpu") for i in range(n)]
-        executor = LocalExecutor(pythons={b.python: HOST_PYTHON for b in builds})
         day = Day(config.root, DATE)
         day.create()
+        who, area = user_area(user, config, day, work) if user else (None, None)
+        executor = LocalExecutor(pythons={b.python: HOST_PYTHON for b in builds}, user=who)
         ctx = RunContext(config=config, day=day, state=State(day.state_path),
-                         source_dir=work / "src", version="1.0.dev20190131", machine="m")
+                         source_dir=work / "src", version="1.0.dev20190131", machine="m",
+                         area=area)
         runner = Runner(ctx, executor)
         outcomes, runner_s = timed(lambda: runner.run_queues([builds[0::2], builds[1::2]]))
         if len(outcomes) != n or not all(o.ok for o in outcomes):
-            raise SystemExit("no-op builds failed")
+            failed = next((o for o in outcomes if not o.ok), None)
+            raise SystemExit(f"no-op builds failed: {failed}")
 
         script = work / "recipes" / "manywheel" / "build.sh"
         outs = work / "direct"
@@ -346,11 +374,17 @@ def main() -> None:
                     help="wall milliseconds per hour of build time (default 2000)")
     ap.add_argument("--repeat", type=int, default=2, help="nights per configuration (median)")
     ap.add_argument("--noop", type=int, default=200, help="no-op builds for the overhead")
+    ap.add_argument("--user", default="", help="the no-op builds as this build user, in its "
+                    "build area and box (as root; docs/security.md, \"Each build alone\")")
+    ap.add_argument("--overhead-only", action="store_true", help="only the no-op builds")
     args = ap.parse_args()
 
     started = time.perf_counter()
+    overhead = bench_overhead(args.noop, args.user)
+    if args.overhead_only:
+        print(json.dumps(overhead))
+        return
     schedules = bench_schedules(args.ms_per_hour, args.repeat)
-    overhead = bench_overhead(args.noop)
     by = {s["config"]: s for s in schedules}
     auto_vs_explicit = {
         "plan": round(by["2019 auto"]["plan_makespan_h"] / by["2019 explicit"]["plan_makespan_h"], 4),

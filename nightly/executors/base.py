@@ -50,6 +50,9 @@ class Job:
     memory_limit: str | None = None  # e.g. "8g", container executor
     gpu: bool = False  # request GPU access (smoke tests on GPU hosts only)
     cache: CompilerCache | None = None  # the compiler cache (nightly.builds.cache.wiring.attach)
+    # A build user's build area (its root): the build runs in a box that shows it only its
+    # own folders of the area's nights/ (nightly.executors.box).
+    area: Path | None = None
 
     @property
     def recipe(self) -> Path:

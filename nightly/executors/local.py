@@ -10,7 +10,6 @@ import re
 import select
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -20,11 +19,13 @@ from pathlib import Path
 
 from nightly.core.axes import family
 from nightly.core.matrix import cuda_version, python_number
+from nightly.executors import box as namespaces
 from nightly.executors import confine
 from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.executors.confine import Box
 from nightly.executors.groups import group_record_path, reap_recorded
 from nightly.executors.groups import record_group as _record_group
+from nightly.executors.handover import give_to, take_back
 from nightly.hardening import BuildUser
 from nightly.reach import Account, denied
 
@@ -207,6 +208,7 @@ class LocalExecutor(Executor):
             d.mkdir(parents=True, exist_ok=True)
         if self.user is not None:
             give_to(job.work_dir.parent, self.user)
+            namespaces.own_caches(job, self.user.uid, self.user.gid)
             out(f"[nightly] recipe runs as {self.user.name} (uid {self.user.uid})\n".encode())
         out(f"[nightly] interpreter {env['PYTHON']}\n".encode())
         if "CUDA_HOME" in env:
@@ -225,10 +227,10 @@ class LocalExecutor(Executor):
         box, why = self._box(job)
         if why:  # no cgroup: still built, and the log says what is not guarded
             out(f"[nightly] {why}\n".encode())
-        started = self._start(job, env, box)
+        started = self._start(job, env, box, out)
         if isinstance(started, ExecResult):
             return started
-        proc, record = started
+        proc, record, report = started
         assert proc.stdout is not None
         stdout = proc.stdout
 
@@ -245,6 +247,7 @@ class LocalExecutor(Executor):
         if reason:
             _kill_group(proc)
         proc.wait()
+        notes += namespaces.left_running(report, job, out)
         notes += _end_box(box, job, out)
         # Grandchildren that outlived bash may still hold the pipe: kill the group, then
         # give the reader a moment to drain what was written.
@@ -261,31 +264,41 @@ class LocalExecutor(Executor):
                               interrupted=interrupted, notes=tuple(notes))
         return ExecResult(exit_status=status, notes=tuple(notes))
 
-    def _start(self, job: Job, env: dict[str, str],
-               box: Box | None) -> tuple[subprocess.Popen[bytes], Path] | ExecResult:
+    def _start(self, job: Job, env: dict[str, str], box: Box | None, out: OutputSink,
+               ) -> tuple[subprocess.Popen[bytes], Path, int] | ExecResult:
         """The recipe started behind its gate: its group recorded and the process put in
-        its box before it runs. (process, its record) or the executor's error."""
+        its box before it runs. (process, its record, the namespaces' report pipe or -1)
+        or the executor's error."""
+        command, report_r, report_w = _command(job, self.user), -1, -1
+        if self.user is not None:  # each build alone: in namespaces of its own
+            command, report_r, report_w, why = namespaces.boxed(job, command)
+            if why:
+                out(f"[nightly] {why}\n".encode())
         gate_r, gate_w = os.pipe()
         try:
             # Direct: a build runs in its own session and cgroup, streamed to its log, and is
             # killed with its process group (_kill_group); procs.call runs helpers, not builds.
             proc = subprocess.Popen(
-                _gated(_command(job, self.user), gate_r),
+                _gated(command, gate_r),
                 cwd=job.work_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: killed as a whole
-                pass_fds=(gate_r,),
+                pass_fds=(gate_r,) if report_w < 0 else (gate_r, report_w),
             )
         except OSError as e:
             os.close(gate_w)
+            if report_r >= 0:
+                os.close(report_r)
             if box is not None:
                 box.kill()
             return ExecResult(exit_status=None, reason=f"executor error: {e}", infra=True)
         finally:
             os.close(gate_r)
+            if report_w >= 0:
+                os.close(report_w)
         try:
             record = _record_group(job, proc.pid, self.user)
             if box is not None:  # before the recipe runs: all it starts stays in the box
@@ -293,7 +306,7 @@ class LocalExecutor(Executor):
             os.write(gate_w, b"go\n")
         finally:
             os.close(gate_w)  # closed without a "go": the gate exits, the recipe never runs
-        return proc, record
+        return proc, record, report_r
 
     def _box(self, job: Job) -> tuple[Box | None, str | None]:
         """The recipe's cgroup, or (None, the line for the log saying why there is none and
@@ -341,31 +354,6 @@ def _owned(path: str, uid: int) -> bool:
         return os.stat(path).st_uid == uid
     except OSError:
         return False
-
-
-def give_to(folder: Path, user: BuildUser) -> None:
-    """The build's folder (scratch, output, compiler cache tools) to the build user."""
-    for root, dirs, files in os.walk(folder):
-        for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
-            os.chown(name, user.uid, user.gid, follow_symlinks=False)
-
-
-def take_back(folder: Path, *, keep: Path) -> None:
-    """The build's folder back to nightly once its recipe ended (all but `keep`, its scratch):
-    the output and the compiler cache's files, which nightly reads, hashes and publishes, can
-    then be neither swapped for a symlink nor changed by the build user's other processes
-    (the folder first, so no entry of it can be replaced meanwhile; links are not followed)."""
-    def own(path: str) -> None:
-        st = os.lstat(path)
-        os.chown(path, os.geteuid(), os.getegid(), follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):  # its parent is nightly's now
-            os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o7022)
-
-    own(str(folder))
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if Path(root, d) != keep]
-        for name in (*dirs, *files):
-            own(os.path.join(root, name))
 
 
 def _gated(command: list[str], fd: int) -> list[str]:

@@ -19,6 +19,7 @@ import json
 import os
 import pwd
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -133,8 +134,9 @@ import_name = "{DIST}"
 
 @pytest.fixture
 def shared(home: Path) -> Iterator[Path]:
-    """A folder the build user can write (beside root's 0700 home, not inside it)."""
-    path = Path(str(home) + "-shared")
+    """A folder the build user can write (outside root's 0700 home, and outside /tmp: a
+    build's /tmp is its own, nightly.executors.box)."""
+    path = Path(f"/var/tmp/nightlytest-shared-{secrets.token_hex(4)}")
     path.mkdir(mode=0o777)
     path.chmod(0o1777)
     try:

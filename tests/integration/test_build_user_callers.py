@@ -22,7 +22,7 @@ import pytest
 from nightly.reach import Account, denied
 from nightly.workspace import Day
 from nightly.workspace.candidate import candidate_name
-from tests.support.accounts import PY, venv_in_home
+from tests.support.accounts import PY, interpreter_in_home, venv_in_home
 from tests.support.cluster import DaskCluster
 from tests.support.staged import staged_nightly
 from tests.support.wheelrecipe import wheel_step
@@ -185,6 +185,51 @@ def test_every_caller_builds_as_the_build_user_from_a_venv_in_a_private_home(
     staged = Path(f"/var/tmp/nightly-{account.pw_name}/python")
     assert all(p.lstat().st_uid == 0 for p in staged.rglob("*")), "a staged file is the user's"
     assert not any(os.lstat(p).st_mode & 0o022 for p in staged.rglob("*") if not p.is_symlink())
+
+
+def test_a_venv_made_from_an_interpreter_in_a_private_home_builds_as_the_build_user(
+    account: pwd.struct_passwd, home: Path
+) -> None:
+    """nightly's venv made by `python3 -m venv` from an interpreter inside root's 0700 home
+    (pyenv's, on this machine image): the staged tools' venv links to an interpreter of the
+    same version the build user can run, so a night, a release candidate and its promotion
+    build and repair as the account."""
+    with staged_nightly(extras=("manylinux",), parent=home) as st:
+        base = interpreter_in_home(home, st)
+        python = venv_in_home(home, st, base)
+        assert (home / "venv" / "pyvenv.cfg").read_text().count(str(base.parent)) >= 1
+        who = Account.of(account.pw_name)
+        assert denied(base, who, "x") is not None  # the case of issue 56, point 6
+        config = _project(home, account.pw_name)
+        env = {"HOME": str(home), "PATH": f"{python.parent}:{st.bin}:/usr/bin:/bin",
+               "LANG": "C.UTF-8"}
+
+        def nightly(*args: str) -> None:
+            proc = subprocess.run([str(python), "-m", "nightly", *args, "--config", str(config)],
+                                  env=env, capture_output=True, text=True, timeout=600,
+                                  cwd=home, check=False)
+            logs = "".join(f.read_text(errors="replace")[-6000:]
+                           for f in (home / "project" / "nightlies").rglob("*.log"))
+            assert proc.returncode == 0, (args, proc.stdout[-3000:], proc.stderr[-3000:], logs)
+
+        roots = home / "project" / "nightlies"
+        nightly("run", "--date", "2024_05_01")
+        log = _built(roots / "2024_05_01", account, "the night")
+        assert "bad interpreter" not in log, log
+        nightly("release", "0.3.0", "--rc", "1", "--date", "2024_05_04")
+        _built(Day(roots, dt.date(2024, 5, 4), name=candidate_name("0.3.0", 1)).path, account,
+               "the release candidate")
+        nightly("promote", "0.3.0", "--rc", "1", "--date", "2024_05_04")
+        promoted = list((home / "mirror").rglob("userdemo-0.3.0-py3-none-any.whl"))
+        assert len(promoted) >= 2, promoted
+    # The staged venv links to an interpreter the account runs, never into the home.
+    staged = Path(f"/var/tmp/nightly-{account.pw_name}/python")
+    links = [p for p in staged.glob("*/bin/python") if p.is_symlink()]
+    assert links, list(staged.rglob("*"))
+    for link in links:
+        target = Path(os.readlink(link))
+        assert not target.is_relative_to(home), target
+        assert denied(target, who, "x") is None, target
 
 
 def _work_dir(log: str) -> str:

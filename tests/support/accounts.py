@@ -65,15 +65,28 @@ def home() -> Iterator[Path]:
         yield h
 
 
-def venv_in_home(home: Path, st: Staged) -> Path:
+def interpreter_in_home(home: Path, st: Staged) -> Path:
+    """An interpreter that lives in the 0700 home, as pyenv's python3 lives in root's
+    ~/.pyenv: a copy of the system's (`st.python`), which finds its standard library where
+    it was built to. No other account can run it."""
+    python = home / "pyenv" / "versions" / PY / "bin" / f"python{PY}"
+    python.parent.mkdir(parents=True)
+    shutil.copy2(st.python, python)
+    return python
+
+
+def venv_in_home(home: Path, st: Staged, base: Path | None = None) -> Path:
     """nightly installed the README's way: a venv in the home (its interpreter and its
-    packages out of any other account's reach). The venv sees the staged nightly (`st`,
-    staged under the home) through a .pth file. Returns the venv's python."""
+    packages out of any other account's reach), made by `python3 -m venv` from `base`
+    (default: the system's interpreter). The venv sees the staged nightly (`st`, staged
+    under the home) through a .pth file. Returns the venv's python."""
     venv = home / "venv"
-    subprocess.run([st.python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run([str(base or st.python), "-m", "venv", "--without-pip", str(venv)],
+                   check=True)
     site = venv / "lib" / f"python{PY}" / "site-packages"
     (site / "staged-nightly.pth").write_text(f"{st.site}\n")
     return venv / "bin" / "python"
 
 
-__all__ = ["PY", "account", "build_account", "home", "private_home", "venv_in_home"]
+__all__ = ["PY", "account", "build_account", "home", "interpreter_in_home", "private_home",
+           "venv_in_home"]

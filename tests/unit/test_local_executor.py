@@ -116,7 +116,7 @@ def test_the_build_folder_is_taken_back_from_the_build_user_after_its_recipe(
 ) -> None:
     """Once the recipe ended, nothing nightly reads next (output, cache tools) can be changed or
     swapped for a symlink by the build user's other processes; its scratch stays its own."""
-    from nightly.executors.local import take_back
+    from nightly.executors.handover import take_back
 
     if os.geteuid() != 0:
         pytest.fail("run as root: this hands folders to another account and back")

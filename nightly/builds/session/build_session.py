@@ -14,6 +14,7 @@ results go.
 from __future__ import annotations
 
 import secrets
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -28,7 +29,7 @@ from nightly.builds.run.runner import EventSink, Runner, SmokeHook
 from nightly.core.matrix import Build
 from nightly.errors import ExecutorError, NightlyError, UsageError
 from nightly.executors import Executor, make_executor
-from nightly.executors.local import LocalExecutor
+from nightly.executors.local import LocalExecutor, NotFound
 
 # (the run's context, the executor, the builds about to run): raises NightlyError when this
 # executor cannot run them here (a missing image, an unreachable engine).
@@ -216,7 +217,13 @@ def user_area(ctx: RunContext, ex: LocalExecutor, todo: Sequence[Build], spec: S
             sccache=compiler_cache.find_sccache() if settings.enabled else None,
             cache=settings, jobs=jobs)
         # nightly's Python and the tools beside it, where the user reaches them.
-        ctx = replace(ctx, area=replace(area, python=toolstage.stage_python(area.root / "python")))
+        staged = toolstage.stage_python(area.root / "python", ex.usable)
+        ctx = replace(ctx, area=replace(area, python=staged))
+    except NotFound as e:
+        raise ExecutorError(f"cannot stage nightly's Python for {ex.user.name}: {e} (install "
+                            f"python{sys.version_info[0]}.{sys.version_info[1]} where it can "
+                            "run it, e.g. /usr/bin, or nightly in a venv outside private "
+                            "homes)") from e
     except OSError as e:
         raise ExecutorError(f"cannot prepare the build area {area.root} for {ex.user.name}: "
                             f"{e} (free space there, or set [executor.local] build_dir)") from e

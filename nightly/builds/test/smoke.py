@@ -33,8 +33,10 @@ from nightly.builds.test import abi3test
 from nightly.channels import conda as conda_client
 from nightly.config import Config
 from nightly.core.matrix import Build, python_number
+from nightly.executors import box
 from nightly.executors.base import Executor, Job, OutputSink
-from nightly.executors.local import NotFound, find_python, give_to
+from nightly.executors.handover import give_to
+from nightly.executors.local import NotFound, find_python
 from nightly.hardening import BuildUser
 from nightly.images import runtime
 from nightly.workspace.pythontests import PythonTest
@@ -332,15 +334,14 @@ class SmokeTester:
             env = {"PYTHONPATH": str(site[0]), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
             # The package's code runs as the build user when there is one, like its build.
             user: BuildUser | None = getattr(self.executor, "user", None)
-            prefix_cmd: list[str] = []
-            if user is not None:
+            command = [py, "-c", code, self.config.smoke.import_name, job.env["BUILD_VERSION"],
+                       strategy]
+            if user is not None:  # in a box of its own, as the build's recipe
+                (Path(t) / "work" / "tmp").mkdir(parents=True)
                 give_to(Path(t), user)
-                prefix_cmd = user.setpriv()
-            proc = procs.call(
-                [*prefix_cmd, py, "-c", code, self.config.smoke.import_name,
-                 job.env["BUILD_VERSION"], strategy],
-                cwd=t, env=env, timeout=self.config.smoke.timeout_s,
-            )
+                command = box.helper(replace(job, work_dir=Path(t) / "work"),
+                                     [*user.setpriv(), *command])
+            proc = procs.call(command, cwd=t, env=env, timeout=self.config.smoke.timeout_s)
             out(proc.stdout_bytes + proc.stderr_bytes)
             if proc.returncode != 0:
                 return SmokeResult(ok=False, reason="smoke test: the conda package does not import")
