@@ -25,6 +25,7 @@ from nightly.executors.base import ExecResult, Executor, Job, OutputSink
 from nightly.executors.confine import Box
 from nightly.executors.groups import group_record_path, reap_recorded
 from nightly.executors.groups import record_group as _record_group
+from nightly.files import walk_tree
 from nightly.hardening import BuildUser
 from nightly.reach import Account, denied
 
@@ -345,9 +346,9 @@ def _owned(path: str, uid: int) -> bool:
 
 def give_to(folder: Path, user: BuildUser) -> None:
     """The build's folder (scratch, output, compiler cache tools) to the build user."""
-    for root, dirs, files in os.walk(folder):
-        for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
-            os.chown(name, user.uid, user.gid, follow_symlinks=False)
+    os.chown(folder, user.uid, user.gid, follow_symlinks=False)
+    for e in walk_tree(folder):
+        os.chown(e.name, user.uid, user.gid, dir_fd=e.dir_fd, follow_symlinks=False)
 
 
 def take_back(folder: Path, *, keep: Path) -> None:
@@ -355,17 +356,15 @@ def take_back(folder: Path, *, keep: Path) -> None:
     the output and the compiler cache's files, which nightly reads, hashes and publishes, can
     then be neither swapped for a symlink nor changed by the build user's other processes
     (the folder first, so no entry of it can be replaced meanwhile; links are not followed)."""
-    def own(path: str) -> None:
-        st = os.lstat(path)
-        os.chown(path, os.geteuid(), os.getegid(), follow_symlinks=False)
+    def own(name: str | Path, st: os.stat_result, dir_fd: int | None = None) -> None:
+        os.chown(name, os.geteuid(), os.getegid(), dir_fd=dir_fd, follow_symlinks=False)
         if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):  # its parent is nightly's now
-            os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o7022)
+            os.chmod(name, stat.S_IMODE(st.st_mode) & ~0o7022, dir_fd=dir_fd)
 
-    own(str(folder))
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if Path(root, d) != keep]
-        for name in (*dirs, *files):
-            own(os.path.join(root, name))
+    own(folder, os.lstat(folder))
+    skip = str(keep.relative_to(folder)) if keep.is_relative_to(folder) else None
+    for e in walk_tree(folder, skip=lambda rel: rel == skip):
+        own(e.name, e.st, e.dir_fd)
 
 
 def _gated(command: list[str], fd: int) -> list[str]:

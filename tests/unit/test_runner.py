@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from nightly import config as cfg
+from nightly.builds.run.dispatch import Dispatcher as _Dispatcher
 from nightly.builds.run.jobs import RunContext, make_job, recipe_env
-from nightly.builds.run.runner import Runner, _Dispatcher
+from nightly.builds.run.runner import Runner
 from nightly.core.matrix import Build
 from nightly.executors.groups import record_group as _record_group
 from nightly.executors.local import LocalExecutor, NotFound

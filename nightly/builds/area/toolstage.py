@@ -21,13 +21,14 @@ import hashlib
 import importlib.metadata as md
 import os
 import shutil
-import stat
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from nightly.files import open_tree, remove_tree
 
 # The distributions whose programs a recipe runs (present only where nightly has them: the
 # `manylinux` and `conda` extras).
@@ -83,7 +84,7 @@ def stage_python(top: Path) -> Path:
         return python
     top.mkdir(mode=0o755, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    remove_tree(partial)
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
     site = partial / "lib" / ver / "site-packages"
     site.mkdir(parents=True)
@@ -95,16 +96,10 @@ def stage_python(top: Path) -> Path:
         (partial / "bin" / name).symlink_to(base)
     for dist in dists:
         _copy_dist(dist, site, partial / "bin", python)
-    for root, _dirs, files in os.walk(partial):
-        os.chmod(root, 0o755)
-        for name in files:
-            path = os.path.join(root, name)
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode):
-                os.chmod(path, 0o755 if st.st_mode & 0o111 else 0o644)
+    open_tree(partial)
     (partial / STAMP).write_text(f"{base}\n" + "".join(f"{d.metadata['Name']} {d.version}\n"
                                                         for d in dists))
-    shutil.rmtree(dest, ignore_errors=True)
+    remove_tree(dest)
     partial.rename(dest)
     return python
 
