@@ -101,6 +101,19 @@ def reap_recorded(job: Job) -> list[str]:
     return notes
 
 
+def reap_helpers(folder: Path) -> list[str]:
+    """Kill the helpers (uploads, notify commands...) a run that died left running, recorded
+    in `folder` by nightly.procs.box_helpers; notes for the night's log."""
+    try:
+        records = [folder / n for n in os.listdir(folder) if n.endswith(".pgid")]
+    except OSError:
+        return []
+    notes = []
+    for record in records:
+        notes += _reap_record(record, "the night's helpers (uploads, notify)")
+    return notes
+
+
 def _reap_record(record: Path, build_id: str) -> list[str]:
     notes = []
     for box in confine.shared().existing(str(record)):
@@ -133,5 +146,5 @@ def _reap_record(record: Path, build_id: str) -> list[str]:
     return notes
 
 
-__all__ = ["group_members", "group_record_path", "kill_members", "reap_recorded",
+__all__ = ["group_members", "group_record_path", "kill_members", "reap_helpers", "reap_recorded",
            "record_group"]
