@@ -15,6 +15,7 @@ import hashlib
 import os
 import socket
 import stat
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -432,3 +433,15 @@ def discard_tree(path: Path) -> None:
     again, or it is in a temporary folder): an OSError is ignored."""
     with contextlib.suppress(OSError):
         remove_tree(path)
+
+
+@contextlib.contextmanager
+def scratch_folder(prefix: str, parent: Path | None = None) -> Iterator[Path]:
+    """tempfile.TemporaryDirectory for a folder a build's code writes in (a smoke test's, a
+    rebuild's): made 0700, deleted at the end with remove_tree (any depth, no link followed);
+    what cannot be deleted then (a leftover still writing) stays for its build's clean-up."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield path
+    finally:
+        discard_tree(path)

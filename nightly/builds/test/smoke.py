@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import shutil
-import tempfile
 import threading
 import time
 import zipfile
@@ -35,6 +34,7 @@ from nightly.config import Config
 from nightly.core.matrix import Build, python_number
 from nightly.executors.base import Executor, Job, OutputSink
 from nightly.executors.local import NotFound, find_python, give_to
+from nightly.files import scratch_folder
 from nightly.hardening import BuildUser
 from nightly.images import runtime
 from nightly.workspace.pythontests import PythonTest
@@ -238,8 +238,7 @@ class SmokeTester:
         # [smoke] image says otherwise (nightly.images.runtime).
         image, image_note = (runtime.smoke_image(self.config, build, job.image, kind)
                              if job.image else (None, ""))
-        with tempfile.TemporaryDirectory(prefix=f"smoke-{build.id}-", dir=job.work_dir.parent) as t:
-            tmp = Path(t)
+        with scratch_folder(f"smoke-{build.id}-", job.work_dir.parent) as tmp:
             inputs = tmp / "inputs"
             inputs.mkdir()
             for f in files:
@@ -299,8 +298,8 @@ class SmokeTester:
         if conda is None:
             return SmokeResult(ok=False, reason="smoke test: no conda client to install the "
                                "conda package with (pip install 'nightly-builds[conda]')")
-        with tempfile.TemporaryDirectory(prefix=f"smoke-{build.id}-", dir=job.work_dir.parent) as t:
-            channel, prefix = Path(t) / "channel", Path(t) / "prefix"
+        with scratch_folder(f"smoke-{build.id}-", job.work_dir.parent) as tmp:
+            channel, prefix = tmp / "channel", tmp / "prefix"
             try:
                 conda.publish_to_channel(channel, files)
                 name = _conda_name(files[0])
@@ -334,12 +333,12 @@ class SmokeTester:
             user: BuildUser | None = getattr(self.executor, "user", None)
             prefix_cmd: list[str] = []
             if user is not None:
-                give_to(Path(t), user)
+                give_to(tmp, user)
                 prefix_cmd = user.setpriv()
             proc = procs.call(
                 [*prefix_cmd, py, "-c", code, self.config.smoke.import_name,
                  job.env["BUILD_VERSION"], strategy],
-                cwd=t, env=env, timeout=self.config.smoke.timeout_s,
+                cwd=tmp, env=env, timeout=self.config.smoke.timeout_s,
             )
             out(proc.stdout_bytes + proc.stderr_bytes)
             if proc.returncode != 0:
