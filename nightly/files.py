@@ -8,12 +8,17 @@ later one that reused its pid.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import errno
 import hashlib
 import os
 import socket
 import stat
-from collections.abc import Mapping
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -157,3 +162,289 @@ def check_sha256(path: Path, sha256: str, *, before: str) -> None:
     if h.hexdigest() != sha256:
         raise BytesChanged(f"{path.name} changed after it was tested: its sha256 is "
                            f"{h.hexdigest()}, it was tested as {sha256}; not {before}")
+
+
+# ---------------------------------------------------------------------------- trees
+#
+# Every tree nightly walks or deletes (a build's folder, the cache store, a day folder) was
+# written, at least in part, by a build: any depth (a 1,500-level chain breaks a recursive
+# walk with RecursionError, and a path-based one with ENAMETOOLONG), links where folders
+# were, folders it cannot read, and a process of it that may still write there. So trees
+# are walked without recursion, relative to an open folder (openat with O_NOFOLLOW: a link
+# is never followed, whatever is swapped in meanwhile), holding one folder open at a time
+# whatever the depth (the way back up is "..", checked to be the folder we came from).
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_REMOVE_PASSES = 20  # a folder found "not empty" again (a writer still at work) is retried
+# this many times before remove_tree gives up (after `before_retry`, which kills it).
+
+
+class TreeChanged(OSError):
+    """A folder moved while it was walked (its ".." is no longer the folder above it)."""
+
+
+@dataclass
+class _Level:
+    name: str  # in the folder above ("" for the top)
+    ident: tuple[int, int]  # (st_dev, st_ino): the way back up must lead here
+    pending: list[str]  # sub-folders not yet entered
+    passes: int = 0  # how many times it was listed
+    prefix: str = ""  # its path relative to the top (walk_tree)
+
+
+def _open_dir(name: str, dir_fd: int, *, open_up: bool = True) -> int:
+    """`name` in `dir_fd` opened as a folder, never through a link; with `open_up`, one the
+    owner cannot read is opened up (u+rwx) first, as rm -rf by its owner or root would."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        if not open_up:
+            raise
+        _chmod_dir(name, dir_fd)
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def _chmod_dir(name: str, dir_fd: int) -> None:
+    # fchmodat cannot refuse a link on Linux: pin the folder itself (O_PATH|O_NOFOLLOW) and
+    # change it through its descriptor's /proc name.
+    pin = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                  dir_fd=dir_fd)
+    try:
+        mode = stat.S_IMODE(os.fstat(pin).st_mode)
+        os.chmod(f"/proc/self/fd/{pin}", mode | stat.S_IRWXU)
+    finally:
+        os.close(pin)
+
+
+def _ident(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _up(fd: int, expected: tuple[int, int]) -> int:
+    """The folder above `fd` (its ".."), which must be the one we came down from."""
+    parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+    if _ident(parent) != expected:
+        os.close(parent)
+        raise TreeChanged(f"a folder moved while nightly walked it (its parent is no longer "
+                          f"{expected})")
+    return parent
+
+
+def _listing(fd: int) -> list[tuple[str, os.stat_result | None]]:
+    """(name, lstat or None when it went meanwhile) of each entry of folder `fd`."""
+    out: list[tuple[str, os.stat_result | None]] = []
+    with os.scandir(fd) as it:
+        for e in it:
+            try:
+                out.append((e.name, e.stat(follow_symlinks=False)))
+            except FileNotFoundError:
+                out.append((e.name, None))
+    return out
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One entry met by walk_tree: its path relative to the top (written with "/"), its
+    name, its lstat, and its folder's descriptor (open only until the walk goes on: for
+    `os.chown(name, dir_fd=..., follow_symlinks=False)` and the like)."""
+
+    rel: str
+    name: str
+    st: os.stat_result
+    dir_fd: int
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.st.st_mode)
+
+    @property
+    def is_file(self) -> bool:
+        return stat.S_ISREG(self.st.st_mode)
+
+
+def walk_tree(top: Path, *, skip: Callable[[str], bool] | None = None,
+              ) -> Iterator[TreeEntry]:
+    """Everything under the folder `top`, a folder before what it holds; links are listed,
+    never followed; any depth. A folder whose relative path `skip` accepts is neither
+    listed nor entered. Nothing when `top` is not a folder (or is a link). Raises OSError
+    for a folder that cannot be read, TreeChanged for one moved while it was walked."""
+    try:
+        fd = os.open(top, _DIR_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # `top` is a link
+            return
+        raise
+    levels = [_Level("", _ident(fd), [])]
+    try:
+        while True:
+            level = levels[-1]
+            prefix = level.prefix
+            if not level.pending and not level.passes:
+                level.passes = 1
+                for name, st in _listing(fd):
+                    rel = f"{prefix}/{name}" if prefix else name
+                    if st is None or (skip is not None and stat.S_ISDIR(st.st_mode)
+                                      and skip(rel)):
+                        continue
+                    yield TreeEntry(rel, name, st, fd)
+                    if stat.S_ISDIR(st.st_mode):
+                        level.pending.append(name)
+            if level.pending:
+                name = level.pending.pop()
+                try:
+                    child = _open_dir(name, fd, open_up=False)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                except OSError as e:
+                    if e.errno == errno.ELOOP:  # replaced by a link meanwhile
+                        continue
+                    raise
+                os.close(fd)
+                fd = child
+                levels.append(_Level(name, _ident(fd), [],
+                                     prefix=f"{prefix}/{name}" if prefix else name))
+                continue
+            if len(levels) == 1:
+                return
+            levels.pop()
+            up = _up(fd, levels[-1].ident)
+            os.close(fd)
+            fd = up
+    finally:
+        os.close(fd)
+
+
+def open_tree(top: Path) -> None:
+    """Everything under `top` readable by all (folders searchable, executables runnable),
+    writable by its owner only; symlinks left as they are (nightly's own copies)."""
+    os.chmod(top, 0o755)
+    for e in walk_tree(top):
+        if e.is_dir or e.is_file:
+            os.chmod(e.name, 0o755 if e.is_dir or e.st.st_mode & 0o111 else 0o644,
+                     dir_fd=e.dir_fd)
+
+
+def remove_tree(path: Path, *, before_retry: Callable[[], object] | None = None) -> None:
+    """Delete `path` and everything under it, any depth, without following a link (a link
+    at `path` itself is removed, not what it points to); read-only and unreadable folders
+    are opened up first. A folder still "not empty" once emptied (a leftover process still
+    writing in it) is emptied again, after `before_retry` (which kills that process), up to
+    _REMOVE_PASSES times; then OSError. Nothing there: nothing to do."""
+    try:
+        parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return  # nor its folder
+    try:
+        for attempt in range(_REMOVE_PASSES):
+            try:
+                st = os.stat(path.name, dir_fd=parent_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return
+            if not stat.S_ISDIR(st.st_mode):
+                _unlink(path.name, parent_fd)
+                return
+            try:
+                _empty(path.name, parent_fd)
+                os.rmdir(path.name, dir_fd=parent_fd)
+                return
+            except FileNotFoundError:
+                return
+            except OSError as e:
+                if e.errno != errno.ENOTEMPTY or attempt == _REMOVE_PASSES - 1:
+                    raise
+            if before_retry is not None:
+                before_retry()
+            time.sleep(0.01 * (attempt + 1))
+    finally:
+        os.close(parent_fd)
+
+
+def _unlink(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except PermissionError:
+        os.fchmod(dir_fd, stat.S_IMODE(os.fstat(dir_fd).st_mode) | stat.S_IRWXU)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
+
+
+def _empty(name: str, parent_fd: int) -> None:
+    """Everything inside folder `name` (of `parent_fd`) deleted, depth first, one folder
+    open at a time. A sub-folder refilled meanwhile ("not empty") is entered again."""
+    fd = _open_dir(name, parent_fd)
+    levels = [_Level(name, _ident(fd), [])]
+    refills = 0
+    try:
+        while True:
+            level = levels[-1]
+            if not level.pending:
+                # Listed again once its sub-folders are gone: what a writer added meanwhile.
+                level.passes += 1
+                listing = _listing(fd)
+                if listing and level.passes > _REMOVE_PASSES:
+                    raise OSError(errno.ENOTEMPTY, "still written into while it was deleted",
+                                  "/".join(lv.name for lv in levels))
+                for entry, st in listing:
+                    if st is not None and stat.S_ISDIR(st.st_mode):
+                        level.pending.append(entry)
+                    else:
+                        _unlink(entry, fd)
+            if level.pending:
+                sub = level.pending.pop()
+                try:
+                    child = _open_dir(sub, fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                except OSError as e:
+                    if e.errno != errno.ELOOP:
+                        raise
+                    _unlink(sub, fd)  # a link swapped in meanwhile: the name goes
+                    continue
+                os.close(fd)
+                fd = child
+                levels.append(_Level(sub, _ident(fd), []))
+                continue
+            if len(levels) == 1:
+                return
+            done = levels.pop()
+            up = _up(fd, levels[-1].ident)
+            os.close(fd)
+            fd = up
+            try:
+                os.rmdir(done.name, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except PermissionError:
+                os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_IRWXU)
+                os.rmdir(done.name, dir_fd=fd)
+            except OSError as e:
+                if e.errno != errno.ENOTEMPTY or refills >= _REMOVE_PASSES:
+                    raise
+                refills += 1  # written into meanwhile: empty it again
+                levels[-1].pending.append(done.name)
+    finally:
+        os.close(fd)
+
+
+def discard_tree(path: Path) -> None:
+    """remove_tree for a scratch folder whose removal may fail without harm (it is tried
+    again, or it is in a temporary folder): an OSError is ignored."""
+    with contextlib.suppress(OSError):
+        remove_tree(path)
+
+
+@contextlib.contextmanager
+def scratch_folder(prefix: str, parent: Path | None = None) -> Iterator[Path]:
+    """tempfile.TemporaryDirectory for a folder a build's code writes in (a smoke test's, a
+    rebuild's): made 0700, deleted at the end with remove_tree (any depth, no link followed);
+    what cannot be deleted then (a leftover still writing) stays for its build's clean-up."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield path
+    finally:
+        discard_tree(path)

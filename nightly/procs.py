@@ -23,6 +23,8 @@ terminal.
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import subprocess
 import sys
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import IO
 
 from nightly.errors import NightlyError
+from nightly.files import boot_id, proc_stat
 
 TAIL_LINES = 15  # of the output, in a failure's message
 MAX_OUTPUT = 64 << 20  # bytes kept of each stream (its end)
@@ -83,11 +86,14 @@ def call(
     `max_output`: bytes kept of each stream (MAX_OUTPUT when None)."""
     limit = MAX_OUTPUT if max_output is None else max_output
     data = input.encode() if isinstance(input, str) else input
+    box = _HELPERS
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
             list(cmd), cwd=cwd, env=None if env is None else dict(env),
             stdin=subprocess.DEVNULL if data is None else subprocess.PIPE,
-            stdout=out, stderr=subprocess.STDOUT if merge else err)
+            stdout=out, stderr=subprocess.STDOUT if merge else err,
+            start_new_session=box is not None)  # its own group: what box_helpers records
+        record = _record_group(box, proc.pid) if box is not None else None
         try:
             proc.communicate(data, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -99,9 +105,47 @@ def call(
             proc.kill()
             proc.wait()
             raise
+        finally:
+            if record is not None:
+                record.unlink(missing_ok=True)
         stdout, cut_out = _end_of(out, limit)
         stderr, cut_err = _end_of(err, limit)
     return Finished(tuple(cmd), proc.returncode, stdout, stderr, cut_out or cut_err)
+
+
+# Where the running night records the process group of each helper it runs (None: not in a
+# night): a night killed with -9 leaves its uploads, notify commands... running; the next run
+# of the day finds them there and kills them before it goes on (nightly.executors.groups).
+_HELPERS: Path | None = None
+
+
+def box_helpers(folder: Path | None) -> None:
+    """From now on each helper `call` starts runs in a process group of its own, recorded in
+    `folder` while it runs (`None`: no longer). The record has the format of a recipe's
+    (nightly.executors.groups), so one reap reads both."""
+    global _HELPERS
+    if folder is not None:
+        folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    _HELPERS = folder
+
+
+def _record_group(folder: Path, pid: int) -> Path | None:
+    """`folder/<pid>.pgid`: the new group (pid = pgid), its start time, boot and user; None
+    when it cannot be written (the helper runs unrecorded rather than not at all)."""
+    fields = proc_stat(pid)
+    info = {"pgid": pid, "start": fields[18] if fields else 0, "boot": boot_id(),
+            "uids": [os.geteuid()]}
+    path = folder / f"{pid}.pgid"
+    tmp = folder / f".{pid}.pgid.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(fd, 0o644)
+            f.write(json.dumps(info))
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    return path
 
 
 def run(

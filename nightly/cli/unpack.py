@@ -23,11 +23,11 @@ sdist's own: its top folder named like the archive, no `.git`, and the bounds be
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 from nightly.errors import UsageError
+from nightly.files import discard_tree
 from nightly.workspace.archive import Limits, unpack
 
 SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
@@ -80,7 +80,7 @@ def removed_on_failure(path: Path | None) -> Iterator[None]:
         yield
     except BaseException:
         if path is not None:
-            shutil.rmtree(path, ignore_errors=True)
+            discard_tree(path)
         raise
 
 

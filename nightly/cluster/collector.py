@@ -9,7 +9,6 @@ finished in staging before the run that submitted them died.
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +26,7 @@ from nightly.cluster.staging import RESULT_JSON, StagingDay, attempt_prefix
 from nightly.cluster.verify import check_packages, sealed
 from nightly.core.matrix import Build
 from nightly.errors import ObjectTooLarge, PublishError
+from nightly.files import discard_tree, remove_tree
 from nightly.workspace import FAILED, INTERRUPTED, LOST_BUILD, RUNNING, SUCCEEDED, BuildEntry
 from nightly.workspace.live import PHASES
 from nightly.workspace.records import TestRecord
@@ -297,7 +297,7 @@ class Collector:
                 cache=result.cache, tested=tested,
             )
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            discard_tree(tmp)
         entry = self.night.state.get(build.id)
         self._finish(build, entry.status, entry.reason, result.duration_s,
                      lane=self._lane(result.worker, result.slot))
@@ -326,7 +326,7 @@ class Collector:
         """Download the attempt's packages into `tmp` (in work/, on the day's filesystem, so
         filing them is a rename); with the size and sha256 the worker reported of each."""
         if tmp.exists():
-            shutil.rmtree(tmp)
+            remove_tree(tmp)
         tmp.mkdir(parents=True)
         files, expected = [], {}
         prefix = attempt_prefix(self.day.name, result.build, result.token)

@@ -21,7 +21,6 @@ The orchestrator appends the log to the build's and records the result as the bu
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from dataclasses import replace
@@ -52,7 +51,7 @@ from nightly.cluster.verify import check_packages, seal
 from nightly.cluster.worker import worker_config
 from nightly.errors import NightlyError
 from nightly.executors import make_executor
-from nightly.files import process_identity, sha256_file
+from nightly.files import discard_tree, process_identity, sha256_file
 from nightly.redact import Masker, secret_values
 from nightly.stores import Store
 from nightly.workspace import Day, State, write_json
@@ -129,7 +128,7 @@ def gpu_test_on_host(
             write_json(owner, {**ident, "build": build.id, "token": token, "started": started,
                                "finished": time.time()})
         else:
-            shutil.rmtree(day.path, ignore_errors=True)
+            discard_tree(day.path)
         return result
     finally:
         live(token, None)

@@ -17,7 +17,6 @@ import contextlib
 import datetime as dt
 import os
 import re
-import shutil
 import socket
 import threading
 import time
@@ -30,7 +29,7 @@ from nightly.cluster.verify import new_token_part
 from nightly.config import Config
 from nightly.executors import make_executor
 from nightly.executors.base import Job
-from nightly.files import process_alive
+from nightly.files import discard_tree, process_alive
 from nightly.jsonvalues import as_float, read_json_object
 
 # Worker resources (docs/cluster.md). A build takes one slot and a GPU test one gpu; a
@@ -165,7 +164,7 @@ def reap_orphans(folder: Path, config: Config, executor: str, emit: Emit) -> Non
             continue
         if owner.get("finished"):
             if now - as_float(owner.get("finished"), now) > KEEP_FAILED_S:
-                shutil.rmtree(attempt, ignore_errors=True)
+                discard_tree(attempt)
             continue
         if process_alive(owner):
             continue
@@ -184,7 +183,7 @@ def reap_orphans(folder: Path, config: Config, executor: str, emit: Emit) -> Non
                 notes += ex.reap(job)
         for note in notes:
             emit("note", {"build": build_id, "note": note})
-        shutil.rmtree(attempt, ignore_errors=True)
+        discard_tree(attempt)
 
 
 # ---------------------------------------------------------------------------- the task

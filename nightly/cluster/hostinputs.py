@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import time
 from pathlib import Path
 
 from nightly.errors import NightlyError
-from nightly.files import sha256_file
+from nightly.files import discard_tree, remove_tree, sha256_file
 from nightly.stores import Store
 from nightly.workspace.archive import Limits, unpack
 
@@ -43,7 +42,7 @@ def ensure_input(
         if got != sha256:
             raise NightlyError(f"staging {key}: sha256 {got} is not the expected {sha256}")
         if dest.exists():
-            shutil.rmtree(dest)
+            remove_tree(dest)
         unpack(archive, dest, links=True, limits=INPUT_LIMITS)
         archive.unlink()
         done.touch()
@@ -71,7 +70,7 @@ def prune_inputs(folder: Path, keep_s: float = KEEP_INPUTS_S) -> None:
             continue  # being fetched right now: in use
         try:
             done.unlink(missing_ok=True)
-            shutil.rmtree(folder / name, ignore_errors=True)
+            discard_tree(folder / name)
             lock.unlink(missing_ok=True)
         finally:
             os.close(fd)

@@ -20,7 +20,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -62,7 +61,7 @@ from nightly.config import Config
 from nightly.core.matrix import Build
 from nightly.errors import ConfigError, NightlyError
 from nightly.executors import Executor
-from nightly.files import process_identity, sha256_file
+from nightly.files import discard_tree, process_identity, sha256_file
 from nightly.hardening import USER_KEY
 from nightly.jsonvalues import read_json_object
 from nightly.stores import Store
@@ -237,7 +236,7 @@ def run_on_host(
             write_json(owner_path, {**ident, "build": build.id, "token": token,
                                     "started": att.started, "finished": time.time()})
         else:
-            shutil.rmtree(day.path, ignore_errors=True)
+            discard_tree(day.path)
         return result
     finally:
         slots.give(info.address, slot)

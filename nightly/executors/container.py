@@ -243,11 +243,15 @@ class ContainerExecutor(Executor):
         return kwargs
 
     def reap(self, job: Job) -> list[str]:
-        """Remove the containers a killed run left for this job (same day, same build)."""
+        """Remove the containers a killed run left for this job (same day, same build): its
+        recipe's, and its smoke and GPU tests' (their jobs' OUTPUT_DIR is in the build's
+        folder's `smoke-<build id>-*` scratch folders, nightly.builds.test.smoke)."""
+        tests = f"{job.work_dir.parent}/smoke-{job.build_id}-"
         try:
-            stale = self.client().containers.list(
-                all=True, filters={"label": [f"{LABEL_MANAGED}=true", f"{LABEL_JOB}={job.output_dir}"]}
-            )
+            stale = [c for c in self.client().containers.list(
+                all=True, filters={"label": [f"{LABEL_MANAGED}=true"]})
+                if (where := str((c.labels or {}).get(LABEL_JOB, ""))) == str(job.output_dir)
+                or (where.startswith(tests) and where.endswith("/out"))]
         except ExecutorError:
             return []  # no engine: nothing of ours can be running on it
         except Exception as e:  # the engine's own error types vary (docker/requests)

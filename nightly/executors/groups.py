@@ -87,14 +87,39 @@ def kill_members(members: list[int], pgid: int, start: int, uids: set[int] | Non
 
 
 def reap_recorded(job: Job) -> list[str]:
-    """Kill what a run that died left running of `job`'s build: its cgroup (where there
-    is one), then the members of its recorded process group. Notes for the log."""
-    record = group_record_path(job)
+    """Kill what a run that died left running of `job`'s build: its recipe's cgroup and
+    process group, and those of every other process nightly boxed for it (its smoke and GPU
+    tests, recorded beside their folders inside the build's folder). Notes for the log."""
+    notes = _reap_record(group_record_path(job), job.build_id)
+    folder = job.work_dir.parent
+    try:
+        inner = [folder / n for n in os.listdir(folder) if n.startswith(".") and n.endswith(".pgid")]
+    except OSError:
+        inner = []
+    for record in inner:
+        notes += _reap_record(record, job.build_id)
+    return notes
+
+
+def reap_helpers(folder: Path) -> list[str]:
+    """Kill the helpers (uploads, notify commands...) a run that died left running, recorded
+    in `folder` by nightly.procs.box_helpers; notes for the night's log."""
+    try:
+        records = [folder / n for n in os.listdir(folder) if n.endswith(".pgid")]
+    except OSError:
+        return []
+    notes = []
+    for record in records:
+        notes += _reap_record(record, "the night's helpers (uploads, notify)")
+    return notes
+
+
+def _reap_record(record: Path, build_id: str) -> list[str]:
     notes = []
     for box in confine.shared().existing(str(record)):
         left = box.end()
         if left:
-            notes.append(f"killed {len(left)} process(es) of {job.build_id} left running by a "
+            notes.append(f"killed {len(left)} process(es) of {build_id} left running by a "
                          f"run that died (its cgroup): "
                          + "; ".join(p.describe() for p in left))
     try:
@@ -115,11 +140,11 @@ def reap_recorded(job: Job) -> list[str]:
         members = group_members(pgid, start, uids)
         n = kill_members(members, pgid, start, uids) if members else 0
         if n:
-            notes.append(f"killed {n} process(es) of {job.build_id} left running by a run "
+            notes.append(f"killed {n} process(es) of {build_id} left running by a run "
                          f"that died (process group {pgid})")
     record.unlink(missing_ok=True)
     return notes
 
 
-__all__ = ["group_members", "group_record_path", "kill_members", "reap_recorded",
+__all__ = ["group_members", "group_record_path", "kill_members", "reap_helpers", "reap_recorded",
            "record_group"]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nightly import procs
 from nightly.builds.rules.policy import stale_builds
 from nightly.builds.run.phase import BuildPhase, NightContext
 from nightly.builds.session.local_phase import LocalPhase
@@ -27,7 +28,7 @@ from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
 from nightly.config import Config
 from nightly.core.matrix import Build, nightly_version
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError, require
-from nightly.executors import require_extras
+from nightly.executors import groups, require_extras
 from nightly.files import append_line
 from nightly.history.db import History, history_path
 from nightly.history.triage import summary_for_day
@@ -92,6 +93,9 @@ def check_free_space(config: Config) -> None:
 
 
 # ---------------------------------------------------------------------------- the pipeline
+
+
+HELPERS = ".helpers"  # in the day's work/: the record of each running helper (procs)
 
 
 def run_night(
@@ -160,6 +164,7 @@ def run_night(
         append_line(day.master / "run.log", "interrupted by the user (Ctrl-C)")
         raise
     finally:
+        procs.box_helpers(None)
         lock.release()
 
 
@@ -205,6 +210,10 @@ def _prepare(
                f"started {h.get('started')} (that run is gone)")
         print(msg, file=sys.stderr)
         note(msg)
+    # What a dead run left running of its own helpers is killed first; this run's are recorded.
+    for line in groups.reap_helpers(day.work / HELPERS):
+        note(line)
+    procs.box_helpers(day.work / HELPERS)
     checkout = src.prepare(config.project, day.source, date, config_dir=config.path.parent,
                           timeouts=config.external_timeouts)
     state = State(day.state_path)

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from nightly.config import Config
 from nightly.errors import NightlyError
-from nightly.files import sha256_file
+from nightly.files import scratch_folder, sha256_file, walk_tree
 from nightly.provenance import Verdict
 
 
@@ -41,8 +39,8 @@ def rebuild(config: Config, name: str, sha256: str, stmt: Mapping[str, object]) 
         return Verdict(ok=False, reason=f"the provenance names no night to rebuild ({day!r})")
     package = str(ext.get("package", ""))
     middle = str(ext.get("variant") or ext.get("python") or "")
-    with tempfile.TemporaryDirectory(prefix="nightly-rebuild-") as tmp:
-        cfg = dataclasses.replace(config, root=Path(tmp))
+    with scratch_folder("nightly-rebuild-") as tmp:
+        cfg = dataclasses.replace(config, root=tmp)
         if commit:
             cfg = dataclasses.replace(cfg, project=dataclasses.replace(cfg.project, ref=commit))
         try:
@@ -51,7 +49,8 @@ def rebuild(config: Config, name: str, sha256: str, stmt: Mapping[str, object]) 
                 no_upload=True, rebuild=tuple(b.id for b in builds), live=False))
         except NightlyError as e:
             return Verdict(ok=False, reason=f"the rebuild failed: {e}")
-        found = [p for p in Path(tmp).rglob(name) if p.is_file() and "packages" in p.parts]
+        found = [tmp / e.rel for e in walk_tree(tmp)
+                 if e.is_file and e.name == name and "packages" in e.rel.split("/")]
         if not found:
             return Verdict(ok=False, reason=f"the rebuild made no {name}")
         again = sha256_file(found[0])

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from nightly.errors import PublishError
-from nightly.files import sha256_file
+from nightly.files import remove_tree, sha256_file
 from nightly.stores import Store
 from nightly.workspace import State
 
@@ -42,7 +42,6 @@ def _drop_stale_copies(folder: Path) -> None:
     """The private copies an upload killed mid-way (kill -9) left beside the packages: one
     upload at a time per day (the day's lock), so any found now is stale. Only real folders
     of that name go, never through a link."""
-    import shutil
     import stat
 
     try:
@@ -54,7 +53,7 @@ def _drop_stale_copies(folder: Path) -> None:
             continue
         try:
             if stat.S_ISDIR(os.lstat(folder / name).st_mode):
-                shutil.rmtree(folder / name)
+                remove_tree(folder / name)
         except OSError:
             continue
 

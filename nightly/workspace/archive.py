@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import shutil
 import stat
 import tarfile
 import tempfile
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import IO
 
 from nightly.errors import NightlyError
-from nightly.files import confined
+from nightly.files import confined, discard_tree
 
 _CHUNK = 1 << 20
 
@@ -95,7 +94,7 @@ def unpack(archive: Path, dest: Path, *, top: str | None = None,
         os.chmod(tmp, 0o755)
         os.rename(tmp, dest)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard_tree(tmp)
         raise
     return dest
 

@@ -12,11 +12,7 @@ import contextlib
 import datetime as dt
 import json
 import os
-import shutil
-import stat
-import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from nightly.errors import UsageError
@@ -146,56 +142,3 @@ class Day:
         dest = (self.succeeded if ok else self.failed) / f"{build_id}.log"
         os.replace(self.running_log(build_id), dest)
         return dest
-
-
-# ---------------------------------------------------------------------------- removal
-
-
-def remove_tree(path: Path) -> None:
-    """shutil.rmtree, also when the tree has read-only directories.
-
-    rmtree never follows symlinks (it refuses one at the top and unlinks those inside).
-    """
-
-    def retry(func: Callable[..., object], p: str, exc: BaseException) -> None:
-        if isinstance(exc, FileNotFoundError):
-            return
-        if func in (os.unlink, os.remove, os.rmdir):
-            _add_owner_rwx(os.path.dirname(p))  # unlink needs a writable parent
-            func(p)
-            return
-        raise exc
-
-    def run() -> None:
-        if sys.version_info >= (3, 12):
-            shutil.rmtree(path, onexc=retry)
-        else:
-            shutil.rmtree(path, onerror=lambda f, p, info: retry(f, p, info[1]))
-
-    try:
-        run()
-    except OSError:
-        # Unreadable directories cannot be walked: open the whole tree up, then go again.
-        _open_up(path)
-        run()
-
-
-def _add_owner_rwx(path: str) -> None:
-    try:
-        st = os.lstat(path)
-        if stat.S_ISDIR(st.st_mode):
-            os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
-    except OSError:
-        pass
-
-
-def _open_up(path: Path) -> None:
-    _add_owner_rwx(str(path))
-    try:
-        with os.scandir(path) as entries:
-            children = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return
-    for child in children:
-        _open_up(Path(child))
-

@@ -18,7 +18,7 @@ from datetime import date
 from pathlib import Path
 
 from nightly.errors import ConfigError, StateError, UsageError
-from nightly.workspace.day import remove_tree
+from nightly.files import remove_tree
 
 _DAY = re.compile(r"([0-9]{4})_([0-9]{2})_([0-9]{2})")  # not \d: it matches "２"
 

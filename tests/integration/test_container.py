@@ -8,6 +8,7 @@ container with it may be left (the fixture removes stragglers, then fails the te
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -424,9 +425,14 @@ def test_reap_removes_what_a_killed_run_left(box: Box) -> None:
     it, and only it (not a container of another job with the same build id)."""
     ex = box.executor()
     job, other = box.job(), box.job()
+    # The smoke test of `job`'s build (a job in a scratch folder of its build's folder).
+    scratch = job.work_dir.parent / f"smoke-{job.build_id}-x1y2"
+    smoke = dataclasses.replace(job, output_dir=scratch / "out", work_dir=scratch / "work")
+    for d in (smoke.output_dir, smoke.work_dir):
+        d.mkdir(parents=True)
     client = ex.client()
     left: list[Any] = []  # docker's Container
-    for j in (job, other):
+    for j in (job, other, smoke):
         kwargs = ex.create_kwargs(j)
         kwargs["name"] = f"{kwargs['name']}-{uuid.uuid4().hex[:6]}"
         kwargs["command"] = ["sleep", "600"]
@@ -440,7 +446,9 @@ def test_reap_removes_what_a_killed_run_left(box: Box) -> None:
         names = {n.lstrip("/") for c in client.api.containers(all=True) for n in c.get("Names") or []}
         assert left[0].name not in names
         assert left[1].name in names
+        assert left[2].name not in names  # the smoke test a killed run left: gone too
         assert any(left[0].name in line for line in lines)
+        assert any(left[2].name in line for line in lines)
     finally:
         for c in left:
             with contextlib.suppress(Exception):

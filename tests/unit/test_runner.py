@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from nightly import config as cfg
+from nightly.builds.run.dispatch import Dispatcher as _Dispatcher
 from nightly.builds.run.jobs import RunContext, make_job, recipe_env
-from nightly.builds.run.runner import Runner, _Dispatcher
+from nightly.builds.run.runner import Runner
 from nightly.core.matrix import Build
 from nightly.executors.groups import record_group as _record_group
 from nightly.executors.local import LocalExecutor, NotFound
@@ -504,3 +505,34 @@ def test_cancel_interrupts_running_builds_and_starts_no_more(env: Env) -> None:
         assert env.state.get(o.build_id).status == INTERRUPTED
     assert env.runs(later.id) == 0
     assert env.state.status(later.id) == "pending"
+
+
+def test_a_build_that_raises_fails_as_infrastructure_and_its_queue_goes_on(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nightly's own failure in one build (here: its folder cannot be removed) never ends
+    the queue's thread: that build fails as an infrastructure failure, with the reason, and
+    the builds after it in the same queue run."""
+    broken, a, b = (env.build(x) for x in ("manywheel_3.6m_cpu", "manywheel_3.7m_cpu",
+                                           "manywheel_3.7m_cu100"))
+    start = Runner._start
+
+    def failing_start(self: Runner, build: Build, queue: int) -> Any:
+        if build.id == broken.id:
+            raise OSError(39, "Directory not empty", "work/deep")
+        return start(self, build, queue)
+
+    monkeypatch.setattr(Runner, "_start", failing_start)
+    outcomes = env.runner().run_queues([[broken, a, b]])
+    by_id = {o.build_id: o for o in outcomes}
+    assert sorted(by_id) == sorted([broken.id, a.id, b.id])
+    assert by_id[a.id].ok
+    assert by_id[b.id].ok
+    failed = by_id[broken.id]
+    assert (failed.status, failed.infra) == (FAILED, True)
+    assert failed.reason == ("infrastructure failure: OSError: [Errno 39] Directory not empty: "
+                             "'work/deep'")
+    entry = env.state.get(broken.id)
+    assert (entry.status, entry.infra, entry.reason) == (FAILED, True, failed.reason)
+    assert ("end", {"build": broken.id, "status": FAILED, "reason": failed.reason,
+                    "duration_s": 0.0, "queue": 0}) in env.events

@@ -22,7 +22,6 @@ import hashlib
 import importlib.metadata as md
 import os
 import shutil
-import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
@@ -33,6 +32,7 @@ from packaging.utils import canonicalize_name
 
 from nightly import procs
 from nightly.executors.local import NotFound, find_python
+from nightly.files import open_tree, remove_tree
 
 # The distributions whose programs a recipe runs (present only where nightly has them: the
 # `manylinux` and `conda` extras).
@@ -133,23 +133,17 @@ def stage_python(top: Path, usable: Callable[[str], bool] | None = None) -> Path
         (partial / "bin" / name).symlink_to(base)
     for dist in dists:
         _copy_dist(dist, site, partial / "bin", python)
-    for root, _dirs, files in os.walk(partial):
-        os.chmod(root, 0o755)
-        for name in files:
-            path = os.path.join(root, name)
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode):
-                os.chmod(path, 0o755 if st.st_mode & 0o111 else 0o644)
+    open_tree(partial)
     (partial / STAMP).write_text(f"{base}\n" + "".join(f"{d.metadata['Name']} {d.version}\n"
                                                         for d in dists))
     if not (dest / STAMP).is_file():
-        shutil.rmtree(dest, ignore_errors=True)
+        remove_tree(dest)
         try:
             partial.rename(dest)
         except OSError:
             if not (dest / STAMP).is_file():  # not another night's complete copy
                 raise
-    shutil.rmtree(partial, ignore_errors=True)
+    remove_tree(partial)
     return python
 
 

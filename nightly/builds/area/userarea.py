@@ -23,6 +23,7 @@ first build, `preflight` checks every path a build needs against the user's uid 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -39,6 +40,7 @@ from nightly.core.matrix import python_number
 from nightly.errors import ConfigError
 from nightly.executors.base import Job
 from nightly.executors.local import NotFound, find_cuda, find_python
+from nightly.files import open_tree, remove_tree
 from nightly.hardening import USER_KEY, BuildUser
 from nightly.reach import Account, Denied, denied
 
@@ -158,24 +160,12 @@ def make_root(area: BuildArea, config_file: str | None) -> None:
     os.chmod(area.root, 0o755)
 
 
-def _open_tree(top: Path) -> None:
-    """Everything under `top` readable by all (folders searchable, executables runnable),
-    writable by its owner only; symlinks left as they are."""
-    for root, _dirs, files in os.walk(top):
-        os.chmod(root, 0o755)
-        for name in files:
-            path = os.path.join(root, name)
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode):
-                os.chmod(path, 0o755 if st.st_mode & 0o111 else 0o644)
-
-
 def _copy_tree(src: Path, dest: Path) -> None:
     partial = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    remove_tree(partial)
     shutil.copytree(src, partial, symlinks=True)
-    _open_tree(partial)
-    shutil.rmtree(dest, ignore_errors=True)
+    open_tree(partial)
+    remove_tree(dest)
     partial.rename(dest)
 
 
@@ -219,7 +209,8 @@ def _forget(folder: Path, keep: Path, nightlies: Path, under: Path) -> None:
             continue
         if (entry / DAY_MARK).is_file():
             if not (nightlies / name).exists():
-                shutil.rmtree(entry, ignore_errors=True)
+                with contextlib.suppress(OSError):  # tried again the next night
+                    remove_tree(entry)
         elif under == Path() and entry.name == "release":
             _forget(entry, keep, nightlies, name)
 
@@ -259,10 +250,7 @@ def _root_dir(path: Path) -> None:
     except FileNotFoundError:
         st = None
     if st is not None and (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid()):
-        if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+        remove_tree(path)
     path.mkdir(mode=0o700, exist_ok=True)
     os.chmod(path, 0o700)
 
@@ -279,7 +267,7 @@ def open_toolchains(area: BuildArea) -> None:
     for folder in sorted(top.iterdir()):
         if folder.is_dir() and not folder.is_symlink() and folder not in _TOOLCHAINS_OPENED \
                 and (folder / ".nightly-complete").exists():
-            _open_tree(folder)
+            open_tree(folder)
             _TOOLCHAINS_OPENED.add(folder)
 
 

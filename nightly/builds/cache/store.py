@@ -36,6 +36,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from nightly.files import remove_tree, walk_tree
+
 VIEW = "sccache"  # <build folder>/sccache: the build's SCCACHE_DIR
 MAX_ENTRY = 2 << 30  # a larger file in a view is not a cache entry: never taken in
 # sccache's layout: objects at a/b/<hash>, direct-mode entries at preprocessor/a/b/c/<hash>.
@@ -79,26 +81,15 @@ def ensure(store: Path, top: Path) -> None:
 def entries(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
     """(relative name, lstat) of each regular file of `folder` named like a cache entry; no
     link followed."""
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
-        for name in files:
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, folder)
-            if not _NAME.match(rel):
-                continue
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                yield rel, st
+    for entry in walk_tree(folder):
+        if entry.is_file and _NAME.match(entry.rel):
+            yield entry.rel, entry.st
 
 
 def fill_view(store: Path, view: Path, *, copy: bool) -> int:
     """The build's view of `store` (made afresh): copies, or hard links with `copy` False.
     Returns the number of entries."""
-    if view.exists() or view.is_symlink():
-        shutil.rmtree(view)
+    remove_tree(view)
     view.mkdir(mode=0o755)
     n = 0
     for rel, _st in entries(store):

@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 
 from nightly.builds.cache import store as cache_store
 from nightly.builds.cache.scripts import write_tools
+from nightly.files import remove_tree
 from nightly.jsonvalues import read_json_object
 from nightly.workspace.records import CacheStats as CacheStats  # re-exported: its old home
 
@@ -186,8 +187,7 @@ def attach(settings: CacheSettings, job: Job) -> tuple[Job, str | None]:
     scoped = "/".join(p for p in (settings.namespace, key) if p)
     tools = job.work_dir.parent / "cache"
     try:
-        if tools.exists():
-            shutil.rmtree(tools)
+        remove_tree(tools)
         write_tools(tools)
         storage: Path | None = None
         backend: dict[str, str]
@@ -316,7 +316,7 @@ def take_in(job: Job) -> list[str]:
     try:
         cache_store.take_in(cache.storage, cache.store)
         cache_store.evict(cache.store, cache.cap)
-        shutil.rmtree(cache.storage, ignore_errors=True)
+        remove_tree(cache.storage)
     except OSError as e:
         return [f"compiler cache: this build's new entries were not kept ({e})"]
     return []

@@ -33,6 +33,7 @@ from types import ModuleType
 
 from nightly import procs
 from nightly.config.timeouts import ExternalTimeouts, default_timeouts
+from nightly.files import walk_tree
 from nightly.jsonvalues import SMALL_FILE_BYTES, json_object
 
 # A zip cannot hold a time before 1980.
@@ -72,15 +73,10 @@ def source_epoch(source_dir: Path, *, timeouts: ExternalTimeouts | None = None) 
 
 def _newest_mtime(folder: Path) -> int:
     newest = 0.0
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if d != ".git"]
-        for name in files:
-            if name == SOURCE_MARKER:
-                continue  # written by nightly when the day's copy was made
-            try:
-                newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
-            except OSError:
-                continue
+    for e in walk_tree(folder, skip=lambda rel: rel.rsplit("/", 1)[-1] == ".git"):
+        # Files only, not SOURCE_MARKER (written by nightly when the day's copy was made).
+        if not e.is_dir and e.name != SOURCE_MARKER:
+            newest = max(newest, e.st.st_mtime)
     return int(newest) if newest else int(time.time())
 
 

@@ -10,6 +10,7 @@ any two leaves something a rerun completes (a build left 'running' is run again)
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from nightly.builds.repro import check as repro_check
 from nightly.builds.run import takeback
 from nightly.builds.run.buildlog import ErrorLine, footer, header, last_footer
 from nightly.builds.run.collect import PackageFile, check_policy, collect_build
+from nightly.builds.run.dispatch import Dispatcher
 from nightly.builds.run.jobs import RunContext, day_work, make_job, prepare_toolchain
 from nightly.config.pyproject import pyproject_problem
 from nightly.core.matrix import Build
@@ -199,7 +201,7 @@ class Runner:
                 failed_status=failed_status, infra=result.infra,
                 exit_status=result.exit_status, duration_s=round(duration, 3),
             )
-        self._tidy(job, keep=entry.status != SUCCEEDED and not result.interrupted)
+        self._tidy(job, executor, keep=entry.status != SUCCEEDED and not result.interrupted)
         self.on_event("end", {"build": build.id, "status": entry.status, "reason": entry.reason,
                               "duration_s": duration, "queue": queue})
         return Outcome(
@@ -209,12 +211,16 @@ class Runner:
             infra=result.infra,
         )
 
-    def _tidy(self, job: Job, *, keep: bool) -> None:
+    def _tidy(self, job: Job, executor: Executor, *, keep: bool) -> None:
         """The build's folder (in the day, the build area or the stable build folder) removed,
         or, `keep` (a failed build's, for a post-mortem), left in its day."""
         folder = job.work_dir.parent
         if not keep:
-            remove_tree(folder)
+            try:
+                remove_tree(folder, before_retry=lambda: self._reap(job, executor))
+            except OSError as e:  # the build's outcome stands; its next start removes it
+                self.on_event("cleanup", {"build": job.build_id,
+                                          "note": f"its folder could not be removed: {e}"})
         elif slot.in_slot(folder):  # where it always was, out of the next night's way
             slot.park(folder, day_work(self.ctx) / job.build_id,
                       lambda note: self.on_event("cleanup", {"build": job.build_id, "note": note}))
@@ -227,11 +233,13 @@ class Runner:
         job = make_job(ctx, build, executor=executor.name)
         attempt = state.get(build.id).attempts + 1
         self._reap(job, executor)
-        if slot.in_slot(job.work_dir.parent) and job.work_dir.parent.exists():
-            remove_tree(job.work_dir.parent)  # what another night left at the same path
+        # What a dead run left still writing in the folder is killed again, then it is emptied again.
+        def reap() -> None:
+            self._reap(job, executor)
+        if slot.in_slot(job.work_dir.parent):
+            remove_tree(job.work_dir.parent, before_retry=reap)  # another night's, same path
         for d in (job.output_dir, job.work_dir):
-            if d.exists():
-                remove_tree(d)
+            remove_tree(d, before_retry=reap)
         job.output_dir.mkdir(parents=True)
         job.work_dir.mkdir(parents=True)
         settings = compiler_cache.settings_of(ctx.config)
@@ -305,6 +313,24 @@ class Runner:
         for note in notes:
             self.on_event("cleanup", {"build": job.build_id, "note": note})
 
+    def _broken(self, build: Build, queue: int, error: Exception) -> Outcome:
+        """A build whose run raised (nightly's own failure or the machine's, not the recipe's:
+        a folder that cannot be removed, a full disk): failed as an infrastructure failure
+        with that reason, its log filed; the next run builds it again."""
+        reason = f"infrastructure failure: {type(error).__name__}: {error}"
+        day, log = self.ctx.day, ""
+        with contextlib.suppress(OSError):
+            with day.running_log(build.id).open("ab") as f:
+                f.write(f"\n[nightly] {reason}\n".encode())
+            log = str(day.file_log(build.id, False).relative_to(day.path))
+        with contextlib.suppress(Exception):  # a state.json that cannot be written: rerun
+            self.ctx.state.update(build.id, status=FAILED, reason=reason, infra=True,
+                                  ended=time.time(), **({"log": log} if log else {}))
+        self.on_event("end", {"build": build.id, "status": FAILED, "reason": reason,
+                              "duration_s": 0.0, "queue": queue})
+        return Outcome(build_id=build.id, status=FAILED, reason=reason, queue=queue, infra=True,
+                       log=str(day.path / log) if log else "")
+
     def _recover(self, build: Build, queue: int) -> Outcome | None:
         """A build left 'running'/'interrupted' by a run killed after the build had finished
         (footer written, packages filed) but before state.json said so: adopt that attempt
@@ -362,7 +388,7 @@ class Runner:
         Ctrl-C sets the cancel event: running builds stop and are marked interrupted, their
         logs kept; then KeyboardInterrupt propagates.
         """
-        dispatcher = _Dispatcher(queues, order)
+        dispatcher = Dispatcher(queues, order)
         # A run that died may have left recipes running: stop them now, not only when
         # their build's turn comes (they would compete with this run for the machine).
         for q in queues:
@@ -383,7 +409,10 @@ class Runner:
                     build = dispatcher.next(q)
                     if build is None:
                         return
-                    outcome = self.run_build(build, queue=q)
+                    try:
+                        outcome = self.run_build(build, queue=q)
+                    except Exception as e:  # never the queue's end: this build fails alone
+                        outcome = self._broken(build, q, e)
                     with lock:
                         results.append(outcome)
             finally:
@@ -417,29 +446,3 @@ def _take(produced: list[Path], job: Job, result: ExecResult, sink: Callable[[by
     if why is not None:
         return produced, {}, ExecResult(exit_status=None, reason=why, notes=result.notes)
     return taken, digests, result
-
-
-class _Dispatcher:
-    def __init__(self, queues: Sequence[Sequence[Build]], order: Sequence[Build] | None) -> None:
-        self.own = [list(q) for q in queues]
-        if order is None:
-            order = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues
-                     if i < len(q)]
-        self.rank = {b.id: i for i, b in enumerate(order)}
-        self.lock = threading.Lock()
-
-    def next(self, q: int) -> Build | None:
-        with self.lock:
-            if self.own[q]:
-                return self.own[q].pop(0)
-            # Steal the earliest unstarted build (plan order) from any other queue.
-            best: tuple[int, int] | None = None
-            for qi, items in enumerate(self.own):
-                if items:
-                    r = self.rank.get(items[0].id, 1 << 30)
-                    if best is None or r < best[0]:
-                        best = (r, qi)
-            if best is None:
-                return None
-            return self.own[best[1]].pop(0)
-

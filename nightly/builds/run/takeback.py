@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from nightly.builds.repro.reproducible import normalise_packages
-from nightly.files import check_sha256, sha256_file
+from nightly.files import check_sha256, remove_tree, sha256_file
 
 TAKEN = "taken"  # the folder, in the build's own folder, nightly copies the packages into
 MAX_PACKAGE_BYTES = 64 << 30  # one package larger than this is not taken
@@ -35,11 +34,7 @@ class NotTaken(ValueError):
 def taken_folder(build_folder: Path) -> Path:
     """A fresh folder of nightly's own (0755, nightly's user) for the taken packages."""
     folder = build_folder / TAKEN
-    if folder.is_symlink() or folder.exists():
-        if folder.is_dir() and not folder.is_symlink():
-            shutil.rmtree(folder)
-        else:
-            folder.unlink()
+    remove_tree(folder)  # whatever is there (a link is removed, never followed)
     folder.mkdir(mode=0o755)
     os.chmod(folder, 0o755)
     return folder

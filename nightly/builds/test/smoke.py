@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import shutil
-import tempfile
 import threading
 import time
 import zipfile
@@ -37,6 +36,7 @@ from nightly.executors import box
 from nightly.executors.base import Executor, Job, OutputSink
 from nightly.executors.handover import give_to
 from nightly.executors.local import NotFound, find_python
+from nightly.files import scratch_folder
 from nightly.hardening import BuildUser
 from nightly.images import runtime
 from nightly.workspace.pythontests import PythonTest
@@ -240,8 +240,7 @@ class SmokeTester:
         # [smoke] image says otherwise (nightly.images.runtime).
         image, image_note = (runtime.smoke_image(self.config, build, job.image, kind)
                              if job.image else (None, ""))
-        with tempfile.TemporaryDirectory(prefix=f"smoke-{build.id}-", dir=job.work_dir.parent) as t:
-            tmp = Path(t)
+        with scratch_folder(f"smoke-{build.id}-", job.work_dir.parent) as tmp:
             inputs = tmp / "inputs"
             inputs.mkdir()
             for f in files:
@@ -301,8 +300,8 @@ class SmokeTester:
         if conda is None:
             return SmokeResult(ok=False, reason="smoke test: no conda client to install the "
                                "conda package with (pip install 'nightly-builds[conda]')")
-        with tempfile.TemporaryDirectory(prefix=f"smoke-{build.id}-", dir=job.work_dir.parent) as t:
-            channel, prefix = Path(t) / "channel", Path(t) / "prefix"
+        with scratch_folder(f"smoke-{build.id}-", job.work_dir.parent) as tmp:
+            channel, prefix = tmp / "channel", tmp / "prefix"
             try:
                 conda.publish_to_channel(channel, files)
                 name = _conda_name(files[0])
@@ -337,11 +336,11 @@ class SmokeTester:
             command = [py, "-c", code, self.config.smoke.import_name, job.env["BUILD_VERSION"],
                        strategy]
             if user is not None:  # in a box of its own, as the build's recipe
-                (Path(t) / "work" / "tmp").mkdir(parents=True)
-                give_to(Path(t), user)
-                command = box.helper(replace(job, work_dir=Path(t) / "work"),
+                (tmp / "work" / "tmp").mkdir(parents=True)
+                give_to(tmp, user)
+                command = box.helper(replace(job, work_dir=tmp / "work"),
                                      [*user.setpriv(), *command])
-            proc = procs.call(command, cwd=t, env=env, timeout=self.config.smoke.timeout_s)
+            proc = procs.call(command, cwd=tmp, env=env, timeout=self.config.smoke.timeout_s)
             out(proc.stdout_bytes + proc.stderr_bytes)
             if proc.returncode != 0:
                 return SmokeResult(ok=False, reason="smoke test: the conda package does not import")
