@@ -88,8 +88,9 @@ def check_policy(
         # What it was built under, so a later policy or toolchain change rebuilds it
         # (nightly.builds.rules.policy).
         toolchain = env.get("NIGHTLY_MANYLINUX_TOOLCHAIN", "")
-        state.update(build.id, manylinux=replace(verdict.record, toolchain=toolchain)
-                     if toolchain else verdict.record)
+        # Written with the build's state entry (collect_build), not on its own.
+        state.note(build.id, manylinux=replace(verdict.record, toolchain=toolchain)
+                   if toolchain else verdict.record)
     return verdict
 
 

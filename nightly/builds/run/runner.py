@@ -239,7 +239,7 @@ class Runner:
         if getattr(executor, "user", None) is not None:  # never an inode of the store its own
             settings = replace(settings, copy_view=True)
         job, cache_note = compiler_cache.attach(settings, job)
-        state.update(
+        state.start(
             build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,
             machine=ctx.machine, queue=queue, executor=executor.name, reason=None, tested=None,
             package=build.package, python=build.python, cuda=build.cuda, variant=build.variant,
@@ -255,7 +255,8 @@ class Runner:
         """Did the attempt succeed: the recipe's verdict, a package produced, the smoke test
         (before the build counts as succeeded, so before any upload). (ok, reason, notes)"""
         state = self.ctx.state
-        cache_notes = compiler_cache.finish(job, lambda **f: state.update(build.id, **f))
+        # Recorded with the build's end (collect_build): one write of state.json a build.
+        cache_notes = compiler_cache.finish(job, lambda **f: state.note(build.id, **f))
         reason = result.reason
         if reason is None and result.exit_status != 0:
             # The recipe's own words first: the table, status and report show the reason.
@@ -283,7 +284,7 @@ class Runner:
                 smoke = _SmokeError(reason=f"smoke test: error: {e!r}")
             notes += list(smoke.notes)
             # The test stage's own record: passed / failed / not run, where, when, seconds.
-            state.update(build.id, tested=smoke.tested)
+            state.note(build.id, tested=smoke.tested)
             if not smoke.ok:
                 reason = smoke.reason or "smoke test"
         if reason is None and build.id in self.ctx.repro_builds:
