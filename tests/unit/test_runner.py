@@ -261,10 +261,11 @@ def test_a_build_writes_state_json_twice_and_its_records_with_its_end(
 ) -> None:
     """Its start (not waited on to reach the disk: a crash rebuilds it anyway) and its end;
     what it records on the way (its compiler cache figures) is written with its end."""
+    from nightly.workspace import day as day_module
     from nightly.workspace import state as state_module
 
     writes: list[tuple[str, bool]] = []
-    real = state_module.atomic_write
+    real = day_module.atomic_write
 
     def counted(path: Path, data: bytes, *, sync: bool = True) -> None:
         if path == env.day.state_path:
