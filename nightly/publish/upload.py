@@ -21,7 +21,6 @@ from nightly import provenance
 from nightly.channels import anaconda, conda
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
-from nightly.files import BytesChanged
 from nightly.index import IndexOptions, metadata
 from nightly.index.manifest import FileRecord
 from nightly.provenance import signed
@@ -169,7 +168,7 @@ def _upload_one(store: Any, day: Day, state: State, report: UploadReport, bid: s
         uploaded = _ensure(store, key, day.path / pkg["path"], pkg["sha256"],
                            may_replace=may_replace or dest in state.get(bid).published,
                            state=state, build_id=bid)
-    except (PublishError, OSError, BytesChanged) as e:
+    except (PublishError, OSError) as e:
         report.failed[dest] = str(e)
         state.update(bid, upload_error=f"{dest}: {e}")
         log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
@@ -367,7 +366,7 @@ def _publish_conda(
                     token=token,
                     timeout=config.external_timeouts.anaconda_upload,
                 )
-            except (PublishError, OSError, BytesChanged) as e:
+            except (PublishError, OSError) as e:
                 report.failed[dest] = str(e)
                 state.update(bid, upload_error=f"{dest}: {e}")
                 log(f"anaconda upload failed: {dest}: {e}")
