@@ -139,31 +139,6 @@ def pid_exists(pid: int) -> bool:
     return True
 
 
-
-class BytesChanged(ValueError):
-    """A package's bytes are no longer those hashed when nightly took it (the message names
-    the file and both sha256)."""
-
-
-def check_sha256(path: Path, sha256: str, *, before: str) -> None:
-    """Hash `path` now (never through a symlink, never blocking on a FIFO) and raise
-    BytesChanged naming it when its bytes are not `sha256`: right before `before` (signing,
-    upload), the bytes must still be the ones tested."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as e:
-        raise BytesChanged(f"{path.name}: cannot be read before {before}: {e.strerror}") from e
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BytesChanged(f"{path.name} is no longer a regular file: not {before}")
-        h = hashlib.sha256()
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    if h.hexdigest() != sha256:
-        raise BytesChanged(f"{path.name} changed after it was tested: its sha256 is "
-                           f"{h.hexdigest()}, it was tested as {sha256}; not {before}")
-
-
 # ---------------------------------------------------------------------------- trees
 #
 # Every tree nightly walks or deletes (a build's folder, the cache store, a day folder) was

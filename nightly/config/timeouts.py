@@ -33,6 +33,7 @@ class ExternalTimeouts:
     apt_listing: float
     debootstrap_listing: float
     ensurepip_version: float
+    sccache_version: float
     page_fetch: float
     package_download: float
     venv: float

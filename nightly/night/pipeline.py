@@ -36,7 +36,7 @@ from nightly.night import notify, publishing, wheelhouse
 from nightly.night import source as src
 from nightly.night.retain import prune_step
 from nightly.night.selection import Share, builds_from_cli, pick_machine, plan_share
-from nightly.provenance import attest
+from nightly.provenance import attest, signed
 from nightly.publish.upload import open_destination, publish_day, record_publication
 from nightly.publish.validate import validate_day
 from nightly.redact import mask, scrub_pem, secret_values
@@ -171,10 +171,10 @@ def run_night(
 def _after_builds(night: NightContext, phase: BuildPhase, opts: NightOptions,
                   date: dt.date) -> None:
     """Sign, publish, record, report, prune, let the phase clean up: each step never fatal."""
-    attest.provenance_step(night)
+    signatures = sign_step(night)
     if not opts.no_upload:  # each build's publishing shown (nightly.night.publishing)
         with publishing.shown(night) as shown:
-            publish_step(night, replace=opts.rebuild, on_package=shown)
+            publish_step(night, replace=opts.rebuild, on_package=shown, signatures=signatures)
     try:
         night.history.record_state(night.day.name, night.state, commit=night.commit,
                                    channel=opts.channel)
@@ -282,17 +282,29 @@ def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> Summary
 # ---------------------------------------------------------------------------- after the builds
 
 
+def sign_step(night: NightContext) -> signed.Signatures:
+    """The night's signing step, called once with the packages it signs (each succeeded
+    build's, with the sha256 it carries from take-back); what it signed goes to publishing."""
+    return attest.sign_packages(
+        night.config, night.day, night.state, signed.to_sign(night.config, night.state),
+        commit=night.commit, source_dir=night.source_dir, channel=night.channel,
+        builds=night.builds, log=night.log)
+
+
 def publish_step(night: NightContext, *, replace: Sequence[str] = (),
-                 on_package: Callable[[str, str, str], None] | None = None) -> None:
-    """Upload the day's good packages and refresh the index; failures are recorded per build
-    (upload_error) and reported in the summary, never fatal to the night."""
+                 on_package: Callable[[str, str, str], None] | None = None,
+                 signatures: signed.Signatures | None = None) -> None:
+    """Upload the day's good packages (with `signatures`, the signing step's, beside them)
+    and refresh the index; failures are recorded per build (upload_error) and reported in
+    the summary, never fatal to the night."""
     pub = night.config.publish
     if not pub.has_destination:
         night.log("publish: no destination configured ([publish] url), nothing uploaded")
         return
     try:
         report = publish_day(night.config, night.day, night.state, channel=night.channel,
-                             log=night.log, replace=replace, on_package=on_package)
+                             log=night.log, replace=replace, on_package=on_package,
+                             signatures=signatures)
     except NightlyError as e:
         night.log(f"publish failed: {e}")
         night.state.set_meta(publish_error=str(e))

@@ -25,7 +25,7 @@ from nightly.channels import anaconda, conda, pypi
 from nightly.config import Config
 from nightly.errors import ConfigError, NotVerified, PublishError, UsageError
 from nightly.files import sha256_file
-from nightly.provenance import attest
+from nightly.provenance import signed
 from nightly.publish.promote_report import PromoteRecord, promoted_files, write_report
 from nightly.publish.promote_verify import (
     Checked,
@@ -131,7 +131,7 @@ def _promote_checked(
     if pypi_todo and not dry_run:
         password = _pypi_password(config)
     if store is not None:
-        public_key = attest.public_key_of(config)
+        public_key = signed.public_key_of(config)
         if config.provenance.key is not None and public_key is None:
             raise ConfigError(f"cannot read the provenance key {config.provenance.key}: "
                               "promote verifies every file with it", key="provenance.key")
@@ -179,7 +179,7 @@ def _check_candidate(
         )
     if left_out:
         log(f"promoting without (--allow-partial): {', '.join(left_out)}")
-    unverified = attest.unverified(config, day, state)
+    unverified = signed.unverified(config, day, state)
     if unverified:
         raise NotVerified(f"refusing to promote {name}: provenance "
                           f"does not verify for {'; '.join(unverified)}")
@@ -349,9 +349,9 @@ def _promote_conda_channel(
             log(f"would publish {path.name} to the conda channel {folder}")
         return
     written = conda.publish_to_channel(folder, paths)
-    attest.copy_to_channel(folder, [(conda.channel_key(p), p, f[1]["sha256"])
-                                    for p, f in zip(paths, files, strict=True)],
-                           attest.public_key_of(config))
+    signed.on_disk(config, day, state).copy_to_channel(
+        folder, [(conda.channel_key(p), p.name, f[1]["sha256"])
+                 for p, f in zip(paths, files, strict=True)])
     for bid, p in files:
         _record(state, bid, f"file://{folder}/{conda.channel_key(day.path / p['path'])}", p["sha256"])
     log(f"conda channel {folder}: {len(written)} package(s) promoted, repodata current")

@@ -21,10 +21,9 @@ from nightly import provenance
 from nightly.channels import anaconda, conda
 from nightly.config import Config
 from nightly.errors import ConfigError, PublishError
-from nightly.files import BytesChanged, check_sha256
 from nightly.index import IndexOptions, metadata
 from nightly.index.manifest import FileRecord
-from nightly.provenance import attest
+from nightly.provenance import signed
 from nightly.publish import gate, sending
 from nightly.stores import Store
 from nightly.stores.layout import STORE_KINDS, conda_channel_dir, kind_of, remote_folder
@@ -80,6 +79,7 @@ def publish_day(
     force_partial: bool = False,
     replace: Sequence[str] = (),
     on_package: Callable[[str, str, str], None] | None = None,
+    signatures: signed.Signatures | None = None,
 ) -> UploadReport:
     """Upload what is not yet published; then refresh the index pages of the day's folders.
     `[publish] atomic` holds back the good builds a failed one gates (nightly.publish.gate),
@@ -92,7 +92,11 @@ def publish_day(
 
     `on_package(build, package, what)`: "queued" for each package to upload (all of them
     first), "uploading" as its turn comes, then "uploaded", "already there" or "failed"
-    (the night's view of it: nightly.night.publishing)."""
+    (the night's view of it: nightly.night.publishing).
+
+    `signatures`: what the night's signing step signed (nightly.provenance.attest), each
+    published beside its package; without it (a day published on its own), the provenance
+    in the day folder that verifies with the site's key (nightly.provenance.signed.on_disk)."""
     pub = config.publish
     report = UploadReport()
     store = open_destination(config) if pub.url else None
@@ -105,7 +109,9 @@ def publish_day(
     if force_partial:
         report.held_back = {}
     keys = {bid: dict(_store_keys(entry, channel)) for bid, entry in sorted(state.builds.items())}
-    public_key = attest.public_key_of(config) if store is not None else None
+    if signatures is None:
+        signatures = (signed.on_disk(config, day, state) if store is not None or pub.conda_channel
+                      else signed.Signatures())
     said = on_package or (lambda _bid, _name, _what: None)
     for bid, entry in sorted(state.builds.items()):
         if store is not None and entry.status == SUCCEEDED and bid not in report.held_back:
@@ -118,7 +124,7 @@ def publish_day(
         for pkg in (p.to_json() for p in entry.packages):
             key = keys[bid].get(pkg["name"])
             if kind_of(_package_type(entry, pkg), pkg["name"]) is not None and \
-                    not attest.signable(pkg["name"], config):
+                    not signed.signable(pkg["name"], config):
                 # Filed before ownership was checked, or by hand: never published.
                 report.failed[pkg["name"]] = "not the project's package: not published"
                 if key is not None and store is not None:
@@ -130,7 +136,7 @@ def publish_day(
                 conda_files.append((bid, pkg))
             if key is None or store is None:
                 continue
-            _upload_one(store, day, state, report, bid, pkg, key, public_key=public_key,
+            _upload_one(store, day, state, report, bid, pkg, key, signatures=signatures,
                         may_replace=_matches(bid, replace), log=log, said=said)
     if store is not None:
         current = {f"{store.url}/{k}" for ks in keys.values() for k in ks.values()}
@@ -139,14 +145,16 @@ def publish_day(
             if entry.status == SUCCEEDED and folders and bid not in report.held_back:
                 _retire_replaced(store, state, bid, folders, current, report, log)
     if conda_files:
-        _publish_conda(config, day, state, conda_files, channel=channel, report=report, log=log)
+        _publish_conda(config, day, state, conda_files, channel=channel, report=report, log=log,
+                       signatures=signatures)
     if index and store is not None and pub.index and (report.folders or report.removed):
         regenerate_index(config, store, report, channel=channel, log=log)
     return report
 
 
 def _upload_one(store: Any, day: Day, state: State, report: UploadReport, bid: str,
-                pkg: dict[str, Any], key: str, *, public_key: Any, may_replace: bool, log: Log,
+                pkg: dict[str, Any], key: str, *, signatures: signed.Signatures, may_replace: bool,
+                log: Log,
                 said: Callable[[str, str, str], None]) -> None:
     """One package of a build to the store (with its provenance beside it), recorded in the
     report and state.json; a failure recorded, never raised."""
@@ -154,14 +162,13 @@ def _upload_one(store: Any, day: Day, state: State, report: UploadReport, bid: s
     dest = f"{store.url}/{key}"
     report.folders.setdefault(folder, {})  # its name listed once it is there
     said(bid, pkg["name"], "uploading")
-    try:  # the bytes tested and signed, or nothing (BytesChanged names the file)
-        check_sha256(day.path / pkg["path"], pkg["sha256"], before="uploaded")
-        prov_sha = attest.publish_beside(store, key, day.path / pkg["path"],
-                                         pkg["sha256"], public_key, log)
+    try:  # the bytes tested and signed, or nothing: the upload's own read is the check
+        prov_sha = sending.provenance_beside(store, key, pkg["name"], pkg["sha256"],
+                                             signatures, log)
         uploaded = _ensure(store, key, day.path / pkg["path"], pkg["sha256"],
                            may_replace=may_replace or dest in state.get(bid).published,
                            state=state, build_id=bid)
-    except (PublishError, OSError, BytesChanged) as e:
+    except (PublishError, OSError) as e:
         report.failed[dest] = str(e)
         state.update(bid, upload_error=f"{dest}: {e}")
         log(f"upload failed: {dest}: {e} (the package stays; rerun `nightly upload`)")
@@ -316,6 +323,7 @@ def _publish_conda(
     channel: str,
     report: UploadReport,
     log: Log,
+    signatures: signed.Signatures,
 ) -> None:
     pub = config.publish
     if pub.conda_channel:
@@ -331,9 +339,8 @@ def _publish_conda(
                 state.update(bid, upload_error=f"{dest}: {e}")
             log(f"conda channel {folder}: {e}")
         else:
-            attest.copy_to_channel(folder, [(conda.channel_key(day.path / p["path"]),
-                                             day.path / p["path"], p["sha256"]) for _, p in files],
-                                   attest.public_key_of(config))
+            signatures.copy_to_channel(folder, [(conda.channel_key(day.path / p["path"]),
+                                                 p["name"], p["sha256"]) for _, p in files])
             for bid, p in files:
                 key = conda.channel_key(day.path / p["path"])
                 _record(state, bid, f"{dest}/{key}", p["sha256"])
@@ -359,7 +366,7 @@ def _publish_conda(
                     token=token,
                     timeout=config.external_timeouts.anaconda_upload,
                 )
-            except (PublishError, OSError, BytesChanged) as e:
+            except (PublishError, OSError) as e:
                 report.failed[dest] = str(e)
                 state.update(bid, upload_error=f"{dest}: {e}")
                 log(f"anaconda upload failed: {dest}: {e}")

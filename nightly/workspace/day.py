@@ -23,15 +23,18 @@ def day_name(date: dt.date) -> str:
     return f"{date:%Y_%m_%d}"
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write a file so readers see the old or the new content, never a part."""
+def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Write a file so readers see the old or the new content, never a part. `sync=False`:
+    without waiting for the disk first (a kill -9 still leaves the old or the new content;
+    only a crash of the machine may lose the new one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:

@@ -339,6 +339,26 @@ class State:
             self._save()
             return BuildEntry.from_json(entry)
 
+    def start(self, build_id: str, **fields: object) -> BuildEntry:
+        """`update` for a build's start (status running), written without waiting for the
+        disk: a kill -9 still finds it, and after a crash of the machine a build that state.json
+        does not show running is simply built again, as one shown running would be."""
+        with self._lock:
+            entry = self._raw.setdefault(build_id, {"status": PENDING, "attempts": 0})
+            entry.update({k: _json_value(v) for k, v in fields.items()})
+            entry["updated"] = time.time()
+            self._save(sync=False)
+            return BuildEntry.from_json(entry)
+
+    def note(self, build_id: str, **fields: object) -> None:
+        """Set some fields of a build's entry in memory only: the build's next `update` (its
+        end, at the latest) writes them with its own. For what a build records on its way
+        (its cache figures, its test stage, its manylinux record), so that a build costs
+        two writes of state.json, its start and its end, not one per record."""
+        with self._lock:
+            entry = self._raw.setdefault(build_id, {"status": PENDING, "attempts": 0})
+            entry.update({k: _json_value(v) for k, v in fields.items()})
+
     def add_published(self, build_id: str, dest: str, sha256: str) -> None:
         """`dest` holds this build's package with this sha256 (its upload error cleared)."""
         with self._lock:
@@ -378,11 +398,11 @@ class State:
                 self._save()
         return stale
 
-    def _save(self) -> None:
+    def _save(self, *, sync: bool = True) -> None:
         # Compact: json's C encoder is used only without indent, and the file is rewritten
         # after every change of every build (indented, this was most of a short build's cost).
         data = json.dumps(self.data, sort_keys=True, separators=(",", ":")) + "\n"
-        atomic_write(self.path, data.encode())
+        atomic_write(self.path, data.encode(), sync=sync)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:

@@ -71,6 +71,7 @@ TAMPER = r"""
 import glob, os, sys, time
 whl, evil, folder, said = sys.argv[1:5]
 data = open(evil, "rb").read()
+open(os.path.join(folder, "tamper-ready"), "w").close()  # the recipe ends only after this
 seen, end = False, time.time() + 300
 while time.time() < end:
     if glob.glob(os.path.join(folder, "smoke-*")):
@@ -182,6 +183,9 @@ here="$(dirname "$0")/.."
 whl="$(ls "$OUTPUT_DIR"/*.whl)"
 setsid "$PYTHON" "$here/tamper.py" "$whl" "$(ls "$WORK_DIR"/evil/*.whl)" \\
     "$(dirname "$WORK_DIR")" {said} 3<>"$whl" </dev/null >/dev/null 2>&1 &
+# Ended only once the tamperer runs (not while it is still the forked shell that starts it):
+# the leftover then killed is the tamperer itself, named as such.
+for _ in $(seq 600); do [ -e "$(dirname "$WORK_DIR")/tamper-ready" ] && break; sleep 0.05; done
 echo "tamperer started"
 """
     try:

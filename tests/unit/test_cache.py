@@ -93,7 +93,7 @@ def test_local_cache_on_the_host_and_in_a_container(tmp_path: Path) -> None:
     assert c.storage.is_dir()
     assert c.store == tmp_path / "cache" / "host-cu130"
     assert stat.S_IMODE(c.store.stat().st_mode) == 0o700
-    assert {p.name for p in c.tools.iterdir()} == {"run", "cc", "c++", "launch"}
+    assert {p.name for p in c.tools.iterdir()} == {"run", "cc", "c++", "launch", "start"}
     assert all(os.access(p, os.X_OK) for p in c.tools.iterdir())
     host = c.env(container=False)
     assert host["SCCACHE_DIR"] == str(c.storage)

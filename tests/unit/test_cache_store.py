@@ -13,6 +13,7 @@ import pytest
 
 from nightly.builds.cache import store as cs
 from nightly.builds.cache import wiring as cc
+from nightly.config.timeouts import default_timeouts
 from nightly.executors.base import Job
 
 KEY_A = "a" * 64
@@ -77,6 +78,7 @@ def test_settings_of_a_config_name_the_projects_store() -> None:
         cache = cc.CacheSettings()
         project = Project()
         root = "/srv/nightlies"
+        external_timeouts = default_timeouts()
 
     class Section:
         enabled, dir, size, url = True, Path("/c"), "1G", ""

@@ -257,6 +257,32 @@ def test_a_build_files_its_packages_and_log(env: Env) -> None:
     assert phase["log"].endswith("manywheel_3.7m_cu100.log")
 
 
+def test_a_build_writes_state_json_twice_and_its_records_with_its_end(
+    env: Env, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its start (not waited on to reach the disk: a crash rebuilds it anyway) and its end;
+    what it records on the way (its compiler cache figures) is written with its end."""
+    from nightly.workspace import day as day_module
+    from nightly.workspace import state as state_module
+
+    writes: list[tuple[str, bool]] = []
+    real = day_module.atomic_write
+
+    def counted(path: Path, data: bytes, *, sync: bool = True) -> None:
+        if path == env.day.state_path:
+            writes.append((json.loads(data)["builds"]["manywheel_3.7m_cpu"]["status"], sync))
+        real(path, data, sync=sync)
+
+    monkeypatch.setattr(state_module, "atomic_write", counted)
+    out = env.runner().run_build(env.build("manywheel_3.7m_cpu"), queue=0)
+    assert out.ok
+    assert writes == [(RUNNING, False), (SUCCEEDED, True)]
+    on_disk = json.loads(env.day.state_path.read_text())["builds"]["manywheel_3.7m_cpu"]
+    # The cache on local disk: no compile, so no server started, and zero compiles recorded.
+    assert on_disk["cache"]["requests"] == 0, on_disk
+    assert on_disk["cache"].get("off") is None, on_disk
+
+
 def test_recipe_failure_is_not_retried_by_default(env: Env) -> None:
     out = env.runner().run_build(env.build("manywheel_3.8_cpu"))
     assert out.status == FAILED

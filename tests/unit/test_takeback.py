@@ -5,6 +5,7 @@ the hash is taken once and checked again before filing, signing and upload."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import os
 import re
@@ -14,8 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from nightly.builds.run.takeback import NotTaken, recheck, take_build, take_one, take_packages
-from nightly.files import BytesChanged, check_sha256
+from nightly.builds.run import collect
+from nightly.builds.run.takeback import NotTaken, Taken, take_build, take_one, taken_folder
+from nightly.core.matrix import Build
+from nightly.errors import PublishError
+from nightly.publish import sending
+from nightly.stores.folder import FileStore
+from nightly.workspace import Day, State
 
 
 def _built(tmp_path: Path) -> tuple[Path, Path]:
@@ -37,7 +43,7 @@ def test_the_taken_package_is_a_new_file_of_nightlys_that_the_account_cannot_cha
     folder, whl = _built(tmp_path)
     held = os.open(whl, os.O_RDWR)  # a process of the account holds it open from before
     try:
-        [taken] = take_packages([whl], folder)
+        taken = take_one(whl, taken_folder(folder))
         digest = hashlib.sha256(taken.read_bytes()).hexdigest()
         os.ftruncate(held, 0)
         os.pwrite(held, b"TAMPERED", 0)
@@ -76,26 +82,43 @@ def test_a_link_a_fifo_or_an_oversized_file_is_not_taken(tmp_path: Path) -> None
     assert sorted(p.name for p in dest.iterdir()) == []
 
 
-def test_a_changed_package_is_named_before_it_is_filed_signed_or_uploaded(
+def test_the_hash_taken_back_is_carried_to_filing_without_reading_the_package_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    folder, whl = _built(tmp_path)
+    [taken], why = take_build([whl], folder, {}, lambda _line: None)
+    assert why is None
+    assert taken == Taken(path=taken.path, sha256=hashlib.sha256(whl.read_bytes()).hexdigest(),
+                          size=whl.stat().st_size)
+    day = Day(tmp_path / "root", dt.date(2024, 1, 2))
+    day.create()
+    state = State(day.state_path)
+
+    def no_read(path: Path) -> str:
+        raise AssertionError(f"{path.name} was read again before filing")
+
+    monkeypatch.setattr(collect, "sha256_file", no_read)
+    [filed] = collect.file_packages(day, state, Build(package="manywheel", python="3.12",
+                                                      cuda="cpu"), [taken])
+    assert (filed.name, filed.sha256, filed.size) == (whl.name, taken.sha256, taken.size)
+    assert hashlib.sha256((day.path / filed.path).read_bytes()).hexdigest() == taken.sha256
+
+
+def test_bytes_changed_after_take_back_are_refused_by_the_uploads_own_read(
     tmp_path: Path,
 ) -> None:
     folder, whl = _built(tmp_path)
-    [taken] = take_packages([whl], folder)
-    digests = {taken.name: hashlib.sha256(taken.read_bytes()).hexdigest()}
-    assert recheck([taken], digests, before="filed") is None
-    check_sha256(taken, digests[taken.name], before="signed")
-    taken.write_bytes(b"changed")
-    why = recheck([taken], digests, before="filed")
-    assert why is not None
-    assert why.startswith(f"{taken.name} changed after it was tested")
-    assert why.endswith("not filed")
-    with pytest.raises(BytesChanged, match=re.escape(taken.name) + " changed after it was "
-                       "tested.*not uploaded"):
-        check_sha256(taken, digests[taken.name], before="uploaded")
-    taken.unlink()
-    taken.symlink_to(whl)
-    with pytest.raises(BytesChanged, match="cannot be read before signed"):
-        check_sha256(taken, digests[taken.name], before="signed")
+    [taken], _ = take_build([whl], folder, {}, lambda _line: None)
+    store = FileStore(tmp_path / "store")
+    taken.path.write_bytes(b"changed")
+    with pytest.raises(PublishError, match=re.escape(taken.name) + " changed since it was "
+                       "built.*not uploaded"):
+        sending.put_checked(store, f"whl/{taken.name}", taken.path, taken.sha256)
+    assert store.head(f"whl/{taken.name}") is None
+    taken.path.unlink()
+    os.mkfifo(taken.path)  # never waited on
+    with pytest.raises(PublishError, match="not a regular file"):
+        sending.put_checked(store, f"whl/{taken.name}", taken.path, taken.sha256)
 
 
 def test_the_one_hash_is_of_the_bytes_kept_normalised_or_not(tmp_path: Path) -> None:
@@ -109,9 +132,10 @@ def test_the_one_hash_is_of_the_bytes_kept_normalised_or_not(tmp_path: Path) -> 
             z.writestr("demo/a.py", b"a = 1\n")
         built = hashlib.sha256(whl.read_bytes()).hexdigest()
         lines: list[bytes] = []
-        taken, digests, why = take_build([whl], folder, {"SOURCE_DATE_EPOCH": epoch},
-                                         lines.append)
+        taken, why = take_build([whl], folder, {"SOURCE_DATE_EPOCH": epoch}, lines.append)
         assert why is None
-        assert digests == {whl.name: hashlib.sha256(taken[0].read_bytes()).hexdigest()}
-        assert (digests[whl.name] == built) == (epoch == ""), epoch
-        assert f"{whl.name} sha256 {digests[whl.name]}".encode() in b"".join(lines)
+        [t] = taken
+        assert t.sha256 == hashlib.sha256(t.path.read_bytes()).hexdigest()
+        assert t.size == t.path.stat().st_size
+        assert (t.sha256 == built) == (epoch == ""), epoch
+        assert f"{whl.name} sha256 {t.sha256}".encode() in b"".join(lines)

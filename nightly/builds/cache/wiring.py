@@ -29,11 +29,13 @@ wrappers through a link without whitespace or quotes (setuptools and CMake split
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from nightly import procs
 from nightly.builds.cache import store as cache_store
 from nightly.builds.cache.scripts import write_tools
 from nightly.files import remove_tree
@@ -85,6 +88,7 @@ class CacheSettings:
     binary: Path | None = None  # the sccache to use (None: find_sccache); builds/userarea.py
     namespace: str = ""  # the project's folder of the store (cache_store.namespace)
     copy_view: bool = False  # views of copies (a build user's builds); containers always
+    version_timeout_s: float = 30.0  # [external_timeouts] sccache_version
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +107,7 @@ class BuildCache:
     # (sccache's basedirs), or no build would hit another's objects.
     basedir: str = ""
     settings: Mapping[str, str] = field(default_factory=dict)  # SCCACHE_* of the backend
+    version: str = ""  # `sccache --version`, asked once per binary ("": `run` asks it)
     # The store's credentials: written to tools/credentials (0600) for the server, kept here
     # only so that build output can be masked; never in an environment.
     credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -124,6 +129,7 @@ class BuildCache:
         env.update(
             NIGHTLY_SCCACHE=SCCACHE_MOUNT if container else str(self.sccache),
             NIGHTLY_CACHE_WHERE=self.where,
+            NIGHTLY_SCCACHE_VERSION=self.version,
             SCCACHE_SERVER_UDS=CONTAINER_SOCKET if container else self.socket,
             SCCACHE_IDLE_TIMEOUT=str(self.idle_timeout_s),
             # A server that went away mid-build: the client compiles locally.
@@ -154,6 +160,7 @@ def settings_of(config: Config) -> CacheSettings:
         enabled=section.enabled, dir=section.dir, size=section.size, url=section.url,
         endpoint_url=section.endpoint_url, region=section.region, profile=section.profile,
         namespace=cache_store.namespace(config.project.name, str(config.root)),
+        version_timeout_s=config.external_timeouts.sccache_version,
     )
 
 
@@ -164,6 +171,19 @@ def find_sccache() -> Path | None:
         return beside
     found = shutil.which("sccache")
     return Path(found) if found else None
+
+
+@functools.lru_cache(maxsize=8)
+def sccache_version(binary: Path, timeout_s: float) -> str:
+    """`sccache --version` of `binary`, asked once per binary and process: each build's log
+    names it, and a process less per build is part of what a short build costs. "" when it
+    cannot be asked here (the build's `run` then asks it itself)."""
+    try:
+        done = procs.call([str(binary), "--version"], timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    line = done.stdout.strip()
+    return line if done.returncode == 0 and "\n" not in line else ""
 
 
 def toolchain_key(job: Job) -> str:
@@ -213,6 +233,7 @@ def attach(settings: CacheSettings, job: Job) -> tuple[Job, str | None]:
         socket=f"/tmp/nightly-sccache-{secrets.token_hex(6)}.sock",
         basedir=f"{job.work_dir}:{job.source_dir}",
         settings=backend, credentials=credentials, link=plain_link(tools),
+        version=sccache_version(binary, settings.version_timeout_s),
         store=None if storage is None else settings.dir / scoped,
         cap=cache_store.size_bytes(settings.size) if storage is not None else 0,
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from nightly.builds.area.ownership import NotOurs, check_owned
 from nightly.builds.run import onename
+from nightly.builds.run.takeback import Taken
 from nightly.core import manylinux
 from nightly.core.matrix import Build
 from nightly.files import sha256_file
@@ -31,39 +32,46 @@ def file_packages(
     day: Day,
     state: State,
     build: Build,
-    files: Sequence[Path],
+    files: Sequence[Path | Taken],
     expected: Mapping[str, tuple[int, str]] | None = None,
     owners: frozenset[str] | None = None,
 ) -> list[PackageFile]:
-    """Hash each file (against the size and sha256 a worker reported, when `expected` has
-    them: all are checked before any is moved), check that each is the project's (when
-    `owners` names its distributions: NotOurs otherwise), make it world-readable, and rename
-    it into the day's package folder (same filesystem: atomic, never half a package), never
-    over another build's file (nightly.builds.run.onename: NameTaken)."""
-    checked = []
-    for f in files:
-        digest, size = sha256_file(f), f.stat().st_size
-        want = (expected or {}).get(f.name)
-        if want is not None and (size, digest) != (int(want[0]), want[1]):
-            raise ValueError(f"{f.name}: staging holds {size} bytes sha256 {digest}, the "
-                             f"worker reported {want[0]} bytes sha256 {want[1]}")
-        checked.append((f, size, digest))
+    """Hash each file that does not carry its sha256 (a `Taken` package does: hashed once as
+    it was taken back, and nightly's own since), against the size and sha256 a worker
+    reported when `expected` has them (all are checked before any is moved); check that
+    each is the project's (when `owners` names its distributions: NotOurs otherwise), make
+    it world-readable, and rename it into the day's package folder (same filesystem: atomic,
+    never half a package), never over another build's file (nightly.builds.run.onename:
+    NameTaken)."""
+    checked = [f if isinstance(f, Taken) else _hashed(f, expected) for f in files]
     if owners is not None:
-        check_owned(files, build.package, owners)
+        check_owned([t.path for t in checked], build.package, owners)
     dest_dir = day.package_dir(build.package, build.cuda)
     dest_dir.mkdir(parents=True, exist_ok=True)
     out, placed = [], []
     try:
-        for f, size, digest in checked:
-            os.chmod(f, 0o644)
+        for t in checked:
+            os.chmod(t.path, 0o644)
             # Never over another build's file: one file name, one set of bytes (onename).
-            placed.append(onename.place(day, state, build.id, f, dest_dir / f.name, digest))
-            out.append(PackageFile(name=f.name, path=str(placed[-1].dest.relative_to(day.path)),
-                                   size=size, sha256=digest))
+            placed.append(onename.place(day, state, build.id, t.path, dest_dir / t.name,
+                                        t.sha256))
+            out.append(PackageFile(name=t.name, path=str(placed[-1].dest.relative_to(day.path)),
+                                   size=t.size, sha256=t.sha256))
     except BaseException:
         onename.take_back(placed)
         raise
     return out
+
+
+def _hashed(f: Path, expected: Mapping[str, tuple[int, str]] | None) -> Taken:
+    """A file that carries no sha256 (staged by a worker, or adopted), hashed now and held
+    to what its worker reported when `expected` names it."""
+    digest, size = sha256_file(f), f.stat().st_size
+    want = (expected or {}).get(f.name)
+    if want is not None and (size, digest) != (int(want[0]), want[1]):
+        raise ValueError(f"{f.name}: staging holds {size} bytes sha256 {digest}, the "
+                         f"worker reported {want[0]} bytes sha256 {want[1]}")
+    return Taken(path=f, sha256=digest, size=size)
 
 
 def check_policy(
@@ -80,8 +88,9 @@ def check_policy(
         # What it was built under, so a later policy or toolchain change rebuilds it
         # (nightly.builds.rules.policy).
         toolchain = env.get("NIGHTLY_MANYLINUX_TOOLCHAIN", "")
-        state.update(build.id, manylinux=replace(verdict.record, toolchain=toolchain)
-                     if toolchain else verdict.record)
+        # Written with the build's state entry (collect_build), not on its own.
+        state.note(build.id, manylinux=replace(verdict.record, toolchain=toolchain)
+                   if toolchain else verdict.record)
     return verdict
 
 
@@ -92,7 +101,7 @@ def collect_build(
     *,
     ok: bool,
     reason: str | None,
-    files: Sequence[Path],
+    files: Sequence[Path | Taken],
     file_log: LogFiler,
     failed_status: str = FAILED,
     expected: Mapping[str, tuple[int, str]] | None = None,

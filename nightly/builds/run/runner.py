@@ -178,14 +178,12 @@ class Runner:
             if other:
                 sink(f"[nightly] left out of OUTPUT_DIR (not a {build.package} package): "
                      f"{', '.join(other)}\n".encode())
-            produced, digests, result = _take(produced, job, result, sink)
+            produced, taken, result = _take(produced, job, result, sink)
             # The recipe's error line becomes the build's reason (state, summary, report).
             error_line = errors.line()
             if error_line:
                 error_line = safe_url(mask(error_line, *secrets))
             ok, reason, notes = self._verdict(build, job, result, produced, sink, error_line)
-            if ok and (changed := takeback.recheck(produced, digests, before="filed")):
-                ok, reason = False, changed  # the bytes tested are the only ones filed
             failed_status = INTERRUPTED if result.interrupted else FAILED
 
             def file_log(ok: bool, reason: str | None, packages: list[PackageFile]) -> Path:
@@ -197,7 +195,8 @@ class Runner:
                 return day.file_log(build.id, ok)
 
             entry = collect_build(
-                day, state, build, ok=ok, reason=reason, files=produced, file_log=file_log,
+                day, state, build, ok=ok, reason=reason, files=taken or produced,
+                file_log=file_log,
                 failed_status=failed_status, infra=result.infra,
                 exit_status=result.exit_status, duration_s=round(duration, 3),
             )
@@ -248,7 +247,7 @@ class Runner:
         if getattr(executor, "user", None) is not None:  # never an inode of the store its own
             settings = replace(settings, copy_view=True)
         job, cache_note = compiler_cache.attach(settings, job)
-        state.update(
+        state.start(
             build.id, status=RUNNING, attempts=attempt, started=time.time(), ended=None,
             machine=ctx.machine, queue=queue, executor=executor.name, reason=None, tested=None,
             package=build.package, python=build.python, cuda=build.cuda, variant=build.variant,
@@ -264,7 +263,8 @@ class Runner:
         """Did the attempt succeed: the recipe's verdict, a package produced, the smoke test
         (before the build counts as succeeded, so before any upload). (ok, reason, notes)"""
         state = self.ctx.state
-        cache_notes = compiler_cache.finish(job, lambda **f: state.update(build.id, **f))
+        # Recorded with the build's end (collect_build): one write of state.json a build.
+        cache_notes = compiler_cache.finish(job, lambda **f: state.note(build.id, **f))
         reason = result.reason
         if reason is None and result.exit_status != 0:
             # The recipe's own words first: the table, status and report show the reason.
@@ -292,7 +292,7 @@ class Runner:
                 smoke = _SmokeError(reason=f"smoke test: error: {e!r}")
             notes += list(smoke.notes)
             # The test stage's own record: passed / failed / not run, where, when, seconds.
-            state.update(build.id, tested=smoke.tested)
+            state.note(build.id, tested=smoke.tested)
             if not smoke.ok:
                 reason = smoke.reason or "smoke test"
         if reason is None and build.id in self.ctx.repro_builds:
@@ -437,12 +437,14 @@ class Runner:
 
 
 def _take(produced: list[Path], job: Job, result: ExecResult, sink: Callable[[bytes], None],
-          ) -> tuple[list[Path], dict[str, str], ExecResult]:
+          ) -> tuple[list[Path], list[takeback.Taken], ExecResult]:
     """A recipe that succeeded: its packages taken back as nightly's own files, hashed once
-    (nightly.builds.run.takeback); what is tested, filed, signed and published from here on."""
+    (nightly.builds.run.takeback); what is tested, filed, signed and published from here on,
+    each with the sha256 it carries there."""
     if result.exit_status != 0 or not produced:
-        return produced, {}, result
-    taken, digests, why = takeback.take_build(produced, job.work_dir.parent, job.env, sink)
+        return produced, [], result
+    taken, why = takeback.take_build(produced, job.work_dir.parent, job.env, sink)
     if why is not None:
-        return produced, {}, ExecResult(exit_status=None, reason=why, notes=result.notes)
-    return taken, digests, result
+        return produced, [], ExecResult(exit_status=None, reason=why, notes=result.notes)
+    return [t.path for t in taken], taken, result
+
