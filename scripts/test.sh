@@ -109,7 +109,8 @@ fi
 # Test files run on NIGHTLY_TEST_WORKERS parallel workers (default 2; 0: one process, no
 # xdist). Most of a cold run waits on downloads, debootstrap and containers rather than on a
 # core, so two workers on two cores finish well before one. A file stays on one worker
-# (--dist loadfile): its module fixtures are made once, and its tests run in order.
+# (--dist loadfile: its module fixtures are made once, its tests run in order) except those
+# whose tests share nothing, and the heaviest are handed out first (tests/support/schedule.py).
 WORKERS=${NIGHTLY_TEST_WORKERS:-2}
 PARALLEL=()
 if [ "$WORKERS" != 0 ]; then

@@ -23,6 +23,7 @@ import tarfile
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,9 +219,22 @@ def download_checked(url: str, dest: Path, sha256: str) -> Path:
     return dest
 
 
+def _lock(name: str) -> AbstractContextManager[None]:
+    """One writer at a time of a cache entry: the tests that share an sdist may run at once
+    on two xdist workers (tests/support/schedule.py)."""
+    from tests.support.runcache import locked
+
+    return locked(CACHE / "locks" / f"{name}.lock")
+
+
 def fetch(project: Project) -> Path:
     """The project's sdist in the cache, downloaded from PyPI when missing. Raises on any
     failure (a failed download fails the test that needs it)."""
+    with _lock(f"sdist-{project.key}"):
+        return _fetch(project)
+
+
+def _fetch(project: Project) -> Path:
     dest = CACHE / "sdists" / project.sdist
     if dest.is_file() and sha256_of(dest) == project.sha256:
         return dest
@@ -237,6 +251,11 @@ def fetch(project: Project) -> Path:
 def unpack(project: Project) -> Path:
     """The unpacked sdist at project.source (the config's `source`), made once."""
     archive = fetch(project)
+    with _lock(f"src-{project.key}"):
+        return _unpack(project, archive)
+
+
+def _unpack(project: Project, archive: Path) -> Path:
     marker = project.source / ".corpus-sha256"
     if marker.is_file() and marker.read_text() == project.sha256:
         return project.source
@@ -330,12 +349,17 @@ def test_wheels(python: Path, requirements: tuple[str, ...]) -> Path:
     ).stdout.strip()
     key = hashlib.sha256(" ".join(sorted(requirements)).encode()).hexdigest()[:12]
     dest = CACHE / "test-wheels" / f"py{xy}-{key}"
-    if (dest / ".complete").is_file():
-        return dest
+    with _lock(dest.name):
+        if (dest / ".complete").is_file():
+            return dest
+        _download(python, dest, requirements)
+    return dest
+
+
+def _download(python: Path, dest: Path, requirements: tuple[str, ...]) -> None:
     _check_run([str(python), "-m", "pip", "download", "-q", "--disable-pip-version-check",
                 "--only-binary", ":all:", "-d", str(dest), *requirements])
     (dest / ".complete").write_text("\n".join(requirements))
-    return dest
 
 
 def _clean_env() -> dict[str, str]:
@@ -346,9 +370,10 @@ def _clean_env() -> dict[str, str]:
 def record(key: str, figures: dict[str, object]) -> None:
     """Merge figures into CACHE/results.json (the source of docs/building.md's table)."""
     path = CACHE / "results.json"
-    data = json.loads(path.read_text()) if path.is_file() else {}
-    data.setdefault(key, {}).update(figures)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+    with _lock("results"):
+        data = json.loads(path.read_text()) if path.is_file() else {}
+        data.setdefault(key, {}).update(figures)
+        path.write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
 def table() -> str:

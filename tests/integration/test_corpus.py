@@ -25,6 +25,9 @@ from tests.support.cli import nightly_cmd
 from tests.support.day import find_day
 from tests.support.engine import Engine
 
+# Each test its own night in its own folder; what they share (the sdists, the test tools'
+# wheels, results.json) is written under corpus.py's locks: they may run on both xdist
+# workers (tests/support/schedule.py's SPREAD).
 pytestmark = pytest.mark.slow
 
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.runcache import once
+
 try:  # run from the repository root (python -m pytest): a namespace package
     from tests.integration import corpus
     from tests.integration import recipe_env as renv
@@ -40,6 +42,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+# Its tests share only `installed`, made once per run: they may run on both xdist workers
+# (tests/support/schedule.py's SPREAD).
 pytestmark = pytest.mark.slow
 
 DATE, DEV = corpus.DATE, corpus.DEV
@@ -49,8 +53,13 @@ DATE, DEV = corpus.DATE, corpus.DEV
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`nightly` from a wheel built by pypa/build (sdist, then the wheel from it) and
     installed into a fresh venv. Built from a copy of the working tree, so the build leaves
-    nothing in the repository."""
-    tree = tmp_path_factory.mktemp("tree")
+    nothing in the repository; once per run, for the tests of this module on every xdist
+    worker."""
+    return once(tmp_path_factory, "nightly-from-its-wheel", _install_nightly) / "venv" / "bin" / "nightly"
+
+
+def _install_nightly(folder: Path) -> None:
+    tree = folder / "tree"
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=corpus.REPO,
         capture_output=True, text=True, check=True,
@@ -60,17 +69,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if src.is_file():
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, tree / rel)
-    dist = tmp_path_factory.mktemp("dist")
+    dist = folder / "dist"
     _ok([sys.executable, "-m", "build", "--outdir", str(dist), str(tree)])
     (wheel,) = dist.glob("*.whl")
     with zipfile.ZipFile(wheel) as z:
         assert "nightly/recipes/manywheel/build.sh" in z.namelist()
         assert "nightly/recipes/common/rewrite_wheel.py" in z.namelist()
-    venv = tmp_path_factory.mktemp("venv")
+    venv = folder / "venv"
     _ok([sys.executable, "-m", "venv", str(venv)])
     # As the README installs it: the policy init declares needs auditwheel.
     _ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[manylinux]"])
-    return venv / "bin" / "nightly"
 
 
 def _ok(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:

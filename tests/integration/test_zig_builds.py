@@ -23,6 +23,8 @@ from tests.integration.test_corpus import policy_tags, run_night
 from tests.support.cli import nightly_cmd
 from tests.support.engine import Engine
 
+# Two independent nights (zig's cache and images are nightly's, locked): they may run on both
+# xdist workers (tests/support/schedule.py's SPREAD).
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
