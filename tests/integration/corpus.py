@@ -141,17 +141,39 @@ CONTAINER_KEYS = (
 )
 # Where the corpus builder image is declared (its [images] and [builders.corpus] tables).
 BUILDER_EXAMPLE = CONFIGS / "markupsafe-offline.toml"
+# The Pythons each run builds a project for in the builder image (default: every one).
+# markupsafe takes each of the image's interpreters; mapbox-earcut (C++ with CMake, the
+# slowest night of the suite: 504 s for four Pythons in docs/building.md's table) the
+# oldest and the newest: what is C++ about a build in the image (the sysroot's g++, libstdc++
+# linked statically, the policy) does not change with the Python between them, whose
+# builds markupsafe's nights (in the image) and test_corpus_project (on the host, with the
+# project's tests on every Python) cover. NIGHTLY_CORPUS_CONTAINER=all builds every
+# project on every Python, as docs/building.md records.
+CONTAINER_PYTHONS: dict[str, tuple[str, ...]] = (
+    {} if os.environ.get("NIGHTLY_CORPUS_CONTAINER") == "all"
+    else {"mapbox-earcut": (PYTHONS[0], PYTHONS[-1])}
+)
 
 
-def container_config(project: Project, base_image: str = "", runtime_image: str = "") -> str:
+def container_pythons(key: str) -> tuple[str, ...]:
+    return CONTAINER_PYTHONS.get(key, PYTHONS)
+
+
+def container_config(project: Project, base_image: str = "", runtime_image: str = "",
+                     pythons: tuple[str, ...] = PYTHONS) -> str:
     """The project's config with its manywheels built in containers of the corpus builder
     image (manylinux = "2_28"), as configs/corpus/markupsafe-offline.toml declares it, plus
-    the Debian packages the project builds against; conda packages left out. With
-    `base_image` (a project's `stack`), the builder's layers go on that image instead of
-    the debootstrapped base, and its wheels are tested in `runtime_image`."""
+    the Debian packages the project builds against; conda packages left out; its
+    manywheels for `pythons`. With `base_image` (a project's `stack`), the builder's layers
+    go on that image instead of the debootstrapped base, and its wheels are tested in
+    `runtime_image`."""
     text = project.config.read_text()
     assert 'executor = "local"' in text, project.config
     text = text.replace('executor = "local"', 'executor = "container"')
+    every = f"pythons = [{', '.join(f'{xy!r}' for xy in PYTHONS)}]".replace("'", '"')
+    assert every in text, project.config
+    text = text.replace(every, f"pythons = [{', '.join(f'{xy!r}' for xy in pythons)}]"
+                        .replace("'", '"'), 1)
     if "[matrix.linux.conda]" in text:
         start = text.index("[matrix.linux.conda]")
         text = text[:start] + text[text.index("\n\n", start) + 2:]
