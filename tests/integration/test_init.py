@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.runcache import once
+from tests.support.selfwheel import nightly_wheel
 
 try:  # run from the repository root (python -m pytest): a namespace package
     from tests.integration import corpus
@@ -51,27 +52,15 @@ DATE, DEV = corpus.DATE, corpus.DEV
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`nightly` from a wheel built by pypa/build (sdist, then the wheel from it) and
-    installed into a fresh venv. Built from a copy of the working tree, so the build leaves
-    nothing in the repository; once per run, for the tests of this module on every xdist
+    """`nightly` from its wheel (tests/support/selfwheel.py: pypa/build, sdist then wheel)
+    installed into a fresh venv, once per run for the tests of this module on every xdist
     worker."""
-    return once(tmp_path_factory, "nightly-from-its-wheel", _install_nightly) / "venv" / "bin" / "nightly"
+    return once(tmp_path_factory, "nightly-from-its-wheel",
+                lambda folder: _install_nightly(nightly_wheel(tmp_path_factory), folder)
+                ) / "venv" / "bin" / "nightly"
 
 
-def _install_nightly(folder: Path) -> None:
-    tree = folder / "tree"
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=corpus.REPO,
-        capture_output=True, text=True, check=True,
-    ).stdout.split("\0")
-    for rel in filter(None, files):
-        src = corpus.REPO / rel
-        if src.is_file():
-            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, tree / rel)
-    dist = folder / "dist"
-    _ok([sys.executable, "-m", "build", "--outdir", str(dist), str(tree)])
-    (wheel,) = dist.glob("*.whl")
+def _install_nightly(wheel: Path, folder: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         assert "nightly/recipes/manywheel/build.sh" in z.namelist()
         assert "nightly/recipes/common/rewrite_wheel.py" in z.namelist()
