@@ -101,6 +101,7 @@ class SuiteScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist ships 
         return scope_of(nodeid)
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run with `-p no:xdist` has no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> SuiteScheduling | None:
     if config.getoption("dist") != "loadfile":
         return None
