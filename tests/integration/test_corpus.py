@@ -28,7 +28,10 @@ from tests.support.engine import Engine
 # Each test its own night in its own folder; what they share (the sdists, the test tools'
 # wheels, results.json) is written under corpus.py's locks: they may run on both xdist
 # workers (tests/support/schedule.py's SPREAD).
-pytestmark = pytest.mark.slow
+# pyproject's 900 s is for a hang; a cold builder image, zig's libc++ or a C++ night on a
+# loaded 2-core machine took longer (two mapbox-earcut tests stopped at 900 s on one):
+# the nights' own subprocess timeouts (1800-3600 s) bound them.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def need_python(xy: str) -> Path:
