@@ -6,10 +6,11 @@
 # pyproject's [tool.mypy] says) and pytest (test files on
 # NIGHTLY_TEST_WORKERS parallel workers, default 2). Extra arguments go to pytest.
 #
-# `--fast` (first argument): the tier a developer runs while working, in a few minutes: ruff,
-# mypy --strict and tests/unit only (shellcheck too when it is installed): no apt package, no
-# container engine, no browser, no server. tests/unit refuses a test that needs one
-# (tests/support/markers.py).
+# `--fast` (first argument): the tier a developer runs while working, under a minute on a
+# quiet 2-core machine: ruff, mypy --strict and tests/unit on the same workers (shellcheck
+# too when it is installed): no apt package, no container engine, no browser, no server, and
+# no pip unless pyproject.toml or setup.py changed since the last install. tests/unit
+# refuses a test that needs one (tests/support/markers.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,12 +27,29 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   "$PY" -m venv .venv
 fi
-log "installing nightly-builds[test]"
-.venv/bin/python -m pip install -q --disable-pip-version-check -U pip
-# The distribution was `nightly` before it became `nightly-builds`: a .venv made before then
-# holds an editable install under the old name, which would shadow the new one's metadata.
-.venv/bin/python -m pip uninstall -q -y nightly >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# The install is editable: only a change to what pip reads (pyproject.toml, setup.py) needs
+# it again. The stamp holds their hash, written after an install that succeeded; the fast
+# tier skips pip when it matches (10-30 s of its minute), the full run always installs.
+STAMP=.venv/.nightly-install-stamp
+WANT=$(cat pyproject.toml setup.py | sha256sum | cut -d' ' -f1)
+if [ -n "$FAST" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT" ] \
+    && .venv/bin/python -c 'import nightly, pytest, xdist' 2>/dev/null; then
+  log "nightly-builds[test] is installed (pyproject.toml and setup.py unchanged)"
+else
+  log "installing nightly-builds[test]"
+  rm -f "$STAMP"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
+  # The distribution was `nightly` before it became `nightly-builds`: a .venv made before
+  # then holds an editable install under the old name, which would shadow the new one's
+  # metadata.
+  .venv/bin/python -m pip uninstall -q -y nightly >/dev/null 2>&1 || true
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+  echo "$WANT" >"$STAMP"
+fi
+
+# Test files run on NIGHTLY_TEST_WORKERS parallel workers (default 2; 0: one process, no
+# xdist), in both tiers.
+WORKERS=${NIGHTLY_TEST_WORKERS:-2}
 
 log "ruff"
 .venv/bin/ruff check nightly tests benchmarks recipes
@@ -46,7 +64,15 @@ if [ -n "$FAST" ]; then
   log "mypy --strict (nightly, tests)"
   .venv/bin/mypy
   log "pytest tests/unit"
-  exec .venv/bin/python -m pytest tests/unit "$@"
+  UNIT_PARALLEL=()
+  if [ "$WORKERS" != 0 ]; then
+    UNIT_PARALLEL=(-n "$WORKERS")
+  fi
+  STARTED=$SECONDS
+  RC=0
+  .venv/bin/python -m pytest "${UNIT_PARALLEL[@]}" tests/unit "$@" || RC=$?
+  log "pytest took $((SECONDS - STARTED)) s, whole script ${SECONDS} s; load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+  exit "$RC"
 fi
 # apt packages first (one apt-get at a time: dpkg's lock).
 if ! command -v shellcheck >/dev/null 2>&1; then
@@ -106,11 +132,10 @@ if [ -n "$ENGINE_OUT" ]; then
   export DOCKER_HOST
 fi
 
-# Test files run on NIGHTLY_TEST_WORKERS parallel workers (default 2; 0: one process, no
-# xdist). Most of a cold run waits on downloads, debootstrap and containers rather than on a
-# core, so two workers on two cores finish well before one. A file stays on one worker
-# (--dist loadfile): its module fixtures are made once, and its tests run in order.
-WORKERS=${NIGHTLY_TEST_WORKERS:-2}
+# Most of a cold run waits on downloads, debootstrap and containers rather than on a core,
+# so two workers on two cores finish well before one. A file stays on one worker
+# (--dist loadfile: its module fixtures are made once, its tests run in order) except those
+# whose tests share nothing, and the heaviest are handed out first (tests/support/schedule.py).
 PARALLEL=()
 if [ "$WORKERS" != 0 ]; then
   PARALLEL=(-n "$WORKERS" --dist loadfile)

@@ -23,6 +23,7 @@ import tarfile
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,17 +141,39 @@ CONTAINER_KEYS = (
 )
 # Where the corpus builder image is declared (its [images] and [builders.corpus] tables).
 BUILDER_EXAMPLE = CONFIGS / "markupsafe-offline.toml"
+# The Pythons each run builds a project for in the builder image (default: every one).
+# markupsafe takes each of the image's interpreters; mapbox-earcut (C++ with CMake, the
+# slowest night of the suite: 504 s for four Pythons in docs/building.md's table) the
+# oldest and the newest: what is C++ about a build in the image (the sysroot's g++, libstdc++
+# linked statically, the policy) does not change with the Python between them, whose
+# builds markupsafe's nights (in the image) and test_corpus_project (on the host, with the
+# project's tests on every Python) cover. NIGHTLY_CORPUS_CONTAINER=all builds every
+# project on every Python, as docs/building.md records.
+CONTAINER_PYTHONS: dict[str, tuple[str, ...]] = (
+    {} if os.environ.get("NIGHTLY_CORPUS_CONTAINER") == "all"
+    else {"mapbox-earcut": (PYTHONS[0], PYTHONS[-1])}
+)
 
 
-def container_config(project: Project, base_image: str = "", runtime_image: str = "") -> str:
+def container_pythons(key: str) -> tuple[str, ...]:
+    return CONTAINER_PYTHONS.get(key, PYTHONS)
+
+
+def container_config(project: Project, base_image: str = "", runtime_image: str = "",
+                     pythons: tuple[str, ...] = PYTHONS) -> str:
     """The project's config with its manywheels built in containers of the corpus builder
     image (manylinux = "2_28"), as configs/corpus/markupsafe-offline.toml declares it, plus
-    the Debian packages the project builds against; conda packages left out. With
-    `base_image` (a project's `stack`), the builder's layers go on that image instead of
-    the debootstrapped base, and its wheels are tested in `runtime_image`."""
+    the Debian packages the project builds against; conda packages left out; its
+    manywheels for `pythons`. With `base_image` (a project's `stack`), the builder's layers
+    go on that image instead of the debootstrapped base, and its wheels are tested in
+    `runtime_image`."""
     text = project.config.read_text()
     assert 'executor = "local"' in text, project.config
     text = text.replace('executor = "local"', 'executor = "container"')
+    every = f"pythons = [{', '.join(f'{xy!r}' for xy in PYTHONS)}]".replace("'", '"')
+    assert every in text, project.config
+    text = text.replace(every, f"pythons = [{', '.join(f'{xy!r}' for xy in pythons)}]"
+                        .replace("'", '"'), 1)
     if "[matrix.linux.conda]" in text:
         start = text.index("[matrix.linux.conda]")
         text = text[:start] + text[text.index("\n\n", start) + 2:]
@@ -218,9 +241,22 @@ def download_checked(url: str, dest: Path, sha256: str) -> Path:
     return dest
 
 
+def _lock(name: str) -> AbstractContextManager[None]:
+    """One writer at a time of a cache entry: the tests that share an sdist may run at once
+    on two xdist workers (tests/support/schedule.py)."""
+    from tests.support.runcache import locked
+
+    return locked(CACHE / "locks" / f"{name}.lock")
+
+
 def fetch(project: Project) -> Path:
     """The project's sdist in the cache, downloaded from PyPI when missing. Raises on any
     failure (a failed download fails the test that needs it)."""
+    with _lock(f"sdist-{project.key}"):
+        return _fetch(project)
+
+
+def _fetch(project: Project) -> Path:
     dest = CACHE / "sdists" / project.sdist
     if dest.is_file() and sha256_of(dest) == project.sha256:
         return dest
@@ -237,6 +273,11 @@ def fetch(project: Project) -> Path:
 def unpack(project: Project) -> Path:
     """The unpacked sdist at project.source (the config's `source`), made once."""
     archive = fetch(project)
+    with _lock(f"src-{project.key}"):
+        return _unpack(project, archive)
+
+
+def _unpack(project: Project, archive: Path) -> Path:
     marker = project.source / ".corpus-sha256"
     if marker.is_file() and marker.read_text() == project.sha256:
         return project.source
@@ -330,12 +371,17 @@ def test_wheels(python: Path, requirements: tuple[str, ...]) -> Path:
     ).stdout.strip()
     key = hashlib.sha256(" ".join(sorted(requirements)).encode()).hexdigest()[:12]
     dest = CACHE / "test-wheels" / f"py{xy}-{key}"
-    if (dest / ".complete").is_file():
-        return dest
+    with _lock(dest.name):
+        if (dest / ".complete").is_file():
+            return dest
+        _download(python, dest, requirements)
+    return dest
+
+
+def _download(python: Path, dest: Path, requirements: tuple[str, ...]) -> None:
     _check_run([str(python), "-m", "pip", "download", "-q", "--disable-pip-version-check",
                 "--only-binary", ":all:", "-d", str(dest), *requirements])
     (dest / ".complete").write_text("\n".join(requirements))
-    return dest
 
 
 def _clean_env() -> dict[str, str]:
@@ -346,9 +392,10 @@ def _clean_env() -> dict[str, str]:
 def record(key: str, figures: dict[str, object]) -> None:
     """Merge figures into CACHE/results.json (the source of docs/building.md's table)."""
     path = CACHE / "results.json"
-    data = json.loads(path.read_text()) if path.is_file() else {}
-    data.setdefault(key, {}).update(figures)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+    with _lock("results"):
+        data = json.loads(path.read_text()) if path.is_file() else {}
+        data.setdefault(key, {}).update(figures)
+        path.write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
 def table() -> str:

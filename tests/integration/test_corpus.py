@@ -25,7 +25,13 @@ from tests.support.cli import nightly_cmd
 from tests.support.day import find_day
 from tests.support.engine import Engine
 
-pytestmark = pytest.mark.slow
+# Each test its own night in its own folder; what they share (the sdists, the test tools'
+# wheels, results.json) is written under corpus.py's locks: they may run on both xdist
+# workers (tests/support/schedule.py's SPREAD).
+# pyproject's 900 s is for a hang; a cold builder image, zig's libc++ or a C++ night on a
+# loaded 2-core machine took longer (two mapbox-earcut tests stopped at 900 s on one):
+# the nights' own subprocess timeouts (1800-3600 s) bound them.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def need_python(xy: str) -> Path:
@@ -68,16 +74,16 @@ def run_night(
 
 def _own_tests_pass(key: str, mirror: Path, pythons: dict[str, Path],
                     tmp_path: Path) -> list[corpus.TestRun]:
-    """The project's own suite against its wheel from `mirror`, for each Python: every test
-    passes, some ran, and the installed wheel answered, not the sdist."""
+    """The project's own suite against its wheel from `mirror`, for each of `pythons`:
+    every test passes, some ran, and the installed wheel answered, not the sdist."""
     project = corpus.BY_KEY[key]
     index = (mirror / "whl" / "nightly" / "cpu").as_uri() + "/"
     with ThreadPoolExecutor(max_workers=2) as pool:
         runs = list(pool.map(
             lambda xy: corpus.run_own_tests(project, pythons[xy], index, tmp_path / f"test-{xy}"),
-            corpus.PYTHONS,
+            pythons,
         ))
-    for xy, run in zip(corpus.PYTHONS, runs, strict=True):
+    for xy, run in zip(pythons, runs, strict=True):
         assert run.failed == run.errors == 0, f"{key} on {xy}:\n{run.output[-6000:]}"
         assert run.passed > 0, f"{key} on {xy}: no test ran\n{run.output[-3000:]}"
         assert str(tmp_path / f"test-{xy}" / "venv") in run.module_file, run.module_file
@@ -213,8 +219,9 @@ def policy_tags(wheels: list[Path]) -> dict[str, tuple[str, str]]:
 @pytest.mark.engine
 @pytest.mark.parametrize("key", corpus.CONTAINER_KEYS)
 def test_corpus_in_the_builder_image(key: str, engine: Engine, tmp_path: Path) -> None:
-    """The project's manywheels built in containers of the declared corpus builder image
-    (manylinux = "2_28", the glibc 2.31 sysroot toolchain): every wheel manylinux_2_28 or
+    """The project's manywheels (for corpus.container_pythons) built in containers of the
+    declared corpus builder image (manylinux = "2_28", the glibc 2.31 sysroot toolchain):
+    every wheel manylinux_2_28 or
     older by its tag and by auditwheel, installed on the host from the mirror and the
     project's own tests passing against it. A project with a `stack` (pycairo) builds on
     the base image holding its C libraries, built for the policy, and its wheels must
@@ -222,10 +229,10 @@ def test_corpus_in_the_builder_image(key: str, engine: Engine, tmp_path: Path) -
     none of them."""
     project = corpus.BY_KEY[key]
     corpus.unpack(project)
-    pythons = {xy: need_python(xy) for xy in corpus.PYTHONS}
+    pythons = {xy: need_python(xy) for xy in corpus.container_pythons(key)}
     config = tmp_path / "container.toml"
     base, runtime = _stack_images(project, engine)
-    config.write_text(corpus.container_config(project, base, runtime))
+    config.write_text(corpus.container_config(project, base, runtime, tuple(pythons)))
     built = subprocess.run([*nightly_cmd(), "images", "build", "--config", str(config)],
                            env=engine.env(), capture_output=True, text=True, timeout=3600)
     assert built.returncode == 0, built.stderr[-4000:]
@@ -240,20 +247,21 @@ def test_corpus_in_the_builder_image(key: str, engine: Engine, tmp_path: Path) -
         assert "note:        manylinux: policy 2_28; reached manylinux" in text, log
         assert not runtime or f"smoke: in image {runtime}" in text, log
     wheels = sorted((here / "mirror").glob("whl/nightly/cpu/**/*.whl"))
-    assert len(wheels) == len(corpus.PYTHONS), wheels
+    assert [w.name.split("-")[2] for w in wheels] == [
+        "cp" + xy.replace(".", "") for xy in pythons], wheels
     tags = policy_tags(wheels)
     bundled = _bundled(wheels) if project.stack else []
     runs = _own_tests_pass(key, here / "mirror", pythons, tmp_path)
     if project.stack == "cairo":
         # The host has bookworm's cairo 1.16: the wheels' tests ran against their own.
-        for xy, run in zip(corpus.PYTHONS, runs, strict=True):
+        for xy, run in zip(pythons, runs, strict=True):
             got = subprocess.run([str(run.venv_python), "-c", "import cairo; print("
                                   "cairo.cairo_version_string())"], cwd=tmp_path,
                                  capture_output=True, text=True, check=True).stdout.strip()
             assert got == cairo_stack.CAIRO_VERSION, (xy, got)
     corpus.record(key, {"builder_image": {
         "night_s": round(night_s, 1), "tags": {w: list(t) for w, t in tags.items()},
-        "tests": {xy: [r.passed, r.skipped] for xy, r in zip(corpus.PYTHONS, runs, strict=True)},
+        "tests": {xy: [r.passed, r.skipped] for xy, r in zip(pythons, runs, strict=True)},
         **({"bundled": bundled} if bundled else {}),
     }})
 

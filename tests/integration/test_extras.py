@@ -2,13 +2,13 @@
 base dependencies only, from the project's own wheel, not editable): every command that needs
 an optional library says which extra brings it in one line, exit 2, never a traceback.
 
-The wheel is built and installed into a fresh venv here, with nothing cached between tests.
+The wheel is the run's (tests/support/selfwheel.py: pypa/build from a copy of the tree, once
+per run), installed into a fresh venv here; nothing else is shared between tests.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,10 +16,7 @@ from pathlib import Path
 
 import pytest
 
-try:  # run from the repository root (python -m pytest): a namespace package
-    from tests.integration import corpus
-except ImportError:  # run from elsewhere: pytest put this folder on sys.path
-    import corpus  # type: ignore[no-redef,import-not-found]
+from tests.support.selfwheel import nightly_wheel
 
 pytestmark = pytest.mark.slow
 
@@ -55,22 +52,9 @@ repository_url = "http://127.0.0.1:9/"
 
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The `nightly` command of a fresh venv holding nightly's wheel and its base
-    dependencies only."""
-    tree = tmp_path_factory.mktemp("tree")
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=corpus.REPO,
-        capture_output=True, text=True, check=True,
-    ).stdout.split("\0")
-    for rel in filter(None, files):
-        src = corpus.REPO / rel
-        if src.is_file():
-            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, tree / rel)
-    dist = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist),
-                    str(tree)], check=True, capture_output=True)
-    (wheel,) = dist.glob("*.whl")
+    """The `nightly` command of a fresh venv holding nightly's wheel (the run's, from
+    tests/support/selfwheel.py) and its base dependencies only."""
+    wheel = nightly_wheel(tmp_path_factory)
     assert wheel.name.startswith("nightly_builds-")
     with zipfile.ZipFile(wheel) as z:
         assert "nightly/scripts/container-engine.sh" in z.namelist()

@@ -23,7 +23,12 @@ from tests.integration.test_corpus import policy_tags, run_night
 from tests.support.cli import nightly_cmd
 from tests.support.engine import Engine
 
-pytestmark = pytest.mark.slow
+# Two independent nights (zig's cache and images are nightly's, locked): they may run on both
+# xdist workers (tests/support/schedule.py's SPREAD).
+# pyproject's 900 s is for a hang; a cold builder image, zig's libc++ or a C++ night on a
+# loaded 2-core machine took longer (two mapbox-earcut tests stopped at 900 s on one):
+# the nights' own subprocess timeouts (1800-3600 s) bound them.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parents[2]
 
