@@ -161,7 +161,7 @@ build_wheel() {
         build_isolated || args+=(--no-build-isolation --no-index)
         args+=(${BUILD_CONFIG_SETTINGS[@]+"${BUILD_CONFIG_SETTINGS[@]}"})
         (cd "$src" && "$BUILD_PIP" "${args[@]}" .) >&2 ||
-            die "building the wheel failed (pip ${args[*]}, output above)"
+            die "building the wheel failed (pip wheel, output above)"
     else
         (cd "$src" && "$BUILD_PYTHON" setup.py bdist_wheel -d "$dist") >&2 ||
             die "building the wheel failed (setup.py bdist_wheel, output above)"

@@ -48,3 +48,30 @@ def test_error_line_is_the_last_error_line_across_chunks_else_the_last_line() ->
     long.feed(b"ERROR: " + b"x" * 1000 + b"\n")
     assert len(long.line()) == ErrorLine.MAX
     assert long.line().endswith("...")
+
+
+def test_an_error_pointing_at_the_output_above_carries_the_failing_steps_own_lines() -> None:
+    """Issue 57: the table said `building the wheel failed (pip wheel ..., output above)`;
+    the reason now carries the CMake error that the person would otherwise look for."""
+    from nightly.builds.run.buildlog import ErrorLine
+
+    seen = ErrorLine()
+    seen.feed(b"-- The C compiler identification is GNU 10.2.1\n"
+              b"CMake Error at CMakeLists.txt:2 (project):\n"
+              b"  No CMAKE_Fortran_COMPILER could be found.\n\n"
+              b"  Tell CMake where to find the compiler by setting either the environment\n"
+              b"-- Configuring incomplete, errors occurred!\n"
+              b"*** CMake configuration failed\n"
+              b"  error: subprocess-exited-with-error\n"
+              b"ERROR: Failed building wheel for flsolve\n"
+              b"[manywheel] ERROR: building the wheel failed (pip wheel, output above)\n")
+    line = seen.line()
+    assert line.startswith("[manywheel] ERROR: building the wheel failed (pip wheel): ")
+    assert ("CMake Error at CMakeLists.txt:2 (project): No CMAKE_Fortran_COMPILER could be "
+            "found.") in line
+    assert "output above" not in line
+    assert "subprocess-exited-with-error" not in line
+    # An ERROR line that says its cause itself is kept as it is.
+    own = ErrorLine()
+    own.feed(b"gcc: error: x.c: no such file\n[manywheel] ERROR: the wheel has version 1.0\n")
+    assert own.line() == "[manywheel] ERROR: the wheel has version 1.0"
