@@ -9,7 +9,8 @@ from pathlib import Path
 def write_tools(folder: Path) -> None:
     folder.mkdir(parents=True)
     for name, text in (("run", RUN), ("cc", WRAPPER.format(var="CC", default="cc")),
-                       ("c++", WRAPPER.format(var="CXX", default="c++")), ("launch", LAUNCH)):
+                       ("c++", WRAPPER.format(var="CXX", default="c++")), ("launch", LAUNCH),
+                       ("fc", FORTRAN)):
         path = folder / name
         path.write_text(text, encoding="utf-8")
         path.chmod(0o755)
@@ -26,6 +27,11 @@ export NIGHTLY_CACHE_TOOLS="$tools"
 case "${CC:-}" in "" | "$tools/cc") CC=cc ;; esac
 case "${CXX:-}" in "" | "$tools/c++") CXX=c++ ;; esac
 export NIGHTLY_CACHE_CC="$CC" NIGHTLY_CACHE_CXX="$CXX"
+# Fortran: sccache has none; the `fc` wrapper and `launch` count its compiles (uncached.fortran)
+# so the statistics say what was not cached and why. FC only where a compiler is.
+case "${FC:-}" in "" | "$tools/fc") FC="$(command -v gfortran 2>/dev/null || true)" ;; esac
+export NIGHTLY_CACHE_FC="$FC"
+rm -f "$tools/uncached.fortran"
 rm -f "$SCCACHE_SERVER_UDS"
 # The store's credentials: a file only the server reads (never its environment, which a
 # process of the same user could read), from an execute-only, hence non-dumpable, binary.
@@ -54,7 +60,8 @@ done
 if [ -S "$SCCACHE_SERVER_UDS" ]; then
     export NIGHTLY_CACHE=on CC="$tools/cc" CXX="$tools/c++"
     export CMAKE_C_COMPILER_LAUNCHER="$tools/launch" CMAKE_CXX_COMPILER_LAUNCHER="$tools/launch"
-    export CMAKE_CUDA_COMPILER_LAUNCHER="$tools/launch"
+    export CMAKE_CUDA_COMPILER_LAUNCHER="$tools/launch" CMAKE_Fortran_COMPILER_LAUNCHER="$tools/launch"
+    [ -z "$NIGHTLY_CACHE_FC" ] || export FC="$tools/fc"
     echo on >"$tools/status"
     say "compiler cache: $("$sc" --version) on $NIGHTLY_CACHE_WHERE" \
         "(CC $NIGHTLY_CACHE_CC, CXX $NIGHTLY_CACHE_CXX, nvcc: CMAKE_CUDA_COMPILER_LAUNCHER)"
@@ -112,11 +119,34 @@ case "$compiler" in
     "$NIGHTLY_CACHE_TOOLS/cc") set -- ${NIGHTLY_CACHE_CC:-cc} "$@" ;;
     # shellcheck disable=SC2086
     "$NIGHTLY_CACHE_TOOLS/c++") set -- ${NIGHTLY_CACHE_CXX:-c++} "$@" ;;
+    # shellcheck disable=SC2086
+    "$NIGHTLY_CACHE_TOOLS/fc") set -- ${NIGHTLY_CACHE_FC:-gfortran} "$@" ;;
     *) set -- "$compiler" "$@" ;;
 esac
 set +f
+case "${1##*/}" in
+    # sccache caches no Fortran: the compile runs directly, counted as not cached.
+    *fortran* | f77 | f90 | f95 | flang* | ifort | ifx)
+        printf . >>"$NIGHTLY_CACHE_TOOLS/uncached.fortran" 2>/dev/null
+        exec "$@" ;;
+esac
 if [ "${NIGHTLY_CACHE:-}" = on ] && [ -S "${SCCACHE_SERVER_UDS:-}" ]; then
     exec "$NIGHTLY_SCCACHE" "$@"
 fi
 exec "$@"
+"""
+
+# FC: the Fortran compiler, which sccache cannot cache; each compile (-c) is counted.
+FORTRAN = r"""#!/bin/sh
+# Written by nightly (nightly/builds/cache/wiring.py): FC, counted; sccache has no Fortran.
+real="${NIGHTLY_CACHE_FC:-gfortran}"
+set -f  # $real is split into words (flags), never globbed
+for arg in "$@"; do
+    if [ "$arg" = -c ]; then
+        printf . >>"${NIGHTLY_CACHE_TOOLS:-/nonexistent}/uncached.fortran" 2>/dev/null
+        break
+    fi
+done
+# shellcheck disable=SC2086
+exec $real "$@"
 """
