@@ -64,7 +64,8 @@ if [ -S "$SCCACHE_SERVER_UDS" ]; then
     [ -z "$NIGHTLY_CACHE_FC" ] || export FC="$tools/fc"
     echo on >"$tools/status"
     say "compiler cache: $("$sc" --version) on $NIGHTLY_CACHE_WHERE" \
-        "(CC $NIGHTLY_CACHE_CC, CXX $NIGHTLY_CACHE_CXX, nvcc: CMAKE_CUDA_COMPILER_LAUNCHER)"
+        "(CC $NIGHTLY_CACHE_CC, CXX $NIGHTLY_CACHE_CXX, nvcc: CMAKE_CUDA_COMPILER_LAUNCHER" \
+        "${NIGHTLY_CACHE_FC:+; FC $NIGHTLY_CACHE_FC: counted, never cached, sccache has no Fortran})"
 else
     export NIGHTLY_CACHE=off
     why="$(grep -i -m2 -E 'error|caused by' "$tools/server.log" | tr '\n' ' ' | cut -c1-300)"
