@@ -37,7 +37,9 @@ _MESON_FORTRAN = re.compile(
     r"""(?is)\badd_languages\s*\([^)]*['"]fortran['"]|\bproject\s*\([^)]*['"]fortran['"]""")
 _F2PY = re.compile(r"\bnumpy\.f2py\b|\bf2py\b", re.IGNORECASE)
 _CMAKE_BLAS = re.compile(r"(?i)\bfind_package\s*\(\s*(BLAS|LAPACK)\b")
-_MESON_BLAS = re.compile(r"""(?i)\bdependency\s*\(\s*['"]((?:scipy-)?openblas|blas|lapack)\w*['"]""")
+# dependency('lapack') or a list of names: dependency(['openblas', 'OpenBLAS']).
+_MESON_BLAS = re.compile(
+    r"""(?i)\bdependency\s*\(\s*\[?\s*['"]((?:scipy-)?openblas|blas|lapack)\w*['"]""")
 _OPENBLAS_WHEEL = re.compile(r"(?i)^\s*(scipy[-_]openblas(?:32|64))\b")
 
 

@@ -46,10 +46,12 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str,
     chosen = list(pythons) if facts.compiled else list(pythons)[-1:]
     shown, why = _line(facts.name), _line(facts.compiled_why)
     if facts.compiled:
+        which = ("that the bullseye builder has (its own 3.9)" if facts.fortran.needed
+                 else "that this machine has")
         matrix_note = (f"# {shown} has compiled code ({why}): "
                        f"{choices.wheels_per_python(facts.limited_api)}."
                        "\n# The Pythons of requires-python "
-                       f"({_line(facts.requires_python) or 'not set'}) that this machine has.")
+                       f"({_line(facts.requires_python) or 'not set'}) {which}.")
     else:
         matrix_note = (f"# {shown} is pure Python ({why}): it needs no "
                        "matrix,\n# one wheel (py3-none-any) serves every Python; built once.")
@@ -220,7 +222,11 @@ class InitResult:
             out.append(f"  limited API ({_line('; '.join(la.evidence))}): " + (
                 f"one {la.floor}-abi3 wheel, tested on each Python" if la.tagged and la.floor
                 else "the wheel is not declared abi3: one wheel per Python"))
-        if self.missing:
+        if self.missing and f.fortran.needed:
+            out.append(f"  requires-python allows Python {', '.join(self.missing)} too: no "
+                       f"interpreter for them runs on glibc 2.31 here (docs/building.md, "
+                       '"Fortran and LAPACK")')
+        elif self.missing:
             out.append(f"  requires-python allows Python {', '.join(self.missing)} too, not "
                        "found on this machine")
         if f.fortran.needed:

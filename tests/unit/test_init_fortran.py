@@ -45,6 +45,10 @@ def _write(root: Path, files: dict[str, str]) -> Path:
          "meson.build: 'fortran' as a meson language", "meson.build: dependency('openblas')"),
         ({"pyproject.toml": MESON, "meson.build": "project('m', 'c')\n"
           "run_command(py, ['-m', 'numpy.f2py', 'm.pyf'])\n"}, "meson.build: f2py", ""),
+        ({"pyproject.toml": MESON, "meson.build": "project('m', 'c')\n"
+          "add_languages('fortran', native: false)\n",
+          "pkg/meson.build": "blas = dependency(['openblas', 'OpenBLAS'])\n"},
+         "meson.build: 'fortran' as a meson language", "pkg/meson.build: dependency('openblas')"),
         ({"setup.py": "from setuptools import setup\nsetup(name='f', version='1')\n",
           "f/lib/dgemm.f": "      SUBROUTINE X\n      END\n"},
          "Fortran sources (f/lib/dgemm.f)", ""),
@@ -54,6 +58,7 @@ def _write(root: Path, files: dict[str, str]) -> Path:
         ({"pyproject.toml": SKBUILD, "CMakeLists.txt": "project(x C CXX)\n", "x.c": ""}, "", ""),
     ],
     ids=["cmake-project", "cmake-enable-lapack", "meson-add", "meson-project-openblas", "f2py",
+         "meson-list",
          "sources", "scipy-openblas", "plain-c"],
 )
 def test_init_reads_fortran_and_lapack_from_the_build_files(
