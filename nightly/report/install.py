@@ -61,8 +61,10 @@ def served(config: Config, day: Day, state: State) -> list[Served]:
             index = _index_of(config, dest) if dest else None
             key = (index, False) if index else (str((day.path / p.path).parent), True)
             pythons, _ = groups.setdefault(key, (set(), day.path / p.path))
-            if e.python:
-                pythons.add(e.python)
+            # A limited-API wheel serves each Python it passed its test on, not only the one
+            # it was built with (issue 57: "(Python 3.9)" for a wheel tested on five).
+            passed = [t.python for t in e.python_tests if t.result == "passed"]
+            pythons.update(passed or ([e.python] if e.python else []))
     return [Served(index=k[0], find_links=k[1], pythons=tuple(sorted(v[0], key=_py_key)),
                    wheel=v[1]) for k, v in sorted(groups.items())]
 
