@@ -58,7 +58,8 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
         # What it builds, not what it has: CUDA builds need no GPU on the machine.
         routes = f" {', '.join(m.archs)}; builds {', '.join(m.accelerators)}" if m.archs else ""
         t = Table(
-            title=f"machine {m.name} ({m.platform}{routes}; {len(m.queues)} queues, "
+            title=f"machine {m.name} ({m.platform}{routes}; {len(m.queues)} "
+            f"queue{'' if len(m.queues) == 1 else 's'}, "
             f"{m.executors_text})",
             title_justify="left",
         )
