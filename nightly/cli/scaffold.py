@@ -132,7 +132,8 @@ def _builder_lines(builder: str, pythons: dict[str, str], chosen: list[str],
     sources = {xy: _builder_python(path) for xy, path in pythons.items() if xy in chosen}
     if fortran is not None and fortran.needed:
         suite, compilers = init_fortran.SUITE, [*compilers, "gfortran"]
-        debs += ["python3-dev", *init_fortran.debs(fortran)]
+        # git: scientific meson projects ask it their version (scikit-misc, SciPy's tools).
+        debs += ["python3-dev", "git", *init_fortran.debs(fortran)]
         sources = {xy: "distro" for xy in chosen}
     return [
         "# The builder image `nightly images build` makes (used by executor = \"container\").",

@@ -146,7 +146,11 @@ def dynamic_requires(src, backend, backend_path, python=None):
                 quiet_subprocess_runner,
             )
         except ImportError:
-            return []  # pip < 23.1 and no pyproject_hooks: static requirements only
+            try:  # pip < 23.1 vendors pep517 (Debian bullseye's pip 20.3 beside Python 3.9)
+                from pip._vendor.pep517.wrappers import Pep517HookCaller as BuildBackendHookCaller
+                from pip._vendor.pep517.wrappers import quiet_subprocess_runner
+            except ImportError:
+                return []  # no hook caller at all: static requirements only
     hooks = BuildBackendHookCaller(
         os.path.abspath(src),
         backend,

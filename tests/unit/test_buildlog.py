@@ -75,3 +75,31 @@ def test_an_error_pointing_at_the_output_above_carries_the_failing_steps_own_lin
     own = ErrorLine()
     own.feed(b"gcc: error: x.c: no such file\n[manywheel] ERROR: the wheel has version 1.0\n")
     assert own.line() == "[manywheel] ERROR: the wheel has version 1.0"
+
+
+def test_without_an_error_like_line_the_steps_last_line_stands_for_the_output_above() -> None:
+    from nightly.builds.run.buildlog import ErrorLine
+
+    seen = ErrorLine()
+    seen.feed(b"Usage:\n  pip wheel [options] <requirement specifier> ...\n\n"
+              b"no such option: --config-settings\n"
+              b"[manywheel] ERROR: building the wheel failed (pip wheel, output above)\n")
+    assert seen.line() == ("[manywheel] ERROR: building the wheel failed (pip wheel): "
+                           "no such option: --config-settings")
+
+
+def test_another_tools_error_line_is_a_cause_of_the_recipes() -> None:
+    """meson's own `ERROR:` line (scikit-misc's version script, git missing) is the cause;
+    pip's frame after it ("finished with status 'error'") is not."""
+    from nightly.builds.run.buildlog import ErrorLine
+
+    seen = ErrorLine()
+    seen.feed(b"  ../src/meson.build:5:11: ERROR: Command `version_please.py` failed with "
+              b"status 1.\n"
+              b"  A full log can be found at /w/meson-log.txt\n"
+              b"  Preparing metadata (pyproject.toml): finished with status 'error'\n"
+              b"error: metadata-generation-failed\n"
+              b"[manywheel] ERROR: building the wheel failed (pip wheel, output above)\n")
+    assert seen.line() == (
+        "[manywheel] ERROR: building the wheel failed (pip wheel): ../src/meson.build:5:11: "
+        "ERROR: Command `version_please.py` failed with status 1.")

@@ -62,10 +62,10 @@ if [ -S "$SCCACHE_SERVER_UDS" ]; then
     export CMAKE_C_COMPILER_LAUNCHER="$tools/launch" CMAKE_CXX_COMPILER_LAUNCHER="$tools/launch"
     export CMAKE_CUDA_COMPILER_LAUNCHER="$tools/launch" CMAKE_Fortran_COMPILER_LAUNCHER="$tools/launch"
     [ -z "$NIGHTLY_CACHE_FC" ] || export FC="$tools/fc"
+    fc_note="${NIGHTLY_CACHE_FC:+; FC $NIGHTLY_CACHE_FC: counted, never cached, sccache has no Fortran}"
     echo on >"$tools/status"
     say "compiler cache: $("$sc" --version) on $NIGHTLY_CACHE_WHERE" \
-        "(CC $NIGHTLY_CACHE_CC, CXX $NIGHTLY_CACHE_CXX, nvcc: CMAKE_CUDA_COMPILER_LAUNCHER" \
-        "${NIGHTLY_CACHE_FC:+; FC $NIGHTLY_CACHE_FC: counted, never cached, sccache has no Fortran})"
+        "(CC $NIGHTLY_CACHE_CC, CXX $NIGHTLY_CACHE_CXX, nvcc: CMAKE_CUDA_COMPILER_LAUNCHER$fc_note)"
 else
     export NIGHTLY_CACHE=off
     why="$(grep -i -m2 -E 'error|caused by' "$tools/server.log" | tr '\n' ' ' | cut -c1-300)"
