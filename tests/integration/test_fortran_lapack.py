@@ -31,7 +31,8 @@ from nightly.images import runtime
 from tests.support.cli import run_nightly
 from tests.support.engine import Engine
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
+# A cold `nightly images build` takes longer than the suite's 15 min on a loaded machine.
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = REPO / "tests" / "data" / "flsolve"
