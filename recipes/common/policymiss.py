@@ -82,12 +82,17 @@ def package_of(path):
     return out if p.returncode == 0 else ""
 
 
-def fix(needed, cuda):
+def fix(needed, cuda, library=""):
+    """The fix for the wheel's languages (`needed`: every library the wheel and the libraries
+    it links name); `library`: the cause is that library's own symbols."""
     if any(n.startswith("libgfortran") for n in needed):
-        return ("Fortran: zig and nightly's sysroot compile no Fortran; build in a Debian "
-                "bullseye builder (suite = \"bullseye\", compilers with \"gfortran\", manylinux = "
-                "\"2_31\", as nightly init writes for a Fortran project) or a manylinux_2_28 "
-                "base_image (docs/building.md, \"Fortran and LAPACK\")")
+        return ('Fortran (no zig or sysroot for it): suite = "bullseye" with gfortran and '
+                'manylinux = "2_31", as nightly init writes, or a manylinux_2_28 base_image '
+                '(docs/building.md, "Fortran and LAPACK")')
+    if library:
+        return (f"a library the wheel links: no toolchain changes {library}'s own symbols; take "
+                "it from a source built for the policy (a base_image with it built there, or its "
+                "PyPI wheel, e.g. scipy-openblas32 for BLAS/LAPACK)")
     if cuda:
         return "CUDA: toolchain = \"sysroot\" (glibc 2.31) is what nvcc's host compiler can use"
     return "C/C++: toolchain = \"zig\" reaches manylinux_2_17"
@@ -117,22 +122,23 @@ def explain(wheel, glibc):
                 where = paths.get(soname)
                 if not where or soname.startswith(("libc.so", "libm.so", "libpthread", "libdl.so")):
                     continue
-                for version, lib in too_new(objdump(where), limit):
+                text = objdump(where)
+                needed.update(_NEEDED.findall(text))  # liblapack names libgfortran
+                for version, lib in too_new(text, limit):
                     causes.append((version, where, lib, soname))
     if not causes:
         return ""
     version, who, lib, soname = max(causes)
     newest = f"GLIBC_{version[0]}.{version[1]}"
-    if soname:
+    if soname:  # the loader's path only when no package says where it comes from
         pkg = package_of(who)
-        said = "{} (linked as {}{}) needs {} from {}".format(
-            who, soname, ", Debian package " + pkg if pkg else "", newest, lib or "glibc")
+        said = f"{soname} ({'Debian package ' + pkg if pkg else who}) needs {newest} from {lib}"
     else:
-        said = "{} needs {} from {}".format(who, newest, lib or "glibc")
+        said = f"{who} needs {newest} from {lib or 'glibc'}"
     more = len({c[1] for c in causes}) - 1
     if more > 0:
         said += f" (and {more} more file{'' if more == 1 else 's'})"
-    return f"{said}, newer than the policy's glibc {glibc}. Fix for {fix(needed, cuda)}"
+    return f"{said} (policy: glibc {glibc}). Fix for {fix(needed, cuda, soname)}"
 
 
 def main(argv):

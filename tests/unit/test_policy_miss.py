@@ -69,7 +69,7 @@ def test_a_c_extension_is_named_with_its_symbol_version_and_gets_the_c_fix(tmp_p
     so = _so(tmp_path, "ext.so", THREADED, "-pthread")
     said = _explain(_wheel(tmp_path, "pkg/_ext.cpython-311-x86_64-linux-gnu.so", so), "2.28")
     assert said.startswith("pkg/_ext.cpython-311-x86_64-linux-gnu.so needs GLIBC_2.34 from libc.so.6")
-    assert "newer than the policy's glibc 2.28" in said
+    assert "(policy: glibc 2.28)" in said
     assert 'C/C++: toolchain = "zig"' in said
 
 
@@ -84,7 +84,8 @@ def test_a_fortran_runtime_is_named_as_the_cause_and_the_fix_is_not_zig(tmp_path
               f"-L{libs}", "-l:libgfortran.so.5")
     wheel = _wheel(tmp_path, "pkg/_solve.so", ext)
     said = _explain(wheel, "2.31", env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(libs)})
-    assert said.startswith(f"{libs}/libgfortran.so.5 (linked as libgfortran.so.5")
+    # Not a Debian package's file: the loader's path says where it comes from.
+    assert said.startswith(f"libgfortran.so.5 ({libs}/libgfortran.so.5) needs GLIBC_2.34")
     assert "needs GLIBC_2.34 from libc.so.6" in said
     assert "Fix for Fortran" in said
     assert "bullseye" in said
@@ -94,3 +95,27 @@ def test_a_fortran_runtime_is_named_as_the_cause_and_the_fix_is_not_zig(tmp_path
 def test_a_wheel_within_its_policy_has_no_cause(tmp_path: Path) -> None:
     so = _so(tmp_path, "plain.so", "int one(void) { return 1; }\n")
     assert _explain(_wheel(tmp_path, "pkg/plain.so", so), "2.28") == ""
+
+
+@needs_234
+def test_a_library_of_the_machine_is_named_and_its_fix_is_a_library_built_for_the_policy(
+    tmp_path: Path,
+) -> None:
+    """A linked library's own symbols (bullseye's liblapack3 needs libm's GLIBC_2.29): no
+    toolchain fixes that. When that library is Fortran (it links libgfortran, as reference
+    LAPACK does, while the extension itself need not: --as-needed), the fix is Fortran's."""
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    _so(libs, "libfoo.so.1", THREADED, "-pthread", "-Wl,-soname,libfoo.so.1")
+    ext = _so(tmp_path, "ext.so", "int start(void);\nint go(void) { return start(); }\n",
+              f"-L{libs}", "-l:libfoo.so.1")
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(libs)}
+    said = _explain(_wheel(tmp_path, "pkg/_c.so", ext), "2.28", env=env)
+    assert said.startswith(f"libfoo.so.1 ({libs}/libfoo.so.1) needs GLIBC_2.34 from libc.so.6")
+    assert "Fix for a library the wheel links: no toolchain changes libfoo.so.1's own" in said
+    # The same library linking a Fortran runtime: Fortran's fix.
+    _so(libs, "libgfortran.so.5", "int g(void) { return 0; }\n", "-Wl,-soname,libgfortran.so.5")
+    _so(libs, "libfoo.so.1", THREADED + "int g(void);\nint h(void) { return g(); }\n",
+        "-pthread", "-Wl,-soname,libfoo.so.1", f"-L{libs}", "-l:libgfortran.so.5")
+    said = _explain(_wheel(tmp_path, "pkg/_c.so", ext), "2.28", env=env)
+    assert "Fix for Fortran" in said
