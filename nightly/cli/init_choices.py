@@ -116,9 +116,14 @@ def install_command(project: str, base_version: str, requirements: tuple[str, ..
                     index: str, version: str = "") -> str:
     """How a user installs a nightly of the project from the mirror: its dependencies, when
     it has any, from PyPI, the project itself pinned to the night's version (`version`,
-    else <base_version>.devYYYYMMDD)."""
+    else <base_version>.devYYYYMMDD); without dependencies, pinned to `version` when given,
+    else the mirror's newest pre-release."""
     name = canonicalize_name(project)
     if not requirements:
+        # Pinned when the night is known (init prints tonight's, as the README says); the
+        # config's comment serves every night: the newest pre-release of the mirror alone.
+        if version:
+            return f'pip install --index-url {index} "{name}=={version}"'
         return f"pip install --pre --index-url {index} {name}"
     version = version or f"{base_version or '0.0.0'}.devYYYYMMDD"
     return (f'pip install --index-url {index} --extra-index-url https://pypi.org/simple '

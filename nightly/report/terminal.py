@@ -55,9 +55,11 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
     for m in plan.machines:
         if not m.builds:
             continue
-        routes = f" {', '.join(m.archs)}; {', '.join(m.accelerators)}" if m.archs else ""
+        # What it builds, not what it has: CUDA builds need no GPU on the machine.
+        routes = f" {', '.join(m.archs)}; builds {', '.join(m.accelerators)}" if m.archs else ""
         t = Table(
-            title=f"machine {m.name} ({m.platform}{routes}; {len(m.queues)} queues, "
+            title=f"machine {m.name} ({m.platform}{routes}; {len(m.queues)} "
+            f"queue{'' if len(m.queues) == 1 else 's'}, "
             f"{m.executors_text})",
             title_justify="left",
         )
@@ -77,8 +79,9 @@ def print_plan(plan: Plan, *, date: dt.date, version: str) -> None:
             f"  makespan {hms(m.makespan_s)}  lower bound {hms(m.lower_bound_s)}  "
             f"ratio {m.makespan_s / m.lower_bound_s if m.lower_bound_s else 1:.3f}"
         )
+    n = len(plan.builds)
     console.print(
-        f"[bold]{len(plan.builds)} builds[/bold]; estimated finish {hms(plan.makespan_s)} "
+        f"[bold]{n} build{'' if n == 1 else 's'}[/bold]; estimated finish {hms(plan.makespan_s)} "
         f"after start; lower bound {hms(plan.lower_bound_s)}  (* placed automatically)"
     )
 
@@ -97,7 +100,10 @@ def print_summary(summary: Summary, *, path: Path | str = "summary.json") -> Non
     t = Table(title=escape(title), title_justify="left")
     # Never cut or wrapped: an identifier split in two is no identifier; the reason folds.
     t.add_column("build", no_wrap=True)
-    t.add_column("outcome", overflow="fold", min_width=12, ratio=1)
+    # A pipe's console is 240 wide (nothing cut): the reason folds within 64 columns there,
+    # so cron's mail gets a table of ~150, not one as wide as the longest reason (issue 57).
+    t.add_column("outcome", overflow="fold", min_width=12, ratio=1,
+                 max_width=None if console.is_terminal else 64)
     t.add_column("build", justify="right", no_wrap=True)
     t.add_column("test", justify="right", no_wrap=True)
     t.add_column("where", overflow="fold")
@@ -142,6 +148,7 @@ def print_summary(summary: Summary, *, path: Path | str = "summary.json") -> Non
         f"summary: {escape(str(path))}",
         soft_wrap=True,
     )
+    _print_failed_logs(console, summary, Path(path))
     # Builds that succeeded but did not reach the store: the exit status alone would not say.
     uploads = summary.failed_uploads
     if uploads:
@@ -159,6 +166,22 @@ def print_summary(summary: Summary, *, path: Path | str = "summary.json") -> Non
     for bid, why in sorted(summary.held_back.items()):
         console.print(f"[yellow]held back[/yellow] {escape(bid)}: {escape(shown(why))} "
                       "(`nightly upload --force-partial` publishes it)", soft_wrap=True)
+
+
+def _print_failed_logs(console: Console, summary: Summary, path: Path) -> None:
+    """The failed builds' logs, whole paths, one a line: where the person looks next
+    (issue 57: the night's end named summary.json and no log)."""
+    from rich.markup import escape
+
+    day = path.parent
+    logs = [(bid, b.log) for bid, b in sorted(summary.builds.items())
+            if b.outcome != "succeeded" and b.log]
+    if not logs:
+        return
+    console.print(f"failed log{'s' if len(logs) > 1 else ''}:", highlight=False)
+    for bid, log in logs:
+        shown = Path(log) if Path(log).is_absolute() else day / log
+        console.print(f"  {escape(bid)}: {escape(str(shown))}", soft_wrap=True, highlight=False)
 
 
 def _where(b: BuildSummary) -> str:

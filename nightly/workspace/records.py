@@ -21,7 +21,8 @@ PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
 
 _PART_KEYS = ("result", "where", "when", "seconds", "attempts", "reason", "worker_name")
 _TESTED_KEYS = ("result", "seconds", "cpu", "gpu", PYTHONS_KEY)
-_CACHE_KEYS = ("hits", "misses", "requests", "errors", "where", "off", "hit_rate")
+_CACHE_KEYS = ("hits", "misses", "requests", "errors", "where", "off", "hit_rate", "uncached",
+               "uncached_why")
 
 
 def _extra(data: Mapping[str, object], known: tuple[str, ...]) -> dict[str, object]:
@@ -128,6 +129,8 @@ class CacheStats:
     where: str = ""
     off: str | None = None  # why the build ran without the cache
     extra: Mapping[str, object] = field(default_factory=dict)
+    uncached: int = 0  # compiles the cache cannot take (Fortran), compiled directly
+    uncached_why: str = ""  # why ("Fortran: sccache caches no Fortran compiles")
 
     @property
     def hit_rate(self) -> float | None:
@@ -142,6 +145,8 @@ class CacheStats:
         out["hit_rate"] = None if rate is None else round(rate, 4)
         if self.off is not None:
             out["off"] = self.off
+        if self.uncached:
+            out["uncached"], out["uncached_why"] = self.uncached, self.uncached_why
         return out
 
     @classmethod
@@ -151,6 +156,8 @@ class CacheStats:
         return cls(hits=as_int(data.get("hits")), misses=as_int(data.get("misses")),
                    requests=as_int(data.get("requests")), errors=as_int(data.get("errors")),
                    where=as_str(data.get("where")), off=opt_str(data.get("off")),
+                   uncached=as_int(data.get("uncached")),
+                   uncached_why=as_str(data.get("uncached_why")),
                    extra=_extra(data, _CACHE_KEYS))
 
     def footer(self) -> str:
@@ -162,6 +169,9 @@ class CacheStats:
                 f"({pct} hit rate); {self.where}")
         if self.errors:
             text += f"; {self.errors} cache errors (compiled without the cache)"
+        if self.uncached:
+            text += (f"; {self.uncached} compile{'s' if self.uncached != 1 else ''} not cached "
+                     f"({self.uncached_why or 'the cache cannot take them'})")
         return text
 
 

@@ -66,6 +66,7 @@ setup_build_venv() {
     fi
     if build_isolated; then
         [[ -n "$BUILD_PIP" ]] || die "$PYTHON has no pip, which isolated builds need; install pip, or set [build] isolation = false"
+        modern_build_pip
         local source="the index of the pip configuration"
         [[ -n "${PIP_INDEX_URL:-}" ]] && source="$PIP_INDEX_URL"
         [[ -n "${NIGHTLY_WHEELHOUSE:-}" ]] && source="the wheelhouse"
@@ -85,6 +86,18 @@ setup_build_venv() {
     else
         warn "$BUILD_PYTHON is older than 3.8: its build requirements are not checked before the build"
     fi
+}
+
+# modern_build_pip : a build venv whose pip predates --config-settings (22.1; Debian
+# bullseye's Python 3.9 brings pip 20.3) gets a current one from the same index as the build
+# requirements; where that fails the build goes on with the old pip, without config settings.
+modern_build_pip() {
+    local v major minor
+    v="$("$BUILD_PIP" --version 2>/dev/null | awk '{print $2}')"
+    IFS=. read -r major minor _ <<<"${v:-0.0}"
+    ((major > 22 || (major == 22 && minor >= 1))) 2>/dev/null && return 0
+    log "the build venv's pip $v predates --config-settings: installing pip>=23.1 into it"
+    "$BUILD_PIP" install -q "pip>=23.1" >&2 || warn "could not install pip>=23.1 into the build venv: building with pip $v"
 }
 
 # build_requirements COMMAND [ARG...] : sets reqs to what `buildreqs.py COMMAND SRC ARG...`
@@ -161,7 +174,7 @@ build_wheel() {
         build_isolated || args+=(--no-build-isolation --no-index)
         args+=(${BUILD_CONFIG_SETTINGS[@]+"${BUILD_CONFIG_SETTINGS[@]}"})
         (cd "$src" && "$BUILD_PIP" "${args[@]}" .) >&2 ||
-            die "building the wheel failed (pip ${args[*]}, output above)"
+            die "building the wheel failed (pip wheel, output above)"
     else
         (cd "$src" && "$BUILD_PYTHON" setup.py bdist_wheel -d "$dist") >&2 ||
             die "building the wheel failed (setup.py bdist_wheel, output above)"

@@ -33,21 +33,29 @@ DEFAULT_REQUIRES = ["setuptools>=40.8.0"]
 DEFAULT_BACKEND = "setuptools.build_meta:__legacy__"
 
 
-def _toml():
+def _toml_loads():
+    """A TOML parser's loads: tomllib, tomli, pip's vendored tomli (pip >= 21.2) or toml
+    (older pips, e.g. Debian bullseye's 20.3 beside its Python 3.9)."""
     try:
         import tomllib  # Python 3.11+
 
-        return tomllib
+        return tomllib.loads
     except ImportError:
         pass
     try:
         import tomli
 
-        return tomli
+        return tomli.loads
     except ImportError:
+        pass
+    try:
         from pip._vendor import tomli  # pip >= 21.2 vendors tomli
 
-        return tomli
+        return tomli.loads
+    except ImportError:
+        from pip._vendor import toml  # pip < 21.2
+
+        return toml.loads
 
 
 def _packaging():
@@ -69,7 +77,7 @@ def build_system(src):
     if not os.path.isfile(path):
         return list(DEFAULT_REQUIRES), DEFAULT_BACKEND, []
     with open(path, "rb") as f:
-        data = _toml().load(f)
+        data = _toml_loads()(f.read().decode("utf-8"))
     table = data.get("build-system")
     if table is None:
         return list(DEFAULT_REQUIRES), DEFAULT_BACKEND, []
@@ -138,7 +146,11 @@ def dynamic_requires(src, backend, backend_path, python=None):
                 quiet_subprocess_runner,
             )
         except ImportError:
-            return []  # pip < 23.1 and no pyproject_hooks: static requirements only
+            try:  # pip < 23.1 vendors pep517 (Debian bullseye's pip 20.3 beside Python 3.9)
+                from pip._vendor.pep517.wrappers import Pep517HookCaller as BuildBackendHookCaller
+                from pip._vendor.pep517.wrappers import quiet_subprocess_runner
+            except ImportError:
+                return []  # no hook caller at all: static requirements only
     hooks = BuildBackendHookCaller(
         os.path.abspath(src),
         backend,

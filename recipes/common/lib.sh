@@ -323,13 +323,17 @@ check_wheel_version() {
 # rewrite_wheel_version VERSION : replaces WHEEL by a copy whose version is VERSION
 # (dist-info renamed, METADATA, RECORD regenerated, file renamed).
 rewrite_wheel_version() {
-    local from
+    local from stale
     from="$(wheel_field "$WHEEL" version)"
+    # Before the rewrite: which of its files hold the old version as a literal (the metadata
+    # is all the rewrite changes; a project reading its version from there needs no warning).
+    stale="$("$PYTHON" "$NIGHTLY_RECIPES_COMMON/rewrite_wheel.py" --still-says "$WHEEL" "$from" 2>/dev/null | head -n 3 | tr '\n' ' ')"
     mkdir -p "$WORK_DIR/rewritten"
     WHEEL="$("$PYTHON" "$NIGHTLY_RECIPES_COMMON/rewrite_wheel.py" "$WHEEL" "$1" "$WORK_DIR/rewritten")" ||
         die "rewriting the wheel's version $from to $1 failed (output above)"
     log "rewrote the wheel's version $from to $1: $(basename "$WHEEL")"
-    warn "a version compiled into the code (a C macro, a __version__ literal) still says $from; only the package metadata says $1"
+    [[ -z "$stale" ]] ||
+        warn "a version compiled into the code still says $from (in ${stale% }); only the package metadata says $1"
 }
 
 # build_python_wheel [--no-local-version] : the part manywheel, wheel and conda share.

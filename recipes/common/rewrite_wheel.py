@@ -6,6 +6,9 @@ METADATA's Version replaced, RECORD regenerated with every file's sha256 and siz
 file named for the new version (PEP 427 / the binary distribution format). Signatures
 (RECORD.jws, RECORD.p7s) no longer match and are dropped. Prints the new wheel's path.
 
+`rewrite_wheel.py --still-says WHEEL OLD` prints the files of WHEEL that still hold OLD as
+a literal (the recipe's warning names them).
+
 Standard library only: it runs with the target interpreter (Python 3.6 and newer).
 """
 
@@ -86,7 +89,32 @@ def set_metadata_version(data, version):
     return ("\n".join(lines) + sep + body).encode("utf-8")
 
 
+MAX_SCAN = 64 * 1024 * 1024  # bytes of one member searched for the old version
+
+
+def still_says(path, version):
+    """The files of a wheel (outside its dist-info) that still hold `version` as a literal:
+    quoted in Python source, NUL-terminated in a compiled file (a C string). Prints them one a
+    line: the rewrite's warning names them, and says nothing when none does (a project that
+    reads its version from the metadata reports the new one)."""
+    raw = version.encode()
+    needles = [b"'" + raw + b"'", b'"' + raw + b'"', raw + b"\0"]
+    found = []
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            top = info.filename.split("/", 1)[0]
+            if info.is_dir() or top.endswith((".dist-info", ".data")) or info.file_size > MAX_SCAN:
+                continue
+            data = zf.read(info)
+            if any(n in data for n in needles):
+                found.append(info.filename)
+    return found
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--still-says":
+        print("\n".join(still_says(sys.argv[2], sys.argv[3])))
+        sys.exit(0)
     if len(sys.argv) != 4:
         raise SystemExit(__doc__)
     print(rewrite(sys.argv[1], sys.argv[2], sys.argv[3]))

@@ -72,6 +72,9 @@ check_cross_plat() {
     log "cross-built wheel tagged $tag, which meets $2"
 }
 
+# policy_glibc manylinux_2_28_x86_64 -> 2.28
+policy_glibc() { local p="${1#manylinux_}"; p="${p%%_[a-z]*}"; echo "${p/_/.}"; }
+
 cross_plat=""
 if command -v auditwheel >/dev/null 2>&1; then
     repair=(auditwheel repair -w "$WORK_DIR/wheelhouse")
@@ -112,8 +115,15 @@ if command -v auditwheel >/dev/null 2>&1; then
             log "auditwheel show $(basename "$WHEEL"):"
             auditwheel show "$WHEEL" >&2 || true
             # The fix first, so a reason cut to a table's width keeps it.
-            fix='toolchain = "zig" (C/C++, not CUDA) reaches manylinux_2_17'
-            [[ "${NIGHTLY_TOOLCHAIN:-}" == zig* ]] && fix="the zig toolchain targets glibc 2.17: a library the wheel links is newer (auditwheel show, above)"
+            # Which file needs which glibc symbol from which library and package, and the
+            # fix for the wheel's languages (Fortran has no zig; issue 57).
+            cause="$("$PYTHON" "$NIGHTLY_RECIPES_COMMON/policymiss.py" "$WHEEL" "$(policy_glibc "$AUDITWHEEL_PLAT")" 2>/dev/null || true)"
+            if [[ -n "$cause" ]]; then
+                fix="$cause"
+            else
+                fix='toolchain = "zig" (C/C++, not CUDA) reaches manylinux_2_17'
+                [[ "${NIGHTLY_TOOLCHAIN:-}" == zig* ]] && fix="the zig toolchain targets glibc 2.17: a library the wheel links is newer (auditwheel show, above)"
+            fi
             die "the wheel cannot meet the manylinux policy $AUDITWHEEL_PLAT ($fix); auditwheel: $why"
         fi
         warn "auditwheel repair could not make a manylinux wheel (output above); shipping the plain $(wheel_field "$WHEEL" platform_tag) wheel"

@@ -48,3 +48,58 @@ def test_error_line_is_the_last_error_line_across_chunks_else_the_last_line() ->
     long.feed(b"ERROR: " + b"x" * 1000 + b"\n")
     assert len(long.line()) == ErrorLine.MAX
     assert long.line().endswith("...")
+
+
+def test_an_error_pointing_at_the_output_above_carries_the_failing_steps_own_lines() -> None:
+    """Issue 57: the table said `building the wheel failed (pip wheel ..., output above)`;
+    the reason now carries the CMake error that the person would otherwise look for."""
+    from nightly.builds.run.buildlog import ErrorLine
+
+    seen = ErrorLine()
+    seen.feed(b"-- The C compiler identification is GNU 10.2.1\n"
+              b"CMake Error at CMakeLists.txt:2 (project):\n"
+              b"  No CMAKE_Fortran_COMPILER could be found.\n\n"
+              b"  Tell CMake where to find the compiler by setting either the environment\n"
+              b"-- Configuring incomplete, errors occurred!\n"
+              b"*** CMake configuration failed\n"
+              b"  error: subprocess-exited-with-error\n"
+              b"ERROR: Failed building wheel for flsolve\n"
+              b"[manywheel] ERROR: building the wheel failed (pip wheel, output above)\n")
+    line = seen.line()
+    assert line.startswith("[manywheel] ERROR: building the wheel failed (pip wheel): ")
+    assert ("CMake Error at CMakeLists.txt:2 (project): No CMAKE_Fortran_COMPILER could be "
+            "found.") in line
+    assert "output above" not in line
+    assert "subprocess-exited-with-error" not in line
+    # An ERROR line that says its cause itself is kept as it is.
+    own = ErrorLine()
+    own.feed(b"gcc: error: x.c: no such file\n[manywheel] ERROR: the wheel has version 1.0\n")
+    assert own.line() == "[manywheel] ERROR: the wheel has version 1.0"
+
+
+def test_without_an_error_like_line_the_steps_last_line_stands_for_the_output_above() -> None:
+    from nightly.builds.run.buildlog import ErrorLine
+
+    seen = ErrorLine()
+    seen.feed(b"Usage:\n  pip wheel [options] <requirement specifier> ...\n\n"
+              b"no such option: --config-settings\n"
+              b"[manywheel] ERROR: building the wheel failed (pip wheel, output above)\n")
+    assert seen.line() == ("[manywheel] ERROR: building the wheel failed (pip wheel): "
+                           "no such option: --config-settings")
+
+
+def test_another_tools_error_line_is_a_cause_of_the_recipes() -> None:
+    """meson's own `ERROR:` line (scikit-misc's version script, git missing) is the cause;
+    pip's frame after it ("finished with status 'error'") is not."""
+    from nightly.builds.run.buildlog import ErrorLine
+
+    seen = ErrorLine()
+    seen.feed(b"  ../src/meson.build:5:11: ERROR: Command `version_please.py` failed with "
+              b"status 1.\n"
+              b"  A full log can be found at /w/meson-log.txt\n"
+              b"  Preparing metadata (pyproject.toml): finished with status 'error'\n"
+              b"error: metadata-generation-failed\n"
+              b"[manywheel] ERROR: building the wheel failed (pip wheel, output above)\n")
+    assert seen.line() == (
+        "[manywheel] ERROR: building the wheel failed (pip wheel): ../src/meson.build:5:11: "
+        "ERROR: Command `version_please.py` failed with status 1.")

@@ -93,7 +93,7 @@ def test_local_cache_on_the_host_and_in_a_container(tmp_path: Path) -> None:
     assert c.storage.is_dir()
     assert c.store == tmp_path / "cache" / "host-cu130"
     assert stat.S_IMODE(c.store.stat().st_mode) == 0o700
-    assert {p.name for p in c.tools.iterdir()} == {"run", "cc", "c++", "launch", "start"}
+    assert {p.name for p in c.tools.iterdir()} == {"run", "cc", "c++", "launch", "start", "fc"}
     assert all(os.access(p, os.X_OK) for p in c.tools.iterdir())
     host = c.env(container=False)
     assert host["SCCACHE_DIR"] == str(c.storage)
@@ -309,3 +309,44 @@ def make_plain_day(root: Path) -> Day:
         "status": "succeeded", "attempts": 1, "started": 1.0e9, "ended": 1.0e9 + 5,
         "duration_s": 5.0, "packages": []}}, "meta": {}}))
     return day
+
+
+def test_fortran_compiles_are_counted_as_not_cached_and_say_why(tmp_path: Path) -> None:
+    """Issue 57: sccache has no Fortran; 870 Fortran files were neither cached nor counted
+    (`0 hits, 4 misses, 4 compile requests`). The CMake launcher and the FC wrapper run a
+    Fortran compile directly and count it; the statistics say how many and why."""
+    j, _ = cc.attach(cc.CacheSettings(dir=tmp_path / "c"), job(tmp_path))
+    assert isinstance(j.cache, cc.BuildCache)
+    tools = j.cache.tools
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    fake = bin_ / "gfortran"  # stands for the compiler: writes its -o and says it ran
+    fake.write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && : >"$2"; shift; done\n'
+                    "echo compiled\n")
+    fake.chmod(0o755)
+    # sccache would refuse to start; with the cache on, a Fortran compile must never reach it.
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "NIGHTLY_SCCACHE": "/nonexistent/sccache",
+           "NIGHTLY_CACHE_TOOLS": str(tools), "NIGHTLY_CACHE": "on",
+           "SCCACHE_SERVER_UDS": str(tmp_path / "server.sock"), "NIGHTLY_CACHE_FC": str(fake)}
+    (tmp_path / "server.sock").write_text("")  # not a socket: fc's check does not apply
+    for argv in ([str(tools / "launch"), str(fake), "-c", "a.f90", "-o", str(tmp_path / "a.o")],
+                 [str(tools / "launch"), str(tools / "fc"), "-c", "b.f90", "-o",
+                  str(tmp_path / "b.o")],
+                 [str(tools / "fc"), "-c", "c.f", "-o", str(tmp_path / "c.o")],
+                 [str(tools / "fc"), "-shared", "a.o", "-o", str(tmp_path / "lib.so")]):
+        p = subprocess.run(argv, env=env, capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == "compiled\n"
+    assert (tools / "uncached.fortran").read_text() == "..."  # three compiles, not the link
+    (tools / "status").write_text("on\n")
+    (tools / "stats.json").write_text(json.dumps(STATS))
+    stats = cc.read_stats(j)
+    assert stats is not None
+    assert (stats.uncached, stats.requests) == (3, 9)
+    assert stats.footer().endswith(
+        "; 3 compiles not cached (Fortran: sccache caches no Fortran compiles)")
+    assert stats.to_json()["uncached"] == 3
+    back = cc.CacheStats.from_json(stats.to_json())
+    assert back is not None
+    assert back.uncached == 3
+    assert cc.night_total([stats, stats]).uncached == 6

@@ -440,3 +440,16 @@ def test_end_to_end_exit_codes(nightly_process: Run, config_2019: Path, tmp_path
         nightly_process(["plan", "--config", c, "--machine", "mac", "--select", "manywheel*"])
         .returncode == 3
     )
+
+
+def test_a_one_build_plan_says_one_build_and_what_the_machine_builds(
+    nightly: Run, config_2019: Path
+) -> None:
+    """Issue 57: `nightly plan` said "1 builds", and a machine without a GPU "cpu, cuda"
+    as if it had one (it builds CUDA binaries; it need not run them)."""
+    r = nightly("plan", "--config", str(config_2019), "--date", "2019_01_31",
+                "--select", "manywheel_3.7m_cpu")
+    assert r.code == 0, r.err
+    assert "1 build;" in r.out
+    assert "1 builds" not in r.out
+    assert "builds cpu, cuda" in r.out

@@ -71,3 +71,46 @@ def test_a_non_terminal_gets_every_package_in_full(monkeypatch: pytest.MonkeyPat
         assert any(name in line and "_" in line.split(name)[0] for line in text.splitlines()), text
     assert "…" not in text
     assert "\x1b[" not in text  # no terminal codes in a mail
+
+
+def _failed_night(reason: str) -> Summary:
+    return Summary.from_json({
+        "date": "2026_11_22", "machine": "0", "source": "abc1234",
+        "counts": {"total": 2, "succeeded": 1, "failed": 1, "interrupted": 0},
+        "builds": {
+            "manywheel_3.9_cpu": {"outcome": "failed", "reason": reason, "duration_s": 60.0,
+                                  "packages": [], "log": "logs/failed/manywheel_3.9_cpu.log"},
+            "manywheel_3.10_cpu": {"outcome": "succeeded", "duration_s": 60.0,
+                                   "packages": [{"name": WHEELS[0], "size": 1}],
+                                   "log": "logs/succeeded/manywheel_3.10_cpu.log"},
+        },
+    })
+
+
+def test_the_night_ends_with_the_failed_logs_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 57: the end named summary.json and no failed log."""
+    out = io.StringIO()
+    monkeypatch.setattr(display, "console", Console(file=out, width=80))
+    display.print_summary(_failed_night("recipe failed"),
+                          path="/srv/nightlies/2026_11_22/summary.json")
+    lines = out.getvalue().splitlines()
+    at = lines.index("failed log:")
+    assert lines[at + 1] == ("  manywheel_3.9_cpu: "
+                             "/srv/nightlies/2026_11_22/logs/failed/manywheel_3.9_cpu.log")
+    assert "succeeded/manywheel_3.10_cpu.log" not in out.getvalue()
+
+
+def test_a_piped_summary_folds_a_long_reason_instead_of_a_240_column_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 57: cron's mail got a table as wide as the longest reason (~240 columns)."""
+    out = io.StringIO()
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(display, "console", None)
+    monkeypatch.setattr("sys.stdout", out)
+    reason = "recipe failed with exit status 1: [manywheel] ERROR: " + "cmake said no " * 16
+    display.print_summary(_failed_night(reason.strip()))
+    table = [line for line in out.getvalue().splitlines() if line[:1] in "┏┃┡│└"]
+    assert table
+    assert max(len(line) for line in table) <= 150, out.getvalue()
+    assert "cmake said no" in out.getvalue()

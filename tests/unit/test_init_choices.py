@@ -100,6 +100,9 @@ def test_a_pure_project_declares_no_policy(nightly: Run, tmp_path: Path) -> None
 
 def test_the_install_command_pins_the_night_when_dependencies_come_from_pypi() -> None:
     assert install_command("Pkg_A", "1.0", (), "URL/") == "pip install --pre --index-url URL/ pkg-a"
+    # init prints tonight's line: pinned, as the README says, dependencies or not (issue 57)
+    assert install_command("Pkg_A", "1.0", (), "URL/", "1.0.dev20260101") == (
+        'pip install --index-url URL/ "pkg-a==1.0.dev20260101"')
     assert install_command("pkg", "1.0", ("x",), "URL/", "1.0.dev20260101") == (
         'pip install --index-url URL/ --extra-index-url https://pypi.org/simple '
         '"pkg==1.0.dev20260101"')

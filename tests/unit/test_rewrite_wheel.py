@@ -116,3 +116,33 @@ def test_a_wheel_already_of_that_version_is_refused(release_wheel: Path) -> None
     )
     assert proc.returncode != 0
     assert "already has version 1.2.3" in proc.stderr
+
+
+def test_still_says_names_the_files_with_the_old_version_and_only_those(
+    release_wheel: Path, tmp_path: Path
+) -> None:
+    """Issue 57: the rewrite warned "a version compiled into the code still says 0.7.1"
+    for a project whose code reads its version from the metadata (its smoke test printed
+    0.7.1.dev...). The warning now names the files that hold the old literal, if any."""
+    def still(wheel: Path) -> list[str]:
+        p = subprocess.run([sys.executable, str(REWRITE), "--still-says", str(wheel), "1.2.3"],
+                           capture_output=True, text=True, check=True)
+        return p.stdout.split()
+
+    assert still(release_wheel) == ["tiny_pkg/__init__.py"]  # __version__ = "1.2.3"
+    from_metadata = tmp_path / release_wheel.name
+    with zipfile.ZipFile(release_wheel) as src, zipfile.ZipFile(from_metadata, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "tiny_pkg/__init__.py":
+                data = (b"from importlib.metadata import version\n"
+                        b"__version__ = version('tiny-pkg')\n")
+            dst.writestr(info, data)
+    assert still(from_metadata) == []  # the dist-info says 1.2.3: not the code
+    compiled = tmp_path / "c" / release_wheel.name
+    compiled.parent.mkdir()
+    with zipfile.ZipFile(from_metadata) as src, zipfile.ZipFile(compiled, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info, src.read(info))
+        dst.writestr("tiny_pkg/_ext.so", b"\x7fELF...tiny 1.2.3\x00more")
+    assert still(compiled) == ["tiny_pkg/_ext.so"]

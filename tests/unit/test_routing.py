@@ -127,7 +127,7 @@ def test_the_plan_shows_the_routing(write_config: WriteConfig, nightly: RunCli) 
     assert b["label"] == "wheel-py3_14t-cuda-aarch6413_0-aarch64"
     r = nightly("plan", "--config", str(path), "--select", "manywheel-py3_14t-rocm7_2")
     assert r.code == 0, r.err
-    assert "linux x86_64; rocm7.2, xpu" in r.out
+    assert "linux x86_64; builds rocm7.2, xpu; 1 queue," in r.out
     assert "[manywheel-py3_14t-rocm7_2]" in r.out
     assert "manywheel_3.12_" not in r.out
 

@@ -1,6 +1,7 @@
 """The compiler cache's scripts (nightly/builds/cache/wiring.py writes them into each build's tools
-folder): `run`, the `cc`/`c++` wrappers, the CMake `launch`er and `start` (the server of a
-cache on local disk, started by the build's first compile)."""
+folder): `run`, the `cc`/`c++` wrappers, the CMake `launch`er, `start` (the server of a
+cache on local disk, started by the build's first compile) and `fc` (Fortran, counted: sccache
+has none)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ def write_tools(folder: Path) -> None:
     folder.mkdir(parents=True)
     for name, text in (("run", RUN), ("cc", WRAPPER.format(var="CC", default="cc")),
                        ("c++", WRAPPER.format(var="CXX", default="c++")), ("launch", LAUNCH),
-                       ("start", START)):
+                       ("start", START), ("fc", FORTRAN)):
         path = folder / name
         path.write_text(text, encoding="utf-8")
         path.chmod(0o755)
@@ -30,13 +31,21 @@ export NIGHTLY_CACHE_TOOLS="$tools"
 case "${CC:-}" in "" | "$tools/cc") CC=cc ;; esac
 case "${CXX:-}" in "" | "$tools/c++") CXX=c++ ;; esac
 export NIGHTLY_CACHE_CC="$CC" NIGHTLY_CACHE_CXX="$CXX"
-drop "$SCCACHE_SERVER_UDS"
+# Fortran: sccache has none; the `fc` wrapper and `launch` count its compiles (uncached.fortran)
+# so the statistics say what was not cached and why. FC only where a compiler is.
+# (hash, not $(command -v): no process forked for it.)
+case "${FC:-}" in
+    "" | "$tools/fc") FC=""; if hash gfortran 2>/dev/null; then FC="${BASH_CMDS[gfortran]}"; fi ;;
+esac
+export NIGHTLY_CACHE_FC="$FC"
+drop "$tools/uncached.fortran" "$SCCACHE_SERVER_UDS"
 # The version nightly asked once (NIGHTLY_SCCACHE_VERSION), else asked now.
 version() { printf '%s' "${NIGHTLY_SCCACHE_VERSION:-$("$sc" --version)}"; }
 cached() {
     export NIGHTLY_CACHE=on CC="$tools/cc" CXX="$tools/c++"
     export CMAKE_C_COMPILER_LAUNCHER="$tools/launch" CMAKE_CXX_COMPILER_LAUNCHER="$tools/launch"
-    export CMAKE_CUDA_COMPILER_LAUNCHER="$tools/launch"
+    export CMAKE_CUDA_COMPILER_LAUNCHER="$tools/launch" CMAKE_Fortran_COMPILER_LAUNCHER="$tools/launch"
+    [ -z "$NIGHTLY_CACHE_FC" ] || export FC="$tools/fc"
     echo on >"$tools/status"
 }
 off() {  # why the server did not start: the status (state.json) and $why for the log
@@ -57,7 +66,8 @@ gone() {
     done
     kill "$1" 2>/dev/null
 }
-compilers="(CC $NIGHTLY_CACHE_CC, CXX $NIGHTLY_CACHE_CXX, nvcc: CMAKE_CUDA_COMPILER_LAUNCHER)"
+fc_note="${NIGHTLY_CACHE_FC:+; FC $NIGHTLY_CACHE_FC: counted, never cached, sccache has no Fortran}"
+compilers="(CC $NIGHTLY_CACHE_CC, CXX $NIGHTLY_CACHE_CXX, nvcc: CMAKE_CUDA_COMPILER_LAUNCHER$fc_note)"
 # The store's credentials: a file only the server reads (never its environment, which a
 # process of the same user could read), from an execute-only, hence non-dumpable, binary.
 creds="${NIGHTLY_CACHE_CREDENTIALS:-}"
@@ -197,12 +207,35 @@ case "$compiler" in
     "$NIGHTLY_CACHE_TOOLS/cc") set -- ${NIGHTLY_CACHE_CC:-cc} "$@" ;;
     # shellcheck disable=SC2086
     "$NIGHTLY_CACHE_TOOLS/c++") set -- ${NIGHTLY_CACHE_CXX:-c++} "$@" ;;
+    # shellcheck disable=SC2086
+    "$NIGHTLY_CACHE_TOOLS/fc") set -- ${NIGHTLY_CACHE_FC:-gfortran} "$@" ;;
     *) set -- "$compiler" "$@" ;;
 esac
 set +f
+case "${1##*/}" in
+    # sccache caches no Fortran: the compile runs directly, counted as not cached.
+    *fortran* | f77 | f90 | f95 | flang* | ifort | ifx)
+        printf . >>"$NIGHTLY_CACHE_TOOLS/uncached.fortran" 2>/dev/null
+        exec "$@" ;;
+esac
 if [ "${NIGHTLY_CACHE:-}" = on ] && { [ -S "${SCCACHE_SERVER_UDS:-}" ] ||
     { [ "${NIGHTLY_CACHE_LAZY:-}" = 1 ] && "$NIGHTLY_CACHE_TOOLS/start"; }; }; then
     exec "$NIGHTLY_SCCACHE" "$@"
 fi
 exec "$@"
+"""
+
+# FC: the Fortran compiler, which sccache cannot cache; each compile (-c) is counted.
+FORTRAN = r"""#!/bin/sh
+# Written by nightly (nightly/builds/cache/wiring.py): FC, counted; sccache has no Fortran.
+real="${NIGHTLY_CACHE_FC:-gfortran}"
+set -f  # $real is split into words (flags), never globbed
+for arg in "$@"; do
+    if [ "$arg" = -c ]; then
+        printf . >>"${NIGHTLY_CACHE_TOOLS:-/nonexistent}/uncached.fortran" 2>/dev/null
+        break
+    fi
+done
+# shellcheck disable=SC2086
+exec $real "$@"
 """

@@ -62,6 +62,8 @@ STORAGE_MOUNT = "/nightly/sccache-dir"
 CONTAINER_SOCKET = "/tmp/nightly-sccache.sock"
 CREDENTIALS_FILE = "credentials"
 SERVER_BINARY = "sccache-server"
+UNCACHED_FORTRAN = "uncached.fortran"  # the `fc` wrapper's and `launch`'s count (scripts.py)
+FORTRAN_WHY = "Fortran: sccache caches no Fortran compiles"
 # A path CC/CXX can carry as is: no whitespace, no quotes, nothing a shell or a word split cares for.
 _PLAIN_PATH = re.compile(r"^[A-Za-z0-9_./+,@%=-]+$")
 
@@ -359,7 +361,17 @@ def read_stats(job: Job) -> CacheStats | None:
     data = read_json_object(cache.tools / STATS_FILE)
     if not data:
         return CacheStats(where=cache.where, off="its statistics were not written (killed?)")
-    return parse_stats(data, where=cache.where)
+    stats = parse_stats(data, where=cache.where)
+    fortran = _count(cache.tools / UNCACHED_FORTRAN)
+    return replace(stats, uncached=fortran, uncached_why=FORTRAN_WHY) if fortran else stats
+
+
+def _count(path: Path) -> int:
+    """How many compiles a counter file records (one byte each; 0 when absent)."""
+    try:
+        return path.lstat().st_size if path.is_file() and not path.is_symlink() else 0
+    except OSError:
+        return 0
 
 
 def parse_stats(data: Mapping[str, Any], *, where: str) -> CacheStats:
@@ -381,11 +393,15 @@ def parse_stats(data: Mapping[str, Any], *, where: str) -> CacheStats:
 
 def night_total(stats: Sequence[CacheStats | None]) -> CacheStats:
     """The night's cache figures from its builds' (None: a build without a cache)."""
-    hits = misses = requests = errors = 0
+    hits = misses = requests = errors = uncached = 0
+    why = ""
     for c in stats:
         if c is not None:
             hits += c.hits
             misses += c.misses
             requests += c.requests
             errors += c.errors
-    return CacheStats(hits=hits, misses=misses, requests=requests, errors=errors)
+            uncached += c.uncached
+            why = why or c.uncached_why
+    return CacheStats(hits=hits, misses=misses, requests=requests, errors=errors,
+                      uncached=uncached, uncached_why=why)

@@ -22,16 +22,38 @@ _RULE = "=" * 78
 _PACKAGE_LINE = re.compile(r"^  (.+)  (\d+) bytes  sha256 ([0-9a-f]{64})$")
 
 
+# What a failing step (CMake, a compiler, the linker, a build backend) says the cause is, and
+# pip's own frame around a failed build, which says nothing of it.
+_CAUSE = re.compile(r"CMake Error|\berror\b|Error:|fatal|No CMAKE_\w+_COMPILER|undefined "
+                    r"reference|cannot find -l|\*\*\* ", re.IGNORECASE)
+_NOISE = re.compile(r"subprocess-exited-with-error|[Ff]ailed building wheel|Could not build "
+                    r"wheels|failed-wheel-build|metadata-generation-failed|finished with status "
+                    r"'error'|This error originates|^note:|^hint:|^[\u2502\u2570\u00d7]")
+# A recipe's own ERROR line ([manywheel] ERROR: ...); another tool's (meson's `ERROR:`) is a
+# cause of it.
+_RECIPE_ERROR = re.compile(r"^\[[\w.+-]+\] ERROR:")
+_ABOVE = re.compile(r"(?:, )?output above")
+
+
 class ErrorLine:
     """Watches a recipe's output for why it failed: the last `ERROR:` line it printed, else
-    its last non-empty line. Fed the output as it comes, in chunks cut anywhere."""
+    its last non-empty line. An ERROR line that points at the "output above" gets the last
+    lines of that output that name a cause (a CMake error, a compiler's error: issue 57)
+    in place of the pointer. Fed the output as it comes, in chunks cut anywhere."""
 
-    MAX = 300  # characters kept: a reason, not a log
+    MAX = 300  # characters kept of the ERROR line: a reason, not a log
+    CAUSES = 3  # cause lines kept
+    CAUSE_MAX = 360  # characters of them
 
     def __init__(self) -> None:
         self._partial = b""
         self._error = ""
         self._last = ""
+        self._causes: list[str] = []  # since the last ERROR line
+        self._plain = ""  # the last line before the last ERROR line, when no cause is known
+        self._said = ""  # the last line that is not pip's frame, since the last ERROR line
+        self._error_causes: list[str] = []  # those before the last ERROR line
+        self._continues = False  # the previous cause ended with ':' (CMake Error at X:)
 
     def feed(self, chunk: bytes) -> None:
         lines = (self._partial + chunk).split(b"\n")
@@ -47,15 +69,38 @@ class ErrorLine:
         if not line:
             return
         self._last = line
+        if "ERROR:" in line and not _RECIPE_ERROR.match(line):
+            self._error = line  # the reason when no recipe line follows
+            if not _NOISE.search(line):
+                self._causes = [*self._causes[-(self.CAUSES - 1):], line]
+                self._said = line
+            return
         if "ERROR:" in line:
-            self._error = line
+            # pip's ERROR line after the step's own: the causes stay those before both.
+            self._error, self._error_causes = line, self._causes or self._error_causes
+            self._plain = self._said or self._plain
+            self._causes, self._continues, self._said = [], False, ""
+            return
+        if not _NOISE.search(line):
+            self._said = line
+        if self._continues and not _NOISE.search(line):
+            self._causes[-1] += " " + line  # CMake's message is on the line after its place
+        elif _CAUSE.search(line) and not _NOISE.search(line):
+            self._causes = [*self._causes[-(self.CAUSES - 1):], line]
+        self._continues = bool(_CAUSE.search(line)) and line.endswith(":")
 
     def line(self) -> str:
         if self._partial:
             self._take(self._partial)
             self._partial = b""
         found = self._error or self._last
-        return found if len(found) <= self.MAX else found[: self.MAX - 3] + "..."
+        found = found if len(found) <= self.MAX else found[: self.MAX - 3] + "..."
+        if self._error and _ABOVE.search(found) and (self._error_causes or self._plain):
+            # No line looked like an error: the output's last line (pip's "no such option").
+            said = " | ".join(self._error_causes) or self._plain
+            said = said if len(said) <= self.CAUSE_MAX else "..." + said[-(self.CAUSE_MAX - 3):]
+            found = _ABOVE.sub("", found).replace(" ()", "") + ": " + said
+        return found
 
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,9 @@ CHUNK = 64 * 1024  # read at most this much of a log per look: a chatty build co
 # What a log line says about the phase a build is in (the runner says the rest).
 _MARKERS = (("auditwheel repair", "repairing"), ("delocate-wheel", "repairing"),
             ("gpu test:", "GPU test"))
+# The line each attempt's header starts with (nightly.builds.run.buildlog.header): a rerun
+# appends to the same log, and what the previous attempt said is not this one's phase.
+_ATTEMPT = re.compile(r"(?m)^nightly build \S+  \(attempt \d+\)\r?$")
 
 
 @dataclass
@@ -49,6 +53,10 @@ class LogWatch:
         if not data:
             return
         text = data.decode("utf-8", "replace")
+        heads = list(_ATTEMPT.finditer(text))
+        if heads:  # a new attempt: nothing before its header is about it
+            text = text[heads[-1].end():]
+            self.phase, self.last_line = None, ""
         for line in text.lower().splitlines():
             for marker, phase in _MARKERS:
                 if marker in line:
@@ -92,32 +100,46 @@ def headline(state: LiveState, now: float) -> str:
     return "; ".join(parts)
 
 
+NARROW = 100  # below this many columns the log's last line goes on a line of its own
+
+
 def render(state: LiveState, now: float, width: int = 120) -> RenderableType:
     """The headline, then a table of the running builds: queue, build, phase, elapsed against
     its estimate, the last line its log printed (cut to what `width` leaves it: the other
-    columns are never squeezed)."""
+    columns are never squeezed). Below NARROW columns that line goes under its build, with
+    the whole width (at 80 the column left it 20 characters). The estimates note is printed
+    once when the view starts (progress.Progress), not under every frame."""
     from rich.console import Group
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
+    narrow = width < NARROW
     t = Table(box=None, show_header=True, pad_edge=False, expand=False)
     t.add_column("queue", justify="right", no_wrap=True)
     t.add_column("build", no_wrap=True)
     t.add_column("phase", no_wrap=True)
     t.add_column("elapsed / estimate", justify="right", no_wrap=True)
-    t.add_column("last line of its log", overflow="ellipsis", no_wrap=True)
+    if not narrow:
+        t.add_column("last line of its log", overflow="ellipsis", no_wrap=True)
     builds = max((len(b.build) for b in state.builds), default=5)
     room = max(10, width - (5 + builds + 9 + 18 + 4 * 2) - 1)
+    under: list[Text] = []
     for b in sorted(state.builds, key=lambda b: b.queue):
         est = hms(b.estimate_s) if b.estimate_s else "-"
         over = b.estimate_s is not None and now - b.started > b.estimate_s
         elapsed = f"{'[yellow]' if over else ''}{hms(now - b.started)}{'[/yellow]' if over else ''}"
-        t.add_row(str(b.queue), escape(b.build), f"[cyan]{escape(b.phase)}[/cyan]",
-                  f"{elapsed} / {est}", escape(clean_line(b.last_line, room)))
+        row = [str(b.queue), escape(b.build), f"[cyan]{escape(b.phase)}[/cyan]",
+               f"{elapsed} / {est}"]
+        if narrow:
+            line = clean_line(b.last_line, max(10, width - 8))
+            under.append(Text(f"  {b.queue}: {line}", style="dim", no_wrap=True,
+                              overflow="ellipsis"))
+        else:
+            row.append(escape(clean_line(b.last_line, room)))
+        t.add_row(*row)
     head = Text(headline(state, now), style="bold")
-    note = Text(estimate_words(state.estimate_source), style="dim")
-    return Group(head, t, note) if state.builds else Group(head, note)
+    return Group(head, t, *under) if state.builds else head
 
 
 def plain(state: LiveState, now: float) -> list[str]:
