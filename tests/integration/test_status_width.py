@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.support.projects import DATE
+from tests.support.tables import unfold_tables
 from tests.support.wheels import hand_wheel_recipe
 
 WHY = ("ERROR: the wheel cannot meet the manylinux policy manylinux_2_28_x86_64 "
@@ -31,10 +32,10 @@ def test_piped_tables_keep_ids_and_reasons_whole(
                                 cwd=p.path)
     assert code == 1, err
     for text in (out, status):
-        rows = {line.split()[1]: line for line in text.splitlines()
+        rows = {line.split()[1]: line for line in unfold_tables(text).splitlines()
                 if line.startswith("│ manywheel_")}
         assert set(rows) == {"manywheel_3.11_cpu", "manywheel_3.12_cpu"}, text
-        # The reason folds at the table's width, never cut: the fix is on the build's row.
+        # The reason folds at the table's width, never cut: the fix is in the build's row.
         assert 'the manylinux policy manylinux_2_28_x86_64 (toolchain = "zig"' in rows[
             "manywheel_3.12_cpu"], text
         assert "…" not in text
