@@ -106,7 +106,15 @@ def print_summary(summary: Summary, *, path: Path | str = "summary.json") -> Non
                  max_width=None if console.is_terminal else 64)
     t.add_column("build", justify="right", no_wrap=True)
     t.add_column("test", justify="right", no_wrap=True)
-    t.add_column("where", overflow="fold")
+    # Where each build ran, only when some ran elsewhere than the title's machine (a
+    # cluster night): a local night's column said the title's name again, and at 80
+    # columns folded it in two. A name is never split: the column wraps between the two
+    # names (built on -> tested on), never narrower than the longest one.
+    wheres = [_where(b) for b in summary.builds.values()]
+    elsewhere = any(w not in ("-", summary.machine) for w in wheres)
+    if elsewhere:
+        longest = max((len(n) for w in wheres for n in w.split()), default=5)
+        t.add_column("where", overflow="fold", min_width=min(32, longest))
     t.add_column("packages", justify="right", no_wrap=True)
     rows = sorted(summary.builds.items(), key=lambda kv: (kv[1].outcome == "succeeded", kv[0]))
     packages: list[tuple[str, str, int]] = []
@@ -134,7 +142,7 @@ def print_summary(summary: Summary, *, path: Path | str = "summary.json") -> Non
             f"[{style}]{outcome}[/{style}]",
             hms(b.duration_s) if b.duration_s is not None else "-",
             hms(b.test_s) if b.test_s is not None else "-",
-            escape(_where(b)),
+            *([escape(_where(b))] if elsewhere else []),
             f"{len(b.packages)}, {human_size(sum(p.size for p in b.packages))}"
             if b.packages else "-",
         )

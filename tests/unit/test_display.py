@@ -114,3 +114,46 @@ def test_a_piped_summary_folds_a_long_reason_instead_of_a_240_column_table(
     assert table
     assert max(len(line) for line in table) <= 150, out.getvalue()
     assert "cmake said no" in out.getvalue()
+
+
+NAME, OTHER = "qxzvk-host-7", "wjqpy-gpu-9"  # names whose pieces nothing else contains
+
+
+def _pieces(name: str, text: str) -> list[str]:
+    """The three-letter pieces of `name` left in `text` once its whole copies are gone: a
+    name folded over two lines leaves some."""
+    rest = text.replace(name, "")
+    return [name[i:i + 3] for i in range(len(name) - 2) if name[i:i + 3] in rest]
+
+
+def _printed(width: int, machine: str, built_on: str, tested_on: str,
+             monkeypatch: pytest.MonkeyPatch) -> str:
+    data = summary().to_json()
+    data["machine"] = machine
+    for b in data["builds"].values():
+        b["built_on"], b["tested_on"] = built_on, tested_on
+    con = Console(record=True, width=width, force_terminal=True, color_system=None)
+    monkeypatch.setattr(display, "console", con)
+    display.print_summary(Summary.from_json(data))
+    return con.export_text()
+
+
+def test_an_80_column_terminal_never_splits_a_machine_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local night: every build ran on the title's machine, so no `where` column says it
+    again (at 80 columns it folded the name in two, issue 57); the name stands whole once."""
+    text = _printed(80, NAME, NAME, "", monkeypatch)
+    assert text.count(NAME) == 1, text
+    assert _pieces(NAME, text) == [], text
+    assert f"2026_11_22 on machine {NAME}" in text
+    assert "where" not in text
+    assert "…" not in text
+
+
+def test_builds_that_ran_elsewhere_name_their_machines_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _printed(120, "0", NAME, OTHER, monkeypatch)
+    assert "where" in text
+    assert text.count(NAME) == 3, text
+    assert text.count(OTHER) == 3, text
+    assert _pieces(NAME, text) == _pieces(OTHER, text) == [], text
+    assert "…" not in text
