@@ -130,7 +130,9 @@ def _printed(width: int, machine: str, built_on: str, tested_on: str,
              monkeypatch: pytest.MonkeyPatch) -> str:
     data = summary().to_json()
     data["machine"] = machine
-    for b in data["builds"].values():
+    builds = data["builds"]
+    assert isinstance(builds, dict)
+    for b in builds.values():
         b["built_on"], b["tested_on"] = built_on, tested_on
     con = Console(record=True, width=width, force_terminal=True, color_system=None)
     monkeypatch.setattr(display, "console", con)
