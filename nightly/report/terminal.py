@@ -18,6 +18,7 @@ from nightly.workspace.pythontests import results_text
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     from nightly.workspace.summary import BuildSummary, Summary
 
@@ -91,31 +92,9 @@ def print_summary(summary: Summary, *, path: Path | str = "summary.json") -> Non
     package in full, one per line (never cut to the terminal's width: a package's name is what
     a person looks for, and cron's mail has no width at all)."""
     from rich.markup import escape
-    from rich.table import Table
     console = _console()
 
-    title = f"{summary.date} on machine {summary.machine}"
-    if isinstance(summary.manual, dict):  # a one-off build's own summary
-        title += f", one-off build by {summary.manual.get('by', '?')}"
-    t = Table(title=escape(title), title_justify="left")
-    # Never cut or wrapped: an identifier split in two is no identifier; the reason folds.
-    t.add_column("build", no_wrap=True)
-    # A pipe's console is 240 wide (nothing cut): the reason folds within 64 columns there,
-    # so cron's mail gets a table of ~150, not one as wide as the longest reason (issue 57).
-    t.add_column("outcome", overflow="fold", min_width=12, ratio=1,
-                 max_width=None if console.is_terminal else 64)
-    t.add_column("build", justify="right", no_wrap=True)
-    t.add_column("test", justify="right", no_wrap=True)
-    # Where each build ran, only when some ran elsewhere than the title's machine (a
-    # cluster night): a local night's column said the title's name again, and at 80
-    # columns folded it in two. A name is never split: the column wraps between the two
-    # names (built on -> tested on), never narrower than the longest one.
-    wheres = [_where(b) for b in summary.builds.values()]
-    elsewhere = any(w not in ("-", summary.machine) for w in wheres)
-    if elsewhere:
-        longest = max((len(n) for w in wheres for n in w.split()), default=5)
-        t.add_column("where", overflow="fold", min_width=min(32, longest))
-    t.add_column("packages", justify="right", no_wrap=True)
+    t, elsewhere = _summary_table(summary, console.is_terminal)
     rows = sorted(summary.builds.items(), key=lambda kv: (kv[1].outcome == "succeeded", kv[0]))
     packages: list[tuple[str, str, int]] = []
     for bid, b in rows:
@@ -190,6 +169,36 @@ def _print_failed_logs(console: Console, summary: Summary, path: Path) -> None:
     for bid, log in logs:
         shown = Path(log) if Path(log).is_absolute() else day / log
         console.print(f"  {escape(bid)}: {escape(str(shown))}", soft_wrap=True, highlight=False)
+
+
+def _summary_table(summary: Summary, terminal: bool) -> tuple[Table, bool]:
+    """The summary's empty table, and whether it has a `where` column."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    title = f"{summary.date} on machine {summary.machine}"
+    if isinstance(summary.manual, dict):  # a one-off build's own summary
+        title += f", one-off build by {summary.manual.get('by', '?')}"
+    t = Table(title=escape(title), title_justify="left")
+    # Never cut or wrapped: an identifier split in two is no identifier; the reason folds.
+    t.add_column("build", no_wrap=True)
+    # A pipe's console is 240 wide (nothing cut): the reason folds within 64 columns there,
+    # so cron's mail gets a table of ~150, not one as wide as the longest reason (issue 57).
+    t.add_column("outcome", overflow="fold", min_width=12, ratio=1,
+                 max_width=None if terminal else 64)
+    t.add_column("build", justify="right", no_wrap=True)
+    t.add_column("test", justify="right", no_wrap=True)
+    # Where each build ran, only when some ran elsewhere than the title's machine (a
+    # cluster night): a local night's column said the title's name again, and at 80
+    # columns folded it in two. A name is never split: the column wraps between the two
+    # names (built on -> tested on), never narrower than the longest one.
+    wheres = [_where(b) for b in summary.builds.values()]
+    elsewhere = any(w not in ("-", summary.machine) for w in wheres)
+    if elsewhere:
+        longest = max((len(n) for w in wheres for n in w.split()), default=5)
+        t.add_column("where", overflow="fold", min_width=min(32, longest))
+    t.add_column("packages", justify="right", no_wrap=True)
+    return t, elsewhere
 
 
 def _where(b: BuildSummary) -> str:
