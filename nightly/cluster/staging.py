@@ -24,11 +24,13 @@ them into the build's log in the day folder. A worker host's copy of the staged 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
+import stat
 import tarfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -38,7 +40,7 @@ from nightly.cluster.stagingclean import prune_empty
 from nightly.config.retry import Backoffs
 from nightly.config.timeouts import ExternalTimeouts
 from nightly.errors import ObjectTooLarge, PublishError, UnsafeEntry
-from nightly.files import sha256_file
+from nightly.files import TreeEntry, sha256_file, walk_tree
 from nightly.jsonvalues import json_object
 from nightly.stores import FileStore, Store, open_store
 from nightly.workspace import INTERRUPTED, Day, atomic_write
@@ -133,39 +135,44 @@ def read_json(store: Store, key: str) -> dict[str, Any] | None:
 
 
 def make_tarball(src: Path, dest: Path) -> str:
-    """A gzipped tar of `src` that is byte-for-byte the same for the same tree (sorted
-    entries, no owners, gzip without a timestamp). Returns its sha256."""
+    """A gzipped tar of `src` that is byte-for-byte the same for the same tree (entries in
+    name order, no owners, gzip without a timestamp). Returns its sha256. Any depth, no link
+    followed (nightly.files.walk_tree): folders, regular files (up to their size when
+    opened) and links as links; a FIFO, socket or device is left out, as the night's copies
+    leave it out (nightly.files.copy)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".partial")
-
-    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        info.mtime = int(info.mtime)
-        return info
-
     with open(tmp, "wb") as raw, gzip.GzipFile(
         filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=6
     ) as gz, tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for path in _walk(src):
-            tar.add(path, arcname=path.relative_to(src).as_posix(), recursive=False, filter=clean)
+        for entry in walk_tree(src, ordered=True):
+            _add_entry(tar, entry)
     os.replace(tmp, dest)
     return sha256_file(dest)
 
 
-def _walk(root: Path) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        d = Path(dirpath)
-        if d != root:
-            yield d
-        for name in sorted(filenames):
-            yield d / name
-        # symlinks to folders are listed in dirnames but not followed: add them as links
-        for name in dirnames:
-            if (d / name).is_symlink():
-                yield d / name
-        dirnames[:] = [n for n in dirnames if not (d / n).is_symlink()]
+def _add_entry(tar: tarfile.TarFile, entry: TreeEntry) -> None:
+    info = tarfile.TarInfo(entry.rel)
+    info.mode, info.mtime = stat.S_IMODE(entry.st.st_mode), int(entry.st.st_mtime)
+    if entry.is_dir:
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+    elif stat.S_ISLNK(entry.st.st_mode):
+        info.type, info.linkname = tarfile.SYMTYPE, os.readlink(entry.name, dir_fd=entry.dir_fd)
+        tar.addfile(info)
+    elif entry.is_file:
+        try:
+            fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=entry.dir_fd)
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO):
+                return  # gone, or swapped for a link or a socket meanwhile
+            raise
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                info.size = st.st_size  # tarfile reads this many bytes, no more
+                tar.addfile(info, f)
 
 
 # ---------------------------------------------------------------------------- log streaming

@@ -8,19 +8,26 @@ or a tree without git) is copied; its commit is recorded as unknown.
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from nightly.config import Project
 from nightly.config.timeouts import ExternalTimeouts, default_timeouts
 from nightly.errors import NightlyError, UsageError
+from nightly.files.copy import copy_tree
 from nightly.jsonvalues import as_str, read_json_object
 from nightly.procs import git
 from nightly.workspace import remove_tree, write_json
 
 MARKER = ".nightly-source.json"
+# What a plain folder's copy leaves out, at any level: caches and earlier builds' leftovers.
+NOT_COPIED = ("__pycache__", "*.egg-info", "build", ".pytest_cache")
+
+
+def _not_copied(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, pattern) for pattern in NOT_COPIED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +67,8 @@ def prepare(project: Project, dest: Path, date: dt.date, *, config_dir: Path,
         remove_tree(tmp)
     if src_path is not None and not (src_path / ".git").exists():
         # A plain folder: copy it. The copy is what every build of the day sees.
-        shutil.copytree(src_path, tmp, symlinks=True, ignore=shutil.ignore_patterns(
-            "__pycache__", "*.egg-info", "build", ".pytest_cache"))
+        # Any depth, links copied as links (nightly.files.copy).
+        copy_tree(src_path, tmp, ignore=_not_copied)
         commit, describe = "", f"copy of {src_path} (not a git checkout)"
     else:
         url = source if src_path is None else str(src_path)

@@ -12,7 +12,6 @@ network: the container executor mounts it read-only.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from nightly.config import Config
 from nightly.config.pyproject import pyproject_problem
 from nightly.errors import NightlyError
+from nightly.files.copy import copy_tree
 from nightly.procs import pip_download, run
 
 MARKER = ".complete"
@@ -60,7 +60,7 @@ def requirements_for(source: Path, python: str, wheelhouse: Path, config: Config
              "installing the static build requirements from the wheelhouse", log)
         # The backend may write into the tree it is asked about (egg-info, build dirs).
         copy = Path(t) / "src"
-        shutil.copytree(source, copy, symlinks=True)
+        copy_tree(source, copy)  # any depth, links as links (nightly.files.copy)
         builder = ProjectBuilder(copy, python_executable=vpy, runner=quiet_subprocess_runner)
         try:
             dynamic = sorted(set(builder.get_requires_for_build("wheel")) - set(static))

@@ -26,11 +26,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from nightly.files.copy import copy_tree
 from nightly.workspace import remove_tree
 
 NAME = ".builds"
@@ -79,14 +79,10 @@ def fill(slot: Path, source: Path) -> None:
         dest.unlink()
     elif dest.exists():
         remove_tree(dest)
-    shutil.copytree(source, dest, symlinks=True, copy_function=_copy)
+    copy_tree(source, dest)  # any depth (nightly.files.copy)
     work = slot / "work"
     work.mkdir(mode=0o755, exist_ok=True)
     os.chmod(work, 0o755)
-
-
-def _copy(src: str, dst: str) -> None:
-    shutil.copy2(src, dst, follow_symlinks=False)
 
 
 def in_slot(folder: Path) -> bool:

@@ -41,6 +41,7 @@ from nightly.errors import ConfigError
 from nightly.executors.base import Job
 from nightly.executors.local import NotFound, find_cuda, find_python
 from nightly.files import open_tree, remove_tree
+from nightly.files.copy import copy_tree
 from nightly.hardening import USER_KEY, BuildUser
 from nightly.reach import Account, Denied, denied
 
@@ -163,7 +164,7 @@ def make_root(area: BuildArea, config_file: str | None) -> None:
 def _copy_tree(src: Path, dest: Path) -> None:
     partial = dest.with_name(dest.name + ".partial")
     remove_tree(partial)
-    shutil.copytree(src, partial, symlinks=True)
+    copy_tree(src, partial)  # any depth, links as links (nightly.files.copy)
     open_tree(partial)
     remove_tree(dest)
     partial.rename(dest)

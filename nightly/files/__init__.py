@@ -239,11 +239,13 @@ class TreeEntry:
 
 
 def walk_tree(top: Path, *, skip: Callable[[str], bool] | None = None,
-              ) -> Iterator[TreeEntry]:
+              ordered: bool = False) -> Iterator[TreeEntry]:
     """Everything under the folder `top`, a folder before what it holds; links are listed,
     never followed; any depth. A folder whose relative path `skip` accepts is neither
-    listed nor entered. Nothing when `top` is not a folder (or is a link). Raises OSError
-    for a folder that cannot be read, TreeChanged for one moved while it was walked."""
+    listed nor entered. `ordered`: each folder's entries in name order, its sub-folders
+    entered in that order (the same tree walks the same way: a reproducible archive).
+    Nothing when `top` is not a folder (or is a link). Raises OSError for a folder that
+    cannot be read, TreeChanged for one moved while it was walked."""
     try:
         fd = os.open(top, _DIR_FLAGS)
     except (FileNotFoundError, NotADirectoryError):
@@ -259,7 +261,8 @@ def walk_tree(top: Path, *, skip: Callable[[str], bool] | None = None,
             prefix = level.prefix
             if not level.pending and not level.passes:
                 level.passes = 1
-                for name, st in _listing(fd):
+                listing = _listing(fd)
+                for name, st in sorted(listing, key=lambda e: e[0]) if ordered else listing:
                     rel = f"{prefix}/{name}" if prefix else name
                     if st is None or (skip is not None and stat.S_ISDIR(st.st_mode)
                                       and skip(rel)):
@@ -267,6 +270,8 @@ def walk_tree(top: Path, *, skip: Callable[[str], bool] | None = None,
                     yield TreeEntry(rel, name, st, fd)
                     if stat.S_ISDIR(st.st_mode):
                         level.pending.append(name)
+                if ordered:
+                    level.pending.reverse()  # popped from the end: in name order
             if level.pending:
                 name = level.pending.pop()
                 try:
