@@ -16,7 +16,9 @@ does not do this: U+202E and the C1 controls pass through `html.escape` unchange
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
+import sys
 
 
 def hms(seconds: float) -> str:
@@ -98,3 +100,30 @@ def shown_log(text: str) -> str:
     """A log's text fit to show, line by line: each line as a terminal leaves it after a
     progress bar (what follows its last lone CR), then `shown`."""
     return "\n".join(shown(line.rstrip("\r").rsplit("\r", 1)[-1]) for line in text.split("\n"))
+
+
+def say_err(line: str) -> None:
+    """A line nightly prints to stderr (a warning, a note) that may carry what someone else
+    wrote (a lock file another host wrote, a state record, an engine's error): `shown`."""
+    print(shown(line), file=sys.stderr)
+
+
+class ShownStderr(logging.Handler):
+    """Log records (nightly's loggers and the libraries') on stderr as Python's last-resort
+    handler writes them (the message), through `shown`: a warning quotes object keys, URLs
+    and servers' words. Writes to sys.stderr as it is when it writes (a caller may swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(shown(self.format(record)) + "\n")
+            sys.stderr.flush()
+        except Exception:  # logging's own rule: a handler never raises
+            self.handleError(record)
+
+
+def log_to_stderr() -> None:
+    """Records of WARNING and above on stderr through `shown` (ShownStderr), where Python's
+    last resort wrote them raw; once per process (a caller in-process may call it again)."""
+    root = logging.getLogger()
+    if not any(isinstance(h, ShownStderr) for h in root.handlers):
+        root.addHandler(ShownStderr(logging.WARNING))

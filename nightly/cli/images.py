@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from nightly.cli.context import config_option, debug_option, shared
+from nightly.format import shown
 
 if TYPE_CHECKING:
     from nightly.config import Config
@@ -39,7 +40,7 @@ def build_command(cudas: str | None,
     t0 = time.monotonic()
 
     def log(line: str) -> None:
-        click.echo(f"[images {time.monotonic() - t0:6.1f}s] {line}", err=True)
+        click.echo(f"[images {time.monotonic() - t0:6.1f}s] {shown(line)}", err=True)  # the engine's
 
     # Downloads and image builds: a bar on a terminal, timestamped lines through a pipe.
     with transfer.on_terminal(sys.stderr):

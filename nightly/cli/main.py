@@ -25,7 +25,7 @@ from nightly.cli.context import (
     shared,
 )
 from nightly.errors import BuildsFailed, NightlyError, UsageError, missing_extra
-from nightly.format import shown
+from nightly.format import log_to_stderr, shown
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -113,7 +113,7 @@ def init(target: str) -> None:
 
     config_path = find_config_path(shared().config_path)
     for line in init_project(Path(target), config_path).lines():
-        click.echo(line)
+        click.echo(shown(line))  # it quotes the project's own files
 
 
 @cli.command()
@@ -389,6 +389,7 @@ def main(argv: list[str] | None = None) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, _term)
+    log_to_stderr()  # warnings of nightly's loggers and the libraries', through `shown`
     # A night that seems stuck: `kill -USR1 PID` prints every thread's stack to stderr (the
     # cron log) and the run goes on, so the release engineer sees where it waits.
     import faulthandler

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from nightly.errors import NotVerified, UsageError
+from nightly.format import shown
 
 if TYPE_CHECKING:
     from nightly.provenance.verifying import Checked
@@ -106,9 +107,9 @@ def verify_command(targets: tuple[str, ...], key_path: str | None, source_commit
     for r in results:
         click.echo(f"{'OK  ' if r.verdict.ok else 'FAIL'} {r.target}")
         if not r.verdict.ok:
-            click.echo(f"     {r.verdict.reason}")
+            click.echo(f"     {shown(r.verdict.reason)}")  # it may quote the package
         for line in r.verdict.summary:
-            click.echo(f"     {line}")
+            click.echo(f"     {shown(line)}")
     bad = [r for r in results if not r.verdict.ok]
     if bad:
         raise NotVerified(f"{len(bad)} of {len(results)} package(s) did not verify", reported=True)

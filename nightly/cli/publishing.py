@@ -12,6 +12,7 @@ import click
 
 from nightly.cli.context import Ctx, common_options, existing_day
 from nightly.errors import BuildsFailed, NightlyError, UsageError
+from nightly.format import shown
 
 if TYPE_CHECKING:
     from nightly.config import Config
@@ -130,7 +131,7 @@ def prune(dry_run: bool) -> None:
             _dt.datetime.now(_dt.timezone.utc),
         )
         for k in keys:
-            click.echo(f"{'would delete' if dry_run else 'delete'} {store.url}/{k}")
+            click.echo(f"{'would delete' if dry_run else 'delete'} {store.url}/{shown(k)}")
         if keys and not dry_run:
             from nightly.publish.upload import index_options
 

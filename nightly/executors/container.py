@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
@@ -67,6 +66,7 @@ from nightly.executors.container_engine import (
 )
 from nightly.executors.container_preflight import check_images
 from nightly.executors.container_watch import Watch, emit, supervise
+from nightly.format import say_err
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -418,6 +418,5 @@ class ContainerExecutor(Executor):
                     self._engine_cli = "podman"
             except Exception as e:  # the engine's error types vary (docker/requests)
                 # Only the hint we print (`docker` or `podman` commands) depends on this.
-                print(f"[nightly] could not ask the engine its name ({e}); hints say `docker`",
-                      file=sys.stderr)
+                say_err(f"[nightly] could not ask the engine its name ({e}); hints say `docker`")
         return self._engine_cli == "podman"

@@ -13,10 +13,11 @@ import contextlib
 import os
 import sqlite3
 import stat
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from nightly.format import say_err
 
 # SQLite's own companions of a database file: a stale WAL must not meet a fresh database.
 _COMPANIONS = ("-wal", "-shm")
@@ -119,7 +120,7 @@ def _quoted(name: str) -> str:
 
 
 def warn_stderr(message: str) -> None:
-    print(message, file=sys.stderr)
+    say_err(message)  # it may quote the database's error
 
 
 def set_aside(path: Path, why: sqlite3.DatabaseError, inode: int | None,

@@ -14,7 +14,6 @@ import datetime as dt
 import fnmatch
 import shutil
 import sqlite3
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from nightly.core.matrix import Build, nightly_version
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError, require
 from nightly.executors import groups, require_extras
 from nightly.files import append_line
+from nightly.format import say_err
 from nightly.history.db import History, history_path
 from nightly.history.triage import summary_for_day
 from nightly.night import notify, publishing, wheelhouse
@@ -208,7 +208,7 @@ def _prepare(
         h = taken_over
         msg = (f"warning: took over a stale lock of host {h.get('host')}, pid {h.get('pid')}, "
                f"started {h.get('started')} (that run is gone)")
-        print(msg, file=sys.stderr)
+        say_err(msg)  # what the lock file says: another run's, maybe another host's
         note(msg)
     # What a dead run left running of its own helpers is killed first; this run's are recorded.
     for line in groups.reap_helpers(day.work / HELPERS):
@@ -219,7 +219,7 @@ def _prepare(
     state = State(day.state_path)
 
     def warn(line: str) -> None:  # a corrupt history, set aside: said, never fatal
-        print(line, file=sys.stderr)
+        say_err(line)
         note(line)
 
     history = History(history_path(config.root), warn=warn)

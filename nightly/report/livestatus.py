@@ -4,12 +4,12 @@ last log line), read from logs/master/live.json (nightly.workspace.live)."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 
 from nightly.builds.view.liveview import plain, render
 from nightly.errors import StateError
+from nightly.format import say_err
 from nightly.workspace import Day, is_locked, live
 
 
@@ -39,7 +39,7 @@ def show_live(day: Day) -> bool:
     False (and nothing printed) when no night runs on the day."""
     from nightly.report.terminal import wide_console
 
-    state = running_state(day, lambda line: print(line, file=sys.stderr))
+    state = running_state(day, say_err)
     if state is None:
         return False
     con = wide_console()

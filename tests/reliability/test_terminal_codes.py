@@ -43,6 +43,9 @@ EVIL_BASH = (r"$'ERROR: boom \e]0;pwned\a title \e[?1049h alt \ec reset "
 RAW = ("\x1b", "\x07", "\x9b", "\u202e")
 # The build's own sequences, as a terminal would act on them.
 EVIL_SEQUENCES = ("\x1b]0;", "\x1b[?1049h", "\x1bc", "\x1b]8;", "\x9b31m", "\u202e")
+# The same line as Python text, written raw into a day folder's files.
+RAW_LINE = ("ERROR: boom \x1b]0;pwned\x07 \x1b[?1049h \x1bc \x1b]8;;https://evil.example/\x1b\\"
+            "link\x1b]8;;\x1b\\ \x9b31m \u202eright-to-left end")
 # rich's colours: the only escape sequences a terminal may get from `nightly status`.
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -53,6 +56,11 @@ RECIPE = hand_wheel_recipe(
     version='os.environ["BUILD_VERSION"]',
     body='f"__version__ = {v!r}\\n"',
 )
+
+
+# A wheel that passes the night's checks: its build records a manylinux policy.
+POLICY_RECIPE = hand_wheel_recipe(version='os.environ["BUILD_VERSION"]',
+                                  body='f"__version__ = {v!r}\\n"')
 
 
 @dataclass
@@ -205,8 +213,7 @@ def test_a_raw_reason_in_the_day_folder_is_shown_as_data(
     assert code == 1, (out, err)
     day = find_day(p.path / "nightlies", DATE)
     state = json.loads(day.state_path.read_text())
-    raw = ("ERROR: boom \x1b]0;pwned\x07 \x1b[?1049h \x1bc \x1b]8;;https://evil.example/\x1b\\"
-           "link\x1b]8;;\x1b\\ \x9b31m \u202eright-to-left end")
+    raw = RAW_LINE
     state["builds"]["manywheel_3.8_cpu"]["reason"] = raw
     state["builds"]["manywheel_3.8_cpu"]["upload_error"] = raw
     day.state_path.write_text(json.dumps(state, ensure_ascii=False))
@@ -220,4 +227,39 @@ def test_a_raw_reason_in_the_day_folder_is_shown_as_data(
     code, out, err = run_cli(run_args(p.config, command="report"), cwd=p.path)
     assert code == 0, (out, err)
     problems += _problems("report.html", (day.path / "report.html").read_text())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_warnings_a_night_prints_on_stderr_show_what_others_wrote_as_data(
+    night_project: Callable[..., Any], run_cli: Callable[..., tuple[int, str, str]],
+) -> None:
+    """The day's lock left by a run that died (its host, pid and start time as that run, maybe
+    on another host sharing the folder, wrote them) and a state.json manylinux record, both
+    holding the codes raw: the warnings the next run prints on stderr ("took over a stale
+    lock", "rebuilding ...") show them as data, through a pipe and in a terminal."""
+    p = night_project(matrix='[matrix.linux.manywheel]\npythons = ["3.11"]\ncudas = ["cpu"]\n',
+                      recipes={"manywheel": POLICY_RECIPE}, extra="[smoke]\nenabled = false\n")
+    code, out, err = run_cli(run_args(p.config), cwd=p.path, timeout=300)
+    assert code == 0, (out, err)
+    day = find_day(p.path / "nightlies", DATE)
+
+    def plant() -> None:
+        state = json.loads(day.state_path.read_text())
+        state["builds"]["manywheel_3.11_cpu"]["manylinux"]["policy"] = RAW_LINE
+        day.state_path.write_text(json.dumps(state, ensure_ascii=False))
+        day.lock_path.write_text(json.dumps({"host": RAW_LINE, "pid": 1, "started": "then",
+                                             "purpose": "run"}, ensure_ascii=False))
+
+    plant()
+    code, out, err = run_cli(run_args(p.config), cwd=p.path, timeout=300)
+    assert code == 0, (out, err)
+    assert "took over a stale lock of host" in err, err  # both warnings were printed
+    assert "rebuilding manywheel_3.11_cpu: built under manylinux policy" in err, err
+    problems = _problems("stderr | pipe", err)
+    plant()
+    code, terminal = _in_a_terminal(run_args(p.config), timeout=300)
+    assert code == 0, terminal
+    assert "took over a stale lock of host" in terminal, terminal
+    problems += [f"night on a terminal: {seq!r}" for seq in EVIL_SEQUENCES if seq in terminal]
+    problems += _problems("night on a terminal", re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]", "", terminal))
     assert not problems, "\n".join(problems)

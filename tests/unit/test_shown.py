@@ -4,11 +4,14 @@ stay; and whatever the input, what comes out holds nothing a terminal acts on.""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nightly.format import BIDI, shown, shown_log
+from nightly.format import BIDI, ShownStderr, log_to_stderr, say_err, shown, shown_log
 from nightly.night.notify import body, subject
 from nightly.workspace.summary import BuildSummary, Summary
 
@@ -73,3 +76,31 @@ def test_the_mail_shows_a_reason_as_data() -> None:
         assert "pwned" not in text
     assert "\\u202eevil" in body(s)
     assert "\n" not in subject(s)
+
+
+@pytest.fixture
+def stderr_logging() -> Iterator[None]:
+    """log_to_stderr's handler, taken off the root logger again afterwards."""
+    yield
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if isinstance(h, ShownStderr)]:
+        root.removeHandler(h)
+
+
+def test_warnings_and_log_records_on_stderr_are_shown_as_data(
+    capsys: pytest.CaptureFixture[str], stderr_logging: None,
+) -> None:
+    """What nightly prints on stderr besides its outputs: a warning line (say_err) and a
+    log record of nightly's or a library's (a bucket's key in an index warning), which
+    Python's last-resort handler wrote raw."""
+    evil = "key \x1b]0;pwned\x07\x1b[?1049h\x9b31m\u202ebackwards"
+    say_err(f"warning: {evil}")
+    log_to_stderr()
+    log_to_stderr()  # a caller in-process may call main() again: still one handler
+    logging.getLogger("nightly.index.coldread").warning("%s/%s is unreadable", "s3://b", evil)
+    logging.getLogger("nightly.index.coldread").info("not shown: below WARNING, as before")
+    err = capsys.readouterr().err
+    assert not set(err) & FORBIDDEN - {"\n"}, repr(err)
+    assert "pwned" not in err
+    assert err.splitlines() == ["warning: key \\u202ebackwards",
+                                "s3://b/key \\u202ebackwards is unreadable"]

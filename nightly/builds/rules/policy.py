@@ -5,12 +5,12 @@ that break the declared policy. state.json's `manylinux` record carries both."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 
 from nightly.config import Config
 from nightly.core.manylinux import OFF
 from nightly.core.matrix import Build
+from nightly.format import say_err
 from nightly.workspace import SUCCEEDED, State
 
 ENV_TOOLCHAIN = "NIGHTLY_MANYLINUX_TOOLCHAIN"  # the configured choice, for the state record
@@ -59,7 +59,7 @@ def stale_builds(config: Config, state: State, builds: Sequence[Build],
             out[b.id] = f"built with toolchain {was_toolchain}, the configuration now chooses {toolchain}"
     for bid, why in sorted(out.items()):
         if log is not None:
-            print(f"rebuilding {bid}: {why}", file=sys.stderr)
+            say_err(f"rebuilding {bid}: {why}")  # `why` quotes state.json
             log(f"rebuilding {bid}: {why}")
     return out
 
