@@ -342,7 +342,8 @@ def elf_glibc(stream: IO[bytes]) -> tuple[int, int]:
 
 def describe(record: ManylinuxRecord | None) -> str:
     """One line for status and the report: 'policy 2_28: manylinux_2_17' (the oldest glibc
-    the night's wheels install on), 'policy 2_28: linux_x86_64' when one missed it."""
+    the night's wheels install on), 'policy 2_28: linux_x86_64' when one missed it, then
+    the toolchain recorded (', toolchain image': the builder image's own compilers)."""
     if record is None:
         return ""
     if record.tags is not None:
@@ -351,7 +352,8 @@ def describe(record: ManylinuxRecord | None) -> str:
         plain = sorted({t for t in tags if tag_glibc(t) is None})
         reached = (", ".join(plain) if plain or not record.glibc
                    else f"manylinux_{record.glibc.replace('.', '_')}")
-        return f"policy {policy}: {reached or '-'}"
+        toolchain = f", toolchain {record.toolchain}" if record.toolchain else ""
+        return f"policy {policy}: {reached or '-'}{toolchain}"
     if record.glibc:
         return f"needs glibc {record.glibc}"
     return ""

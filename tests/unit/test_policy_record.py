@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
+
 from nightly.builds.rules.policy import built_under, stale_builds
 from nightly.builds.run.jobs import manylinux_env
 from nightly.core import manylinux
@@ -95,3 +97,68 @@ def test_a_cuda_builds_policy_miss_names_the_builder_image_not_zig(tmp_path: Pat
     v = manylinux.check_packages("manywheel", "2_28", [wheel], "", cuda=True)
     assert "declared builder image" in (v.reason or "")
     assert "zig" not in (v.reason or "")
+
+
+def test_a_builder_images_own_compilers_are_recorded_as_image_and_shown_so(
+    tmp_path: Path,
+) -> None:
+    """init's Fortran configuration (issue 57): a bullseye builder under policy 2_31, whose
+    gcc and gfortran meet it, so its image has no sysroot or zig wrapper. Its builds record
+    toolchain "image" (they recorded "sysroot", a toolchain they never used), and state.json,
+    `nightly status` and report.html show the same; a day recorded before is rebuilt once."""
+    import datetime as dt
+    import json
+
+    from rich.console import Console
+
+    from nightly.builds.run.collect import check_policy
+    from nightly.config import load
+    from nightly.report import html as report
+    from nightly.report import status as status_view
+    from nightly.workspace import Day
+    from tests.support.policy_config import text
+
+    (tmp_path / "nightly.toml").write_text(  # bullseye's own python3, as init declares it
+        text('manylinux = "2_31"', 'suite = "bullseye"').replace('"3.11"', '"3.9"'))
+    config = load(tmp_path / "nightly.toml")
+    own = Build(package="manywheel", python="3.9", cuda="cpu")
+    (spec,) = config.builders.values()
+    assert spec.toolchain == "system"  # the image's own compilers
+    env = manylinux_env(config, own, "container")
+    assert env["NIGHTLY_MANYLINUX_TOOLCHAIN"] == "image"
+    assert built_under(config, own, "container") == ("2_31", "image")
+    assert built_under(config, own, "local") == ("2_31", "sysroot")  # a host build: a wrapper
+
+    day = Day(tmp_path / "root", dt.date(2024, 5, 1))
+    day.create()
+    state = State(day.state_path)
+    wheel = tmp_path / "demo-1.0-cp39-cp39-manylinux_2_31_x86_64.whl"
+    wheel.write_bytes(b"")
+    assert check_policy(state, own, env, [wheel]).reason is None
+    state.update(own.id, status="succeeded", attempts=1, started=1.0, ended=2.0)
+    shown = "policy 2_31: manylinux_2_31, toolchain image"
+    saved = json.loads(day.state_path.read_text())["builds"][own.id]["manylinux"]
+    assert saved["toolchain"] == "image"
+    console = Console(record=True, width=220, color_system=None)
+    status_view.show(day, console=console)
+    assert shown in console.export_text()
+    assert f'data-manylinux="{shown}"' in report.render_html(day, None)
+    assert stale_builds(config, state, [own], "container") == {}
+
+    state.update(own.id, manylinux={**saved, "toolchain": "sysroot"})  # an older nightly's
+    assert stale_builds(config, state, [own], "container") == {
+        own.id: "built with toolchain sysroot, the configuration now chooses image"}
+
+
+def test_a_host_build_whose_machine_meets_the_policy_records_host_and_stays_current(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a machine whose glibc is no newer than the policy the host's own compilers build
+    (no wrapper): recorded "host", and no later choice of toolchain makes that build stale."""
+    from nightly.images import sysroot
+
+    config = load_config(tmp_path, 'manylinux = "2_28"\ntoolchain = "zig"')
+    monkeypatch.setattr(sysroot, "host_glibc", lambda: (2, 28))
+    assert manylinux_env(config, CPU, "local")["NIGHTLY_MANYLINUX_TOOLCHAIN"] == "host"
+    state = _state(tmp_path, **{CPU.id: {"policy": "2_28", "toolchain": "host", "tags": []}})
+    assert stale_builds(config, state, [CPU], "local") == {}

@@ -53,7 +53,7 @@ def test_an_old_state_json_reads_as_typed_records(tmp_path: Path) -> None:
     assert e.manylinux == ManylinuxRecord(
         policy="2_28", tags=("manylinux_2_17_x86_64.manylinux2014_x86_64",), glibc="2.17",
         toolchain="sysroot")
-    assert describe(e.manylinux) == "policy 2_28: manylinux_2_17"
+    assert describe(e.manylinux) == "policy 2_28: manylinux_2_17, toolchain sysroot"
     assert verdict_of(e) == "failed"
     lib = _old(tmp_path).get("libtorch_cpu")
     assert lib.cache is not None

@@ -13,18 +13,27 @@ from nightly.core.matrix import Build
 from nightly.format import say_err
 from nightly.workspace import SUCCEEDED, State
 
-ENV_TOOLCHAIN = "NIGHTLY_MANYLINUX_TOOLCHAIN"  # the configured choice, for the state record
+ENV_TOOLCHAIN = "NIGHTLY_MANYLINUX_TOOLCHAIN"  # what compiles the build, for the state record
+# The toolchains nightly provides (the configuration chooses one) and the compilers that need
+# none: a declared builder image's own (its suite's glibc meets the policy: bullseye's gcc
+# and gfortran for 2_31), or this machine's (its glibc is old enough).
+SYSROOT, ZIG, IMAGE, HOST = "sysroot", "zig", "image", "host"
 
 
 def toolchain_choice(config: Config, build: Build, executor: str) -> str:
-    """The C/C++ toolchain configured for a manywheel build under a policy: "zig" or
-    "sysroot" (CUDA builds always the sysroot: nvcc's host compiler; libtorch builds too)."""
+    """What compiles a manywheel (or libtorch) build under a policy: "image" in a declared
+    builder image whose own compilers meet it (the image has no wrappers then), else the
+    configured "zig" or "sysroot" (CUDA and libtorch builds always the sysroot: nvcc's host
+    compiler). A host build on a machine whose glibc meets the policy records "host"
+    (nightly.builds.run.jobs.manylinux_env): that depends on the machine, not on this."""
     builder = config.builder_for(build) if executor == "container" else None
+    if builder is not None and builder.toolchain_for(build.cuda) == "system":
+        return IMAGE
     chosen = builder.toolchain_choice if builder is not None else ""
     chosen = chosen or next((m.toolchain for m in config.matrices
                              if m.package == "manywheel" and m.platform == "linux"
-                             and m.toolchain), "sysroot")
-    return "sysroot" if build.is_cuda or build.package == "libtorch" else chosen
+                             and m.toolchain), SYSROOT)
+    return SYSROOT if build.is_cuda or build.package == "libtorch" else chosen
 
 
 def built_under(config: Config, build: Build, executor: str) -> tuple[str, str]:
@@ -55,7 +64,8 @@ def stale_builds(config: Config, state: State, builds: Sequence[Build],
         if policy != was_policy:
             out[b.id] = (f"built under manylinux policy {was_policy or 'none'}, the configuration "
                          f"now declares {policy or 'none'}")
-        elif toolchain and was_toolchain and toolchain != was_toolchain:
+        elif toolchain and was_toolchain not in ("", HOST) and toolchain != was_toolchain:
+            # (a host build whose machine met the policy used no toolchain of the choice)
             out[b.id] = f"built with toolchain {was_toolchain}, the configuration now chooses {toolchain}"
     for bid, why in sorted(out.items()):
         if log is not None:
@@ -64,4 +74,5 @@ def stale_builds(config: Config, state: State, builds: Sequence[Build],
     return out
 
 
-__all__ = ["ENV_TOOLCHAIN", "built_under", "stale_builds", "toolchain_choice"]
+__all__ = ["ENV_TOOLCHAIN", "HOST", "IMAGE", "SYSROOT", "ZIG", "built_under", "stale_builds",
+           "toolchain_choice"]

@@ -135,7 +135,10 @@ def manylinux_env(config: Config, build: Build, executor: str,
 
         cache = toolchains or engine.default_cache()
         if sysroot.host_glibc() <= glibc_of(policy):
-            return env  # this machine's glibc is old enough
+            from nightly.builds.rules.policy import HOST
+
+            env[ENV_TOOLCHAIN] = HOST  # this machine's glibc is old enough: its own compilers
+            return env
         # zig where chosen, except for CUDA builds: nvcc needs the sysroot's gcc.
         if host_toolchain(config) == "zig" and not build.is_cuda and build.package == "manywheel":
             env.update(zig.host_env(glibc_of(policy), cache))
