@@ -2,9 +2,11 @@
 
 Printed on one line, for the build's reason (issue 57): which file of the wheel, or which
 library it links, needs which glibc symbol version beyond the policy's (GLIBC_2.34 from
-libc.so.6), which Debian package that library comes from, and the fix for the languages the
-wheel's code is in: Fortran (it links libgfortran) has no zig or sysroot toolchain, C/C++
-has zig (glibc 2.17), CUDA the sysroot (glibc 2.31).
+libc.so.6, for pthread_create), which Debian package that library comes from, and the fix
+for the languages the wheel's code is in: Fortran (it links libgfortran) has no zig or
+sysroot toolchain, C/C++ has zig (glibc 2.17), CUDA the sysroot (glibc 2.31). A function
+glibc added after the policy's version (gettid: 2.30) is no toolchain's to give: the fix is
+then a newer policy, or code without it.
 
 It reads the version references `objdump -p` prints (binutils is where gcc is) of each ELF
 file in the wheel and of each library they link that the loader finds (ldconfig's cache),
@@ -26,12 +28,41 @@ _FROM = re.compile(r"^\s*required from (\S+):", re.M)
 _VERSION = re.compile(r"\bGLIBC_(\d+)\.(\d+)")
 
 
-def objdump(path):
+_SYMBOL = re.compile(r"\(?GLIBC_(\d+)\.(\d+)[.\d]*\)?\s+(\S+)$")
+
+
+def objdump(path, what="-p"):
     try:
-        return subprocess.run(["objdump", "-p", path], stdout=subprocess.PIPE,
+        return subprocess.run(["objdump", what, path], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, timeout=60).stdout.decode("utf-8", "replace")
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def symbols(path, undefined):
+    """(glibc version, name) of the dynamic symbols of `path` (`objdump -T`): those it takes
+    from its libraries when `undefined`, else those it defines (every version of each)."""
+    out = []
+    for line in objdump(path, "-T").splitlines():
+        if ("*UND*" in line) != undefined:
+            continue
+        m = _SYMBOL.search(line)
+        if m:
+            out.append(((int(m.group(1)), int(m.group(2))), m.group(3)))
+    return out
+
+
+def new_functions(calls, library, limit):
+    """Of `calls` ((version, name) beyond `limit`), those `library` (a path) has in no
+    version up to `limit`: functions glibc added later (gettid: 2.30), which no toolchain
+    targeting an older glibc links. (name, the oldest version) pairs."""
+    if not library:
+        return []
+    since = {}
+    for version, name in symbols(library, False):
+        since[name] = min(version, since.get(name, version))
+    return sorted({(name, since[name]) for _, name in calls
+                   if name in since and since[name] > limit})
 
 
 def too_new(text, limit):
@@ -102,6 +133,7 @@ def explain(wheel, glibc):
     major, minor = (int(x) for x in glibc.split(".")[:2])
     limit = (major, minor)
     causes, needed, cuda = [], set(), False
+    calls = {}  # a file of the wheel -> the glibc symbols it needs beyond the policy
     paths = None
     with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
@@ -116,6 +148,7 @@ def explain(wheel, glibc):
             cuda = cuda or any(n.startswith(("libcudart", "libcublas")) for n in libs)
             for version, lib in too_new(text, limit):
                 causes.append((version, info.filename, lib, ""))
+            calls[info.filename] = [c for c in symbols(path, True) if c[0] > limit]
             if paths is None:
                 paths = loader_paths()
             for soname in libs:
@@ -135,9 +168,20 @@ def explain(wheel, glibc):
         said = f"{soname} ({'Debian package ' + pkg if pkg else who}) needs {newest} from {lib}"
     else:
         said = f"{who} needs {newest} from {lib or 'glibc'}"
+        names = sorted({name for v, name in calls.get(who, ()) if v == version})
+        if names:
+            said += f" for {', '.join(names[:3])}"
     more = len({c[1] for c in causes}) - 1
     if more > 0:
         said += f" (and {more} more file{'' if more == 1 else 's'})"
+    added = [] if soname else new_functions(calls.get(who, ()), (paths or {}).get(lib), limit)
+    if added:  # no toolchain helps: the policy, or the code, must change
+        names = ", ".join(name for name, _ in added[:3])
+        first = max(v for _, v in added)
+        # The fix before the why: a reason is cut at 300 characters (nightly.builds.run.buildlog).
+        return (f'{said} (policy: glibc {glibc}). Fix: manylinux = "{first[0]}_{first[1]}" or '
+                f"newer, or code without {names} (glibc {first[0]}.{first[1]}'s own: no "
+                f"toolchain links it for glibc {glibc})")
     return f"{said} (policy: glibc {glibc}). Fix for {fix(needed, cuda, soname)}"
 
 

@@ -176,6 +176,14 @@ def test_a_wheel_that_cannot_meet_the_policy_fails_its_build_and_is_never_publis
     assert "cannot meet the manylinux policy manylinux_2_28_x86_64" in symbol
     assert "too-recent versioned symbols" in symbol  # auditwheel's words
     assert "GLIBC_2.30" in symbol  # auditwheel show names the symbol version
+    # The reason (recipes/common/policymiss.py, through the recipe): the file, the symbol
+    # version, the library and the function, and the fix that applies: gettid is glibc 2.30's
+    # own, no toolchain gives it to 2.28 (zig, which the recipe used to suggest, cannot).
+    reason = state["manywheel_3.11_cpu"]["reason"]
+    assert ("policydemo.cpython-311-x86_64-linux-gnu.so needs GLIBC_2.30 from libc.so.6 for "
+            "gettid (policy: glibc 2.28)") in reason, reason
+    assert 'Fix: manylinux = "2_30" or newer, or code without gettid' in reason, reason
+    assert "zig" not in reason
 
     library = (day / "logs" / "failed" / "manywheel_3.12_cpu.log").read_text()
     assert "cannot meet the manylinux policy manylinux_2_28_x86_64" in library

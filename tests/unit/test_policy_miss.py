@@ -92,6 +92,26 @@ def test_a_fortran_runtime_is_named_as_the_cause_and_the_fix_is_not_zig(tmp_path
     assert "zig\" reaches" not in said
 
 
+GETTID = "#define _GNU_SOURCE\n#include <unistd.h>\nint tid(void) { return gettid(); }\n"
+
+
+@needs_234
+def test_a_function_glibc_added_after_the_policy_gets_a_policy_fix_not_a_toolchain(
+    tmp_path: Path,
+) -> None:
+    """gettid is glibc 2.30's own (no older version of it exists): no toolchain links it for
+    glibc 2.28, so the fix is a newer policy or code without it (the helper said zig). Under
+    2.31 the same wheel's pthread_create (2.34, an older version exists) is zig's to fix."""
+    so = _so(tmp_path, "ext.so", THREADED + GETTID, "-pthread")
+    wheel = _wheel(tmp_path, "pkg/_ext.so", so)
+    said = _explain(wheel, "2.28")
+    assert said.startswith("pkg/_ext.so needs GLIBC_2.34 from libc.so.6 for pthread_create")
+    assert 'Fix: manylinux = "2_30" or newer, or code without gettid' in said
+    assert "zig" not in said
+    said = _explain(wheel, "2.31")
+    assert 'C/C++: toolchain = "zig"' in said
+
+
 def test_a_wheel_within_its_policy_has_no_cause(tmp_path: Path) -> None:
     so = _so(tmp_path, "plain.so", "int one(void) { return 1; }\n")
     assert _explain(_wheel(tmp_path, "pkg/plain.so", so), "2.28") == ""
