@@ -238,16 +238,17 @@ class TreeEntry:
         return stat.S_ISREG(self.st.st_mode)
 
 
-def walk_tree(top: Path, *, skip: Callable[[str], bool] | None = None,
+def walk_tree(top: Path | int, *, skip: Callable[[str], bool] | None = None,
               ordered: bool = False) -> Iterator[TreeEntry]:
-    """Everything under the folder `top`, a folder before what it holds; links are listed,
-    never followed; any depth. A folder whose relative path `skip` accepts is neither
+    """Everything under the folder `top` (a path, or the descriptor of a folder the caller
+    opened, left open), a folder before what it holds; links are listed, never followed;
+    any depth. A folder whose relative path `skip` accepts is neither
     listed nor entered. `ordered`: each folder's entries in name order, its sub-folders
     entered in that order (the same tree walks the same way: a reproducible archive).
     Nothing when `top` is not a folder (or is a link). Raises OSError for a folder that
     cannot be read, TreeChanged for one moved while it was walked."""
     try:
-        fd = os.open(top, _DIR_FLAGS)
+        fd = os.dup(top) if isinstance(top, int) else os.open(top, _DIR_FLAGS)
     except (FileNotFoundError, NotADirectoryError):
         return
     except OSError as e:

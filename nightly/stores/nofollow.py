@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from nightly.errors import ObjectTooLarge, UnsafeEntry
-from nightly.files import confined
+from nightly.files import confined, walk_tree
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: were a FIFO swapped in after the lstat, opening it must not wait for a writer.
@@ -215,37 +215,17 @@ class Tree:
         into, opened with O_NOFOLLOW: a symlink (to a file or a folder), a FIFO or a device
         is listed as itself, never followed, so that reading it fails and deleting it
         removes it alone. A symlink among `parts` raises UnsafeEntry. `skip_top`: a name not
-        to descend into at the root (the store's own metadata)."""
+        to descend into at the root (the store's own metadata). Any depth, one folder open
+        at a time (nightly.files.walk_tree): another host may have written the tree."""
+        skip = skip_top if not parts else ""
         try:
             with self.folder(parts) as fd:
                 base = "".join(f"{p}/" for p in parts)
-                yield from self._walk(fd, base, skip_top if not parts else "")
+                for e in walk_tree(fd, skip=(lambda rel: rel == skip) if skip else None):
+                    if not e.is_dir and not (skip and e.rel == skip):
+                        yield base + e.rel, e.st
         except (FileNotFoundError, NotADirectoryError):
             return
-
-    def _walk(self, fd: int, rel: str, skip: str) -> Iterator[tuple[str, os.stat_result]]:
-        with os.scandir(fd) as it:
-            names = [e.name for e in it if e.name != skip]
-        for name in names:
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # deleted while we walked
-            if not stat.S_ISDIR(st.st_mode):
-                yield rel + name, st
-                continue
-            try:
-                sub = os.open(name, _DIR, dir_fd=fd)
-            except FileNotFoundError:
-                continue
-            except OSError:  # swapped for a symlink since the stat: list the link itself
-                with contextlib.suppress(OSError):
-                    yield rel + name, os.stat(name, dir_fd=fd, follow_symlinks=False)
-                continue
-            try:
-                yield from self._walk(sub, f"{rel}{name}/", "")
-            finally:
-                os.close(sub)
 
 
 def copy_fd(src: int, dest: int, limit: int | None,

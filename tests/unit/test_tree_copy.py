@@ -16,11 +16,15 @@ from pathlib import Path
 import pytest
 
 from nightly.cluster.staging import make_tarball
-from nightly.files import remove_tree, walk_tree
+from nightly.files import remove_tree, sha256_file, walk_tree
 from nightly.files.copy import copy_tree
-from tests.unit.test_tree import DEPTH, chain, few_fds
+from tests.unit.test_tree import chain, few_fds
 
 __all__ = ["few_fds"]  # the fixture, used by name
+
+# Past recursion's limit (~1,000) and, with chain's 3-byte levels, past PATH_MAX (4,096);
+# half of test_tree's depth: each of these trees is made and removed again (seconds each).
+DEPTH = 1500
 
 
 @pytest.fixture
@@ -113,3 +117,29 @@ def test_the_cluster_tarball_of_a_deep_tree_is_made_and_the_same_each_time(
     assert members["link"].linkname == "dd"
     assert "fifo" not in members
     assert all(m.uid == 0 and not m.uname for m in members.values())
+
+
+def test_a_folder_store_lists_a_deep_tree_another_host_wrote(
+    tmp_path: Path, few_fds: None, deep_cleanup: None
+) -> None:
+    """A folder store (a shared mirror, the cluster's staging) walked its tree recursively,
+    one descriptor held per level: a deep tree in it ended the listing in RecursionError
+    (or, at 64 open files, EMFILE)."""
+    from nightly.stores import FileStore
+
+    root = tmp_path / "store"
+    root.mkdir()
+    deepest = chain(root / "whl", DEPTH)
+    store = FileStore(root)
+    top = _file(tmp_path / "top.txt")
+    store.put("whl/top.txt", top, sha256_file(top))
+    keys = [o.key for o in store.list("whl/")]
+    assert "whl/top.txt" in keys
+    assert f"whl/{deepest.rsplit('/', 499)[0]}/f" in keys  # a file 1,001 levels down
+    assert len(keys) == 1 + DEPTH // 500
+    assert not any(o.key.startswith(".nightly-store") for o in store.list(""))
+
+
+def _file(path: Path) -> Path:
+    path.write_text("x\n")
+    return path
