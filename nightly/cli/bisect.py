@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from nightly.cli.context import Ctx, common_options, existing_day
+from nightly.format import shown
 
 
 @click.command(name="bisect")
@@ -30,6 +31,8 @@ def bisect_command(
     ctx = Ctx()
     day = existing_day(ctx)
     opts = BisectOptions(good=good, bad=bad, all_commits=all_commits, dry_run=dry_run)
-    result = bisect(ctx.config, day, build_id, opts, say=click.echo, machine=machine)
+    # Its lines quote commit subjects, authors and failure signatures: the project's words.
+    result = bisect(ctx.config, day, build_id, opts, say=lambda line: click.echo(shown(line)),
+                    machine=machine)
     if result is not None:
         record(ctx.config, result)
