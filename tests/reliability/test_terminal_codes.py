@@ -263,3 +263,53 @@ def test_the_warnings_a_night_prints_on_stderr_show_what_others_wrote_as_data(
     problems += [f"night on a terminal: {seq!r}" for seq in EVIL_SEQUENCES if seq in terminal]
     problems += _problems("night on a terminal", re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]", "", terminal))
     assert not problems, "\n".join(problems)
+
+
+# A build that fails once `broken` is in its source, delivering a small package otherwise.
+BISECT_RECIPE = """#!/usr/bin/env bash
+set -euo pipefail
+if [ -e "$SOURCE_DIR/broken" ]; then echo "error: the source is broken" >&2; exit 3; fi
+mkdir -p "$OUTPUT_DIR"
+echo ok > "$OUTPUT_DIR/demo-${DESIRED_PYTHON}-${BUILD_VERSION}.tar.gz"
+"""
+
+
+def test_a_commit_subject_in_bisects_lines_is_shown_as_data(
+    night_project: Callable[..., Any], run_cli: Callable[..., tuple[int, str, str]],
+) -> None:
+    """`nightly bisect` prints the commits it would try (git log's subjects: what the
+    project's authors wrote) and the commit it found: a subject holding the codes raw
+    reaches the terminal as data."""
+    p = night_project(matrix='[matrix.linux.manywheel]\npythons = ["3.11"]\ncudas = ["cpu"]\n',
+                      recipes={"manywheel": BISECT_RECIPE}, extra="[smoke]\nenabled = false\n")
+    src = p.path / "src"
+
+    def git(*args: str, when: str = "") -> None:
+        env = {"HOME": str(p.path), "PATH": "/usr/bin:/bin", "GIT_AUTHOR_NAME": "Dev",
+               "GIT_AUTHOR_EMAIL": "dev@example.com", "GIT_COMMITTER_NAME": "Dev",
+               "GIT_COMMITTER_EMAIL": "dev@example.com", "GIT_AUTHOR_DATE": when,
+               "GIT_COMMITTER_DATE": when}
+        subprocess.run(["git", *args], cwd=src, env=env, check=True, capture_output=True)
+
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-q", "-m", "good", when="2024-05-01T10:00:00")
+    (src / "broken").write_text("yes\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", RAW_LINE, when="2024-05-02T10:00:00")
+    code, out, err = run_cli(run_args(p.config), cwd=p.path)
+    assert code == 0, (out, err)
+    args = [a if a != DATE else "2024_05_02" for a in run_args(p.config)]
+    code, out, err = run_cli(args, cwd=p.path)
+    assert code == 1, (out, err)
+    bisect = ["bisect", "manywheel_3.11_cpu", "--config", str(p.config), "--date", "2024_05_02"]
+    code, out, err = run_cli([*bisect, "--dry-run"], cwd=p.path)
+    assert code == 0, (out, err)
+    problems = _problems("bisect --dry-run", out + err)
+    code, out, err = run_cli(bisect, cwd=p.path, timeout=300)
+    assert code == 0, (out, err)
+    assert "first bad commit" in out, out
+    # Its step and result lines quote the subject with repr: escaped, so the title's text
+    # stays readable beside its sequence made visible; nothing raw either way.
+    problems += [f"bisect: {c!r}" for c in RAW if c in out + err]
+    assert not problems, "\n".join(problems)
