@@ -6,7 +6,10 @@ line: an OSC 0 title, the alternate screen, `ESC c` (reset), an OSC 8 hyperlink,
 output (in a pty and through a pipe), `nightly status` in a pty or through a pipe, run.log,
 report.html (its text, and the DOM headless Chromium renders from it) or the notify mail
 (through a real SMTP server); the words around them do, so the reason is still read. In the
-pty, the only escape sequences `nightly status` writes are rich's own colours (SGR).
+pty, the only escape sequences `nightly status` writes are rich's own colours (SGR). The same
+line in what others wrote into a day folder (a state.json reason, a stale lock's holder, a
+manylinux record) and in a commit's subject: `nightly status`, `nightly report`, the warnings
+a run prints on stderr and `nightly bisect` show it as data too.
 """
 
 from __future__ import annotations
