@@ -8,7 +8,8 @@ the images init declared (a Debian bullseye builder with gfortran and LAPACK, an
 image), runs the night, and checks:
 
   - the night exits 0 and the wheel is tagged manylinux_2_31 (the declared policy),
-    bundling libgfortran, libquadmath, LAPACK and BLAS (auditwheel);
+    bundling libgfortran, libquadmath, LAPACK and BLAS (auditwheel); its state records the
+    toolchain "image" (the builder's own compilers), which `nightly status` shows;
   - in the runtime image, which has no gfortran, no libgfortran and no LAPACK, the wheel
     installs into a fresh venv and `solve` returns dgesv's answer.
 
@@ -20,6 +21,7 @@ debootstraps: the builder's base and the runtime base).
 
 from __future__ import annotations
 
+import json
 import shutil
 import zipfile
 from pathlib import Path
@@ -82,6 +84,12 @@ def test_a_fortran_lapack_project_goes_from_init_to_a_portable_wheel(
     assert "compiles not cached (Fortran: sccache caches no Fortran compiles)" in text
     (wheel,) = (tmp_path / "mirror").rglob("*.whl")
     assert wheel.name.endswith("-cp39-cp39-manylinux_2_31_x86_64.whl"), wheel.name
+    # What compiled it is recorded: the builder image's own gcc and gfortran (no sysroot).
+    record = json.loads((day / "state.json").read_text())["builds"][BUILD]["manylinux"]
+    assert (record["policy"], record["toolchain"]) == ("2_31", "image"), record
+    code, out, err = run_nightly(["status", "--config", str(config), "--date", DATE], env=env,
+                                 cwd=tmp_path)
+    assert "policy 2_31: manylinux_2_31, toolchain image" in out, out
     libs = {n.split("/")[1].split("-")[0] for n in zipfile.ZipFile(wheel).namelist()
             if n.startswith("flsolve.libs/")}
     assert {"libgfortran", "libquadmath", "liblapack", "libblas"} <= libs, libs
