@@ -43,6 +43,15 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
         raise
 
 
+def sync_file(path: Path) -> None:
+    """Wait for the disk to hold what `path` (a file, no link followed) holds now."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_json(path: Path, data: object) -> None:
     atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
