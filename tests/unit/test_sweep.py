@@ -12,6 +12,7 @@ import pytest
 
 from nightly.builds.run import sweep
 from nightly.builds.run.sweep import GONE, Sweeper
+from nightly.workspace import remove_tree
 from tests.unit.test_runner import Env
 
 
@@ -49,7 +50,7 @@ def test_the_build_path_is_free_before_the_folder_is_removed(
     (folder / "scratch").mkdir(parents=True)
     (folder / "scratch" / "f").write_text("x")
     release = threading.Event()
-    real = sweep.remove_tree
+    real = remove_tree
 
     def held(path: Path, before_retry: Callable[[], object] | None = None) -> None:
         release.wait(30)

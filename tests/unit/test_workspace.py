@@ -227,7 +227,7 @@ def test_state_is_written_outside_its_lock_and_never_goes_back(
     s = State(day.state_path)
     s.update("a", status=RUNNING)
     writing, release = threading.Event(), threading.Event()
-    real = state_mod.atomic_write
+    real = atomic_write
 
     def slow(path: Path, data: bytes, *, sync: bool = True) -> None:
         if b'"late"' in data and not writing.is_set():
@@ -240,7 +240,11 @@ def test_state_is_written_outside_its_lock_and_never_goes_back(
     late.start()
     assert writing.wait(30)
     # The in-memory state is not held by the write in progress (before, this waited for it).
-    reader = threading.Thread(target=lambda: (s.note("b", attempts=3), s.get("a")))
+    def read() -> None:
+        s.note("b", attempts=3)
+        s.get("a")
+
+    reader = threading.Thread(target=read)
     reader.start()
     reader.join(20)
     free = not reader.is_alive()
