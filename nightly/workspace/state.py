@@ -24,7 +24,7 @@ from nightly.core.manylinux import ManylinuxRecord
 from nightly.errors import StateError
 from nightly.format import shown
 from nightly.jsonvalues import JSONInputError, as_int, opt_float, read_json_file
-from nightly.workspace.day import atomic_write, sync_file
+from nightly.workspace.day import sync_file, write_temporary
 from nightly.workspace.pythontests import PythonTest
 from nightly.workspace.records import CacheStats, TestRecord
 
@@ -304,8 +304,8 @@ class State:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.RLock()
-        # A change is serialised under _lock and written under _disk: no one waits for another's
-        # fsync to read or change the state. One older than what is on disk is never written.
+        # A change is serialised under _lock, renamed into place under _disk (never one older
+        # than what is there): no one waits for another's fsync to read or change the state.
         self._disk = threading.Lock()
         self._seq = self._written = self._synced = 0
         self.data: dict[str, Any] = {"builds": {}, "meta": {}}
@@ -414,20 +414,23 @@ class State:
                            + "\n").encode()
 
     def _write(self, snapshot: tuple[int, bytes], *, sync: bool = True) -> None:
-        """The change of `snapshot` on disk (synced: `sync`) before this returns, atomically:
-        written, or already there in a later snapshot another thread wrote meanwhile (then,
-        `sync`, that file synced when it was not)."""
-        seq, data = snapshot
-        with self._disk:
-            if seq <= self._written:  # a later snapshot, which holds this change, is there
-                if sync and self._synced < seq:
+        """The change of `snapshot` on disk (synced: `sync`) when this returns, atomically: in
+        its own file or a later snapshot's (then synced, `sync`, if it was not). Written and
+        synced outside the disk's lock (no fsync holds another write up); renamed in order."""
+        tmp: Path | None = write_temporary(self.path, snapshot[1], sync=sync)
+        seq = snapshot[0]
+        try:
+            with self._disk:
+                if seq > self._written:
+                    os.replace(tmp, self.path)
+                    tmp, self._written = None, seq
+                    self._synced = seq if sync else self._synced
+                elif sync and self._synced < seq:  # a later snapshot holds it: synced
                     sync_file(self.path)
                     self._synced = self._written
-                return
-            atomic_write(self.path, data, sync=sync)
-            self._written = seq
-            if sync:
-                self._synced = seq
+        finally:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -435,15 +438,5 @@ class State:
             yield
 
 
-__all__ = [
-    "FAILED",
-    "FINISHED",
-    "INTERRUPTED",
-    "PENDING",
-    "RUNNING",
-    "SUCCEEDED",
-    "BuildEntry",
-    "DayMeta",
-    "PackageFile",
-    "State",
-]
+__all__ = ["FAILED", "FINISHED", "INTERRUPTED", "PENDING", "RUNNING", "SUCCEEDED", "BuildEntry",
+           "DayMeta", "PackageFile", "State"]
