@@ -417,19 +417,18 @@ class State:
         """The change of `snapshot` on disk (synced: `sync`) when this returns, atomically: in
         its own file or a later snapshot's (then synced, `sync`, if it was not). Written and
         synced outside the disk's lock (no fsync holds another write up); renamed in order."""
-        tmp: Path | None = write_temporary(self.path, snapshot[1], sync=sync)
-        seq = snapshot[0]
+        tmp, seq, placed = write_temporary(self.path, snapshot[1], sync=sync), snapshot[0], False
         try:
             with self._disk:
                 if seq > self._written:
                     os.replace(tmp, self.path)
-                    tmp, self._written = None, seq
+                    placed, self._written = True, seq
                     self._synced = seq if sync else self._synced
                 elif sync and self._synced < seq:  # a later snapshot holds it: synced
                     sync_file(self.path)
                     self._synced = self._written
         finally:
-            if tmp is not None:
+            if not placed:
                 tmp.unlink(missing_ok=True)
 
     @contextlib.contextmanager
