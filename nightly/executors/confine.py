@@ -200,12 +200,37 @@ def _owner_alive(box: str) -> bool:
     return stat is not None and stat[18] == int(parts[3])
 
 
+def real_uid(pid: int) -> int | None:
+    """The real uid of a live process (its status's `Uid:` line), None when it is gone.
+    One small read: the sweep before and after each build reads every process's, and a
+    process whose uid is not the account's is never read further. (Not the owner of
+    /proc/PID's files: those of a process that made itself non-dumpable are root's.)"""
+    try:
+        fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        head = os.read(fd, 1024)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    at = head.find(b"\nUid:")
+    fields = head[at + 5:].split(None, 1) if at >= 0 else []
+    if not fields or not fields[0].isdigit():  # not in the first KiB: read it all
+        p = describe_process(pid)
+        return None if p is None else p.uid
+    return int(fields[0])
+
+
 def strays(uid: int, confinement: Confinement) -> list[Process]:
     """The live processes of account `uid` outside nightly's boxes: left behind by an
     earlier build, or started as the account by anyone."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        if real_uid(int(entry)) != uid:
             continue
         p = describe_process(int(entry))
         if p is None or p.uid != uid or proc_stat(p.pid) is None:
@@ -265,5 +290,5 @@ def shared() -> Confinement:
     return _SHARED
 
 
-__all__ = ["Box", "Confinement", "Process", "describe_process", "kill_checked", "kill_strays", "shared",
-           "strays"]
+__all__ = ["Box", "Confinement", "Process", "describe_process", "kill_checked", "kill_strays",
+           "real_uid", "shared", "strays"]

@@ -279,7 +279,9 @@ class LocalExecutor(Executor):
             # Direct: a build runs in its own session and cgroup, streamed to its log, and is
             # killed with its process group (_kill_group); procs.call runs helpers, not builds.
             proc = subprocess.Popen(
-                _gated(command, gate_r),
+                # nightly's own cache `run` script is read by the gate's shell itself.
+                _gated(command, gate_r, source=job.cache is not None and self.user is None
+                       and command == _command(job)),
                 cwd=job.work_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -356,13 +358,19 @@ def _owned(path: str, uid: int) -> bool:
         return False
 
 
-def _gated(command: list[str], fd: int) -> list[str]:
+def _gated(command: list[str], fd: int, *, source: bool = False) -> list[str]:
     """`command`, started only once the parent says "go" on pipe `fd`: the parent records
     the new process group first, so a run killed (kill -9) between the start of a recipe and
     that record cannot leave a group its rerun would not find and reap. A parent that dies
-    before the "go" closes the pipe, and the gate exits without running anything."""
-    gate = f'read -r go <&{fd} && [ "$go" = go ] || exit 125; exec {fd}<&-; exec "$@"'
-    return ["bash", "-c", gate, "nightly-gate", *command]
+    before the "go" closes the pipe, and the gate exits without running anything.
+
+    `source`: `command` is `bash SCRIPT ARGS...` of a script nightly wrote (the compiler
+    cache's `run`), read by the gate's own shell with $0 = SCRIPT: one bash started a
+    build, not two (a recipe, which nightly did not write, is always exec'd)."""
+    gate = f'read -r go <&{fd} && [ "$go" = go ] || exit 125; exec {fd}<&-; '
+    if source and command[:1] == ["bash"] and len(command) >= 2:
+        return ["bash", "-c", gate + '. "$0"', *command[1:]]
+    return ["bash", "-c", gate + 'exec "$@"', "nightly-gate", *command]
 
 
 def _end_box(box: Box | None, job: Job, out: OutputSink) -> list[str]:

@@ -27,20 +27,41 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Write a file so readers see the old or the new content, never a part. `sync=False`:
     without waiting for the disk first (a kill -9 still leaves the old or the new content;
     only a crash of the machine may lose the new one)."""
+    tmp = write_temporary(path, data, sync=sync)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_temporary(path: Path, data: bytes, *, sync: bool = True) -> Path:
+    """`data` in a new temporary file beside `path` (0644; on the disk first: `sync`), for
+    the caller to rename over `path` (atomic_write) or remove."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), 0o644)
             if sync:
                 os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    return Path(tmp)
+
+
+def sync_file(path: Path) -> None:
+    """Wait for the disk to hold what `path` (a file, no link followed) holds now."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json(path: Path, data: object) -> None:

@@ -24,7 +24,7 @@ from nightly.core.manylinux import ManylinuxRecord
 from nightly.errors import StateError
 from nightly.format import shown
 from nightly.jsonvalues import JSONInputError, as_int, opt_float, read_json_file
-from nightly.workspace.day import atomic_write
+from nightly.workspace.day import sync_file, write_temporary
 from nightly.workspace.pythontests import PythonTest
 from nightly.workspace.records import CacheStats, TestRecord
 
@@ -299,11 +299,15 @@ def _json_value(value: object) -> object:
 
 class State:
     """state.json: per build, what is done and what is published. Thread-safe; every change
-    is written atomically before the call returns."""
+    is written atomically before the call returns (in its own write or a later one)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.RLock()
+        # A change is serialised under _lock, renamed into place under _disk (never one older
+        # than what is there): no one waits for another's fsync to read or change the state.
+        self._disk = threading.Lock()
+        self._seq = self._written = self._synced = 0
         self.data: dict[str, Any] = {"builds": {}, "meta": {}}
         if os.path.lexists(path):  # a link or a FIFO too: _load says what it is
             self.data.update(_load(path))
@@ -336,8 +340,9 @@ class State:
             entry.update({k: _json_value(shown(v) if k in _WORDS and isinstance(v, str) else v)
                           for k, v in fields.items()})
             entry["updated"] = time.time()
-            self._save()
-            return BuildEntry.from_json(entry)
+            done, snapshot = BuildEntry.from_json(entry), self._snapshot()
+        self._write(snapshot)
+        return done
 
     def start(self, build_id: str, **fields: object) -> BuildEntry:
         """`update` for a build's start (status running), written without waiting for the
@@ -347,8 +352,9 @@ class State:
             entry = self._raw.setdefault(build_id, {"status": PENDING, "attempts": 0})
             entry.update({k: _json_value(v) for k, v in fields.items()})
             entry["updated"] = time.time()
-            self._save(sync=False)
-            return BuildEntry.from_json(entry)
+            done, snapshot = BuildEntry.from_json(entry), self._snapshot()
+        self._write(snapshot, sync=False)
+        return done
 
     def note(self, build_id: str, **fields: object) -> None:
         """Set some fields of a build's entry in memory only: the build's next `update` (its
@@ -377,7 +383,8 @@ class State:
             raise TypeError(f"not a field of state.json's meta: {', '.join(sorted(unknown))}")
         with self._lock:
             self.data.setdefault("meta", {}).update(fields)
-            self._save()
+            snapshot = self._snapshot()
+        self._write(snapshot)
 
     @property
     def meta(self) -> DayMeta:
@@ -394,15 +401,35 @@ class State:
                     entry["status"] = INTERRUPTED
                     entry["reason"] = "interrupted (the run that started it died)"
                     stale.append(bid)
-            if stale:
-                self._save()
+            snapshot = self._snapshot() if stale else None
+        if snapshot is not None:
+            self._write(snapshot)
         return stale
 
-    def _save(self, *, sync: bool = True) -> None:
-        # Compact: json's C encoder is used only without indent, and the file is rewritten
-        # after every change of every build (indented, this was most of a short build's cost).
-        data = json.dumps(self.data, sort_keys=True, separators=(",", ":")) + "\n"
-        atomic_write(self.path, data.encode(), sync=sync)
+    def _snapshot(self) -> tuple[int, bytes]:
+        """The state as it is now, numbered (under _lock). Compact: json's C encoder is used
+        only without indent (indented, this was most of a short build's cost)."""
+        self._seq += 1
+        return self._seq, (json.dumps(self.data, sort_keys=True, separators=(",", ":"))
+                           + "\n").encode()
+
+    def _write(self, snapshot: tuple[int, bytes], *, sync: bool = True) -> None:
+        """The change of `snapshot` on disk (synced: `sync`) when this returns, atomically: in
+        its own file or a later snapshot's (then synced, `sync`, if it was not). Written and
+        synced outside the disk's lock (no fsync holds another write up); renamed in order."""
+        tmp, seq, placed = write_temporary(self.path, snapshot[1], sync=sync), snapshot[0], False
+        try:
+            with self._disk:
+                if seq > self._written:
+                    os.replace(tmp, self.path)
+                    placed, self._written = True, seq
+                    self._synced = seq if sync else self._synced
+                elif sync and self._synced < seq:  # a later snapshot holds it: synced
+                    sync_file(self.path)
+                    self._synced = self._written
+        finally:
+            if not placed:
+                tmp.unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -410,15 +437,5 @@ class State:
             yield
 
 
-__all__ = [
-    "FAILED",
-    "FINISHED",
-    "INTERRUPTED",
-    "PENDING",
-    "RUNNING",
-    "SUCCEEDED",
-    "BuildEntry",
-    "DayMeta",
-    "PackageFile",
-    "State",
-]
+__all__ = ["FAILED", "FINISHED", "INTERRUPTED", "PENDING", "RUNNING", "SUCCEEDED", "BuildEntry",
+           "DayMeta", "PackageFile", "State"]

@@ -43,15 +43,23 @@ def test_a_box_shows_its_own_build_folder_writable_and_its_inputs_read_only() ->
     script = box.wrap(job, ["setpriv", "--", "bash", "build.sh"], 9)
     text = " ".join(script)
     assert text.startswith("unshare --mount --pid --ipc --fork --kill-child --mount-proc")
-    assert f"top={root}/nights\n" in text  # the nights/ folder is a tmpfs
-    assert 'nightly-box "$top"' in text
-    assert f"top={root}/zig-cache\n" in text
-    assert "want+=(proj-0123456789/b1)" in text  # its own zig cache, and no other
-    assert "work/b2" not in text
+    stage = root / ".box"
+    # The nights/ and zig-cache/ folders are tmpfs, staged in the box's own stage.
+    assert f"'{root}/nights {stage}/n none rbind,X-mount.mkdir=0700 0 0' " in text
+    assert f"'nightly-box {root}/nights tmpfs mode=0755,size=1m,nosuid,nodev 0 0'" in text
+    assert f"'nightly-box {root}/zig-cache tmpfs mode=0755,size=1m,nosuid,nodev 0 0'" in text
+    zig = root / "zig-cache" / "proj-0123456789"
+    assert f"'{stage}/z/proj-0123456789/b1 {zig}/b1 none rbind,X-mount.mkdir 0 0'" in text
+    assert "work/b2" not in text  # its own zig cache, and no other
     assert str(nights / "D" / "work") not in text
-    assert "want+=(proj-0123456789/D/recipes)" in text
-    assert "want+=(proj-0123456789/.builds/work/b1)" in text
-    assert f"mount --bind {job.work_dir / 'tmp'} /tmp" in text
+    for rel in ("D/recipes", ".builds/work/b1"):  # each shown where it exists
+        assert (f"[ ! -e {nights}/{rel} ] || printf '%s\\n' "
+                f"'{stage}/n/proj-0123456789/{rel} {nights}/{rel} none rbind,X-mount.mkdir 0 0'"
+                ) in text
+    assert f"'{job.work_dir / 'tmp'} /tmp none bind 0 0'" in text
+    # One mount for the whole table, the stage (and the real folders in it) gone after.
+    assert text.count("mount --all") == 1
+    assert f'mount --all --fstab "$tab"\numount -l {stage}\n' in text
     assert script[-4:] == ["setpriv", "--", "bash", "build.sh"]
     assert '"$@" 9>&-' in text  # the recipe never holds the report pipe
 
@@ -62,7 +70,7 @@ def test_no_box_outside_a_build_area_and_no_tmp_of_its_own_for_an_area_under_tmp
     assert box.wrap(outside, ["bash", "x"], 9) == ["bash", "x"]
     assert box.boxed(outside, ["bash", "x"]) == (["bash", "x"], -1, -1, None)
     under_tmp = _job(Path("/tmp/area"), root=Path("/tmp/area"))
-    assert " /tmp\n" not in box.wrap(under_tmp, ["bash", "x"], 9)[-4]  # /tmp kept
+    assert " /tmp none bind" not in box.wrap(under_tmp, ["bash", "x"], 9)[-4]  # /tmp kept
 
 
 def test_without_root_there_is_no_box_and_the_log_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,3 +125,17 @@ def test_a_builds_own_zig_cache_is_made_for_the_build_user_and_nothing_else(tmp_
     elsewhere = tmp_path / "elsewhere"
     box.own_caches(replace(other, env={"ZIG_GLOBAL_CACHE_DIR": str(elsewhere)}), 65534, 65534)
     assert not elsewhere.exists()
+
+
+def test_the_mount_table_escapes_blanks_and_backslashes_as_fstab_reads_them() -> None:
+    """A build area whose path has a blank, a tab or a backslash: each mount table field
+    is one word, as mount(8) reads fstab(5) (octal escapes), and the shell line quotes it."""
+    root = Path("/var/tmp/night ly\\x\tz")
+    text = box.wrap(_job(root, root=root), ["bash", "x"], 9)[-4]
+    assert "/var/tmp/night\\040ly\\134x\\011z/nights /var/tmp/night\\040ly\\134x\\011z/.box/n " \
+        "none rbind,X-mount.mkdir=0700 0 0" in text
+    for line in text.splitlines():
+        if line.startswith("printf '%s\\n' "):
+            entries = line.split("printf '%s\\n' ", 1)[1].rsplit(' >>"$tab"', 1)[0]
+            for entry in entries.split("' '"):
+                assert len(entry.strip("'").split(" ")) == 6, entry

@@ -6,7 +6,10 @@ still runs."""
 from __future__ import annotations
 
 import os
+import secrets
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -77,3 +80,29 @@ def test_without_a_cgroup_the_log_says_what_is_not_guarded(tmp_path: Path,
     assert "built" in text
     assert ("[nightly] processes: nightly runs as uid 1000, not root: it cannot create a "
             "cgroup per build; only the recipe's process group is killed when it ends") in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts a process as another uid (root only)")
+def test_a_stray_that_made_itself_non_dumpable_is_still_found() -> None:
+    """The sweep reads each process's real uid from its status's text, not from the owner
+    of /proc/PID's files, which are root's for a process that is not dumpable: such a
+    process of the build account is found (and would be killed) all the same."""
+    uid = 61000 + secrets.randbelow(4000)
+    hide = ("import ctypes, sys; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); "  # PR_SET_DUMPABLE 0
+            "print('hidden', flush=True); sys.stdin.read()")
+    # The system's interpreter: this one may live where another uid cannot run it.
+    python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+    proc = subprocess.Popen([python, "-c", hide], user=uid, group=uid, cwd="/",
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"hidden\n"
+        # What a check of the files' owner would see: root's.
+        assert os.stat(f"/proc/{proc.pid}/status").st_uid == 0
+        assert confine.real_uid(proc.pid) == uid
+        assert [p.pid for p in confine.strays(uid, confine.shared())] == [proc.pid]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert confine.real_uid(proc.pid) is None
+    assert confine.strays(uid, confine.shared()) == []

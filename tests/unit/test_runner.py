@@ -266,14 +266,14 @@ def test_a_build_writes_state_json_twice_and_its_records_with_its_end(
     from nightly.workspace import state as state_module
 
     writes: list[tuple[str, bool]] = []
-    real = day_module.atomic_write
+    real = day_module.write_temporary
 
-    def counted(path: Path, data: bytes, *, sync: bool = True) -> None:
+    def counted(path: Path, data: bytes, *, sync: bool = True) -> Path:
         if path == env.day.state_path:
             writes.append((json.loads(data)["builds"]["manywheel_3.7m_cpu"]["status"], sync))
-        real(path, data, sync=sync)
+        return real(path, data, sync=sync)
 
-    monkeypatch.setattr(state_module, "atomic_write", counted)
+    monkeypatch.setattr(state_module, "write_temporary", counted)
     out = env.runner().run_build(env.build("manywheel_3.7m_cpu"), queue=0)
     assert out.ok
     assert writes == [(RUNNING, False), (SUCCEEDED, True)]

@@ -217,6 +217,68 @@ def test_state_is_thread_safe(day: Day) -> None:
     assert [p.name for p in day.path.iterdir() if p.name.startswith(".")] == []
 
 
+def test_state_is_written_outside_its_lock_and_never_goes_back(
+        day: Day, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While one thread's change is being written (its fsync), another changes the state in
+    memory and reads it without waiting; and a write that comes late never puts an older
+    state on disk than the one there: every change is on disk when its call returns."""
+    import nightly.workspace.state as state_mod
+    from nightly.workspace.day import write_temporary
+
+    s = State(day.state_path)
+    s.update("a", status=RUNNING)
+    writing, release = threading.Event(), threading.Event()
+    real = write_temporary
+
+    def slow(path: Path, data: bytes, *, sync: bool = True) -> Path:
+        if b'"late"' in data and not writing.is_set():
+            writing.set()
+            assert release.wait(30)
+        return real(path, data, sync=sync)
+
+    monkeypatch.setattr(state_mod, "write_temporary", slow)
+    late = threading.Thread(target=lambda: s.update("a", status=SUCCEEDED, reason="late"))
+    late.start()
+    assert writing.wait(30)
+    # The in-memory state is not held by the write in progress (before, this waited for it).
+    def read() -> None:
+        s.note("b", attempts=3)
+        s.get("a")
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join(20)
+    free = not reader.is_alive()
+    release.set()
+    assert free, "a read of the state waited for another thread's write"
+    assert s.get("a").reason == "late"
+    newer = threading.Thread(target=lambda: s.update("b", status=RUNNING))
+    newer.start()
+    late.join()
+    newer.join()
+    on_disk = State(day.state_path)
+    assert on_disk.get("a").status == SUCCEEDED
+    assert (on_disk.get("b").status, on_disk.get("b").attempts) == (RUNNING, 3)
+
+
+def test_a_change_already_written_by_a_later_write_is_synced_not_rewritten(
+        day: Day, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nightly.workspace.state as state_mod
+
+    s = State(day.state_path)
+    with s._lock:
+        older = s._snapshot()  # a change whose write came after a later one's
+    s.start("x", status=RUNNING)  # written, not synced
+    synced: list[Path] = []
+    monkeypatch.setattr(state_mod, "sync_file", synced.append)
+    s._write(older)
+    assert State(day.state_path).status("x") == RUNNING  # the older state is not put back
+    assert synced == [day.state_path]  # the file that holds it is synced instead
+    s._write(older)
+    assert synced == [day.state_path]  # once
+    assert [p.name for p in day.path.iterdir() if p.name.startswith(".")] == []
+
+
 def test_unreadable_state_is_an_error_that_says_what_to_do(day: Day) -> None:
     day.state_path.write_text("{ half written")
     with pytest.raises(NightlyError, match=r"not JSON.*kept as state\.json\.bad-") as e:

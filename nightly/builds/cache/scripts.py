@@ -20,7 +20,11 @@ def write_tools(folder: Path) -> None:
 
 RUN = r"""#!/bin/bash
 # Written by nightly (nightly/builds/cache/wiring.py): this build's compiler cache, then the recipe.
-tools="$(cd "$(dirname "$0")" && pwd)"
+# nightly names this script by its absolute path: its folder, without a process forked for it.
+case "$0" in
+    /*/run) tools="${0%/run}" ;;
+    *) tools="$(cd "$(dirname "$0")" && pwd)" ;;
+esac
 sc="$NIGHTLY_SCCACHE"
 say() { printf '[nightly] %s\n' "$*"; }
 # rm only for what is there: a process less for each file a fresh build does not have.
@@ -39,8 +43,10 @@ case "${FC:-}" in
 esac
 export NIGHTLY_CACHE_FC="$FC"
 drop "$tools/uncached.fortran" "$SCCACHE_SERVER_UDS"
-# The version nightly asked once (NIGHTLY_SCCACHE_VERSION), else asked now.
-version() { printf '%s' "${NIGHTLY_SCCACHE_VERSION:-$("$sc" --version)}"; }
+# The version nightly asked once (NIGHTLY_SCCACHE_VERSION), else asked now (a process
+# less a build when nightly asked it: no command substitution for the log's line).
+version="${NIGHTLY_SCCACHE_VERSION:-}"
+[ -n "$version" ] || version="$("$sc" --version)"
 cached() {
     export NIGHTLY_CACHE=on CC="$tools/cc" CXX="$tools/c++"
     export CMAKE_C_COMPILER_LAUNCHER="$tools/launch" CMAKE_CXX_COMPILER_LAUNCHER="$tools/launch"
@@ -80,7 +86,7 @@ if [ -z "$creds" ]; then
     # group (and container) like the recipe's other processes.
     export NIGHTLY_CACHE_LAZY=1
     cached
-    say "compiler cache: $(version) on $NIGHTLY_CACHE_WHERE, its server started by the" \
+    say "compiler cache: $version on $NIGHTLY_CACHE_WHERE, its server started by the" \
         "first compile $compilers"
 else
     export AWS_SHARED_CREDENTIALS_FILE="$creds" AWS_PROFILE=default
@@ -106,7 +112,7 @@ else
     rm -f "$creds"
     if [ -S "$SCCACHE_SERVER_UDS" ]; then
         cached
-        say "compiler cache: $(version) on $NIGHTLY_CACHE_WHERE $compilers"
+        say "compiler cache: $version on $NIGHTLY_CACHE_WHERE $compilers"
     else
         export NIGHTLY_CACHE=off
         off

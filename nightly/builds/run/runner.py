@@ -27,6 +27,7 @@ from nightly.builds.run.buildlog import ErrorLine, footer, header, last_footer
 from nightly.builds.run.collect import PackageFile, check_policy, collect_build
 from nightly.builds.run.dispatch import Dispatcher
 from nightly.builds.run.jobs import RunContext, day_work, make_job, prepare_toolchain
+from nightly.builds.run.sweep import Sweeper
 from nightly.config.pyproject import pyproject_problem
 from nightly.core.matrix import Build
 from nightly.executors.base import ExecResult, Executor, Job
@@ -100,6 +101,7 @@ class Runner:
         self.by_arch = dict(by_arch or {})
         self.on_event = on_event or (lambda kind, info: None)
         self.cancel = cancel or threading.Event()
+        self._sweeper: Sweeper | None = None  # while run_queues runs
 
     def executor_of(self, build: Build) -> Executor:
         return self.by_arch[build.target_arch][0] if build.target_arch in self.by_arch \
@@ -178,7 +180,7 @@ class Runner:
             if other:
                 sink(f"[nightly] left out of OUTPUT_DIR (not a {build.package} package): "
                      f"{', '.join(other)}\n".encode())
-            produced, taken, result = _take(produced, job, result, sink)
+            produced, taken, result = takeback.take_result(produced, job, result, sink)
             # The recipe's error line becomes the build's reason (state, summary, report).
             error_line = errors.line()
             if error_line:
@@ -214,12 +216,9 @@ class Runner:
         """The build's folder (in the day, the build area or the stable build folder) removed,
         or, `keep` (a failed build's, for a post-mortem), left in its day."""
         folder = job.work_dir.parent
-        if not keep:
-            try:
-                remove_tree(folder, before_retry=lambda: self._reap(job, executor))
-            except OSError as e:  # the build's outcome stands; its next start removes it
-                self.on_event("cleanup", {"build": job.build_id,
-                                          "note": f"its folder could not be removed: {e}"})
+        if not keep:  # while queues run: renamed now, removed beside them (builds/run/sweep)
+            (self._sweeper or Sweeper(now=True)).remove(
+                folder, self._not_removed, before_retry=lambda: self._reap(job, executor))
         elif slot.in_slot(folder):  # where it always was, out of the next night's way
             slot.park(folder, day_work(self.ctx) / job.build_id,
                       lambda note: self.on_event("cleanup", {"build": job.build_id, "note": note}))
@@ -395,56 +394,54 @@ class Runner:
             for b in q:
                 ex = self.executor_of(b)
                 self._reap(make_job(self.ctx, b, executor=ex.name), ex)
-        results: list[Outcome] = []
-        lock = threading.Lock()
-
-        # Waited on instead of Thread.join: on Python < 3.12 a join() interrupted by Ctrl-C
-        # marks a thread that is still running as finished (bpo-45274), so the run would
-        # exit with builds half done, state 'running' and their logs unfinished.
-        finished = [threading.Event() for _ in queues]
-
-        def worker(q: int) -> None:
-            try:
-                while not self.cancel.is_set():
-                    build = dispatcher.next(q)
-                    if build is None:
-                        return
-                    try:
-                        outcome = self.run_build(build, queue=q)
-                    except Exception as e:  # never the queue's end: this build fails alone
-                        outcome = self._broken(build, q, e)
-                    with lock:
-                        results.append(outcome)
-            finally:
-                finished[q].set()
-
-        threads = [
-            threading.Thread(target=worker, args=(q,), name=f"queue-{q}", daemon=True)
-            for q in range(len(queues))
-        ]
-        for t in threads:
-            t.start()
+        # Build folders removed beside the queues (builds/run/sweep): what such a run left, first.
+        self._sweeper = Sweeper()
+        self._sweeper.leftovers([day_work(self.ctx), *([self.ctx.slot / "work"] if self.ctx.slot
+                                                    else [])], self._not_removed)
         try:
-            for ev in finished:
-                while not ev.wait(0.2):
-                    pass
-        except KeyboardInterrupt:
-            self.cancel.set()
-            for ev in finished:
-                ev.wait()
-            raise
-        return results
+            results: list[Outcome] = []
+            lock = threading.Lock()
 
+            # Waited on instead of Thread.join: on Python < 3.12 a join() interrupted by Ctrl-C
+            # marks a thread that is still running as finished (bpo-45274), so the run would
+            # exit with builds half done, state 'running' and their logs unfinished.
+            finished = [threading.Event() for _ in queues]
 
-def _take(produced: list[Path], job: Job, result: ExecResult, sink: Callable[[bytes], None],
-          ) -> tuple[list[Path], list[takeback.Taken], ExecResult]:
-    """A recipe that succeeded: its packages taken back as nightly's own files, hashed once
-    (nightly.builds.run.takeback); what is tested, filed, signed and published from here on,
-    each with the sha256 it carries there."""
-    if result.exit_status != 0 or not produced:
-        return produced, [], result
-    taken, why = takeback.take_build(produced, job.work_dir.parent, job.env, sink)
-    if why is not None:
-        return produced, [], ExecResult(exit_status=None, reason=why, notes=result.notes)
-    return [t.path for t in taken], taken, result
+            def worker(q: int) -> None:
+                try:
+                    while not self.cancel.is_set():
+                        build = dispatcher.next(q)
+                        if build is None:
+                            return
+                        try:
+                            outcome = self.run_build(build, queue=q)
+                        except Exception as e:  # never the queue's end: this build fails alone
+                            outcome = self._broken(build, q, e)
+                        with lock:
+                            results.append(outcome)
+                finally:
+                    finished[q].set()
+
+            threads = [
+                threading.Thread(target=worker, args=(q,), name=f"queue-{q}", daemon=True)
+                for q in range(len(queues))
+            ]
+            for t in threads:
+                t.start()
+            try:
+                for ev in finished:
+                    while not ev.wait(0.2):
+                        pass
+            except KeyboardInterrupt:
+                self.cancel.set()
+                for ev in finished:
+                    ev.wait()
+                raise
+            return results
+        finally:
+            sweeper, self._sweeper = self._sweeper, None
+            sweeper.drain()
+
+    def _not_removed(self, folder: Path, e: OSError) -> None:  # the build's outcome stands
+        self.on_event("cleanup", {"build": folder.name, "note": f"its folder could not be removed: {e}"})
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightly.builds.repro.reproducible import normalise_packages
+from nightly.executors.base import ExecResult, Job
 from nightly.files import remove_tree, sha256_file
 
 TAKEN = "taken"  # the folder, in the build's own folder, nightly copies the packages into
@@ -138,6 +139,19 @@ def take_build(
     return taken, None
 
 
+def take_result(produced: list[Path], job: Job, result: ExecResult, sink: Callable[[bytes], None],
+                ) -> tuple[list[Path], list[Taken], ExecResult]:
+    """A recipe that succeeded: its packages taken back as nightly's own files, hashed once
+    (take_build); what is tested, filed, signed and published from here on, each with the
+    sha256 it carries there. (the packages, the taken ones, the result: failed if not taken)"""
+    if result.exit_status != 0 or not produced:
+        return produced, [], result
+    taken, why = take_build(produced, job.work_dir.parent, job.env, sink)
+    if why is not None:
+        return produced, [], ExecResult(exit_status=None, reason=why, notes=result.notes)
+    return [t.path for t in taken], taken, result
+
+
 __all__ = [
     "MAX_PACKAGE_BYTES",
     "NotTaken",
@@ -145,5 +159,6 @@ __all__ = [
     "take_build",
     "take_hashed",
     "take_one",
+    "take_result",
     "taken_folder",
 ]
