@@ -7,10 +7,10 @@
 # NIGHTLY_TEST_WORKERS parallel workers, default 2). Extra arguments go to pytest.
 #
 # `--fast` (first argument): the tier a developer runs while working, under a minute on a
-# quiet 2-core machine: ruff, mypy --strict and tests/unit on the same workers (shellcheck
-# too when it is installed): no apt package, no container engine, no browser, no server, and
-# no pip unless pyproject.toml or setup.py changed since the last install. tests/unit
-# refuses a test that needs one (tests/support/markers.py).
+# quiet 2-core machine: ruff, then mypy --strict beside tests/unit on the same workers
+# (shellcheck too when it is installed): no apt package, no container engine, no browser, no
+# server, and no pip unless pyproject.toml or setup.py changed since the last install.
+# tests/unit refuses a test that needs one (tests/support/markers.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,9 +61,14 @@ if [ -n "$FAST" ]; then
     log "shellcheck"
     git ls-files -z -- '*.sh' .ci/run | xargs -0 shellcheck -x
   fi
-  log "mypy --strict (nightly, tests)"
-  .venv/bin/mypy
-  log "pytest tests/unit"
+  # mypy runs beside pytest: one process on one core, cold (a fresh clone: ~20 s) while the
+  # unit tier's workers start, collect and wait on the subprocesses and sleeps of its tests;
+  # its report follows pytest's.
+  log "mypy --strict (nightly, tests), beside pytest tests/unit"
+  MYPY_OUT=$(mktemp)
+  trap 'rm -f "$MYPY_OUT"' EXIT
+  .venv/bin/mypy >"$MYPY_OUT" 2>&1 &
+  MYPY_PID=$!
   UNIT_PARALLEL=()
   if [ "$WORKERS" != 0 ]; then
     UNIT_PARALLEL=(-n "$WORKERS")
@@ -71,7 +76,15 @@ if [ -n "$FAST" ]; then
   STARTED=$SECONDS
   RC=0
   .venv/bin/python -m pytest "${UNIT_PARALLEL[@]}" tests/unit "$@" || RC=$?
-  log "pytest took $((SECONDS - STARTED)) s, whole script ${SECONDS} s; load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+  log "pytest took $((SECONDS - STARTED)) s"
+  MYPY_RC=0
+  wait "$MYPY_PID" || MYPY_RC=$?
+  log "mypy --strict (nightly, tests)"
+  cat "$MYPY_OUT"
+  if [ "$RC" = 0 ]; then
+    RC=$MYPY_RC
+  fi
+  log "whole script ${SECONDS} s; load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
   exit "$RC"
 fi
 # apt packages first (one apt-get at a time: dpkg's lock).

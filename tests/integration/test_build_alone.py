@@ -10,25 +10,23 @@ from __future__ import annotations
 
 import json
 import pwd
-import secrets
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.accounts import PY, root_env, user_project_config, world_writable_folder
 from tests.support.staged import Staged, staged_nightly
+from tests.support.wheelrecipe import value_smoke, value_wheel_step
 
 pytestmark = pytest.mark.slow
 
-PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 BUILD = f"manywheel_{PY}_cpu"
 
 # Runs the project's hook (the build's own code) first, then compiles value.c through $CC
-# (the compiler cache's wrapper) and packs a wheel whose value() is the library's.
+# (the compiler cache's wrapper); value_wheel_step packs a wheel whose value() is the library's.
 RECIPE = r"""#!/usr/bin/env bash
 set -euo pipefail
 mkdir -p "$WORK_DIR/b" "$OUTPUT_DIR"
@@ -36,25 +34,6 @@ cd "$WORK_DIR/b"
 echo "build folder: $(dirname "$WORK_DIR")"
 "$PYTHON" "$SOURCE_DIR/hook.py"
 $CC -O1 -fPIC -c "$SOURCE_DIR/value.c" -o value.o
-cc -shared value.o -o libvalue.so
-"$PYTHON" - "$OUTPUT_DIR" "$PACKAGE_VERSION" @DIST@ <<'PY'
-import base64, hashlib, sys, zipfile
-out, version, dist = sys.argv[1:4]
-info = f"{dist}-{version}.dist-info"
-init = ("import ctypes, os\n"
-        "_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), 'libvalue.so'))\n"
-        "def value():\n    return _lib.value()\n")
-files = {f"{dist}/__init__.py": init.encode(),
-         f"{dist}/libvalue.so": open("libvalue.so", "rb").read(),
-         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
-         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
-          for n, d in files.items()] + [f"{info}/RECORD,,"]
-files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
-    for n, d in files.items():
-        z.writestr(n, d)
-PY
 """
 
 # Project B's hook: says it runs (its wrapper and socket exist by now), then waits for A.
@@ -170,13 +149,8 @@ open(os.path.join(sync, "a-done"), "w").close()
 @pytest.fixture
 def sync() -> Iterator[Path]:
     """A folder both builds write (outside the build area and /tmp), for the test's timing."""
-    path = Path(f"/var/tmp/nightlytest-alone-{secrets.token_hex(4)}")
-    path.mkdir(mode=0o700)
-    path.chmod(0o1777)
-    try:
+    with world_writable_folder("alone") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _project(top: Path, dist: str, user: str, value: int, hook: str) -> Path:
@@ -185,42 +159,14 @@ def _project(top: Path, dist: str, user: str, value: int, hook: str) -> Path:
     (top / "src" / "hook.py").write_text(hook)
     recipe = top / "recipes" / "manywheel" / "build.sh"
     recipe.parent.mkdir(parents=True)
-    recipe.write_text(RECIPE.replace("@DIST@", dist))
-    config = top / "nightly.toml"
-    config.write_text(f"""
-root = "nightlies"
-recipes = "recipes"
-
-[project]
-name = "{dist}"
-source = "src"
-base_version = "0.1.0"
-
-[matrix.linux.manywheel]
-pythons = ["{PY}"]
-cudas = ["cpu"]
-
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{user}"
-
-[smoke]
-command = '"$PYTHON" -c "import {dist}; v = {dist}.value(); print(\\"value\\", v); assert v == {value}, v"'
-""")
-    return config
+    recipe.write_text(RECIPE + value_wheel_step(dist=dist))
+    return user_project_config(top, name=dist, user=user, extra=value_smoke(dist, value))
 
 
 def _start(st: Staged, home: Path, config: Path) -> subprocess.Popen[str]:
-    env = {"HOME": str(home), "PATH": f"{st.bin}:/usr/bin:/bin", "PYTHONPATH": str(st.site),
-           "LANG": "C.UTF-8"}
     return subprocess.Popen([st.python, "-m", "nightly", "run", "--config", str(config),
-                             "--date", "2024_07_01", "--no-upload"], env=env, cwd=home,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                             "--date", "2024_07_01", "--no-upload"], env=root_env(st, home),
+                            cwd=home, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def _log(top: Path) -> tuple[dict[str, object], str]:

@@ -19,11 +19,8 @@ import json
 import os
 import pwd
 import re
-import secrets
-import shutil
 import signal
 import subprocess
-import sys
 import time
 import zipfile
 from collections.abc import Iterator
@@ -32,12 +29,10 @@ from pathlib import Path
 import pytest
 
 from nightly.files import proc_stat
-from tests.integration import test_build_user as build_user
+from tests.support.accounts import PY, nightly_as_root, root_env, user_project_config, world_writable_folder
 from tests.support.staged import Staged, staged_nightly
 
-PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 DIST = "procdemo"
-_nightly = build_user._nightly
 
 # Writes procdemo-<version>-py3-none-any.whl into OUTPUT_DIR (argv: folder, version, the
 # text of procdemo/__init__.py's marker).
@@ -102,48 +97,16 @@ def _project(home: Path, user: str, recipe: str, extra: str = "") -> Path:
     path.write_text(recipe)
     (project / "recipes" / "make_wheel.py").write_text(MAKE_WHEEL)
     (project / "recipes" / "tamper.py").write_text(TAMPER)
-    config = project / "nightly.toml"
-    config.write_text(f"""
-root = "nightlies"
-recipes = "recipes"
-
-[project]
-name = "{DIST}"
-source = "src"
-base_version = "0.1.0"
-
-[matrix.linux.manywheel]
-pythons = ["{PY}"]
-cudas = ["cpu"]
-
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{user}"
-
-[smoke]
-import_name = "{DIST}"
-
-{extra}
-""")
-    return config
+    return user_project_config(project, name=DIST, user=user,
+                               extra=f'[smoke]\nimport_name = "{DIST}"\n\n{extra}')
 
 
 @pytest.fixture
 def shared(home: Path) -> Iterator[Path]:
     """A folder the build user can write (outside root's 0700 home, and outside /tmp: a
     build's /tmp is its own, nightly.executors.box)."""
-    path = Path(f"/var/tmp/nightlytest-shared-{secrets.token_hex(4)}")
-    path.mkdir(mode=0o777)
-    path.chmod(0o1777)
-    try:
+    with world_writable_folder("shared") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _kill_account(uid: int) -> None:
@@ -190,12 +153,12 @@ echo "tamperer started"
 """
     try:
         with staged_nightly(extras=("provenance",), parent=home) as st:
-            keygen = _nightly(st, home, "provenance", "keygen", str(home / "keys"))
+            keygen = nightly_as_root(st, home, "provenance", "keygen", str(home / "keys"))
             assert keygen.returncode == 0, keygen.stderr
             key = home / "keys" / "provenance.key"
             config = _project(home, account.pw_name, recipe,
                               f'[provenance]\nkey = "{key}"\n\n[publish]\nurl = "mirror"\n')
-            proc = _nightly(st, home, "run", "--config", str(config), "--date", "2024_06_01")
+            proc = nightly_as_root(st, home, "run", "--config", str(config), "--date", "2024_06_01")
             day = home / "project" / "nightlies" / "2024_06_01"
             entry = _entry(day)
             log = _log(day, entry)
@@ -219,7 +182,7 @@ echo "tamperer started"
             assert not said.exists(), "the setsid process outlived its build"
             # Nightly's own file, not the inode the build account wrote.
             assert filed.stat().st_uid == 0
-            verify = _nightly(st, home, "verify", str(mirrored[0]), "--key",
+            verify = nightly_as_root(st, home, "verify", str(mirrored[0]), "--key",
                               str(home / "keys" / "provenance.pub"))
             assert verify.returncode == 0, verify.stdout + verify.stderr
     finally:
@@ -245,7 +208,7 @@ mkdir -p "$OUTPUT_DIR"
         assert leftover.poll() is None
         with staged_nightly(parent=home) as st:
             config = _project(home, account.pw_name, recipe)
-            proc = _nightly(st, home, "run", "--config", str(config), "--date", "2024_06_02")
+            proc = nightly_as_root(st, home, "run", "--config", str(config), "--date", "2024_06_02")
             day = home / "project" / "nightlies" / "2024_06_02"
             entry = _entry(day)
             log = _log(day, entry)
@@ -270,10 +233,8 @@ def _wait_for(path: Path, seconds: float) -> None:
 
 
 def _run_in_background(st: Staged, home: Path, config: Path, date: str) -> subprocess.Popen[str]:
-    env = {"HOME": str(home), "PATH": f"{home / 'pyenv' / 'bin'}:{st.bin}:/usr/bin:/bin",
-           "PYTHONPATH": str(st.site), "LANG": "C.UTF-8"}
     return subprocess.Popen([st.python, "-m", "nightly", "run", "--config", str(config),
-                             "--date", date], env=env, cwd=home, text=True,
+                             "--date", date], env=root_env(st, home), cwd=home, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -292,7 +253,7 @@ if [ ! -e {started} ]; then touch {started}; sleep 600; fi
     try:
         with staged_nightly(parent=home) as st:
             config = _project(home, account.pw_name, recipe)
-            _nightly(st, home, "plan", "--config", str(config))  # makes root's pyenv/bin
+            nightly_as_root(st, home, "plan", "--config", str(config))  # makes root's pyenv/bin
             first = _run_in_background(st, home, config, "2024_06_03")
             _wait_for(started, 240)
             first.send_signal(signal.SIGKILL)  # the run dies; its recipe runs on
@@ -311,7 +272,7 @@ if [ ! -e {started} ]; then touch {started}; sleep 600; fi
             assert stat is not None
             assert stat[18] > int(info["start"])
             records[0].write_text(json.dumps({**info, "pgid": impostor.pid}))
-            proc = _nightly(st, home, "run", "--config", str(config), "--date", "2024_06_03")
+            proc = nightly_as_root(st, home, "run", "--config", str(config), "--date", "2024_06_03")
             day = home / "project" / "nightlies" / "2024_06_03"
             entry = _entry(day)
             assert proc.returncode == 0, proc.stdout + proc.stderr + _log(day, entry)[-3000:]

@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 
 from nightly.reach import Account, denied
-from tests.support.staged import Staged, staged_nightly
+from tests.support.accounts import PY, nightly_as_root, user_project_config
+from tests.support.staged import staged_nightly
 from tests.support.wheelrecipe import wheel_step
-
-PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 # Compiles through $CC (the compiler cache's wrapper), tries to read each of root's secrets
 # (PROBES, one per line), and packs a pure wheel the smoke test installs and imports.
@@ -65,45 +64,7 @@ def _project(home: Path, user: str, probes: list[Path], extra: str = "") -> Path
     recipe = project / "recipes" / "manywheel" / "build.sh"
     recipe.parent.mkdir(parents=True)
     recipe.write_text(RECIPE.replace("@PROBES@", "\n".join(map(str, probes))))
-    config = project / "nightly.toml"
-    config.write_text(f"""
-root = "nightlies"
-recipes = "recipes"
-
-[project]
-name = "userdemo"
-source = "src"
-base_version = "0.1.0"
-
-[matrix.linux.manywheel]
-pythons = ["{PY}"]
-cudas = ["cpu"]
-
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{user}"
-
-{extra}
-""")
-    return config
-
-
-def _nightly(st: Staged, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`nightly ARGS` as root, run from its install in the home, with HOME there."""
-    # Root's own interpreters come first on its PATH (a venv or pyenv in its home).
-    private = home / "pyenv" / "bin"
-    if not private.exists():
-        private.mkdir(parents=True)
-        (private / f"python{PY}").symlink_to(st.python)
-    env = {"HOME": str(home), "PATH": f"{private}:{st.bin}:/usr/bin:/bin",
-           "PYTHONPATH": str(st.site), "LANG": "C.UTF-8"}
-    return subprocess.run([st.python, "-m", "nightly", *args], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=home, check=False)
+    return user_project_config(project, name="userdemo", user=user, extra=extra)
 
 
 @pytest.mark.slow
@@ -113,14 +74,14 @@ def test_root_builds_as_a_user_from_a_private_home(
     name, uid = account.pw_name, account.pw_uid
     probes = _secrets(home)
     with staged_nightly(extras=("provenance",), parent=home) as st:
-        keygen = _nightly(st, home, "provenance", "keygen", str(home / "keys"))
+        keygen = nightly_as_root(st, home, "provenance", "keygen", str(home / "keys"))
         assert keygen.returncode == 0, keygen.stderr
         key = home / "keys" / "provenance.key"
         probes += [key, home / "project" / "nightly.toml"]
         config = _project(home, name, probes, f'[provenance]\nkey = "{key}"\n')
         hits = []
         for date in ("2024_05_01", "2024_05_02"):
-            proc = _nightly(st, home, "run", "--config", str(config), "--date", date)
+            proc = nightly_as_root(st, home, "run", "--config", str(config), "--date", date)
             day = home / "project" / "nightlies" / date
             logs = "".join(p.read_text() for p in (day / "logs").rglob("*.log"))
             assert proc.returncode == 0, proc.stdout + proc.stderr + logs[-4000:]
@@ -173,7 +134,7 @@ def test_a_path_out_of_the_build_users_reach_is_one_line_before_any_build(
 [executor.local.pythons]
 "{PY}" = "{private_bin / f'python{PY}'}"
 """)
-        proc = _nightly(st, home, "run", "--config", str(config), "--date", "2024_05_01")
+        proc = nightly_as_root(st, home, "run", "--config", str(config), "--date", "2024_05_01")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert len(lines) == 1, proc.stderr

@@ -22,7 +22,7 @@ import pytest
 from nightly.reach import Account, denied
 from nightly.workspace import Day
 from nightly.workspace.candidate import candidate_name
-from tests.support.accounts import PY, interpreter_in_home, venv_in_home
+from tests.support.accounts import PY, interpreter_in_home, user_project_config, venv_in_home
 from tests.support.cluster import DaskCluster
 from tests.support.staged import staged_nightly
 from tests.support.wheelrecipe import wheel_step
@@ -60,34 +60,8 @@ def _project(home: Path, user: str, *, extra: str = "") -> Path:
     recipe = project / "recipes" / "manywheel" / "build.sh"
     recipe.parent.mkdir(parents=True)
     recipe.write_text(RECIPE)
-    config = project / "nightly.toml"
-    config.write_text(f"""
-root = "nightlies"
-recipes = "recipes"
-
-[project]
-name = "userdemo"
-source = "src"
-base_version = "0.3.0"
-
-[matrix.linux.manywheel]
-pythons = ["{PY}"]
-cudas = ["cpu"]
-
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{user}"
-
-[publish]
-url = "file://{home / 'mirror'}"
-{extra}
-""")
-    return config
+    return user_project_config(project, name="userdemo", user=user, base_version="0.3.0",
+                               extra=f'[publish]\nurl = "file://{home / "mirror"}"\n{extra}')
 
 
 def _git(home: Path, *args: str, when: str = "2024-04-30T12:00:00+0000") -> str:

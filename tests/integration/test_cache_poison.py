@@ -11,47 +11,25 @@ from __future__ import annotations
 import json
 import pwd
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.staged import Staged, staged_nightly
-
-PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+from tests.support.accounts import PY, nightly_as_root, user_project_config
+from tests.support.staged import staged_nightly
+from tests.support.wheelrecipe import value_smoke, value_wheel_step
 
 # Compiles value.c through $CC (the compiler cache's wrapper), runs the project's own
-# hook.py when it has one (the build's code), links a shared library and packs it in a wheel
-# whose value() returns what the library's function returns.
+# hook.py when it has one (the build's code); value_wheel_step links a shared library and
+# packs it in a wheel whose value() returns what the library's function returns.
 RECIPE = r"""#!/usr/bin/env bash
 set -euo pipefail
 mkdir -p "$WORK_DIR/b" "$OUTPUT_DIR"
 cd "$WORK_DIR/b"
 $CC -O1 -fPIC -c "$SOURCE_DIR/value.c" -o value.o
 if [ -f "$SOURCE_DIR/hook.py" ]; then "$PYTHON" "$SOURCE_DIR/hook.py"; fi
-cc -shared value.o -o libvalue.so
-"$PYTHON" - "$OUTPUT_DIR" "$PACKAGE_VERSION" <<'PY'
-import base64, hashlib, sys, zipfile
-out, version = sys.argv[1:3]
-dist = "valdemo"
-info = f"{dist}-{version}.dist-info"
-init = ("import ctypes, os\n"
-        "_lib = ctypes.CDLL(os.path.join(os.path.dirname(__file__), 'libvalue.so'))\n"
-        "def value():\n    return _lib.value()\n")
-files = {f"{dist}/__init__.py": init.encode(),
-         f"{dist}/libvalue.so": open("libvalue.so", "rb").read(),
-         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
-         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
-          for n, d in files.items()] + [f"{info}/RECORD,,"]
-files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
-    for n, d in files.items():
-        z.writestr(n, d)
-PY
-"""
+""" + value_wheel_step(dist="valdemo")
 
 # The malicious commit's build code: its own object (value 666) was just stored under its
 # own key, the newest entry of SCCACHE_DIR; it writes those bytes over every other object
@@ -82,15 +60,6 @@ for path in objects:
 """
 
 
-
-
-def _nightly(st: Staged, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"HOME": str(home), "PATH": f"{st.bin}:/usr/bin:/bin",
-           "PYTHONPATH": str(st.site), "LANG": "C.UTF-8"}
-    return subprocess.run([st.python, "-m", "nightly", *args], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=home, check=False)
-
-
 def _source(src: Path, value: int, *, hook: str = "") -> None:
     if src.exists():
         shutil.rmtree(src)
@@ -101,33 +70,8 @@ def _source(src: Path, value: int, *, hook: str = "") -> None:
 
 
 def _config(project: Path, user: str, expect: int) -> Path:
-    config = project / "nightly.toml"
-    config.write_text(f"""
-root = "nightlies"
-recipes = "recipes"
-
-[project]
-name = "valdemo"
-source = "src"
-base_version = "0.1.0"
-
-[matrix.linux.manywheel]
-pythons = ["{PY}"]
-cudas = ["cpu"]
-
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{user}"
-
-[smoke]
-command = '"$PYTHON" -c "import valdemo; v = valdemo.value(); print(\\"value\\", v); assert v == {expect}, v"'
-""")
-    return config
+    return user_project_config(project, name="valdemo", user=user,
+                               extra=value_smoke("valdemo", expect))
 
 
 @pytest.mark.slow
@@ -145,8 +89,8 @@ def test_a_cache_entry_rewritten_by_a_build_is_never_served(
         def night(date: str, value: int, expect: int, hook: str = "") -> tuple[dict[str, Any], str]:
             _source(project / "src", value, hook=hook)
             config = _config(project, name, expect)
-            proc = _nightly(st, home, "run", "--config", str(config), "--date", date,
-                            "--no-upload")
+            proc = nightly_as_root(st, home, "run", "--config", str(config), "--date", date,
+                                   "--no-upload", private_python=False)
             day = project / "nightlies" / date
             logs = "".join(p.read_text() for p in (day / "logs").rglob("*.log"))
             assert proc.returncode == 0, proc.stdout + proc.stderr + logs[-4000:]

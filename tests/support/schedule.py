@@ -47,6 +47,30 @@ HEAVIEST: tuple[str, ...] = (
     "tests/integration/test_aarch64.py",
 )
 
+# The slowest tests of the SPREAD files (CI's last full run, --durations, seconds), handed
+# out before everything else: the longest work first, so that what is left at the end is short.
+# Ordered so that the two workers start one test that builds images (IO: downloads,
+# debootstrap, layers; one image build at a time, nightly's cache lock) and one that compiles
+# on the host (CPU) side by side: two image builds at once would leave one worker waiting on
+# the lock. A test named here that is renamed fails tests/unit/test_suite_schedule.py.
+FIRST: tuple[str, ...] = (
+    # 208 s: the zig builder image (base and zig layers), then a C++ night in it
+    "tests/integration/test_zig_builds.py::"
+    "test_a_zig_builder_image_builds_a_cmake_cpp_project_for_manylinux_2_17",
+    # 130 s: mapbox-earcut on the host, four Pythons (C++, CMake)
+    "tests/integration/test_corpus.py::test_corpus_project[mapbox-earcut]",
+    # 168 s: the corpus builder image, then markupsafe in it (offline, four Pythons)
+    "tests/integration/test_corpus.py::test_corpus_in_the_builder_image[markupsafe]",
+    # 138 s: init + run of cmarkgfm on the host
+    "tests/integration/test_init.py::test_a_project_with_dependencies_from_init_to_tested_"
+    "manylinux_wheels_over_http[cmarkgfm-sysroot-cffi]",
+    # 141 s: mapbox-earcut in the corpus builder image (made by then)
+    "tests/integration/test_corpus.py::test_corpus_in_the_builder_image[mapbox-earcut]",
+    # 120 s and 105 s: host nights
+    "tests/integration/test_corpus.py::test_corpus_project[ujson]",
+    "tests/integration/test_corpus.py::test_corpus_project[frozenlist]",
+)
+
 # Files whose tests may each run on any worker (each says so beside its `pytestmark`).
 SPREAD: frozenset[str] = frozenset({
     "tests/integration/test_corpus.py",
@@ -74,12 +98,18 @@ def _file_ranks(items: list[pytest.Item]) -> dict[str, tuple[int, int]]:
     return ranks
 
 
+def _first(item: pytest.Item) -> tuple[int, ...]:
+    """FIRST's place of a test (by its id from the repository root), else after them all."""
+    nodeid = f"{_file(item)}::{item.name}"
+    return (0, FIRST.index(nodeid)) if nodeid in FIRST else (1,)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Heaviest files first (a stable sort: within a rank, files keep pytest's order, tests
-    their file's). Each xdist worker collects and sends this order; the controller hands
-    the work out in it."""
+    """FIRST's tests, then the heaviest files (a stable sort: within a rank, files keep
+    pytest's order, tests their file's). Each xdist worker collects and sends this order;
+    the controller hands the work out in it."""
     ranks = _file_ranks(items)
-    items.sort(key=lambda item: ranks[_file(item)])
+    items.sort(key=lambda item: (_first(item), ranks[_file(item)]))
 
 
 def scope_of(nodeid: str) -> str:

@@ -4,6 +4,7 @@ resuming after an interruption, progress."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from nightly.config.retry import default_backoffs
 from nightly.errors import PublishError
 from nightly.index import MANIFEST_NAME, IndexOptions, coldread, list_index_prefixes, read_manifest
 from nightly.index.coldread import CHECKPOINT_NAME, Progress
@@ -85,7 +87,11 @@ class FaultyStore(FileStore):
     break; records how many reads were in flight at once."""
 
     def __init__(self, root: Path, *, seed: int = 7, company: bool = True) -> None:
-        super().__init__(root)
+        # The index reader's retries as nightly makes them (4 attempts), 1 ms apart: its
+        # 0.2 s first wait, doubled, only made these tests seconds longer.
+        defaults = default_backoffs()
+        super().__init__(root, backoffs=dataclasses.replace(
+            defaults, index=defaults.index.replace(first_s=0.001)))
         self.company = company
         self.slow = 0.0  # seconds added to every read
         self.terminate_at: int | None = None  # SIGTERM this process at that many reads

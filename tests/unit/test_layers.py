@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sources import parsed
+
 PACKAGE = Path(__file__).resolve().parents[2] / "nightly"
 ROOT = "nightly"
 
@@ -131,7 +133,7 @@ def upward_imports(module: str, source: str, layers: Layers = LAYERS) -> list[st
     me = layer_of(module, layers)
     assert me is not None, f"{module} is in no layer: add it to LAYERS (a base module to BASE)"
     bad = []
-    for line, target in imported_modules(module, ast.parse(source)):
+    for line, target in imported_modules(module, parsed(source)):
         them = layer_of(target, layers)
         if them is not None and them > me:
             bad.append(f"{module}:{line} ({layers[me][0]}) imports {target} ({layers[them][0]})")
@@ -177,7 +179,7 @@ def import_graph(sources: Mapping[str, str], only_module_level: bool = False) ->
     nearest package that is (`nightly.publish.X` of a name defined in its __init__)."""
     graph: dict[str, set[str]] = {m: set() for m in sources}
     for module, source in sources.items():
-        tree = ast.parse(source)
+        tree = parsed(source)
         if only_module_level:
             tree = module_level(tree)
         for _, target in imported_modules(module, tree, sources):

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from tests.support.projects import REPO
+from tests.support.sources import parsed
 
 PACKAGE = REPO / "nightly"
 JSON_HOME = PACKAGE / "jsonvalues.py"
@@ -35,7 +36,7 @@ def modules() -> list[Path]:
 
 def json_parses(path: Path, root: Path = REPO) -> list[str]:
     """Each json.load/json.loads call (or import of them) in `path`, as FILE:LINE."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parsed(path.read_text(encoding="utf-8"))
     where = path.relative_to(root)
     out: list[str] = []
     for node in ast.walk(tree):
@@ -59,7 +60,7 @@ def hard_coded_timeouts(path: Path, root: Path = REPO) -> list[str]:
     """Each number written as a wait for outside work in `path`: a `timeout=`/`*_timeout=`
     argument, a parameter of such a name defaulting to a number, or a module constant named
     like a timeout, the allowed ones (above) left out."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parsed(path.read_text(encoding="utf-8"))
     where = path.relative_to(root).as_posix()
     out: list[str] = []
     for node in ast.walk(tree):

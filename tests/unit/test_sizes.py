@@ -10,6 +10,7 @@ import ast
 from pathlib import Path
 
 from tests.support.projects import REPO
+from tests.support.sources import parsed
 
 PACKAGE = REPO / "nightly"
 MODULE_LINES = 450
@@ -24,7 +25,7 @@ def modules() -> list[Path]:
 
 
 def long_functions(path: Path, root: Path = REPO) -> list[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parsed(path.read_text())
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

@@ -8,6 +8,7 @@ driven here with stand-ins for the two workers (what it uses of one: its gateway
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -127,6 +128,46 @@ def test_the_heaviest_files_go_first_and_a_files_tests_keep_their_order() -> Non
     ]
     schedule.pytest_collection_modifyitems(items)  # type: ignore[arg-type]
     assert [i.name for i in items] == ["c1", "c2", "i1", "arm", "n1", "n2", "a1", "a2"]
+
+
+def test_the_first_tests_go_before_the_heaviest_files_in_their_order() -> None:
+    zig, earcut = (schedule.FIRST[0].split("::", 1), schedule.FIRST[1].split("::", 1))
+    items = [
+        Item(ROOT / "tests/unit/test_a.py", "a1"),
+        Item(ROOT / CORPUS, "test_corpus_project[markupsafe]"),
+        Item(ROOT / earcut[0], earcut[1]),
+        Item(ROOT / IMAGES, "i1"),
+        Item(ROOT / zig[0], "test_a_host_build_with_zig_reaches_manylinux_2_5"),
+        Item(ROOT / zig[0], zig[1]),
+    ]
+    schedule.pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    assert [i.name for i in items] == [
+        zig[1], earcut[1], "test_corpus_project[markupsafe]", "test_a_host_build_with_zig_"
+        "reaches_manylinux_2_5", "i1", "a1"]
+
+
+def test_one_worker_starts_the_image_builders_and_the_other_the_host_nights() -> None:
+    first = list(schedule.FIRST)
+    one, two = _schedule([*first, f"{IMAGES}::test_a", "tests/unit/test_x.py::test_1"])
+    assert one[:2] == [first[0], first[2]]  # the zig image, then the corpus builder image
+    assert two[:2] == [first[1], first[3]]  # mapbox-earcut and cmarkgfm on the host
+
+
+def test_the_first_tests_exist_in_spread_files() -> None:
+    """Each of FIRST is a test of a SPREAD file (a test of a whole-file unit cannot leave its
+    file), named as its file defines it (a renamed test would quietly lose its place)."""
+    assert len(set(schedule.FIRST)) == len(schedule.FIRST)
+    for nodeid in schedule.FIRST:
+        name, _, test = nodeid.partition("::")
+        assert name in schedule.SPREAD, nodeid
+        function, _, params = test.partition("[")
+        module = importlib.import_module(name.removesuffix(".py").replace("/", "."))
+        found = getattr(module, function, None)
+        assert callable(found), nodeid
+        ids = {"-".join(map(str, v)) if isinstance(v, tuple) else str(v)
+               for mark in getattr(found, "pytestmark", []) if mark.name == "parametrize"
+               for v in mark.args[1]}
+        assert params.removesuffix("]") in ids if params else not ids, (nodeid, ids)
 
 
 @dataclass
