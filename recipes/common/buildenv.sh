@@ -7,14 +7,16 @@
 # build_isolated : true unless NIGHTLY_BUILD_ISOLATION=0 ([build] isolation = false).
 build_isolated() { [[ "${NIGHTLY_BUILD_ISOLATION:-1}" != 0 ]]; }
 
-# setup_build_venv SRC : sets BUILD_PYTHON to a fresh venv of PYTHON in WORK_DIR and BUILD_PIP
-# to a one-word command running pip for it (empty when there is no pip at all).
+# setup_build_venv SRC : sets BUILD_PYTHON to the venv of PYTHON in WORK_DIR (fresh, or the
+# one kept from an earlier night: kept_build_venv) and BUILD_PIP to a one-word command running
+# pip for it (empty when there is no pip at all).
 #
 # Isolated builds (the default) get their build requirements ([build-system] requires, with
 # versions, extras and markers, then what the backend asks for) from the configured index
 # (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS; a wheelhouse sets PIP_NO_INDEX too),
-# installed into this fresh venv (stable_build_requirements: a path the same every night, for
-# the compiler cache); before Python 3.7 pip's own isolated environment gets them.
+# installed into this venv by uv or pip (choose_installer) (stable_build_requirements: a path
+# the same every night, for the compiler cache); before Python 3.7 pip's own isolated
+# environment gets them.
 # Builds without isolation (offline images) see the interpreter's own packages
 # (--system-site-packages), and buildreqs.py checks every requirement against them first,
 # failing with the list of what is missing or too old.
@@ -23,47 +25,39 @@ build_isolated() { [[ "${NIGHTLY_BUILD_ISOLATION:-1}" != 0 ]]; }
 # the system site, or is the base interpreter's pip driving the venv (pip >= 22.3 has
 # --python), and only failing both does the venv get its own through ensurepip.
 setup_build_venv() {
-    local src="$1" venv="$WORK_DIR/build-venv" system_site=() pip_cmd=()
+    local src="$1" venv="$WORK_DIR/build-venv" system_site=()
     BUILD_CONFIG_SETTINGS=()
     build_isolated || system_site=(--system-site-packages)
-    rm -rf "$venv"
-    if "$PYTHON" -c 'import venv' >/dev/null 2>&1; then
-        "$PYTHON" -m venv --without-pip ${system_site[@]+"${system_site[@]}"} "$venv" >"$WORK_DIR/venv.log" 2>&1 ||
-            { cat "$WORK_DIR/venv.log" >&2; die "cannot create a virtual environment with $PYTHON -m venv"; }
-        BUILD_PYTHON="$venv/bin/python"
-        if "$BUILD_PYTHON" -m pip --version >/dev/null 2>&1; then
-            pip_cmd=("$BUILD_PYTHON" -m pip)
-        elif "$PYTHON" -m pip --python "$BUILD_PYTHON" --version >/dev/null 2>&1; then
-            pip_cmd=("$PYTHON" -m pip --python "$BUILD_PYTHON")
-        elif "$BUILD_PYTHON" -m ensurepip >>"$WORK_DIR/venv.log" 2>&1; then
-            pip_cmd=("$BUILD_PYTHON" -m pip)
-        fi
-    elif command -v virtualenv >/dev/null 2>&1; then
-        # Python 2.7 has no venv module.
-        virtualenv -p "$PYTHON" ${system_site[@]+"${system_site[@]}"} "$venv" >"$WORK_DIR/venv.log" 2>&1 ||
-            { cat "$WORK_DIR/venv.log" >&2; die "virtualenv -p $PYTHON failed"; }
-        BUILD_PYTHON="$venv/bin/python"
-        pip_cmd=("$BUILD_PYTHON" -m pip)
-    else
-        warn "$PYTHON has no venv module and virtualenv is not installed: building with the interpreter itself"
-        BUILD_PYTHON="$PYTHON"
-        "$PYTHON" -m pip --version >/dev/null 2>&1 && pip_cmd=("$PYTHON" -m pip)
-    fi
-    BUILD_PIP=""
-    if [[ ${#pip_cmd[@]} -gt 0 ]]; then
-        # A one-word command, so it can be handed on (the conda recipe's build script uses it).
-        # Each word quoted by bash (%q): paths with spaces, tabs or quotes stay one argument.
-        BUILD_PIP="$WORK_DIR/build-pip"
-        printf '#!/bin/bash\nexec%s --disable-pip-version-check "$@"\n' "$(printf ' %q' "${pip_cmd[@]}")" >"$BUILD_PIP"
-        chmod +x "$BUILD_PIP"
-    fi
-    export BUILD_PYTHON BUILD_PIP
     if [[ -n "${NIGHTLY_WHEELHOUSE:-}" ]]; then
         [[ -d "$NIGHTLY_WHEELHOUSE" ]] || die "NIGHTLY_WHEELHOUSE=$NIGHTLY_WHEELHOUSE is not a folder (the night's wheelhouse of build requirements)"
         # The night's wheelhouse is the only source of build requirements: no index at all.
         export PIP_NO_INDEX=1 PIP_FIND_LINKS="$NIGHTLY_WHEELHOUSE"
         log "build requirements from the wheelhouse $NIGHTLY_WHEELHOUSE (no index)"
     fi
+    INSTALLER=pip UV_ARGS=() UV_ENV=() BUILD_ENV_KEY="" BUILD_ENV_REUSED=0
+    if build_isolated && "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 7))' 2>/dev/null; then
+        choose_installer
+        kept_build_venv "$src" "$venv" && BUILD_ENV_REUSED=1
+    fi
+    if ((BUILD_ENV_REUSED)); then
+        BUILD_PYTHON="$venv/bin/python"
+    elif "$PYTHON" -c 'import venv' >/dev/null 2>&1; then
+        rm -rf "$venv"
+        "$PYTHON" -m venv --without-pip ${system_site[@]+"${system_site[@]}"} "$venv" >"$WORK_DIR/venv.log" 2>&1 ||
+            { cat "$WORK_DIR/venv.log" >&2; die "cannot create a virtual environment with $PYTHON -m venv"; }
+        BUILD_PYTHON="$venv/bin/python"
+    elif command -v virtualenv >/dev/null 2>&1; then
+        # Python 2.7 has no venv module.
+        rm -rf "$venv"
+        virtualenv -p "$PYTHON" ${system_site[@]+"${system_site[@]}"} "$venv" >"$WORK_DIR/venv.log" 2>&1 ||
+            { cat "$WORK_DIR/venv.log" >&2; die "virtualenv -p $PYTHON failed"; }
+        BUILD_PYTHON="$venv/bin/python"
+    else
+        warn "$PYTHON has no venv module and virtualenv is not installed: building with the interpreter itself"
+        BUILD_PYTHON="$PYTHON"
+    fi
+    build_venv_pip "$venv"
+    export BUILD_PYTHON BUILD_PIP
     if build_isolated; then
         [[ -n "$BUILD_PIP" ]] || die "$PYTHON has no pip, which isolated builds need; install pip, or set [build] isolation = false"
         modern_build_pip
@@ -87,6 +81,86 @@ setup_build_venv() {
         warn "$BUILD_PYTHON is older than 3.8: its build requirements are not checked before the build"
     fi
 }
+
+# build_venv_pip VENV : BUILD_PIP for BUILD_PYTHON (see setup_build_venv), empty without pip.
+build_venv_pip() {
+    local venv="$1" pip_cmd=()
+    if [[ "$BUILD_PYTHON" == "$PYTHON" ]]; then
+        "$PYTHON" -m pip --version >/dev/null 2>&1 && pip_cmd=("$PYTHON" -m pip)
+    elif "$BUILD_PYTHON" -m pip --version >/dev/null 2>&1; then
+        pip_cmd=("$BUILD_PYTHON" -m pip)
+    elif "$PYTHON" -m pip --python "$BUILD_PYTHON" --version >/dev/null 2>&1; then
+        pip_cmd=("$PYTHON" -m pip --python "$BUILD_PYTHON")
+    elif "$BUILD_PYTHON" -m ensurepip >>"$WORK_DIR/venv.log" 2>&1; then
+        pip_cmd=("$BUILD_PYTHON" -m pip)
+    fi
+    BUILD_PIP=""
+    if [[ ${#pip_cmd[@]} -gt 0 ]]; then
+        # A one-word command, so it can be handed on (the conda recipe's build script uses it).
+        # Each word quoted by bash (%q): paths with spaces, tabs or quotes stay one argument.
+        BUILD_PIP="$WORK_DIR/build-pip"
+        printf '#!/bin/bash\nexec%s --disable-pip-version-check "$@"\n' "$(printf ' %q' "${pip_cmd[@]}")" >"$BUILD_PIP"
+        chmod +x "$BUILD_PIP"
+    fi
+}
+
+# choose_installer : INSTALLER (uv or pip) for the build requirements, and UV_ARGS / UV_ENV
+# (pip's configuration handed on to uv: envkey.py installer). uv comes from nightly
+# (NIGHTLY_UV); pip stays where uv is missing, the interpreter predates 3.8, [build]
+# installer = "pip", or pip is configured in a way uv cannot be given. One log line says which.
+choose_installer() {
+    local out line n=0 reason="uv not considered"
+    INSTALLER=pip UV_ARGS=() UV_ENV=()
+    if out="$("$PYTHON" "$NIGHTLY_RECIPES_COMMON/envkey.py" installer 2>&1)"; then
+        while IFS= read -r line; do
+            n=$((n + 1))
+            if ((n == 1)); then INSTALLER="$line"
+            elif ((n == 2)); then reason="$line"
+            elif ((n == 3)) && [[ "$line" == SSL_CERT_FILE=* ]]; then UV_ENV=("$line")
+            else UV_ARGS+=("$line")
+            fi
+        done <<<"$out"
+    else
+        reason="the installer could not be chosen: $out"
+    fi
+    if [[ "$INSTALLER" == uv ]]; then
+        log "installer: uv ($NIGHTLY_UV) installs the build requirements"
+    else
+        INSTALLER=pip
+        log "installer: pip ($reason)"
+    fi
+}
+
+# kept_build_venv SRC VENV : true when VENV, kept from an earlier night (the runner puts it
+# back: nightly/builds/area/buildenv.py, NIGHTLY_BUILD_ENV_REUSE=1), has the key this build
+# computes (BUILD_ENV_KEY: envkey.py key); else one log line says why it is rebuilt. What
+# the backend asks for is checked after (stable_build_requirements).
+kept_build_venv() {
+    local src="$1" venv="$2" why hooks_python="$PYTHON" installer="$INSTALLER"
+    local -a plain=() reqs=()
+    [[ "${NIGHTLY_BUILD_ENV_REUSE:-0}" == 1 ]] || return 1
+    [[ -n "${NIGHTLY_CROSS_PYTHON:-}" ]] && plain=(env -u _PYTHON_HOST_PLATFORM -u _PYTHON_SYSCONFIGDATA_NAME -u PYTHONPATH)
+    [[ "$INSTALLER" == uv ]] && installer="uv $("$NIGHTLY_UV" --version 2>/dev/null)"
+    build_requirements list 2>/dev/null || return 1
+    [[ -n "${NIGHTLY_CROSS_PYTHON:-}" ]] && reqs+=(wheel)
+    BUILD_ENV_KEY="$("$PYTHON" "$NIGHTLY_RECIPES_COMMON/envkey.py" key "$PYTHON" "$installer" ${reqs[@]+"${reqs[@]}"})" ||
+        { BUILD_ENV_KEY=""; return 1; }
+    [[ -z "${BUILD_ENV_REBUILDING:-}" ]] || return 1
+    if [[ ! -d "$venv" ]]; then
+        log "build environment: none kept from an earlier night: a fresh one in $venv"
+        return 1
+    fi
+    why="$(printf '%s\n' "$BUILD_ENV_KEY" | "$PYTHON" "$NIGHTLY_RECIPES_COMMON/envkey.py" compare "$venv/$BUILD_ENV_KEY_FILE" 2>&1)" && [[ -x "$venv/bin/python" ]] && {
+        log "build environment: reused $venv (kept from an earlier night, its key unchanged)"
+        return 0
+    }
+    log "build environment $venv rebuilt: ${why:-its python is missing}"
+    rm -rf "$venv"
+    return 1
+}
+
+# The key of a kept build venv, written last (after a successful fill).
+BUILD_ENV_KEY_FILE=.nightly-env-key
 
 # modern_build_pip : a build venv whose pip predates --config-settings (22.1; Debian
 # bullseye's Python 3.9 brings pip 20.3) gets a current one from the same index as the build
@@ -114,9 +188,17 @@ build_requirements() {
     return 0
 }
 
-# install_build_requirements WHAT : pip installs the caller's reqs (if any) into the build venv.
+# install_build_requirements WHAT : uv or pip (INSTALLER) installs the caller's reqs (if any)
+# into the build venv. uv reads no configuration of its own (--no-config: pip's is handed on
+# in UV_ARGS) and copies files from its cache (never a hard link into it).
 install_build_requirements() {
     ((${#reqs[@]})) || return 0
+    if [[ "$INSTALLER" == uv ]]; then
+        ${plain[@]+"${plain[@]}"} env ${UV_ENV[@]+"${UV_ENV[@]}"} "$NIGHTLY_UV" pip install --no-config -q \
+            --python "$BUILD_PYTHON" --link-mode copy ${UV_ARGS[@]+"${UV_ARGS[@]}"} "${reqs[@]}" >&2 ||
+            die "installing $1 failed (uv, output above)"
+        return 0
+    fi
     ${plain[@]+"${plain[@]}"} "$BUILD_PIP" install -q "${reqs[@]}" >&2 ||
         die "installing $1 failed (output above)"
 }
@@ -135,8 +217,9 @@ install_build_requirements() {
 # _PYTHON_HOST_PLATFORM) needs this anyway, pip's isolation replacing PYTHONPATH: its
 # requirements are installed for this machine, the cross variables unset.
 stable_build_requirements() {
-    local src="$1" source="$2" hooks_python="$PYTHON" backend
+    local src="$1" source="$2" hooks_python="$PYTHON" backend venv
     local -a plain=() reqs=()
+    venv="$(dirname "$(dirname "$BUILD_PYTHON")")"
     [[ -n "${NIGHTLY_CROSS_PYTHON:-}" ]] && plain=(env -u _PYTHON_HOST_PLATFORM -u _PYTHON_SYSCONFIGDATA_NAME -u PYTHONPATH)
     # buildreqs.py needs a TOML parser (tomllib, else pip's copy) and pyproject_hooks (pip's
     # copy): the interpreter with pip runs it, the fresh venv has none before 3.11.
@@ -149,11 +232,23 @@ stable_build_requirements() {
     else
         log "isolated build: build requirements from $source into $(dirname "$(dirname "$BUILD_PYTHON")"), a path the same every night (compiler cache): ${reqs[*]:-}"
     fi
-    install_build_requirements "the build requirements"
+    ((BUILD_ENV_REUSED)) || install_build_requirements "the build requirements"
     # The hooks run in the build venv (the static requirements there), called from hooks_python.
     build_requirements dynamic "$BUILD_PYTHON" || die "the build backend failed in get_requires_for_build_wheel (output above)"
     ((${#reqs[@]} == 0)) || log "the build backend asks for: ${reqs[*]}"
-    install_build_requirements "what the build backend asks for"
+    if ((BUILD_ENV_REUSED)) && ! grep -qxF "backend asks for: ${reqs[*]:-}" "$venv/$BUILD_ENV_KEY_FILE"; then
+        # Asked again of the kept environment: different requirements, a fresh one.
+        log "build environment $venv rebuilt: what the build backend asks for changed (now: ${reqs[*]:-nothing})"
+        rm -rf "$venv"
+        BUILD_ENV_REBUILDING=1 setup_build_venv "$src"
+        return 0
+    fi
+    ((BUILD_ENV_REUSED)) || install_build_requirements "what the build backend asks for"
+    if [[ -n "$BUILD_ENV_KEY" ]] && ((!BUILD_ENV_REUSED)); then
+        # Written last: a fill that did not finish leaves no key, and the next night rebuilds.
+        { printf '%s\n' "$BUILD_ENV_KEY"; printf 'backend asks for: %s\n' "${reqs[*]:-}"; } >"$venv/$BUILD_ENV_KEY_FILE.partial" &&
+            mv -f "$venv/$BUILD_ENV_KEY_FILE.partial" "$venv/$BUILD_ENV_KEY_FILE"
+    fi
     PATH="$(dirname "$BUILD_PYTHON"):$PATH"
     export PATH
     backend="$(cd "$src" && "$hooks_python" "$NIGHTLY_RECIPES_COMMON/buildreqs.py" backend "$src" 2>/dev/null)" || backend=""
