@@ -16,7 +16,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "recipes" / "common" / "envkey.py
 
 def _load() -> ModuleType:
     spec = importlib.util.spec_from_file_location("envkey", SCRIPT)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
