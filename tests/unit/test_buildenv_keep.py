@@ -4,9 +4,14 @@ locked while its build runs, one per build id."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from nightly.builds.area import buildenv
+from nightly.config import load
+from nightly.errors import ConfigError
 from nightly.executors.base import Job
 
 
@@ -80,3 +85,17 @@ def test_outside_a_slot_or_switched_off_nothing_is_kept(tmp_path: Path) -> None:
               recipes_dir=slot, source_dir=slot, output_dir=day.parent / "out", work_dir=day,
               timeout_s=60)
     assert buildenv.Keeper(True).attach(job).env == {}
+
+
+def test_the_config_keys_parse_and_refuse_what_they_do_not_know(
+    write_config: Callable[[str], Path], minimal_config_text: str
+) -> None:
+    assert load(write_config(minimal_config_text)).build.reuse_env is True
+    cfg = load(write_config(minimal_config_text + '\n[build]\nreuse_env = false\ninstaller = "pip"\n'))
+    assert (cfg.build.reuse_env, cfg.build.installer) == (False, "pip")
+    with pytest.raises(ConfigError) as exc:
+        load(write_config(minimal_config_text + '\n[build]\ninstaller = "uvv"\n'))
+    assert exc.value.key == "build.installer"
+    with pytest.raises(ConfigError, match="unknown key") as exc:
+        load(write_config(minimal_config_text + '\n[build]\nreuse_envs = false\n'))
+    assert exc.value.hint == "did you mean 'reuse_env'?"
