@@ -84,8 +84,21 @@ setup_build_venv() {
 
 # build_venv_pip VENV : BUILD_PIP for BUILD_PYTHON (see setup_build_venv), empty without pip.
 build_venv_pip() {
-    local venv="$1" pip_cmd=()
-    if [[ "$BUILD_PYTHON" == "$PYTHON" ]]; then
+    local venv="$1" pip_cmd=() wheel found=()
+    shopt -s nullglob
+    found=("$venv"/lib/python*/site-packages/pip-*.dist-info)
+    shopt -u nullglob
+    if [[ "$INSTALLER" == uv && ${#found[@]} -eq 0 && "$BUILD_PYTHON" != "$PYTHON" ]] &&
+        wheel="$("$PYTHON" "$NIGHTLY_RECIPES_COMMON/envkey.py" pip-wheel 2>/dev/null)" &&
+        "$NIGHTLY_UV" pip install --no-config -q --python "$BUILD_PYTHON" --link-mode copy --no-index "$wheel" >&2; then
+        # The pip python -m venv would have put there (the interpreter's ensurepip wheel,
+        # offline): the wheel's front end runs in the venv, not re-executed by another pip.
+        found=("$wheel")
+    fi
+    if ((${#found[@]})) && [[ "$BUILD_PYTHON" != "$PYTHON" ]]; then
+        # Known by its files: running pip only to ask costs a second.
+        pip_cmd=("$BUILD_PYTHON" -m pip)
+    elif [[ "$BUILD_PYTHON" == "$PYTHON" ]]; then
         "$PYTHON" -m pip --version >/dev/null 2>&1 && pip_cmd=("$PYTHON" -m pip)
     elif "$BUILD_PYTHON" -m pip --version >/dev/null 2>&1; then
         pip_cmd=("$BUILD_PYTHON" -m pip)
@@ -133,8 +146,9 @@ choose_installer() {
 
 # kept_build_venv SRC VENV : true when VENV, kept from an earlier night (the runner puts it
 # back: nightly/builds/area/buildenv.py, NIGHTLY_BUILD_ENV_REUSE=1), has the key this build
-# computes (BUILD_ENV_KEY: envkey.py key); else one log line says why it is rebuilt. What
-# the backend asks for is checked after (stable_build_requirements).
+# computes (envkey.py check, into BUILD_ENV_KEY: a file the fill's end copies into the venv);
+# else one log line says why it is rebuilt. What the backend asks for is checked after
+# (stable_build_requirements).
 kept_build_venv() {
     local src="$1" venv="$2" why hooks_python="$PYTHON" installer="$INSTALLER"
     local -a plain=() reqs=()
@@ -143,17 +157,23 @@ kept_build_venv() {
     [[ "$INSTALLER" == uv ]] && installer="uv $("$NIGHTLY_UV" --version 2>/dev/null)"
     build_requirements list 2>/dev/null || return 1
     [[ -n "${NIGHTLY_CROSS_PYTHON:-}" ]] && reqs+=(wheel)
-    BUILD_ENV_KEY="$("$PYTHON" "$NIGHTLY_RECIPES_COMMON/envkey.py" key "$PYTHON" "$installer" ${reqs[@]+"${reqs[@]}"})" ||
-        { BUILD_ENV_KEY=""; return 1; }
+    BUILD_ENV_KEY="$WORK_DIR/build-env-key"
+    why="$("$PYTHON" "$NIGHTLY_RECIPES_COMMON/envkey.py" check "$venv/$BUILD_ENV_KEY_FILE" "$BUILD_ENV_KEY" \
+        "$PYTHON" "$installer" ${reqs[@]+"${reqs[@]}"} 2>&1)"
+    case $? in
+        0) ;;
+        1) ;;
+        *) log "build environment: its key could not be computed ($why): a fresh one"; BUILD_ENV_KEY=""; return 1 ;;
+    esac
     [[ -z "${BUILD_ENV_REBUILDING:-}" ]] || return 1
     if [[ ! -d "$venv" ]]; then
         log "build environment: none kept from an earlier night: a fresh one in $venv"
         return 1
     fi
-    why="$(printf '%s\n' "$BUILD_ENV_KEY" | "$PYTHON" "$NIGHTLY_RECIPES_COMMON/envkey.py" compare "$venv/$BUILD_ENV_KEY_FILE" 2>&1)" && [[ -x "$venv/bin/python" ]] && {
+    if [[ -z "$why" && -x "$venv/bin/python" ]]; then
         log "build environment: reused $venv (kept from an earlier night, its key unchanged)"
         return 0
-    }
+    fi
     log "build environment $venv rebuilt: ${why:-its python is missing}"
     rm -rf "$venv"
     return 1
@@ -166,8 +186,16 @@ BUILD_ENV_KEY_FILE=.nightly-env-key
 # bullseye's Python 3.9 brings pip 20.3) gets a current one from the same index as the build
 # requirements; where that fails the build goes on with the old pip, without config settings.
 modern_build_pip() {
-    local v major minor
-    v="$("$BUILD_PIP" --version 2>/dev/null | awk '{print $2}')"
+    local v major minor found=()
+    shopt -s nullglob
+    found=("$(dirname "$(dirname "$BUILD_PYTHON")")"/lib/python*/site-packages/pip-*.dist-info)
+    shopt -u nullglob
+    if ((${#found[@]} == 1)) && [[ "$BUILD_PYTHON" != "$PYTHON" ]]; then
+        v="${found[0]##*/pip-}"
+        v="${v%.dist-info}"
+    else
+        v="$("$BUILD_PIP" --version 2>/dev/null | awk '{print $2}')"
+    fi
     IFS=. read -r major minor _ <<<"${v:-0.0}"
     ((major > 22 || (major == 22 && minor >= 1))) 2>/dev/null && return 0
     log "the build venv's pip $v predates --config-settings: installing pip>=23.1 into it"
@@ -246,7 +274,7 @@ stable_build_requirements() {
     ((BUILD_ENV_REUSED)) || install_build_requirements "what the build backend asks for"
     if [[ -n "$BUILD_ENV_KEY" ]] && ((!BUILD_ENV_REUSED)); then
         # Written last: a fill that did not finish leaves no key, and the next night rebuilds.
-        { printf '%s\n' "$BUILD_ENV_KEY"; printf 'backend asks for: %s\n' "${reqs[*]:-}"; } >"$venv/$BUILD_ENV_KEY_FILE.partial" &&
+        { cat "$BUILD_ENV_KEY"; printf 'backend asks for: %s\n' "${reqs[*]:-}"; } >"$venv/$BUILD_ENV_KEY_FILE.partial" &&
             mv -f "$venv/$BUILD_ENV_KEY_FILE.partial" "$venv/$BUILD_ENV_KEY_FILE"
     fi
     PATH="$(dirname "$BUILD_PYTHON"):$PATH"

@@ -12,6 +12,10 @@
       the key of a build environment: one "field: value" line each for the interpreter (its
       path, its binary's identity, its version), the requirements, where they come from, the
       isolation mode and the installer
+  envkey.py check KEYFILE NEWKEY PYTHON INSTALLER [REQUIREMENT...]
+      key (written to NEWKEY) and compare with KEYFILE, in one process
+  envkey.py pip-wheel
+      the pip wheel ensurepip would install into a venv of this interpreter (exit 1: none)
   envkey.py compare KEYFILE  (the new key on stdin)
       exit 0 when KEYFILE holds the same key (its "backend asks for" line, written after the
       fill, is checked by buildenv.sh once the backend has been asked again); else print why
@@ -146,9 +150,12 @@ def interpreter_identity(python):
     version: a rebuilt or upgraded interpreter at the same path is another one."""
     real = os.path.realpath(python)
     st = os.stat(real)
-    out = subprocess.check_output(
-        [python, "-c", "import sys; print(sys.version.replace('\\n', ' ')); print(sys.prefix)"])
-    version, prefix = out.decode("utf-8", "replace").splitlines()[:2]
+    if real == os.path.realpath(sys.executable):  # the usual case (buildenv.sh): no process
+        version, prefix = sys.version.replace("\n", " "), sys.prefix
+    else:
+        out = subprocess.check_output(
+            [python, "-c", "import sys; print(sys.version.replace('\\n', ' ')); print(sys.prefix)"])
+        version, prefix = out.decode("utf-8", "replace").splitlines()[:2]
     return [
         f"interpreter: {real}",
         f"interpreter binary: size {st.st_size}, mtime_ns {st.st_mtime_ns}, inode {st.st_ino}",
@@ -200,25 +207,59 @@ def main(argv):
         lines = key_lines(os.environ, argv[1], argv[2], argv[3:], files)
         sys.stdout.write("\n".join(lines) + "\n")
         return 0
-    if len(argv) == 2 and argv[0] == "compare":
-        new = sys.stdin.read().splitlines()
-        try:
-            with open(argv[1]) as f:
-                old = f.read(1 << 20).splitlines()
-        except FileNotFoundError:
-            print("it has no key file (its fill did not finish, or the key was removed)")
+    if len(argv) >= 5 and argv[0] == "check":
+        # check OLD NEW PYTHON INSTALLER [REQ...]: key then compare, in one process.
+        new = key_lines(os.environ, argv[3], argv[4], argv[5:], config_files(os.environ, ""))
+        with open(argv[2], "w") as f:
+            f.write("\n".join(new) + "\n")
+        return compare(argv[1], new)
+    if argv == ["pip-wheel"]:
+        found = ensurepip_wheels(["pip"])
+        if not found:
             return 1
-        except (OSError, UnicodeDecodeError) as e:
-            print("its key file cannot be read (%s)" % (getattr(e, "strerror", None) or e))
-            return 1
-        old = [line for line in old if not line.startswith(BACKEND)]
-        why = why_different(old, new)
-        if why:
-            print(why)
-            return 1
+        print(found[0])
         return 0
+    if len(argv) == 2 and argv[0] == "compare":
+        return compare(argv[1], sys.stdin.read().splitlines())
     sys.stderr.write(__doc__)
     return 2
+
+
+def ensurepip_wheels(names):
+    """The wheels of `names` that ensurepip installs, where this interpreter keeps them
+    (ensurepip's _bundled folder, or the distribution's: Debian's /usr/share/python-wheels);
+    [] when not all are there."""
+    import glob
+    import sysconfig
+    try:
+        import ensurepip
+    except ImportError:
+        return []
+    for folder in (os.path.join(os.path.dirname(ensurepip.__file__), "_bundled"),
+                   sysconfig.get_config_var("WHEEL_PKG_DIR") or "", "/usr/share/python-wheels"):
+        found = [sorted(glob.glob(os.path.join(folder, n + "-*.whl")))[-1:] for n in names]
+        if folder and all(found):
+            return [f[0] for f in found]
+    return []
+
+
+def compare(old_path, new):
+    """0 when the key file at `old_path` holds the key `new` (its backend line aside); else
+    1, printing why not."""
+    try:
+        with open(old_path) as f:
+            old = f.read(1 << 20).splitlines()
+    except FileNotFoundError:
+        print("it has no key file (its fill did not finish, or the key was removed)")
+        return 1
+    except (OSError, UnicodeDecodeError) as e:
+        print("its key file cannot be read ({})".format(getattr(e, "strerror", None) or e))
+        return 1
+    why = why_different([line for line in old if not line.startswith(BACKEND)], new)
+    if why:
+        print(why)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
