@@ -36,15 +36,15 @@ def _fill(venv: Path, key: str = "k") -> None:
 
 def test_a_succeeded_builds_environment_comes_back_the_next_night(tmp_path: Path) -> None:
     slot = _slot(tmp_path)
-    keeper = buildenv.Keeper(True)
-    job = keeper.attach(_job(slot, "b"))
+    keeper = buildenv.Keeper()
+    job = keeper.attach(_job(slot, "b"), enabled=True)
     assert job.env == {buildenv.REUSE_ENV: "1"}
     _fill(job.work_dir / "build-venv")
     keeper.release(job, succeeded=True)
     assert (slot / "envs" / "b" / "build-venv" / ".nightly-env-key").read_text() == "k"
     # The next night: its folder is new; the environment is moved back into it.
     shutil.rmtree(slot / "work")
-    again = keeper.attach(_job(slot, "b"))
+    again = keeper.attach(_job(slot, "b"), enabled=True)
     assert (again.work_dir / "build-venv" / ".nightly-env-key").read_text() == "k"
     assert not (slot / "envs" / "b" / "build-venv").exists()
 
@@ -65,12 +65,12 @@ def test_one_build_id_is_never_used_by_two_builds_at_once(tmp_path: Path) -> Non
 
 def test_a_failed_or_unkeyed_environment_is_not_kept(tmp_path: Path) -> None:
     slot = _slot(tmp_path)
-    keeper = buildenv.Keeper(True)
-    job = keeper.attach(_job(slot, "b"))
+    keeper = buildenv.Keeper()
+    job = keeper.attach(_job(slot, "b"), enabled=True)
     _fill(job.work_dir / "build-venv")
     keeper.release(job, succeeded=False)
     assert not (slot / "envs" / "b" / "build-venv").exists()
-    job2 = keeper.attach(_job(slot, "c"))
+    job2 = keeper.attach(_job(slot, "c"), enabled=True)
     (job2.work_dir / "build-venv" / "bin").mkdir(parents=True)  # filled, its key never written
     keeper.release(job2, succeeded=True)
     assert not (slot / "envs" / "c" / "build-venv").exists()
@@ -78,13 +78,13 @@ def test_a_failed_or_unkeyed_environment_is_not_kept(tmp_path: Path) -> None:
 
 def test_outside_a_slot_or_switched_off_nothing_is_kept(tmp_path: Path) -> None:
     slot = _slot(tmp_path)
-    assert buildenv.Keeper(False).attach(_job(slot, "b")).env == {}
+    assert buildenv.Keeper().attach(_job(slot, "b"), enabled=False).env == {}
     day = tmp_path / "day" / "work" / "b" / "scratch"
     day.mkdir(parents=True)
     job = Job(build_id="b", package="manywheel", python="3.12", cuda="cpu", env={},
               recipes_dir=slot, source_dir=slot, output_dir=day.parent / "out", work_dir=day,
               timeout_s=60)
-    assert buildenv.Keeper(True).attach(job).env == {}
+    assert buildenv.Keeper().attach(job, enabled=True).env == {}
 
 
 def test_the_config_keys_parse_and_refuse_what_they_do_not_know(

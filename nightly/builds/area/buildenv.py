@@ -91,18 +91,17 @@ def put_back(kept: Kept, work_dir: Path, *, succeeded: bool) -> None:
 
 
 class Keeper:
-    """The runner's kept environments (`enabled`: [build] reuse_env; builds outside a slot
-    always make a fresh one)."""
+    """The runner's kept environments (builds outside a slot always make a fresh one)."""
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+    def __init__(self) -> None:
         self._kept: dict[str, Kept] = {}
         self._lock = threading.Lock()  # builds of several queues start and end at once
 
-    def attach(self, job: Job) -> Job:
+    def attach(self, job: Job, *, enabled: bool) -> Job:
         """The build's environment of an earlier night put into its (fresh) WORK_DIR and
-        locked until `release`; the job told so (REUSE_ENV) for the recipe to check it."""
-        if not self.enabled or not in_slot(job.work_dir.parent):
+        locked until `release`; the job told so (REUSE_ENV) for the recipe to check it.
+        `enabled`: [build] reuse_env."""
+        if not enabled or not in_slot(job.work_dir.parent):
             return job
         self.release(job, succeeded=False)  # an earlier attempt's, if any
         kept = take(job.work_dir.parent.parent.parent, job.build_id, job.work_dir)

@@ -100,7 +100,7 @@ class Runner:
         self.by_arch = dict(by_arch or {})
         self.on_event = on_event or (lambda kind, info: None)
         self.cancel = cancel or threading.Event()
-        self._envs = buildenv.Keeper(ctx.config.build.reuse_env)
+        self._envs = buildenv.Keeper()
 
     def executor_of(self, build: Build) -> Executor:
         return self.by_arch[build.target_arch][0] if build.target_arch in self.by_arch else self.executor
@@ -240,7 +240,7 @@ class Runner:
             remove_tree(d, before_retry=reap)
         job.output_dir.mkdir(parents=True)
         job.work_dir.mkdir(parents=True)
-        job = self._envs.attach(job)  # the build environment of an earlier night, in a slot
+        job = self._envs.attach(job, enabled=ctx.config.build.reuse_env)  # an earlier night's env
         settings = compiler_cache.settings_of(ctx.config)
         if ctx.area is not None:
             settings = ctx.area.cache_settings(settings)
