@@ -34,8 +34,9 @@ setup_build_venv() {
         export PIP_NO_INDEX=1 PIP_FIND_LINKS="$NIGHTLY_WHEELHOUSE"
         log "build requirements from the wheelhouse $NIGHTLY_WHEELHOUSE (no index)"
     fi
-    INSTALLER=pip UV_ARGS=() UV_ENV=() BUILD_ENV_KEY="" BUILD_ENV_REUSED=0
-    if build_isolated && "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 7))' 2>/dev/null; then
+    INSTALLER=pip UV_ARGS=() UV_ENV=() BUILD_ENV_KEY="" BUILD_ENV_REUSED=0 FRONTEND=pip FRONTEND_WHY=""
+    PYTHON_MINOR="$("$PYTHON" -c 'import sys; print(sys.version_info[0] * 100 + sys.version_info[1])' 2>/dev/null)" || PYTHON_MINOR=0
+    if build_isolated && ((PYTHON_MINOR >= 307)); then
         choose_installer
         kept_build_venv "$src" "$venv" && BUILD_ENV_REUSED=1
     fi
@@ -77,6 +78,14 @@ setup_build_venv() {
         why="$(cd "$src" && "$BUILD_PYTHON" "$NIGHTLY_RECIPES_COMMON/buildreqs.py" check "$src" 2>&1)" ||
             { printf '%s\n' "$why" >&2; die "build requirements not met without isolation (list above)"; }
         log "$why"
+        # The image's own pypa/build, where it has one (nothing is installed into its site).
+        # From the empty folder build_wheel starts it in (a project's build.py is not it).
+        mkdir -p "$WORK_DIR/frontend-cwd"
+        if (cd "$WORK_DIR/frontend-cwd" && "$BUILD_PYTHON" -c 'from build import ProjectBuilder') >/dev/null 2>&1; then
+            FRONTEND=build
+        else
+            FRONTEND_WHY="$BUILD_PYTHON has no pypa/build (the build runs without isolation on the image's own packages)"
+        fi
     else
         warn "$BUILD_PYTHON is older than 3.8: its build requirements are not checked before the build"
     fi
@@ -157,6 +166,7 @@ kept_build_venv() {
     [[ "$INSTALLER" == uv ]] && installer="uv $("$NIGHTLY_UV" --version 2>/dev/null)"
     build_requirements list 2>/dev/null || return 1
     [[ -n "${NIGHTLY_CROSS_PYTHON:-}" ]] && reqs+=(wheel)
+    frontend_wanted && reqs+=(build)
     BUILD_ENV_KEY="$WORK_DIR/build-env-key"
     why="$("$PYTHON" "$NIGHTLY_RECIPES_COMMON/envkey.py" check "$venv/$BUILD_ENV_KEY_FILE" "$BUILD_ENV_KEY" \
         "$PYTHON" "$installer" ${reqs[@]+"${reqs[@]}"} 2>&1)"
@@ -220,15 +230,18 @@ build_requirements() {
 # into the build venv. uv reads no configuration of its own (--no-config: pip's is handed on
 # in UV_ARGS) and copies files from its cache (never a hard link into it).
 install_build_requirements() {
+    install_requirements || die "installing $1 failed ($INSTALLER, output above)"
+}
+
+# install_requirements : install_build_requirements without dying: fails as the installer does.
+install_requirements() {
     ((${#reqs[@]})) || return 0
     if [[ "$INSTALLER" == uv ]]; then
         ${plain[@]+"${plain[@]}"} env ${UV_ENV[@]+"${UV_ENV[@]}"} "$NIGHTLY_UV" pip install --no-config -q \
-            --python "$BUILD_PYTHON" --link-mode copy ${UV_ARGS[@]+"${UV_ARGS[@]}"} "${reqs[@]}" >&2 ||
-            die "installing $1 failed (uv, output above)"
-        return 0
+            --python "$BUILD_PYTHON" --link-mode copy ${UV_ARGS[@]+"${UV_ARGS[@]}"} "${reqs[@]}" >&2
+        return
     fi
-    ${plain[@]+"${plain[@]}"} "$BUILD_PIP" install -q "${reqs[@]}" >&2 ||
-        die "installing $1 failed (output above)"
+    ${plain[@]+"${plain[@]}"} "$BUILD_PIP" install -q "${reqs[@]}" >&2
 }
 
 # stable_build_requirements SRC SOURCE : an isolated build whose build requirements pip
@@ -260,7 +273,19 @@ stable_build_requirements() {
     else
         log "isolated build: build requirements from $source into $(dirname "$(dirname "$BUILD_PYTHON")"), a path the same every night (compiler cache): ${reqs[*]:-}"
     fi
-    ((BUILD_ENV_REUSED)) || install_build_requirements "the build requirements"
+    if ((!BUILD_ENV_REUSED)); then
+        # pypa/build, the wheel's front end, goes in with them (one resolve); where it cannot
+        # be had (a wheelhouse without it, a conflict) the requirements go in alone, and pip
+        # builds the wheel.
+        local -a static=(${reqs[@]+"${reqs[@]}"})
+        frontend_wanted && reqs+=(build)
+        if ! install_requirements; then
+            ((${#reqs[@]} > ${#static[@]})) || die "installing the build requirements failed (output above)"
+            log "pypa/build could not be installed with the build requirements from $source (output above): the requirements alone"
+            reqs=(${static[@]+"${static[@]}"})
+            install_build_requirements "the build requirements"
+        fi
+    fi
     # The hooks run in the build venv (the static requirements there), called from hooks_python.
     build_requirements dynamic "$BUILD_PYTHON" || die "the build backend failed in get_requires_for_build_wheel (output above)"
     ((${#reqs[@]} == 0)) || log "the build backend asks for: ${reqs[*]}"
@@ -279,6 +304,13 @@ stable_build_requirements() {
     fi
     PATH="$(dirname "$BUILD_PYTHON"):$PATH"
     export PATH
+    if ! frontend_wanted; then
+        FRONTEND_WHY="$FRONTEND_WHY_NOT"
+    elif venv_has build "$venv"; then
+        FRONTEND=build
+    else
+        FRONTEND_WHY="pypa/build is not in the build environment: it could not be installed from $source"
+    fi
     backend="$(cd "$src" && "$hooks_python" "$NIGHTLY_RECIPES_COMMON/buildreqs.py" backend "$src" 2>/dev/null)" || backend=""
     case "$backend" in
         scikit_build_core.*) export SKBUILD_BUILD_DIR="${SKBUILD_BUILD_DIR:-$WORK_DIR/backend-build}" ;;
@@ -287,18 +319,61 @@ stable_build_requirements() {
     NIGHTLY_BUILD_ISOLATION=0
 }
 
-# build_wheel SRC DIST : builds SRC into a wheel in DIST through pip's PEP 517 front end
-# (isolated unless NIGHTLY_BUILD_ISOLATION=0); prints its path.
+# frontend_wanted : true when pypa/build should build the wheel of this isolated build
+# (installed into the build venv with its requirements, and part of its key); else
+# FRONTEND_WHY_NOT says why pip does: Python before 3.8 (build's own floor), or a cross
+# build (whose front end runs beside the target's sysconfigdata: pip's, as before).
+frontend_wanted() {
+    FRONTEND_WHY_NOT=""
+    if ((${PYTHON_MINOR:-0} < 308)); then
+        FRONTEND_WHY_NOT="$PYTHON is older than 3.8, which pypa/build needs"
+    elif [[ -n "${NIGHTLY_CROSS_PYTHON:-}" ]]; then
+        FRONTEND_WHY_NOT="a cross build"
+    fi
+    [[ -z "$FRONTEND_WHY_NOT" ]]
+}
+
+# venv_has NAME VENV : true when distribution NAME is installed in VENV (by its files: a
+# Python started to ask costs a tenth of a second).
+venv_has() {
+    local found=()
+    shopt -s nullglob
+    found=("$2"/lib/python*/site-packages/"$1"-[0-9]*.dist-info)
+    shopt -u nullglob
+    ((${#found[@]}))
+}
+
+# build_wheel SRC DIST : builds SRC into a wheel in DIST; prints its path. The front end is
+# pypa/build where the build environment is already filled (no isolation) and has it
+# (FRONTEND=build): the backend's build_wheel hook alone, no pip start, no metadata step
+# (prepare_metadata_for_build_wheel), and no second get_requires_for_build_wheel
+# (--skip-dependency-check: stable_build_requirements asked it and installed the answer).
+# Else pip's (isolated unless NIGHTLY_BUILD_ISOLATION=0). One log line says which ran.
 build_wheel() {
-    local src="$1" dist="$2" wheels=() args
+    local src="$1" dist="$2" wheels=() args setting
     mkdir -p "$dist"
-    if [[ -n "$BUILD_PIP" ]]; then
+    if [[ "$FRONTEND" == build ]] && ! build_isolated; then
+        log "front end: pypa/build ($BUILD_PYTHON -m build --wheel --no-isolation --skip-dependency-check)" >&2
+        args=(-m build --wheel --no-isolation --skip-dependency-check --outdir "$dist")
+        for setting in ${BUILD_CONFIG_SETTINGS[@]+"${BUILD_CONFIG_SETTINGS[@]}"}; do
+            args+=("--config-setting=${setting#--config-settings=}")
+        done
+        # Started from an empty folder: `-m build` imports from the current one first, and a
+        # project's own build.py (poetry's build script) must not be taken for the front end.
+        # The hooks run in SRC all the same (pyproject_hooks). build prints its progress on
+        # stdout: stdout here is the wheel's path alone.
+        mkdir -p "$WORK_DIR/frontend-cwd"
+        (cd "$WORK_DIR/frontend-cwd" && "$BUILD_PYTHON" "${args[@]}" "$src") >&2 ||
+            die "building the wheel failed (pypa/build, output above)"
+    elif [[ -n "$BUILD_PIP" ]]; then
+        log "front end: pip wheel (${FRONTEND_WHY:-an isolated build: pip installs the build requirements})" >&2
         args=(wheel --no-deps -w "$dist" -v)
         build_isolated || args+=(--no-build-isolation --no-index)
         args+=(${BUILD_CONFIG_SETTINGS[@]+"${BUILD_CONFIG_SETTINGS[@]}"})
         (cd "$src" && "$BUILD_PIP" "${args[@]}" .) >&2 ||
             die "building the wheel failed (pip wheel, output above)"
     else
+        log "front end: setup.py bdist_wheel ($PYTHON has no pip)" >&2
         (cd "$src" && "$BUILD_PYTHON" setup.py bdist_wheel -d "$dist") >&2 ||
             die "building the wheel failed (setup.py bdist_wheel, output above)"
     fi

@@ -7,7 +7,9 @@ project built by the real manywheel recipe on this machine,
 - a tampered or missing key rebuilds it;
 - two builds of one night running at once (two queues) each use an environment of their own,
   and each is kept for its own build id;
-- the log says which installer filled it (uv here: nightly's own, beside its Python).
+- the log says which installer filled it (uv here: nightly's own, beside its Python);
+- pypa/build is the wheel's front end there (part of the key), the backend asked for its
+  requirements once and never for metadata.
 """
 
 from __future__ import annotations
@@ -62,13 +64,15 @@ def test_a_kept_environment_is_reused_and_rebuilt_when_its_key_changes(
     first = _night(tmp_path, run_cli, config, "2030_01_01")[BUILD]
     assert _lines(first, "build environment: none kept from an earlier night"), first
     assert _lines(first, "installer: uv ("), first  # which installer ran: one line
+    assert len(_lines(first, "front end: pypa/build (")) == 1, first  # and which front end
     key = (kept / ".nightly-env-key").read_text()
-    assert "build requirements: setuptools>=40.8 wheel" in key
+    assert "build requirements: setuptools>=40.8 wheel build\n" in key
     assert not (stable / "work" / BUILD).exists()  # only the environment was kept aside
 
     second = _night(tmp_path, run_cli, config, "2030_01_02")[BUILD]
     assert _lines(second, f"build environment: reused {venv}"), second
     assert not _lines(second, "rebuilt")
+    assert _lines(second, "front end: pypa/build ("), second
     assert "smoke: passed" in second
     assert (kept / ".nightly-env-key").read_text() == key
 
@@ -78,8 +82,8 @@ def test_a_kept_environment_is_reused_and_rebuilt_when_its_key_changes(
         'build-backend = "setuptools.build_meta"\n')
     third = _night(tmp_path, run_cli, config, "2030_01_03")[BUILD]
     assert _lines(third, f"build environment {venv} rebuilt: its build requirements changed "
-                         "(setuptools>=40.8 wheel -> setuptools>=40.8 wheel>=0.30)"), third
-    assert "build requirements: setuptools>=40.8 wheel>=0.30" in (
+                         "(setuptools>=40.8 wheel build -> setuptools>=40.8 wheel>=0.30 build)"), third
+    assert "build requirements: setuptools>=40.8 wheel>=0.30 build" in (
         kept / ".nightly-env-key").read_text()
 
     # A key file someone edited: rebuilt, naming what differs.
@@ -125,3 +129,72 @@ def test_two_builds_running_at_once_never_share_an_environment(
         assert used[builds[0]] != used[builds[1]]
     kept = [os.stat(stable / "envs" / bid / "build-venv").st_ino for bid in builds]
     assert kept[0] != kept[1]
+
+
+COUNTING_BACKEND = """from setuptools import build_meta as _b
+from setuptools.build_meta import *  # noqa: F401,F403
+
+
+def _note(name):
+    with open({log!r}, "a") as f:
+        f.write(name + "\\n")
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    _note("get_requires_for_build_wheel")
+    return _b.get_requires_for_build_wheel(config_settings)
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    _note("prepare_metadata_for_build_wheel")
+    return _b.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    _note("build_wheel")
+    return _b.build_wheel(wheel_directory, config_settings, metadata_directory)
+"""
+
+
+def test_pypa_build_builds_the_wheel_asking_the_backend_once(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """The filled build environment's wheel is built by pypa/build: the backend's hooks as
+    the night calls them (an in-tree backend that notes each call) are one
+    get_requires_for_build_wheel (nightly's own, whose answer fills the environment) and one
+    build_wheel; pip's front end added prepare_metadata_for_build_wheel (its egg_info)."""
+    src = tmp_path / "ctiny"
+    write_project(src)
+    calls = tmp_path / "hooks.log"
+    (src / "_backend").mkdir()
+    (src / "_backend" / "counting.py").write_text(COUNTING_BACKEND.format(log=str(calls)))
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=40.8", "wheel"]\n'
+        'build-backend = "counting"\nbackend-path = ["_backend"]\n')
+    config = ctiny_config(tmp_path, src, machine=LOCAL_QUEUES.format(queues=1, user=ROOT_OPT_IN),
+                          smoke="assert ctiny.total(2) == 26", cache="enabled = false")
+    for date in ("2030_01_01", "2030_01_02"):  # filled, then kept
+        log = _night(tmp_path, run_cli, config, date)[BUILD]
+        assert _lines(log, "front end: pypa/build ("), log
+        assert not _lines(log, "front end: pip wheel"), log
+        assert "smoke: passed" in log
+        assert calls.read_text().split() == ["get_requires_for_build_wheel", "build_wheel"], log
+        calls.unlink()
+
+
+def test_pip_builds_the_wheel_where_pypa_build_cannot_be_had(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """The night's wheelhouse holds the build requirements alone (no index): pypa/build
+    cannot be installed, so the requirements go in without it and pip's front end builds the
+    wheel, one log line saying so and why."""
+    src = tmp_path / "ctiny"
+    write_project(src)
+    config = ctiny_config(tmp_path, src, machine=LOCAL_QUEUES.format(queues=1, user=ROOT_OPT_IN),
+                          smoke="assert ctiny.total(2) == 26", cache="enabled = false",
+                          extra="[build]\nwheelhouse = true\n")
+    log = _night(tmp_path, run_cli, config, "2030_01_01")[BUILD]
+    assert _lines(log, "pypa/build could not be installed with the build requirements"), log
+    assert _lines(log, "front end: pip wheel (pypa/build is not in the build environment"), log
+    assert not _lines(log, "front end: pypa/build"), log
+    assert "smoke: passed" in log
