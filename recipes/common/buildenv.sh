@@ -88,6 +88,7 @@ setup_build_venv() {
         fi
     else
         warn "$BUILD_PYTHON is older than 3.8: its build requirements are not checked before the build"
+        FRONTEND_WHY="$BUILD_PYTHON is older than 3.8, which pypa/build needs"
     fi
 }
 
