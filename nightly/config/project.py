@@ -72,6 +72,8 @@ def parse_build(top: Table, ctx: Ctx) -> BuildSettings:
         find_links=tuple(bu.str_list("find_links")),
         wheelhouse=bu.bool("wheelhouse"),
         check_reproducible=bu.choice("check_reproducible", ("none", "sample", "all")),
+        reuse_env=bu.bool("reuse_env"),
+        installer=bu.choice("installer", ("auto", "pip")),
     )
     bu.finish()
     if settings.wheelhouse and not settings.isolation:

@@ -53,6 +53,12 @@ class BuildSettings:
     # Build twice and compare (nightly.builds.repro.check): none, sample (one build per package
     # type), all.
     check_reproducible: str = "none"
+    # Keep each build's environment between nights in the stable build folder, checked
+    # against its key (nightly.builds.area.buildenv); false: a fresh one every build.
+    reuse_env: bool = True
+    # What creates environments and installs into them: "auto" (uv where found and pip's
+    # configuration can be handed to it, else pip) or "pip".
+    installer: str = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -169,16 +169,22 @@ class LocalExecutor(Executor):
             # Keep pip's download cache between builds (it holds no credentials).
             PIP_CACHE_DIR=self._pip_cache(job),
             PIP_DISABLE_PIP_VERSION_CHECK="1",
+            UV_CACHE_DIR=self._pip_cache(job, "uv"),
         )
+        # uv, installed with nightly (a static binary beside its Python, staged with it for a
+        # build user): the recipes fill environments with it, pip where it is missing.
+        uv = Path(nightly_python).parent / "uv"
+        if os.access(uv, os.X_OK):
+            env["NIGHTLY_UV"] = str(uv)
         if job.cache is not None:
             env.update(job.cache.env(container=False))
         return env
 
-    def _pip_cache(self, job: Job) -> str:
+    def _pip_cache(self, job: Job, tool: str = "pip") -> str:
         if self.user is not None:  # nightly's own cache is not the build user's to write
-            return str(Path(self.user.home) / ".cache" / "pip") if _owned(
-                self.user.home, self.user.uid) else str(job.work_dir / "pip-cache")
-        return self.base_env.get("PIP_CACHE_DIR", os.path.expanduser("~/.cache/pip"))
+            return str(Path(self.user.home) / ".cache" / tool) if _owned(
+                self.user.home, self.user.uid) else str(job.work_dir / f"{tool}-cache")
+        return self.base_env.get(f"{tool.upper()}_CACHE_DIR", os.path.expanduser(f"~/.cache/{tool}"))
 
     def describe(self, job: Job) -> dict[str, object]:
         problem = None

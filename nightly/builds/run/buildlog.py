@@ -23,12 +23,13 @@ _PACKAGE_LINE = re.compile(r"^  (.+)  (\d+) bytes  sha256 ([0-9a-f]{64})$")
 
 
 # What a failing step (CMake, a compiler, the linker, a build backend) says the cause is, and
-# pip's own frame around a failed build, which says nothing of it.
+# pip's (or pypa/build's) own frame around a failed build, which says nothing of it.
 _CAUSE = re.compile(r"CMake Error|\berror\b|Error:|fatal|No CMAKE_\w+_COMPILER|undefined "
                     r"reference|cannot find -l|\*\*\* ", re.IGNORECASE)
 _NOISE = re.compile(r"subprocess-exited-with-error|[Ff]ailed building wheel|Could not build "
                     r"wheels|failed-wheel-build|metadata-generation-failed|finished with status "
-                    r"'error'|This error originates|^note:|^hint:|^[\u2502\u2570\u00d7]")
+                    r"'error'|This error originates|^note:|^hint:|^[\u2502\u2570\u00d7]|"
+                    r"^ERROR Backend (?:subprocess exited|operation failed)")  # pypa/build's frame
 # A recipe's own ERROR line ([manywheel] ERROR: ...); another tool's (meson's `ERROR:`) is a
 # cause of it.
 _RECIPE_ERROR = re.compile(r"^\[[\w.+-]+\] ERROR:")

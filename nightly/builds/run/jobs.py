@@ -86,6 +86,7 @@ def build_env(config: Config) -> dict[str, str]:
     env = {
         "NIGHTLY_VERSION_FROM": config.project.version_from,
         "NIGHTLY_BUILD_ISOLATION": "1" if b.isolation else "0",
+        "NIGHTLY_INSTALLER": b.installer,  # uv where found, or pip (recipes/common/envkey.py)
     }
     if b.index_url:
         env["PIP_INDEX_URL"] = b.index_url

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from nightly.builds.area import slot, userarea
+from nightly.builds.area import buildenv, slot, userarea
 from nightly.builds.area.ownership import NotOurs, check_owned, outputs, owned_names
 from nightly.builds.cache import wiring as compiler_cache
 from nightly.builds.repro import check as repro_check
@@ -102,14 +102,13 @@ class Runner:
         self.on_event = on_event or (lambda kind, info: None)
         self.cancel = cancel or threading.Event()
         self._sweeper: Sweeper | None = None  # while run_queues runs
+        self._envs = buildenv.Keeper()
 
     def executor_of(self, build: Build) -> Executor:
-        return self.by_arch[build.target_arch][0] if build.target_arch in self.by_arch \
-            else self.executor
+        return self.by_arch[build.target_arch][0] if build.target_arch in self.by_arch else self.executor
 
     def _smoke_of(self, build: Build) -> SmokeHook | None:
-        return self.by_arch[build.target_arch][1] if build.target_arch in self.by_arch \
-            else self.smoke
+        return self.by_arch[build.target_arch][1] if build.target_arch in self.by_arch else self.smoke
 
     # ------------------------------------------------------------------ one build
 
@@ -143,7 +142,6 @@ class Runner:
             # Every configured credential is masked wherever the build prints it.
             secrets = (*secret_values(ctx.config), *compiler_cache.credential_values(job))
             masker = Masker(secrets)
-
             errors = ErrorLine()
 
             def sink(chunk: bytes) -> None:
@@ -202,6 +200,7 @@ class Runner:
                 failed_status=failed_status, infra=result.infra,
                 exit_status=result.exit_status, duration_s=round(duration, 3),
             )
+        self._envs.release(job, succeeded=entry.status == SUCCEEDED)  # before its folder goes
         self._tidy(job, executor, keep=entry.status != SUCCEEDED and not result.interrupted)
         self.on_event("end", {"build": build.id, "status": entry.status, "reason": entry.reason,
                               "duration_s": duration, "queue": queue})
@@ -240,6 +239,7 @@ class Runner:
             remove_tree(d, before_retry=reap)
         job.output_dir.mkdir(parents=True)
         job.work_dir.mkdir(parents=True)
+        job = self._envs.attach(job, enabled=ctx.config.build.reuse_env)  # an earlier night's env
         settings = compiler_cache.settings_of(ctx.config)
         if ctx.area is not None:
             settings = ctx.area.cache_settings(settings)

@@ -34,9 +34,14 @@ fresh_venv() {
     vpy="$work/target-python"
     return 0
   fi
-  echo "$who: fresh virtual environment with $py on $(hostname)"
-  "$py" -m venv "$work/venv"
   vpy="$work/venv/bin/python"
+  if uv_venv "$who" "$py" "$work/venv"; then
+    :
+  else
+    echo "$who: fresh virtual environment with $py on $(hostname) (python -m venv, pip)"
+    rm -rf "$work/venv"
+    "$py" -m venv "$work/venv"
+  fi
   if [ "${SMOKE_DEPENDENCIES:-none}" = index ]; then
     # The wheel from its file (a direct requirement: never looked up on an index), its
     # runtime dependencies from the configured indexes ([smoke] dependencies = "index").
@@ -58,9 +63,53 @@ fresh_venv() {
       fi
       exit 1
     fi
+  elif [ -n "$smoke_uv" ]; then
+    "$smoke_uv" pip install --no-config --quiet --python "$vpy" --link-mode copy --no-index --no-deps \
+      "$SOURCE_DIR"/*.whl
   else
     "$vpy" -m pip install --quiet --no-index --no-deps "$SOURCE_DIR"/*.whl
   fi
+}
+
+# uv_venv WHO PY VENV : a fresh VENV of PY made by uv (NIGHTLY_UV, nightly's), with what
+# `python -m venv` would put there (ensurepip's own wheels of the interpreter, installed
+# offline): the same clean environment in a fraction of the time (ensurepip costs seconds).
+# Sets smoke_uv; false (nothing made) where uv is missing, [build] installer = "pip", the
+# interpreter predates 3.8 or uv fails: python -m venv then.
+uv_venv() {
+  local who=$1 py=$2 venv=$3 wheels
+  smoke_uv=""
+  [ -n "${NIGHTLY_UV:-}" ] && [ -x "$NIGHTLY_UV" ] && [ "${NIGHTLY_INSTALLER:-auto}" != pip ] || return 1
+  wheels=$("$py" - 2>/dev/null <<'PY'
+# The wheels ensurepip installs (pip; setuptools before 3.12), where it keeps them: its
+# _bundled folder, or the distribution's (Debian: WHEEL_PKG_DIR, /usr/share/python-wheels).
+import glob, os, sys, sysconfig
+if sys.version_info < (3, 8):
+    sys.exit(1)
+import ensurepip
+names = ["pip"] + (["setuptools"] if sys.version_info < (3, 12) else [])
+for folder in (os.path.join(os.path.dirname(ensurepip.__file__), "_bundled"),
+               sysconfig.get_config_var("WHEEL_PKG_DIR") or "", "/usr/share/python-wheels"):
+    found = [sorted(glob.glob(os.path.join(folder, n + "-*.whl")))[-1:] for n in names]
+    if folder and all(found):
+        print("\n".join(f[0] for f in found))
+        sys.exit(0)
+sys.exit(1)
+PY
+) || return 1
+  local IFS='
+'
+  # shellcheck disable=SC2086 # one wheel a line: split on newlines only
+  set -- $wheels
+  unset IFS
+  echo "$who: fresh virtual environment with $py on $(hostname) (uv $NIGHTLY_UV)"
+  if "$NIGHTLY_UV" venv --no-config --quiet --python "$py" "$venv" &&
+     "$NIGHTLY_UV" pip install --no-config --quiet --python "$venv/bin/python" --link-mode copy --no-index "$@"; then
+    smoke_uv=$NIGHTLY_UV
+    return 0
+  fi
+  echo "$who: uv could not make the environment: python -m venv instead"
+  return 1
 }
 
 # gil_check PY MODULE : for a free-threaded build (DESIRED_PYTHON 3.14t), PY must run MODULE
