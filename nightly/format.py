@@ -114,11 +114,26 @@ class ShownStderr(logging.Handler):
     and servers' words. Writes to sys.stderr as it is when it writes (a caller may swap it)."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self._handled_elsewhere(record.name):
+            return
         try:
             sys.stderr.write(shown(self.format(record)) + "\n")
             sys.stderr.flush()
         except Exception:  # logging's own rule: a handler never raises
             self.handleError(record)
+
+    def _handled_elsewhere(self, name: str) -> bool:
+        """Whether a logger on the record's way up to the root has a handler: then Python's
+        last resort would not have written it, and neither does this one. (urllib3 gives its
+        logger a NullHandler: its retry chatter is for those who ask, not for the terminal.)"""
+        logger: logging.Logger | None = logging.getLogger(name)
+        while logger is not None and logger is not logging.root:  # the root's: ours
+            if logger.handlers:
+                return True
+            if not logger.propagate:
+                return False
+            logger = logger.parent
+        return False
 
 
 def log_to_stderr() -> None:

@@ -75,6 +75,7 @@ class GpuStage:
         self.awaiting: dict[str, AttemptResult] = {}  # build -> its result, until tested
         self.current: dict[str, WorkerEvent] = {}  # build -> its test's latest start
         self.gpu_workers: set[str] = set()  # the night's GPU workers (its cost)
+        self._state: State | None = None  # where they are recorded (the night's, once seen)
 
     def begin(self, workers: Mapping[str, Mapping[str, object]], state: State) -> None:
         """Say what gpu_smoke means now (one line in the master log), and who the GPU
@@ -88,6 +89,7 @@ class GpuStage:
     def see_workers(self, workers: Mapping[str, Mapping[str, Any]], state: State) -> set[str]:
         """The GPU workers among `workers`; the night's list of them (state.json's meta
         `gpu_workers`: its cost, GPU-host seconds building vs testing) grows with them."""
+        self._state = state
         gpus = {a for a, w in workers.items() if GPU in (w.get("resources") or {})}
         if not gpus <= self.gpu_workers:
             for address in sorted(gpus - self.gpu_workers):
@@ -173,6 +175,12 @@ class GpuStage:
                       f"a result (its worker was lost); run again on {who(ev)}")
             self.collector.record_lost(ev.build, cur, ev.started or time.time(), stage=LOST_GPU_TEST)
         self.current[ev.build] = ev
+        if ev.worker and ev.worker not in self.gpu_workers:
+            # A worker that joined since the last tick and took a test at once is one of the
+            # night's GPU workers too (its cost), even if the night ends before the next tick.
+            self.gpu_workers.add(ev.worker)
+            if self._state is not None:
+                self._state.set_meta(gpu_workers=sorted(self.gpu_workers))
         self.note(f"test   {ev.build} on {ev.worker_name} ({ev.worker}): the GPU part")
 
     def on_result(self, item: TaskItem, returned: object) -> None:

@@ -87,8 +87,8 @@ def test_a_fortran_lapack_project_goes_from_init_to_a_portable_wheel(
     # What compiled it is recorded: the builder image's own gcc and gfortran (no sysroot).
     record = json.loads((day / "state.json").read_text())["builds"][BUILD]["manylinux"]
     assert (record["policy"], record["toolchain"]) == ("2_31", "image"), record
-    code, out, err = run_nightly(["status", "--config", str(config), "--date", DATE], env=env,
-                                 cwd=tmp_path)
+    code, out, err = run_nightly(["status", "--config", str(config), "--date", DATE],
+                                 env={**env, "COLUMNS": "250"}, cwd=tmp_path)  # no cell folded
     assert "policy 2_31: manylinux_2_31, toolchain image" in out, out
     libs = {n.split("/")[1].split("-")[0] for n in zipfile.ZipFile(wheel).namelist()
             if n.startswith("flsolve.libs/")}

@@ -104,3 +104,21 @@ def test_warnings_and_log_records_on_stderr_are_shown_as_data(
     assert "pwned" not in err
     assert err.splitlines() == ["warning: key \\u202ebackwards",
                                 "s3://b/key \\u202ebackwards is unreadable"]
+
+
+def test_a_library_that_gives_its_logger_a_handler_is_not_written_on_stderr(
+    capsys: pytest.CaptureFixture[str], stderr_logging: None,
+) -> None:
+    """urllib3 gives its logger a NullHandler, so Python's last resort never wrote its retry
+    warnings ("Retrying (...) after connection broken by ReadTimeoutError"): nightly's
+    handler leaves them out too, and still writes a library's record that has none."""
+    chatty = logging.getLogger("nightly_test_lib_with_handler")
+    null = logging.NullHandler()
+    chatty.addHandler(null)
+    try:
+        log_to_stderr()
+        logging.getLogger("nightly_test_lib_with_handler.connectionpool").warning("Retrying")
+        logging.getLogger("nightly_test_lib_without").warning("said once")
+    finally:
+        chatty.removeHandler(null)
+    assert capsys.readouterr().err.splitlines() == ["said once"]
