@@ -35,6 +35,16 @@ user = "{user}"
 """
 
 
+def _ctiny(tmp_path: Path, *, queues: int = 1, extra: str = "") -> tuple[Path, Path]:
+    """(the ctiny project's source, its config): local queues as root, cache off."""
+    src = tmp_path / "ctiny"
+    write_project(src)
+    return src, ctiny_config(tmp_path, src,
+                             machine=LOCAL_QUEUES.format(queues=queues, user=ROOT_OPT_IN),
+                             smoke="assert ctiny.total(2) == 26", cache="enabled = false",
+                             extra=extra)
+
+
 def _night(tmp_path: Path, run_cli: RunCli, config: Path, date: str) -> dict[str, str]:
     """One night; each build's log by build id."""
     code, out, err = run_cli(["run", "--config", str(config), "--date", date, "--no-upload"],
@@ -53,10 +63,7 @@ def _lines(log: str, needle: str) -> list[str]:
 def test_a_kept_environment_is_reused_and_rebuilt_when_its_key_changes(
     tmp_path: Path, run_cli: RunCli
 ) -> None:
-    src = tmp_path / "ctiny"
-    write_project(src)
-    config = ctiny_config(tmp_path, src, machine=LOCAL_QUEUES.format(queues=1, user=ROOT_OPT_IN),
-                          smoke="assert ctiny.total(2) == 26", cache="enabled = false")
+    src, config = _ctiny(tmp_path)
     stable = tmp_path / "nightlies" / ".builds"
     kept = stable / "envs" / BUILD / "build-venv"
     venv = stable / "work" / BUILD / "scratch" / "build-venv"
@@ -102,10 +109,7 @@ def test_a_kept_environment_is_reused_and_rebuilt_when_its_key_changes(
 def test_two_builds_running_at_once_never_share_an_environment(
     tmp_path: Path, run_cli: RunCli
 ) -> None:
-    src = tmp_path / "ctiny"
-    write_project(src)
-    config = ctiny_config(tmp_path, src, machine=LOCAL_QUEUES.format(queues=2, user=ROOT_OPT_IN),
-                          smoke="assert ctiny.total(2) == 26", cache="enabled = false")
+    _, config = _ctiny(tmp_path, queues=2)
     config.write_text(config.read_text().replace('pythons = ["3.11"]', 'pythons = ["3.11", "3.12"]'))
     builds = ("manywheel_3.11_cpu", "manywheel_3.12_cpu")
     stable = tmp_path / "nightlies" / ".builds"
@@ -163,16 +167,13 @@ def test_pypa_build_builds_the_wheel_asking_the_backend_once(
     the night calls them (an in-tree backend that notes each call) are one
     get_requires_for_build_wheel (nightly's own, whose answer fills the environment) and one
     build_wheel; pip's front end added prepare_metadata_for_build_wheel (its egg_info)."""
-    src = tmp_path / "ctiny"
-    write_project(src)
+    src, config = _ctiny(tmp_path)
     calls = tmp_path / "hooks.log"
     (src / "_backend").mkdir()
     (src / "_backend" / "counting.py").write_text(COUNTING_BACKEND.format(log=str(calls)))
     (src / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=40.8", "wheel"]\n'
         'build-backend = "counting"\nbackend-path = ["_backend"]\n')
-    config = ctiny_config(tmp_path, src, machine=LOCAL_QUEUES.format(queues=1, user=ROOT_OPT_IN),
-                          smoke="assert ctiny.total(2) == 26", cache="enabled = false")
     for date in ("2030_01_01", "2030_01_02"):  # filled, then kept
         log = _night(tmp_path, run_cli, config, date)[BUILD]
         assert _lines(log, "front end: pypa/build ("), log
@@ -188,11 +189,7 @@ def test_pip_builds_the_wheel_where_pypa_build_cannot_be_had(
     """The night's wheelhouse holds the build requirements alone (no index): pypa/build
     cannot be installed, so the requirements go in without it and pip's front end builds the
     wheel, one log line saying so and why."""
-    src = tmp_path / "ctiny"
-    write_project(src)
-    config = ctiny_config(tmp_path, src, machine=LOCAL_QUEUES.format(queues=1, user=ROOT_OPT_IN),
-                          smoke="assert ctiny.total(2) == 26", cache="enabled = false",
-                          extra="[build]\nwheelhouse = true\n")
+    _, config = _ctiny(tmp_path, extra="[build]\nwheelhouse = true\n")
     log = _night(tmp_path, run_cli, config, "2030_01_01")[BUILD]
     assert _lines(log, "pypa/build could not be installed with the build requirements"), log
     assert _lines(log, "front end: pip wheel (pypa/build is not in the build environment"), log

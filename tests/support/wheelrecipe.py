@@ -13,16 +13,20 @@ what it returns; `value_smoke(dist, expect)` is the [smoke] table that checks it
 
 from __future__ import annotations
 
+# The wheel's RECORD, from its `files` (both scripts below end with it, then zip them).
+_RECORD = r"""
+record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+          for n, d in files.items()] + [f"{info}/RECORD,,"]
+files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+""".lstrip("\n")
+
 _SCRIPT = r"""import base64, hashlib, sys, zipfile
 out, dist, version = sys.argv[1:4]
 info = f"{dist}-{version}.dist-info"
 files = {f"{dist}/__init__.py": f"__version__ = {version!r}\n".encode(),
          f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
          f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
-          for n, d in files.items()] + [f"{info}/RECORD,,"]
-files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
+""" + _RECORD + r"""with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
     for n, d in files.items():
         z.writestr(zipfile.ZipInfo(n, date_time=(2020, 1, 1, 0, 0, 0)), d)
 """
@@ -48,10 +52,7 @@ files = {f"{dist}/__init__.py": init.encode(),
          f"{dist}/libvalue.so": open("libvalue.so", "rb").read(),
          f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
          f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
-          for n, d in files.items()] + [f"{info}/RECORD,,"]
-files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
+""" + _RECORD + r"""with zipfile.ZipFile(f"{out}/{dist}-{version}-py3-none-any.whl", "w") as z:
     for n, d in files.items():
         z.writestr(n, d)
 """
