@@ -51,9 +51,9 @@ Runs one after another (so they do not compete for the machine), each in its own
               (--quick: Python 3.12 only, the demo only)
   provenance  bench_provenance.py: a night of 8 builds of 32 MB wheels published to a file://
               mirror, with `[provenance] key` against without (--quick: 4 builds, 1 run)
-  procs       bench_procs.py: a package taken back from OUTPUT_DIR as nightly's own file and
-              hashed again before filing, signing and upload, against hash-and-rename; a
-              trivial recipe in its own cgroup against without
+  procs       bench_procs.py: a package taken back from OUTPUT_DIR as nightly's own file
+              (adopted, and copied where a writer holds it), hashed once and filed, against
+              hash-and-rename; a trivial recipe in its own cgroup against without
   history_year bench_history_year.py: a year of nights in the build history (kept whole, and
               pruned to 90 days): open, estimates, failure facts at night 30 and at the end;
               a record with a held connection against one per call

@@ -1,7 +1,8 @@
-"""Taking a finished build's packages back (nightly.builds.run.takeback): nightly's own new files
-in a folder of its own, never the inode the build account wrote (which a process of the
-account may still hold open), read without following a link or waiting on a FIFO, bounded;
-the hash is taken once and checked again before filing, signing and upload."""
+"""Taking a finished build's packages back (nightly.builds.run.takeback): nightly's own files
+in a folder of its own: the inode the build account wrote adopted only where nothing else can
+write it any more (one link, no open writer, made nightly's), else a new file nightly writes;
+read without following a link or waiting on a FIFO, bounded; the hash is taken once and
+checked again by the upload's own read."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import hashlib
 import os
 import re
 import stat
+import struct
 import zipfile
 from pathlib import Path
 
@@ -63,6 +65,50 @@ def test_the_taken_package_is_a_new_file_of_nightlys_that_the_account_cannot_cha
     assert taken.parent != whl.parent
 
 
+def _acl_granting_write(uid: int) -> bytes:
+    """A POSIX access ACL (the kernel's xattr form) that gives user `uid` read and write."""
+    entries = [(0x01, 6, 0xFFFFFFFF), (0x02, 6, uid), (0x04, 4, 0xFFFFFFFF),
+               (0x10, 6, 0xFFFFFFFF), (0x20, 4, 0xFFFFFFFF)]
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+def test_a_package_no_one_else_can_write_is_adopted_made_nightlys_without_a_copy(
+    tmp_path: Path,
+) -> None:
+    folder, whl = _built(tmp_path)
+    os.chmod(whl, 0o4777)
+    os.setxattr(whl, "system.posix_acl_access", _acl_granting_write(65534))
+    was = whl.stat()
+    taken = take_one(whl, taken_folder(folder))
+    st = taken.stat()
+    assert (st.st_dev, st.st_ino) == (was.st_dev, was.st_ino)  # not a byte copied
+    assert not whl.exists()  # the build's name for it is gone: one link, nightly's
+    assert st.st_nlink == 1
+    assert (st.st_uid, st.st_gid) == (os.geteuid(), os.getegid())
+    assert stat.S_IMODE(st.st_mode) == 0o644
+    assert "system.posix_acl_access" not in os.listxattr(taken)
+    assert taken.read_bytes() == b"built bytes" * 1000
+
+
+def test_a_second_link_or_an_open_writer_gets_a_copy(tmp_path: Path) -> None:
+    folder, whl = _built(tmp_path)
+    other = folder / "elsewhere.whl"
+    os.link(whl, other)  # a name the account could still write through
+    taken = take_one(whl, taken_folder(folder))
+    assert taken.stat().st_ino != other.stat().st_ino
+    assert other.stat().st_nlink == 2
+    assert whl.exists()
+    # A descriptor opened for writing after the package was written (passed on, say, to a
+    # process that outlived the build) is found however little it is used.
+    folder, whl = _built(tmp_path / "again")
+    held = os.open(whl, os.O_WRONLY)
+    try:
+        taken = take_one(whl, taken_folder(folder))
+    finally:
+        os.close(held)
+    assert taken.stat().st_ino != whl.stat().st_ino
+
+
 def test_a_link_a_fifo_or_an_oversized_file_is_not_taken(tmp_path: Path) -> None:
     _, whl = _built(tmp_path)
     dest = tmp_path / "dest"
@@ -86,10 +132,11 @@ def test_the_hash_taken_back_is_carried_to_filing_without_reading_the_package_ag
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     folder, whl = _built(tmp_path)
+    built = whl.read_bytes()
     [taken], why = take_build([whl], folder, {}, lambda _line: None)
     assert why is None
-    assert taken == Taken(path=taken.path, sha256=hashlib.sha256(whl.read_bytes()).hexdigest(),
-                          size=whl.stat().st_size)
+    assert taken == Taken(path=taken.path, sha256=hashlib.sha256(built).hexdigest(),
+                          size=len(built))
     day = Day(tmp_path / "root", dt.date(2024, 1, 2))
     day.create()
     state = State(day.state_path)
