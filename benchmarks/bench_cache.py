@@ -8,7 +8,8 @@ which compiles a Python-independent core (C++ files and CUDA kernels, nvcc 13.0)
 static library that a small Python extension links; the libtorch recipe packages the same
 CMake project as a C++ zip. Every night is a real `nightly run` (real recipes, smoke tests)
 on this machine with the local executor, one queue (so that builds do not compete for the
-machine's cores and a night's time is the sum of its builds).
+machine's cores and a night's time is the sum of its builds), nightly byte-compiled first as
+an install is (common.compile_nightly).
 
 Measured in one run, each against its own baseline:
 
@@ -45,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import SKIPPED, format_table, machine_info, write_results  # noqa: E402
+from common import SKIPPED, compile_nightly, format_table, machine_info, write_results  # noqa: E402
 
 CUDA_HOME = Path("/usr/local/cuda-13.0")
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
@@ -289,6 +290,7 @@ def main() -> int:
     if not args.quick and not (CUDA_HOME / "bin" / "nvcc").exists():
         print(f"skipped: needs CUDA 13.0's nvcc at {CUDA_HOME} (it compiles CUDA kernels)", flush=True)
         return SKIPPED
+    compile_nightly()
     scratch = Path(tempfile.mkdtemp(prefix="nightly-bench-cache-"))
     try:
         src = scratch / "src"

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import pwd
 from dataclasses import dataclass
@@ -27,7 +26,8 @@ USER_KEY = "executor.local.user"
 def make_undumpable() -> bool:
     """True when the kernel took it (Linux); elsewhere nothing happens."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own symbols (libc's among them): find_library would run ldconfig.
+        libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False

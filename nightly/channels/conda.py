@@ -12,7 +12,6 @@ publishers safe.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import functools
@@ -76,6 +75,8 @@ def channel_key(path: Path) -> str:
 
 def _run_coro(coro: Coroutine[object, object, T]) -> T:
     """asyncio.run, also from inside a running event loop (in a worker thread then)."""
+    import asyncio  # only where conda packages are handled: every night imports this module
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

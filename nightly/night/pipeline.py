@@ -23,7 +23,7 @@ from nightly import procs
 from nightly.builds.rules.policy import stale_builds
 from nightly.builds.run.phase import BuildPhase, NightContext
 from nightly.builds.session.local_phase import LocalPhase
-from nightly.cluster.orchestrator import ClusterOptions, ClusterPhase
+from nightly.cluster.options import ClusterOptions
 from nightly.config import Config
 from nightly.core.matrix import Build, nightly_version
 from nightly.errors import BuildsFailed, NightlyError, NothingSelected, UsageError, require
@@ -270,6 +270,10 @@ def run_local(
 def run_cluster(config: Config, date: dt.date, copts: ClusterOptions) -> Summary | None:
     """`nightly run --cluster`: every machine's builds of the night on a Dask cluster."""
     require("distributed", what="a night on a cluster")
+    # Here only: the cluster's modules (Dask's client, TLS, staging) cost a local night's
+    # start a few tens of milliseconds.
+    from nightly.cluster.orchestrator import ClusterPhase
+
     phase = ClusterPhase(config, date, copts)
     opts = NightOptions(
         dry_run=copts.dry_run, no_upload=copts.no_upload, rebuild=copts.rebuild,

@@ -225,7 +225,7 @@ setup_cuda() {
 # where it looked.
 find_python() {
     require_env DESIRED_PYTHON
-    local desired="$DESIRED_PYTHON" xy suffix nodot candidates=() cand looked=() why
+    local desired="$DESIRED_PYTHON" xy suffix nodot candidates=() cand looked=() why about=""
     if [[ ! "$desired" =~ ^([0-9]+)\.([0-9]+)([a-z]*)$ ]]; then
         die "DESIRED_PYTHON=$desired is not of the form X.Y with an optional ABI suffix (3.11, 3.6m, 2.7mu)"
     fi
@@ -237,6 +237,7 @@ find_python() {
         [[ -x "$PYTHON" ]] || die "PYTHON=$PYTHON is not an executable"
         why="$("$PYTHON" "$PYHELPER" check-interp "$desired" 2>&1)" ||
             die "PYTHON=$PYTHON does not match DESIRED_PYTHON=$desired: $why"
+        about=$why
     else
         if [[ -n "$suffix" ]]; then
             candidates+=("/opt/python/cp${nodot}-cp${nodot}${suffix}/bin/python")
@@ -260,7 +261,7 @@ find_python() {
                 continue
             fi
             if why="$("$cand" "$PYHELPER" check-interp "$desired" 2>&1)"; then
-                PYTHON="$cand"
+                PYTHON="$cand" about=$why
                 break
             fi
             looked+=("$cand (${why})")
@@ -273,7 +274,7 @@ find_python() {
         fi
     fi
     export PYTHON
-    log "interpreter: $("$PYTHON" "$PYHELPER" describe)"
+    log "interpreter: $about"  # check-interp's description of the one it accepted
 }
 
 # python_nodot : 3.11 -> 311, 3.6m -> 36, 2.7mu -> 27 (for build strings).
@@ -310,7 +311,9 @@ wheel_field() {
 check_wheel_version() {
     local got from="${NIGHTLY_VERSION_FROM:-env}" fix
     got="$(wheel_field "$1" version)"
-    # The base interpreter: it has pip (and so packaging), the isolated build venv has not.
+    # The same spelling is the same version; else PEP 440 decides, with the base interpreter:
+    # it has pip (and so packaging), the isolated build venv has not.
+    [[ -n "$got" && "$got" == "$2" ]] && return 0
     "$PYTHON" "$PYHELPER" same-version "$got" "$2" && return 0
     case "$from" in
         env) fix="[project] version_from = \"env\": the project's build must read BUILD_VERSION (or PYTORCH_BUILD_VERSION). If it uses setuptools-scm, set version_from = \"setuptools-scm\"; if it sets its own version, set version_from = \"rewrite\" (or \"auto\", which detects both)" ;;

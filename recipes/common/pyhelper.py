@@ -3,8 +3,9 @@
 That interpreter may be anything from Python 2.7 to 3.13 with nothing but the standard
 library, so this file sticks to syntax and modules all of them have. Commands:
 
-  check-interp DESIRED_PYTHON      exit 0 if this interpreter is DESIRED_PYTHON (3.11, 3.6m,
-                                   2.7mu, 3.13t), else print why not and exit 1
+  check-interp DESIRED_PYTHON      exit 0 and describe it (below) if this interpreter is
+                                   DESIRED_PYTHON (3.11, 3.6m, 2.7mu, 3.13t), else print why
+                                   not and exit 1
   describe                         one line: version, ABI and executable
   wheel-info WHEEL                 name, version and tags of a wheel, one "key=value" a line
   same-version A B                 exit 0 if A and B are the same version (PEP 440, compared
@@ -21,7 +22,6 @@ import os
 import re
 import sys
 import sysconfig
-import zipfile
 
 
 def parse_desired(desired):
@@ -62,7 +62,7 @@ def check_interp(desired):
     if "t" not in suffix and free_threaded():
         print("%s is a free-threaded build (asked for %s)" % (sys.executable, desired))
         return 1
-    return 0
+    return describe()  # the recipe's log line, without starting the interpreter again
 
 
 def describe():
@@ -79,6 +79,8 @@ def wheel_info(path):
         raise SystemExit("%s: not a wheel file name (name-version[-build]-py-abi-platform.whl)" % base)
     name, version = parts[0], parts[1]
     meta_version = None
+    import zipfile  # here only: its import is most of this script's start otherwise
+
     with zipfile.ZipFile(path) as whl:
         for entry in whl.namelist():
             if entry.endswith(".dist-info/METADATA") and entry.count("/") == 1:

@@ -80,7 +80,7 @@ uv_venv() {
   local who=$1 py=$2 venv=$3 wheels
   smoke_uv=""
   [ -n "${NIGHTLY_UV:-}" ] && [ -x "$NIGHTLY_UV" ] && [ "${NIGHTLY_INSTALLER:-auto}" != pip ] || return 1
-  wheels=$("$py" - 2>/dev/null <<'PY'
+  wheels=$(bundled_wheels "$py") || wheels=$("$py" - 2>/dev/null <<'PY'
 # The wheels ensurepip installs (pip; setuptools before 3.12), where it keeps them: its
 # _bundled folder, or the distribution's (Debian: WHEEL_PKG_DIR, /usr/share/python-wheels).
 import glob, os, sys, sysconfig
@@ -103,13 +103,34 @@ PY
   set -- $wheels
   unset IFS
   echo "$who: fresh virtual environment with $py on $(hostname) (uv $NIGHTLY_UV)"
+  # pip's ~1,000 files linked from uv's cache (uv's own default; a copy where the cache is on
+  # another file system): the test's user can change that cache with or without the links
+  # (its own, or root's when the test runs as root), and pip upgrading itself unlinks, never
+  # writes in place. The package under test is always copied (fresh_venv).
   if "$NIGHTLY_UV" venv --no-config --quiet --python "$py" "$venv" &&
-     "$NIGHTLY_UV" pip install --no-config --quiet --python "$venv/bin/python" --link-mode copy --no-index "$@"; then
+     "$NIGHTLY_UV" pip install --no-config --quiet --python "$venv/bin/python" --link-mode hardlink --no-index "$@"; then
     smoke_uv=$NIGHTLY_UV
     return 0
   fi
   echo "$who: uv could not make the environment: python -m venv instead"
   return 1
+}
+
+# bundled_wheels PY : the ensurepip wheels of PY (pip; setuptools before 3.12) where an
+# interpreter of its own prefix keeps them, PREFIX/lib/pythonX.Y[t]/ensurepip/_bundled
+# (DESIRED_PYTHON's X.Y), one a line, found without starting it; false where they are not
+# there (then PY is asked: uv_venv).
+bundled_wheels() {
+  local real xy=${DESIRED_PYTHON:-} names=(pip) name found dir
+  [[ "$xy" =~ ^3\.([0-9]+)t?$ ]] && ((BASH_REMATCH[1] >= 8)) || return 1
+  ((BASH_REMATCH[1] < 12)) && names+=(setuptools)
+  real=$(readlink -f "$(command -v "$1")") && [ "${real%/bin/*}" != "$real" ] || return 1
+  dir="${real%/bin/*}/lib/python$xy/ensurepip/_bundled"
+  for name in "${names[@]}"; do
+    found=$(compgen -G "$dir/$name-*.whl" | sort | tail -n 1)
+    [ -n "$found" ] || return 1
+    echo "$found"
+  done
 }
 
 # gil_check PY MODULE : for a free-threaded build (DESIRED_PYTHON 3.14t), PY must run MODULE
