@@ -35,7 +35,10 @@ setup_build_venv() {
         log "build requirements from the wheelhouse $NIGHTLY_WHEELHOUSE (no index)"
     fi
     INSTALLER=pip UV_ARGS=() UV_ENV=() BUILD_ENV_KEY="" BUILD_ENV_REUSED=0 FRONTEND=pip FRONTEND_WHY=""
-    PYTHON_MINOR="$("$PYTHON" -c 'import sys; print(sys.version_info[0] * 100 + sys.version_info[1])' 2>/dev/null)" || PYTHON_MINOR=0
+    # find_python's check-interp told it already (PYTHON_MINOR_OF), else the interpreter is asked.
+    if [[ "${PYTHON_MINOR_OF:-}" != "$PYTHON" ]]; then
+        PYTHON_MINOR="$("$PYTHON" -c 'import sys; print(sys.version_info[0] * 100 + sys.version_info[1])' 2>/dev/null)" || PYTHON_MINOR=0
+    fi
     if build_isolated && ((PYTHON_MINOR >= 307)); then
         choose_installer
         kept_build_venv "$src" "$venv" && BUILD_ENV_REUSED=1
@@ -66,14 +69,15 @@ setup_build_venv() {
         [[ -n "${PIP_INDEX_URL:-}" ]] && source="$PIP_INDEX_URL"
         [[ -n "${NIGHTLY_WHEELHOUSE:-}" ]] && source="the wheelhouse"
         # buildreqs.py runs on 3.7 and newer; older interpreters keep pip's own isolation.
-        if "$BUILD_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 7))' 2>/dev/null; then
+        # (BUILD_PYTHON is PYTHON or a venv of it: the same version)
+        if ((PYTHON_MINOR >= 307)); then
             stable_build_requirements "$src" "$source"
             return 0
         fi
         log "isolated build: pip installs the build requirements from $source"
         return 0
     fi
-    if "$BUILD_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null; then
+    if ((PYTHON_MINOR >= 308)); then
         local why
         why="$(cd "$src" && "$BUILD_PYTHON" "$NIGHTLY_RECIPES_COMMON/buildreqs.py" check "$src" 2>&1)" ||
             { printf '%s\n' "$why" >&2; die "build requirements not met without isolation (list above)"; }
@@ -217,9 +221,15 @@ modern_build_pip() {
 # prints, one requirement a line; fails as it does. Reads src, plain, hooks_python and reqs
 # of its caller, stable_build_requirements (bash's scoping: arrays cannot be passed).
 build_requirements() {
-    local out line command="$1"
+    local out line command="$1" asked
     shift
-    out="$(cd "$src" && ${plain[@]+"${plain[@]}"} "$hooks_python" "$NIGHTLY_RECIPES_COMMON/buildreqs.py" "$command" "$src" "$@")" || return 1
+    asked="$command|$src|$hooks_python|$*"
+    if [[ "$command" == list && "${BUILD_REQS_ASKED:-}" == "$asked" ]]; then
+        out="$BUILD_REQS_LISTED"  # the static list again (kept_build_venv asked first)
+    else
+        out="$(cd "$src" && ${plain[@]+"${plain[@]}"} "$hooks_python" "$NIGHTLY_RECIPES_COMMON/buildreqs.py" "$command" "$src" "$@")" || return 1
+        [[ "$command" == list ]] && BUILD_REQS_ASKED="$asked" BUILD_REQS_LISTED="$out"
+    fi
     reqs=()
     while IFS= read -r line; do
         [[ -n "$line" ]] && reqs+=("$line")

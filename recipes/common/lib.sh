@@ -87,7 +87,7 @@ init_recipe() {
 
 # reproducible_flags : no path of this machine in what the compilers write (debug info,
 # __FILE__): the work and source folders are mapped to fixed names for C, C++ and CUDA's host
-# compiler. NIGHTLY_UMASK (the second build of a reproducibility check) sets the umask.
+# compiler (through cuda-host-c++, which CUDAHOSTCXX and NVCC_CCBIN name). NIGHTLY_UMASK (the second build of a reproducibility check) sets the umask.
 reproducible_flags() {
     [[ -n "${NIGHTLY_UMASK:-}" ]] && umask "$NIGHTLY_UMASK"
     local opt=-fdebug-prefix-map map="" dir to
@@ -111,7 +111,18 @@ reproducible_flags() {
     [[ -n "$map" ]] || return 0
     PREFIX_MAP="$map"
     export CFLAGS="${CFLAGS:+$CFLAGS }$map" CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }$map"
-    export CUDAFLAGS="${CUDAFLAGS:+$CUDAFLAGS }-Xcompiler=${map// /,}"
+    # CUDA's host compiler takes the map from nightly's wrapper, not from nvcc's arguments
+    # (-Xcompiler=...): those name this build's folder, and the compiler cache hashes them,
+    # so a kernel compiled for one Python was never found for another (cuda-host-c++).
+    if [[ "$NIGHTLY_RECIPES_COMMON" =~ [[:space:]] ]]; then  # not a word in a command line
+        export CUDAFLAGS="${CUDAFLAGS:+$CUDAFLAGS }-Xcompiler=${map// /,}"
+    else
+        if [[ "${NIGHTLY_CUDA_HOST_CXX+set}" != set ]]; then
+            export NIGHTLY_CUDA_HOST_CXX="${CUDAHOSTCXX:-${NVCC_CCBIN:-}}"
+        fi
+        export NIGHTLY_CUDA_HOST_FLAGS="$map" CUDAHOSTCXX="$NIGHTLY_RECIPES_COMMON/cuda-host-c++"
+        export NVCC_CCBIN="$CUDAHOSTCXX"
+    fi
     [[ -n "${SOURCE_DATE_EPOCH:-}" ]] && log "SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH (${NIGHTLY_SOURCE_DATE_ORIGIN:-given}); $opt for the work and source folders"
     return 0
 }
@@ -275,6 +286,8 @@ find_python() {
     fi
     export PYTHON
     log "interpreter: $about"  # check-interp's description of the one it accepted
+    # Its version as setup_build_venv compares it (312 for 3.12), known without asking it.
+    PYTHON_MINOR=$((${xy%%.*} * 100 + ${xy#*.})) PYTHON_MINOR_OF="$PYTHON"
 }
 
 # python_nodot : 3.11 -> 311, 3.6m -> 36, 2.7mu -> 27 (for build strings).

@@ -302,6 +302,45 @@ dir = "{cache_dir}"
     assert objs[0] == objs[2]
 
 
+def test_a_cuda_kernel_compiled_in_one_build_folder_is_found_for_another(tmp_path: Path) -> None:
+    """Each build maps its own folders (-ffile-prefix-map, for reproducible packages); CUDA's
+    host compiler gets that map from recipes/common/cuda-host-c++ (NVCC_CCBIN, CUDAHOSTCXX:
+    reproducible_flags), not from nvcc's arguments, which the compiler cache hashes. So the
+    kernel one Python's build compiled is found by the next build's (another folder), and
+    neither object names a build folder."""
+    from nightly.builds.cache import wiring as cc
+
+    sccache = str(cc.find_sccache())
+    kernel = ('#include <cstdio>\n__global__ void k(float* b) { b[0] = 1; }\n'
+              'void where() { std::printf("%s\\n", __FILE__); }\n')
+    folders = [tmp_path / f"manywheel_3.1{n}_cu130" for n in (1, 2)]
+    sock = f"/tmp/nightly-sccache-test-{uuid.uuid4().hex[:8]}.sock"
+    base = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SCCACHE_DIR": str(tmp_path / "c"),
+            "SCCACHE_SERVER_UDS": sock, "SCCACHE_BASEDIRS": ":".join(map(str, folders))}
+    subprocess.run([sccache, "--start-server"], env=base, check=True, capture_output=True)
+    try:
+        for work in folders:
+            (work / "src").mkdir(parents=True)
+            (work / "src" / "k.cu").write_text(kernel)
+            script = (f'RECIPE=test; source {REPO}/recipes/common/lib.sh; reproducible_flags; '
+                      f'cd "$WORK_DIR/src"; '  # CUDAFLAGS as CMake hands them to nvcc
+                      f'"$SCCACHE" {NVCC_13_0}/bin/nvcc ${{CUDAFLAGS:-}} -O2 -arch=sm_75 '
+                      f'-c "$WORK_DIR/src/k.cu" -o "$WORK_DIR/k.o"')
+            subprocess.run(["bash", "-c", script], check=True,
+                           env={**base, "WORK_DIR": str(work), "SOURCE_DIR": str(tmp_path / "source"),
+                                "SCCACHE": sccache})
+        stats = json.loads(subprocess.run([sccache, "--show-stats", "--stats-format=json"],
+                                          env=base, check=True, capture_output=True).stdout)
+    finally:
+        subprocess.run([sccache, "--stop-server"], env=base, capture_output=True)
+    s = cc.parse_stats(stats, where="")
+    assert (s.hits, s.misses) == (1, 1), stats  # the second build's kernel: from the cache
+    for work in folders:
+        obj = (work / "k.o").read_bytes()
+        assert b"/nightly/work/src/k.cu" in obj
+        assert str(tmp_path).encode() not in obj
+
+
 # ---------------------------------------------------------------------------- failure modes
 
 
