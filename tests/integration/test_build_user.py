@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pwd
+import re
 import secrets
 import stat
 import subprocess
@@ -28,6 +29,8 @@ from tests.support.wheelrecipe import wheel_step
 RECIPE = r"""#!/usr/bin/env bash
 set -euo pipefail
 echo "recipe as uid $(id -u), HOME=$HOME"
+# uv, staged for the account (the shipped recipes fill build environments with it)
+if "${NIGHTLY_UV:-/nonexistent}" --version >/dev/null 2>&1; then echo "uv: runs"; else echo "uv: cannot run"; fi
 while IFS= read -r f; do
     [ -n "$f" ] || continue
     if cat "$f" >/dev/null 2>&1; then echo "probe: READ $f"; else echo "probe: denied $f"; fi
@@ -98,6 +101,9 @@ def test_root_builds_as_a_user_from_a_private_home(
             assert "probe: READ" not in log, log
             assert log.count("probe: denied") == len(probes), log
             assert "smoke: passed" in log, log
+            # uv runs as the build account: the recipe's, and the smoke test's fresh venv.
+            assert "uv: runs\n" in log, log
+            assert re.search(r"smoke: fresh virtual environment with .* \(uv .*/uv\)\n", log), log
             assert list((day / "packages").rglob("*.whl.provenance.json")), "nothing was signed"
         assert hits == [0, 3], hits  # the second night is served by the cache
         area = Path(f"/var/tmp/nightly-{name}")
