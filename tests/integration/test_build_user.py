@@ -30,7 +30,8 @@ RECIPE = r"""#!/usr/bin/env bash
 set -euo pipefail
 echo "recipe as uid $(id -u), HOME=$HOME"
 # uv, staged for the account (the shipped recipes fill build environments with it)
-if "${NIGHTLY_UV:-/nonexistent}" --version >/dev/null 2>&1; then echo "uv: runs"; else echo "uv: cannot run"; fi
+if "${NIGHTLY_UV:-/nonexistent}" --version >/dev/null 2>&1; then echo "uv: runs"
+else echo "uv: cannot run"; fi
 while IFS= read -r f; do
     [ -n "$f" ] || continue
     if cat "$f" >/dev/null 2>&1; then echo "probe: READ $f"; else echo "probe: denied $f"; fi
