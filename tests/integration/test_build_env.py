@@ -19,20 +19,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.integration.test_cache_nights import ROOT_OPT_IN, ctiny_config, write_project
+from tests.integration.test_cache_nights import ctiny_config, write_project
+from tests.support.projects import local_machine
 
 RunCli = Callable[..., tuple[int, str, str]]
 BUILD = "manywheel_3.11_cpu"
-LOCAL_QUEUES = """
-[[machines]]
-name = "m"
-platform = "linux"
-queues = {queues}
-executor = "local"
-
-[executor.local]
-user = "{user}"
-"""
 
 
 def _ctiny(tmp_path: Path, *, queues: int = 1, extra: str = "") -> tuple[Path, Path]:
@@ -40,7 +31,7 @@ def _ctiny(tmp_path: Path, *, queues: int = 1, extra: str = "") -> tuple[Path, P
     src = tmp_path / "ctiny"
     write_project(src)
     return src, ctiny_config(tmp_path, src,
-                             machine=LOCAL_QUEUES.format(queues=queues, user=ROOT_OPT_IN),
+                             machine=local_machine(queues=queues),
                              smoke="assert ctiny.total(2) == 26", cache="enabled = false",
                              extra=extra)
 

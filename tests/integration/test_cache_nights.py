@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.engine import Engine
+from tests.support.projects import local_machine
 from tests.support.wheels import make_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 RunCli = Callable[..., tuple[int, str, str]]
-ROOT_OPT_IN = "root" if os.geteuid() == 0 else ""  # the tests' own recipes may run as root
 UNITS = ("alpha", "beta", "gamma", "delta")
 HEADER_VERSION = "1.0+test"
 
@@ -124,16 +124,7 @@ command = '"$PYTHON" -c "import ctiny; {smoke}"'
     return config
 
 
-LOCAL = f"""
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{ROOT_OPT_IN}"
-"""
+LOCAL = local_machine()
 
 
 def two_nights(tmp_path: Path, run_cli: RunCli, executor: str,

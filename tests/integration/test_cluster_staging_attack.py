@@ -12,7 +12,6 @@ staging/<day> a symlink to another folder. None of it reaches the orchestrator's
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import signal
 import subprocess
@@ -25,19 +24,10 @@ import pytest
 
 from nightly.cluster.stagedlog import STAGED_LOG_MAX
 from tests.support.fixture_types import MakeProject, MakeRecipe, RunCli, StartCli, WaitUntil
+from tests.support.modules import load_file
 
-
-def _tls_helpers() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "integration_cluster_tls_helpers", Path(__file__).with_name("test_cluster_tls.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_t = _tls_helpers()
+_t: Any = load_file("integration_cluster_tls_helpers",
+                    Path(__file__).with_name("test_cluster_tls.py"))
 ALL_BUILDS, DaskCluster, make_project = _t.ALL_BUILDS, _t.DaskCluster, _t.make_project
 mirror_files, run_args, staged_files = _t.mirror_files, _t.run_args, _t.staged_files
 SUCCEEDED_FOOTER = _t.SUCCEEDED_FOOTER

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.projects import local_machine
 from tests.support.staged import Staged
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -112,15 +113,7 @@ base_version = "{base_version}"
 pythons = ["{PY}"]
 cudas = ["cpu"]
 
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{user}"
-
+{local_machine(user=user)}
 {extra}
 """)
     return config

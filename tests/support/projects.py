@@ -28,6 +28,23 @@ MAPPED_PYTHONS = (
     "3.10", "3.11", "3.12", "3.13", "3.14",
 )  # fmt: skip
 FAKE_CUDAS = ("cu80", "cu90", "cu100", "cu126", "cu128", "cu130")
+# The tests' own recipes may run as root: root says so ([executor.local] user).
+ROOT_OPT_IN = "root" if os.geteuid() == 0 else ""
+
+
+def local_machine(*, queues: int = 1, user: str = ROOT_OPT_IN) -> str:
+    """One local machine "m" of `queues` queues, and who builds there ([executor.local] user:
+    a build account, or root's opt-in): the TOML the tests' configs end their machine with."""
+    return f"""
+[[machines]]
+name = "m"
+platform = "linux"
+queues = {queues}
+executor = "local"
+
+[executor.local]
+user = "{user}"
+"""
 
 
 def run_args(config: Path, *extra: str, command: str = "run") -> list[str]:

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.support.modules import load_file
 
 SCRIPT = Path(__file__).resolve().parents[2] / "recipes" / "common" / "envkey.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("envkey", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-envkey = _load()
+envkey = load_file("envkey", SCRIPT)
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from nightly.builds.area.slot import LOCKS, in_slot
+from nightly.builds.area.slot import LOCKS, in_slot, slot_of
 from nightly.executors.base import Job
 from nightly.files import remove_tree
 
@@ -104,7 +104,7 @@ class Keeper:
         if not enabled or not in_slot(job.work_dir.parent):
             return job
         self.release(job, succeeded=False)  # an earlier attempt's, if any
-        kept = take(job.work_dir.parent.parent.parent, job.build_id, job.work_dir)
+        kept = take(slot_of(job.work_dir.parent), job.build_id, job.work_dir)
         if kept is None:
             return job
         with self._lock:

@@ -90,6 +90,11 @@ def in_slot(folder: Path) -> bool:
     return folder.parent.name == "work" and folder.parent.parent.name == NAME
 
 
+def slot_of(folder: Path) -> Path:
+    """The slot (`.builds/`) a build's folder in it (`.builds/work/<id>`) belongs to."""
+    return folder.parent.parent
+
+
 def park(folder: Path, dest: Path, note: Callable[[str], None]) -> None:
     """A failed build's folder from the slot into the day (`dest`), where it would have been
     built before: kept for a post-mortem, and out of the next night's way."""
@@ -102,4 +107,4 @@ def park(folder: Path, dest: Path, note: Callable[[str], None]) -> None:
         note(f"the failed build's folder stays in {folder} ({e.strerror or e})")
 
 
-__all__ = ["NAME", "claim", "fill", "in_slot", "park"]
+__all__ = ["NAME", "claim", "fill", "in_slot", "park", "slot_of"]

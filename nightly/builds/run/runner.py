@@ -399,48 +399,51 @@ class Runner:
         self._sweeper.leftovers([day_work(self.ctx), *([self.ctx.slot / "work"] if self.ctx.slot
                                                     else [])], self._not_removed)
         try:
-            results: list[Outcome] = []
-            lock = threading.Lock()
-
-            # Waited on instead of Thread.join: on Python < 3.12 a join() interrupted by Ctrl-C
-            # marks a thread that is still running as finished (bpo-45274), so the run would
-            # exit with builds half done, state 'running' and their logs unfinished.
-            finished = [threading.Event() for _ in queues]
-
-            def worker(q: int) -> None:
-                try:
-                    while not self.cancel.is_set():
-                        build = dispatcher.next(q)
-                        if build is None:
-                            return
-                        try:
-                            outcome = self.run_build(build, queue=q)
-                        except Exception as e:  # never the queue's end: this build fails alone
-                            outcome = self._broken(build, q, e)
-                        with lock:
-                            results.append(outcome)
-                finally:
-                    finished[q].set()
-
-            threads = [
-                threading.Thread(target=worker, args=(q,), name=f"queue-{q}", daemon=True)
-                for q in range(len(queues))
-            ]
-            for t in threads:
-                t.start()
-            try:
-                for ev in finished:
-                    while not ev.wait(0.2):
-                        pass
-            except KeyboardInterrupt:
-                self.cancel.set()
-                for ev in finished:
-                    ev.wait()
-                raise
-            return results
+            return self._queue_threads(dispatcher, len(queues))
         finally:
             sweeper, self._sweeper = self._sweeper, None
             sweeper.drain()
+
+    def _queue_threads(self, dispatcher: Dispatcher, count: int) -> list[Outcome]:
+        """`count` queue threads taking builds from `dispatcher` until none is left (or the
+        run is cancelled); their outcomes."""
+        results: list[Outcome] = []
+        lock = threading.Lock()
+
+        # Waited on instead of Thread.join: on Python < 3.12 a join() interrupted by Ctrl-C
+        # marks a thread that is still running as finished (bpo-45274), so the run would
+        # exit with builds half done, state 'running' and their logs unfinished.
+        finished = [threading.Event() for _ in range(count)]
+
+        def worker(q: int) -> None:
+            try:
+                while not self.cancel.is_set():
+                    build = dispatcher.next(q)
+                    if build is None:
+                        return
+                    try:
+                        outcome = self.run_build(build, queue=q)
+                    except Exception as e:  # never the queue's end: this build fails alone
+                        outcome = self._broken(build, q, e)
+                    with lock:
+                        results.append(outcome)
+            finally:
+                finished[q].set()
+
+        threads = [threading.Thread(target=worker, args=(q,), name=f"queue-{q}", daemon=True)
+                   for q in range(count)]
+        for t in threads:
+            t.start()
+        try:
+            for ev in finished:
+                while not ev.wait(0.2):
+                    pass
+        except KeyboardInterrupt:
+            self.cancel.set()
+            for ev in finished:
+                ev.wait()
+            raise
+        return results
 
     def _not_removed(self, folder: Path, e: OSError) -> None:  # the build's outcome stands
         self.on_event("cleanup", {"build": folder.name, "note": f"its folder could not be removed: {e}"})
