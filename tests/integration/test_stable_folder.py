@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.integration.test_build_user import RECIPE
+from tests.support.projects import local_machine
 
 RunCli = Callable[..., tuple[int, str, str]]
-ROOT_OPT_IN = "root" if os.geteuid() == 0 else ""
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -66,15 +66,7 @@ base_version = "0.1.0"
 pythons = ["3.11"]
 cudas = ["cpu"]
 
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{ROOT_OPT_IN}"
-
+{local_machine()}
 [cache]
 enabled = false
 """)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.projects import REPO
+from tests.support.projects import REPO, local_machine
 
 ODD = "sp ace\ttab 'single' \"double\" é☃"
 
@@ -40,15 +40,7 @@ base_version = "0.1.0"
 pythons = ["3.11"]
 cudas = ["cpu"]
 
-[[machines]]
-name = "m"
-platform = "linux"
-queues = 1
-executor = "local"
-
-[executor.local]
-user = "{"root" if os.geteuid() == 0 else ""}"
-
+{local_machine()}
 [executor.local.pythons]
 "3.11" = "{python}"
 
