@@ -28,7 +28,8 @@ MAPPED_PYTHONS = (
     "3.10", "3.11", "3.12", "3.13", "3.14",
 )  # fmt: skip
 FAKE_CUDAS = ("cu80", "cu90", "cu100", "cu126", "cu128", "cu130")
-# The tests' own recipes may run as root: root says so ([executor.local] user).
+# The tests' own recipes may run as root: root with credentials around must say who builds
+# (nightly/hardening.py), and these tests' recipes are their own.
 ROOT_OPT_IN = "root" if os.geteuid() == 0 else ""
 
 
@@ -206,18 +207,7 @@ source = "src"
 base_version = "1.0.0"
 
 {matrix.strip()}
-
-[[machines]]
-name = "m"
-platform = "linux"
-queues = {queues}
-executor = "local"
-
-[executor.local]
-# Root with credentials around must say who builds (nightly/hardening.py); these tests'
-# recipes are their own.
-user = "{"root" if os.geteuid() == 0 else ""}"
-
+{local_machine(queues=queues)}
 [executor.local.pythons]
 {pythons}
 
